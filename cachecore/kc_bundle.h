@@ -1,0 +1,73 @@
+/*
+ * kc_bundle.h - bundles: the portable "mega cache". One file or HTTP stream
+ * holding many artifacts.
+ *
+ * Stream format, version 1 (integers little-endian):
+ *   "KCBUNDLE" (8) | u16 version | u16 flags | u32 H | H bytes header JSON
+ *     (created, producer, filter, device ids the bundle applies to)
+ *   records, each: u8 type | u64 length | body
+ *     type 1: an artifact envelope (self-checking, see kc_envelope.h)
+ *     type 0xFF: end; body = u64 artifact count | SHA-256 of every byte
+ *                before this record's type byte
+ * A stream without a valid end record is truncated.
+ *
+ * Import policy: each artifact is stored only after its own checksums pass,
+ * so a damaged or truncated bundle keeps the complete, verified entries that
+ * came before the damage, and nothing from the damaged part; the importer
+ * then reports the error. Re-importing is idempotent.
+ */
+#ifndef KC_BUNDLE_H
+#define KC_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc_error.h"
+#include "kc_store.h"
+
+#define KC_BUNDLE_MAGIC "KCBUNDLE"
+#define KC_BUNDLE_VERSION 1
+
+/* Sink for bundle bytes. Returns 0 on success, non-zero to abort. */
+typedef int (*kc_bundle_write_fn)(const void *data, size_t len, void *ctx);
+
+typedef struct kc_bundle_stats {
+    uint64_t artifacts; /* artifacts written or read */
+    uint64_t imported;  /* new entries stored */
+    uint64_t present;   /* already in the store */
+    uint64_t bytes;     /* bundle bytes processed */
+} kc_bundle_stats;
+
+/* Writes a bundle of the matching entries to fn. header_json may be NULL. */
+kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn, void *ctx,
+                         kc_bundle_stats *st, kc_err *err);
+/* Same, to a file (written to PATH.tmp then renamed). */
+kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
+                              kc_bundle_stats *st, kc_err *err);
+
+/* Pull-style export cursor, for servers that stream a bundle in chunks
+ * without holding it in memory. */
+typedef struct kc_bundle_cursor kc_bundle_cursor;
+kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out,
+                              kc_err *err);
+/* Fills up to cap bytes; *n == 0 means the bundle is complete. */
+kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n,
+                              kc_err *err);
+void kc_bundle_cursor_close(kc_bundle_cursor *c);
+
+/* Push-style streaming importer: feed bytes as they arrive (from a file, a
+ * curl write callback or an HTTP upload). Each verified artifact is stored at
+ * once. After an error, further feeds return the same error. */
+typedef struct kc_bundle_import kc_bundle_import;
+kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err);
+kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len, kc_err *err);
+/* Checks that the end record was seen (KC_ERR_TRUNCATED if not) and that the
+ * stream checksum matches. Fills st (may be NULL). Does not free. */
+kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_err *err);
+void kc_bundle_import_free(kc_bundle_import *im);
+
+/* Imports a bundle file (streaming, bounded memory). */
+kc_code kc_bundle_import_file(kc_store *s, const char *path, kc_bundle_stats *st, kc_err *err);
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * kc_store.h - the local artifact store: one SQLite database (WAL mode) under
+ * a cache directory, payloads zstd-compressed and deduplicated by content hash.
+ *
+ * Layout: DIR/kcache.db (+ -wal, -shm). No file per entry.
+ *
+ * Concurrency: a kc_store handle is used by one thread at a time; open one
+ * handle per thread or process (cheap). Any number of handles and processes
+ * may share a directory: writes are serialised by SQLite with a busy timeout
+ * and retries, so SQLITE_BUSY never reaches the caller.
+ *
+ * Durability: a put that returned KC_OK survives kill -9 and power loss
+ * (synchronous=NORMAL in WAL is durable against process crashes; FULL is used
+ * when opts.durable is set). A reader never sees a torn payload: every get
+ * verifies the content hash; a mismatch is reported as KC_ERR_CORRUPT, the
+ * entry is moved to quarantine and never returned again.
+ *
+ * Access times for LRU are recorded in memory and written in batches (on
+ * close, on kc_store_flush, and every few seconds of activity), so a read is
+ * never a synchronous write.
+ */
+#ifndef KC_STORE_H
+#define KC_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kc_envelope.h"
+#include "kc_error.h"
+
+typedef struct kc_store kc_store; /* opaque */
+
+typedef struct kc_store_opts {
+    int zstd_level;    /* 0 = default (3) */
+    uint64_t max_size; /* stored bytes limit; 0 = unlimited. put evicts LRU to stay under */
+    bool read_only;    /* open without creating or writing */
+    bool durable;      /* synchronous=FULL instead of NORMAL */
+} kc_store_opts;
+
+/* Opens (creating if needed, unless read_only) the store in dir, creating dir
+ * with mode 0755 if missing. opts may be NULL for defaults. Runs schema
+ * migrations. On success *out owns a handle: kc_store_close frees it. */
+kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err);
+
+/* Flushes batched access times and statistics, then closes. NULL is a no-op. */
+void kc_store_close(kc_store *s);
+
+/* Writes batched access times and counters now. */
+kc_code kc_store_flush(kc_store *s, kc_err *err);
+
+/* The default cache directory: $KCACHE_DIR, else $XDG_CACHE_HOME/kcache, else
+ * $HOME/.cache/kcache. Returns a malloc'd string (caller frees). */
+char *kc_store_default_dir(void);
+
+/* Stores an artifact atomically. Idempotent: storing an existing key keeps the
+ * existing entry and sets *created = false (created may be NULL). Returns
+ * KC_ERR_FULL when max_size cannot be met even after eviction or the disk is
+ * full (nothing is written then), KC_ERR_INVALID for a bad kind or key. */
+kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
+
+/* Decodes and verifies a complete envelope, then stores it. When
+ * expected_key is non-NULL, an envelope for another key is KC_ERR_INVALID. */
+kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len,
+                              const char *expected_key, bool *created, kc_err *err);
+
+/* Reads and verifies an artifact. KC_ERR_NOT_FOUND on a miss, KC_ERR_CORRUPT
+ * if the stored bytes fail their hash (the entry is then quarantined). On
+ * success the caller owns *a (kc_artifact_free). Counts a hit or miss. */
+kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err);
+
+/* Like kc_store_get, returning the encoded envelope in a malloc'd buffer. */
+kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
+                              kc_err *err);
+
+/* Returns the envelope as a zstd stream (a small frame holding the header,
+ * then the stored payload frame exactly as stored), for serving with
+ * Content-Encoding: zstd without recompressing. The stored bytes are checked
+ * against a fast checksum first (KC_ERR_CORRUPT, quarantined, on mismatch).
+ * *zlen is the stream length; *env_len the decompressed envelope length. */
+kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
+                          size_t *env_len, kc_err *err);
+
+/* KC_OK if present, KC_ERR_NOT_FOUND if not. Does not touch access time. */
+kc_code kc_store_has(kc_store *s, const char *key, kc_err *err);
+
+/* Removes an entry (its payload too when no other entry shares it).
+ * KC_ERR_NOT_FOUND if absent. */
+kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err);
+
+/* Selection for list, export and gc. Empty fields match everything. */
+typedef struct kc_filter {
+    const char *kind;
+    const char *device; /* metadata "device" */
+    const char *tag;    /* metadata "tag" */
+    int64_t since;      /* created >= since (unix seconds); 0 = any */
+} kc_filter;
+
+typedef struct kc_entry_info {
+    char key[KC_KEY_HEX_LEN + 1];
+    char kind[KC_KIND_MAX + 1];
+    const char *device; /* valid during the callback only; "" if none */
+    const char *tag;    /* valid during the callback only; "" if none */
+    uint64_t size;      /* payload bytes */
+    uint64_t stored_size; /* compressed payload bytes */
+    int64_t created;
+    int64_t atime;
+} kc_entry_info;
+
+/* Calls fn for each matching entry, ordered by key. A non-zero return from fn
+ * stops the walk (kc_store_list then returns KC_OK). */
+typedef int (*kc_entry_fn)(const kc_entry_info *info, void *ctx);
+kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err);
+
+typedef struct kc_store_stats {
+    uint64_t entries;
+    uint64_t blobs;         /* distinct payloads after dedup */
+    uint64_t logical_bytes; /* sum of payload sizes over entries */
+    uint64_t stored_bytes;  /* compressed bytes of distinct payloads */
+    uint64_t file_bytes;    /* database + WAL size on disk */
+    uint64_t hits, misses, evictions, corrupt; /* cumulative, all processes */
+    uint64_t quarantined;
+} kc_store_stats;
+
+kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
+
+/* Evicts least-recently-used entries until stored bytes <= max_size.
+ * *evicted (may be NULL) receives the number of entries removed. */
+kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err);
+
+/* Full scan: decompresses and hashes every payload. Corrupt entries are
+ * quarantined and reported through fn (may be NULL). *checked and *bad may be
+ * NULL. Also runs PRAGMA integrity_check; a failure there is KC_ERR_CORRUPT. */
+kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checked, uint64_t *bad,
+                        kc_err *err);
+
+/* The path of the database file (owned by the store). */
+const char *kc_store_db_path(const kc_store *s);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * kcache_cli.h - what every command of the kcache tool shares: the global
+ * options, parsed once by main.c, and the command entry points, one file per
+ * command group (cmd_store.c, cmd_compile.c, cmd_remote.c).
+ */
+#ifndef KCACHE_CLI_H
+#define KCACHE_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kc_error.h"
+#include "kc_store.h"
+
+/* Exit codes (DESIGN §5). */
+enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };
+
+typedef struct kc_cli {
+    const char *cache_dir; /* --cache-dir, else kc_store_default_dir() */
+    const char *remote;    /* --remote or $KCACHE_REMOTE; NULL = none */
+    const char *token;     /* --token or $KCACHE_TOKEN; NULL = none */
+    bool json;             /* --json: machine-readable output on stdout */
+    int verbosity;         /* -q: -1, default 0, -v: 1 (repeatable) */
+    const char *prog;      /* argv[0] for messages */
+} kc_cli;
+
+/* A command receives argv with the global options removed; argv[0] is the
+ * command name. It returns one of the exit codes above. */
+typedef int (*kc_cmd_fn)(kc_cli *cli, int argc, char **argv);
+
+/* Prints "kcache: <msg>" to stderr and returns KC_EXIT_FAIL. */
+int kc_cli_fail(const kc_cli *cli, const kc_err *err);
+/* Prints "kcache CMD: usage: ..." to stderr and returns KC_EXIT_USAGE. */
+int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage);
+/* Opens the store of cli->cache_dir; on failure prints the error. */
+kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out);
+/* Prints to stderr unless -q. */
+void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* cmd_store.c: local store operations and bundles */
+int kc_cmd_put(kc_cli *cli, int argc, char **argv);
+int kc_cmd_get(kc_cli *cli, int argc, char **argv);
+int kc_cmd_has(kc_cli *cli, int argc, char **argv);
+int kc_cmd_rm(kc_cli *cli, int argc, char **argv);
+int kc_cmd_ls(kc_cli *cli, int argc, char **argv);
+int kc_cmd_stats(kc_cli *cli, int argc, char **argv);
+int kc_cmd_gc(kc_cli *cli, int argc, char **argv);
+int kc_cmd_verify(kc_cli *cli, int argc, char **argv);
+int kc_cmd_export(kc_cli *cli, int argc, char **argv);
+int kc_cmd_import(kc_cli *cli, int argc, char **argv);
+
+/* cmd_compile.c: the compiler through the cache */
+int kc_cmd_compile(kc_cli *cli, int argc, char **argv);
+int kc_cmd_run(kc_cli *cli, int argc, char **argv);
+int kc_cmd_explain(kc_cli *cli, int argc, char **argv);
+int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv);
+int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv);
+
+/* cmd_remote.c: the server tier */
+int kc_cmd_pull(kc_cli *cli, int argc, char **argv);
+int kc_cmd_push(kc_cli *cli, int argc, char **argv);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * main.c - the kcache command-line tool: global options, then dispatch to
+ * one command. Global options may stand anywhere on the line, as in git and
+ * ccache, so scripts can append --cache-dir or --json without reordering.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kcache_cli.h"
+
+static const struct {
+    const char *name;
+    kc_cmd_fn fn;
+    const char *summary;
+} commands[] = {
+    {"compile", kc_cmd_compile, "compile a graph through the cache"},
+    {"run", kc_cmd_run, "compile, execute and check a graph against the reference"},
+    {"explain", kc_cmd_explain, "print key ingredients and why a lookup misses"},
+    {"fingerprint", kc_cmd_fingerprint, "print this machine's device fingerprints"},
+    {"put", kc_cmd_put, "store a file as an artifact; prints its key"},
+    {"get", kc_cmd_get, "write an artifact's payload to stdout or -o FILE"},
+    {"has", kc_cmd_has, "exit 0 if a key is stored, 1 if not"},
+    {"rm", kc_cmd_rm, "remove an artifact"},
+    {"ls", kc_cmd_ls, "list artifacts (filters: --kind --device --tag --since)"},
+    {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions"},
+    {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to --max-size"},
+    {"verify", kc_cmd_verify, "check every stored payload against its hash"},
+    {"export", kc_cmd_export, "write a bundle of artifacts to a file"},
+    {"import", kc_cmd_import, "load a bundle file into the store"},
+    {"pull", kc_cmd_pull, "fetch this machine's artifacts from the server"},
+    {"push", kc_cmd_push, "upload artifacts the server lacks"},
+    {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest"},
+};
+
+static void print_help(FILE *out)
+{
+    fprintf(out, "usage: kcache [global options] COMMAND [args]\n\n"
+                 "global options (anywhere on the line):\n"
+                 "  --cache-dir DIR  cache directory (default $KCACHE_DIR, else\n"
+                 "                   $XDG_CACHE_HOME/kcache, else ~/.cache/kcache)\n"
+                 "  --remote URL     kcached server (default $KCACHE_REMOTE)\n"
+                 "  --token T        bearer token (default $KCACHE_TOKEN)\n"
+                 "  --json           machine-readable output\n"
+                 "  -q, -v           quieter, more verbose\n"
+                 "  --help, --version\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
+}
+
+int kc_cli_fail(const kc_cli *cli, const kc_err *err)
+{
+    (void)cli;
+    fprintf(stderr, "kcache: %s\n", err->msg[0] ? err->msg : kc_code_name(err->code));
+    return KC_EXIT_FAIL;
+}
+
+int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage)
+{
+    (void)cli;
+    fprintf(stderr, "kcache %s: usage: kcache %s %s\n", cmd, cmd, usage);
+    return KC_EXIT_USAGE;
+}
+
+void kc_cli_info(const kc_cli *cli, const char *fmt, ...)
+{
+    if (cli->verbosity < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out)
+{
+    kc_err err = {0};
+    kc_code rc = kc_store_open(cli->cache_dir, opts, out, &err);
+    if (rc != KC_OK)
+        kc_cli_fail(cli, &err);
+    return rc;
+}
+
+/* Removes global options from argv (in place); returns the new argc, or -1
+ * after printing a usage error. */
+static int take_global_options(kc_cli *cli, int argc, char **argv)
+{
+    int out = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **target = NULL;
+        const char *value = NULL;
+        size_t n;
+        if (strcmp(a, "--") == 0) {
+            while (i < argc)
+                argv[out++] = argv[i++];
+            break;
+        }
+        if (strcmp(a, "--json") == 0) {
+            cli->json = true;
+            continue;
+        }
+        if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            cli->verbosity = -1;
+            continue;
+        }
+        if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            cli->verbosity = cli->verbosity < 0 ? 1 : cli->verbosity + 1;
+            continue;
+        }
+        if (strncmp(a, "--cache-dir", n = 11) == 0)
+            target = &cli->cache_dir;
+        else if (strncmp(a, "--remote", n = 8) == 0)
+            target = &cli->remote;
+        else if (strncmp(a, "--token", n = 7) == 0)
+            target = &cli->token;
+        if (target && a[n] == '=') {
+            value = a + n + 1;
+        } else if (target && a[n] == '\0') {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kcache: %s needs a value\n", a);
+                return -1;
+            }
+            value = argv[++i];
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        *target = value;
+    }
+    argv[out] = NULL;
+    return out;
+}
+
+int main(int argc, char **argv)
+{
+    kc_cli cli = {.prog = argv[0]};
+    cli.remote = getenv("KCACHE_REMOTE");
+    cli.token = getenv("KCACHE_TOKEN");
+    if (cli.remote && !*cli.remote)
+        cli.remote = NULL;
+
+    argc = take_global_options(&cli, argc, argv);
+    if (argc < 0)
+        return KC_EXIT_USAGE;
+    if (argc < 2) {
+        print_help(stderr);
+        return KC_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        print_help(stdout);
+        return KC_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("kcache %s\n", KC_VERSION);
+        return KC_EXIT_OK;
+    }
+
+    char *default_dir = NULL;
+    if (!cli.cache_dir)
+        cli.cache_dir = default_dir = kc_store_default_dir();
+    if (!cli.cache_dir) {
+        fprintf(stderr, "kcache: no cache directory: set --cache-dir, $KCACHE_DIR or $HOME\n");
+        return KC_EXIT_FAIL;
+    }
+
+    int rc = -1;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            rc = commands[i].fn(&cli, argc - 1, argv + 1);
+            break;
+        }
+    }
+    if (rc < 0) {
+        fprintf(stderr, "kcache: unknown command '%s' (see kcache --help)\n", argv[1]);
+        rc = KC_EXIT_USAGE;
+    }
+    free(default_dir);
+    return rc;
+}

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: replaced by the compiler (issue 3). */
+int kc_compiler_placeholder_;

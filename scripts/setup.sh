@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian bookworm package that kcache's build, tests and
+# benchmarks need, skipping the work when all are present. Run as root (or
+# with sudo available).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git ca-certificates curl
+  libsqlite3-dev sqlite3 libzstd-dev zstd libssl-dev openssl libjansson-dev libxxhash-dev
+  libmicrohttpd-dev libcurl4-openssl-dev libcriterion-dev
+  libdnnl-dev libze-dev libze1
+  clang-14 llvm-spirv-14 spirv-tools libclang-rt-14-dev clang-format
+  ccache nginx-light wrk procps iproute2 python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README command (2): set up, build, and run the whole test suite twice: a
+# normal -Werror build, then an AddressSanitizer + UBSan build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh build
+(cd build && ctest --output-on-failure -j2)
+if [ "${KC_SKIP_SANITIZE:-0}" != 1 ]; then
+  bash scripts/build.sh build-asan -DKC_SANITIZE=ON
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  (cd build-asan && ctest --output-on-failure -j2)
+fi

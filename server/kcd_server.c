@@ -1,0 +1,2 @@
+/* PLACEHOLDER: replaced by the server (issue 5). */
+int kcd_placeholder_;
