@@ -39,7 +39,8 @@ typedef struct kc_bundle_stats {
     uint64_t bytes;     /* bundle bytes processed */
 } kc_bundle_stats;
 
-/* Writes a bundle of the matching entries to fn. header_json may be NULL. */
+/* Writes a bundle of the matching entries (f may be NULL: all) to fn; st
+ * (may be NULL) receives the artifact count and bytes written. */
 kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn, void *ctx,
                          kc_bundle_stats *st, kc_err *err);
 /* Same, to a file (written to PATH.tmp then renamed). */
@@ -47,7 +48,10 @@ kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
                               kc_bundle_stats *st, kc_err *err);
 
 /* Pull-style export cursor, for servers that stream a bundle in chunks
- * without holding it in memory. */
+ * without holding it in memory: it pages through matching entries by rowid,
+ * 64 at a time, and holds one envelope at a time. The store handle must stay
+ * open and must not be used by another thread while the cursor is open;
+ * entries deleted or found corrupt while streaming are skipped. */
 typedef struct kc_bundle_cursor kc_bundle_cursor;
 kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out,
                               kc_err *err);
@@ -57,8 +61,12 @@ kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, siz
 void kc_bundle_cursor_close(kc_bundle_cursor *c);
 
 /* Push-style streaming importer: feed bytes as they arrive (from a file, a
- * curl write callback or an HTTP upload). Each verified artifact is stored at
- * once. After an error, further feeds return the same error. */
+ * curl write callback or an HTTP upload). Each artifact is stored once its
+ * envelope checksums pass; the artifacts completed within one feed call are
+ * committed together before the call returns (no write lock is held while
+ * the caller waits for more bytes). Memory: one artifact at a time. Errors
+ * name the byte offset of the damaged record and what was wrong. After an
+ * error, further feeds return the same error. */
 typedef struct kc_bundle_import kc_bundle_import;
 kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err);
 kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len, kc_err *err);

@@ -14,16 +14,16 @@
 #define KC_SHA256_LEN 32
 #define KC_KEY_HEX_LEN 64
 
-typedef struct kc_sha256 kc_sha256; /* opaque streaming context */
+typedef struct kc_sha256_ctx kc_sha256_ctx; /* opaque streaming context */
 
 /* Returns a new context ready for updates, or NULL when out of memory.
  * Free with kc_sha256_free. */
-kc_sha256 *kc_sha256_new(void);
-void kc_sha256_update(kc_sha256 *ctx, const void *data, size_t len);
+kc_sha256_ctx *kc_sha256_new(void);
+void kc_sha256_update(kc_sha256_ctx *ctx, const void *data, size_t len);
 /* Writes the digest; the context may then be reused after kc_sha256_reset. */
-void kc_sha256_final(kc_sha256 *ctx, uint8_t out[KC_SHA256_LEN]);
-void kc_sha256_reset(kc_sha256 *ctx);
-void kc_sha256_free(kc_sha256 *ctx);
+void kc_sha256_final(kc_sha256_ctx *ctx, uint8_t out[KC_SHA256_LEN]);
+void kc_sha256_reset(kc_sha256_ctx *ctx);
+void kc_sha256_free(kc_sha256_ctx *ctx);
 
 /* One-shot digest of a buffer. */
 void kc_sha256(const void *data, size_t len, uint8_t out[KC_SHA256_LEN]);

@@ -45,6 +45,18 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
 /* Flushes batched access times and statistics, then closes. NULL is a no-op. */
 void kc_store_close(kc_store *s);
 
+/* Read bursts (added by the store's implementer): the reads between
+ * kc_store_read_begin and kc_store_read_end share one SQLite read snapshot,
+ * so they pay the WAL read-lock cost (two fcntl calls) once instead of once
+ * per read. For callers that look up many keys at once (a warm compile
+ * loading a graph's kernels, an export). Inside a burst, entries written by
+ * other processes after it began are not seen, and the handle keeps the WAL
+ * from being reset, so keep bursts short; any write on the handle (put,
+ * delete, flush, gc, a corrupt entry's quarantine) ends the burst first.
+ * Nested begins are no-ops. */
+kc_code kc_store_read_begin(kc_store *s, kc_err *err);
+void kc_store_read_end(kc_store *s);
+
 /* Writes batched access times and counters now. */
 kc_code kc_store_flush(kc_store *s, kc_err *err);
 
@@ -107,7 +119,8 @@ typedef struct kc_entry_info {
 } kc_entry_info;
 
 /* Calls fn for each matching entry, ordered by key. A non-zero return from fn
- * stops the walk (kc_store_list then returns KC_OK). */
+ * stops the walk (kc_store_list then returns KC_OK). fn must not write to the
+ * same handle (collect keys, then act on them). */
 typedef int (*kc_entry_fn)(const kc_entry_info *info, void *ctx);
 kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err);
 
@@ -123,13 +136,16 @@ typedef struct kc_store_stats {
 
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
 
-/* Evicts least-recently-used entries until stored bytes <= max_size.
- * *evicted (may be NULL) receives the number of entries removed. */
+/* Evicts least-recently-used entries until stored bytes <= max_size, in short
+ * transactions so other writers are not blocked for long; also empties the
+ * quarantine. *evicted (may be NULL) receives the number of entries removed. */
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err);
 
 /* Full scan: decompresses and hashes every payload. Corrupt entries are
- * quarantined and reported through fn (may be NULL). *checked and *bad may be
- * NULL. Also runs PRAGMA integrity_check; a failure there is KC_ERR_CORRUPT. */
+ * quarantined and reported through fn (may be NULL). *checked receives the
+ * number of entries whose payload was checked, *bad the number quarantined
+ * (both may be NULL). Also runs PRAGMA integrity_check; a failure there is
+ * KC_ERR_CORRUPT. Returns KC_OK when the scan completed, even if bad > 0. */
 kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checked, uint64_t *bad,
                         kc_err *err);
 

@@ -1,2 +1,720 @@
-/* PLACEHOLDER: replaced by the remote client library (issue 6). */
-int kc_remote_placeholder_;
+/*
+ * kc_remote.c - the libcurl client of kcached (DESIGN §6): single requests on
+ * one kept-alive easy handle, parallel uploads on a curl multi, a streamed
+ * bundle pull fed straight into the store's importer, the offline switch and
+ * the background push queue (kc_remote_queue.c holds the worker thread).
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "kc_remote_internal.h"
+#include "kc_util.h"
+
+/* ---------------------------------------------------------------- setup -- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ctx)
+{
+    (void)h;
+    (void)access;
+    kc_remote *r = ctx;
+    pthread_mutex_lock(&r->share_mu[data % KC_REMOTE_SHARE_LOCKS]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ctx)
+{
+    (void)h;
+    kc_remote *r = ctx;
+    pthread_mutex_unlock(&r->share_mu[data % KC_REMOTE_SHARE_LOCKS]);
+}
+
+static struct curl_slist *headers_with(const char *auth, const char *const *extra)
+{
+    struct curl_slist *l = NULL, *t;
+    if (auth) {
+        if (!(t = curl_slist_append(l, auth)))
+            goto fail;
+        l = t;
+    }
+    for (; extra && *extra; extra++) {
+        if (!(t = curl_slist_append(l, *extra)))
+            goto fail;
+        l = t;
+    }
+    return l;
+fail:
+    curl_slist_free_all(l);
+    return NULL;
+}
+
+kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remote **out,
+                       kc_err *err)
+{
+    *out = NULL;
+    if (!base_url || !*base_url)
+        return kc_err_set(err, KC_ERR_INVALID, "remote: empty server URL");
+    if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "remote URL '%s': must start with http:// or https://", base_url);
+    pthread_once(&curl_once, curl_init_once);
+
+    kc_remote *r = calloc(1, sizeof *r);
+    if (!r)
+        return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", base_url);
+    kc_remote_opts o = opts ? *opts : (kc_remote_opts){0};
+    r->connect_ms = o.connect_timeout_ms > 0 ? o.connect_timeout_ms : 2000;
+    r->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
+    r->concurrency = o.concurrency > 0 ? o.concurrency : 8;
+    if (r->concurrency > 64)
+        r->concurrency = 64;
+    r->retries = o.retries > 0 ? o.retries : (o.retries < 0 ? 0 : 2);
+    r->quiet = o.quiet;
+    r->base = strdup(base_url);
+    if (!r->base)
+        goto nomem;
+    size_t bl = strlen(r->base);
+    while (bl > 0 && r->base[bl - 1] == '/')
+        r->base[--bl] = '\0';
+    if (o.ca_file && !(r->ca_file = strdup(o.ca_file)))
+        goto nomem;
+    char *auth = NULL;
+    bool with_auth = o.token && *o.token;
+    for (const char *c = with_auth ? o.token : ""; *c; c++) {
+        if ((unsigned char)*c <= ' ' || *c == 127) {
+            kc_remote_free_handle(r);
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "remote %s: the token contains spaces or control characters",
+                              base_url);
+        }
+    }
+    if (with_auth) {
+        size_t n = strlen(o.token) + 32;
+        if (!(auth = malloc(n)))
+            goto nomem;
+        snprintf(auth, n, "Authorization: Bearer %s", o.token);
+    }
+    static const char *const get_h[] = {NULL};
+    static const char *const put_h[] = {"Content-Type: application/octet-stream", "Expect:", NULL};
+    static const char *const json_h[] = {"Content-Type: application/json", "Expect:", NULL};
+    r->hdr_get = headers_with(auth, get_h);
+    r->hdr_put = headers_with(auth, put_h);
+    r->hdr_json = headers_with(auth, json_h);
+    free(auth);
+    if ((with_auth && !r->hdr_get) || !r->hdr_put || !r->hdr_json)
+        goto nomem;
+
+    for (int i = 0; i < KC_REMOTE_SHARE_LOCKS; i++)
+        pthread_mutex_init(&r->share_mu[i], NULL);
+    pthread_mutex_init(&r->state_mu, NULL);
+    r->share = curl_share_init();
+    if (!r->share)
+        goto nomem;
+    curl_share_setopt(r->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(r->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(r->share, CURLSHOPT_USERDATA, r);
+    curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    r->easy = curl_easy_init();
+    if (!r->easy)
+        goto nomem;
+    kc_remote_queue_init(r);
+    *out = r;
+    return KC_OK;
+nomem:
+    kc_remote_free_handle(r);
+    return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", base_url);
+}
+
+void kc_remote_free_handle(kc_remote *r)
+{
+    if (!r)
+        return;
+    if (r->easy)
+        curl_easy_cleanup(r->easy);
+    if (r->share) {
+        curl_share_cleanup(r->share);
+        for (int i = 0; i < KC_REMOTE_SHARE_LOCKS; i++)
+            pthread_mutex_destroy(&r->share_mu[i]);
+        pthread_mutex_destroy(&r->state_mu);
+    }
+    curl_slist_free_all(r->hdr_get);
+    curl_slist_free_all(r->hdr_put);
+    curl_slist_free_all(r->hdr_json);
+    free(r->base);
+    free(r->ca_file);
+    free(r);
+}
+
+void kc_remote_close(kc_remote *r)
+{
+    if (!r)
+        return;
+    long limit = r->timeout_ms < 10000 ? r->timeout_ms : 10000;
+    kc_remote_queue_shutdown(r, limit);
+    kc_remote_free_handle(r);
+}
+
+bool kc_remote_offline(const kc_remote *r)
+{
+    return atomic_load(&((kc_remote *)r)->offline);
+}
+
+const char *kc_remote_url(const kc_remote *r)
+{
+    return r->base;
+}
+
+/* ------------------------------------------------------------- requests -- */
+
+void kc_rbuf_free(kc_rbuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static size_t rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    kc_rbuf *b = ctx;
+    size_t n = size * nmemb;
+    if (b->limit && b->len + n > b->limit) {
+        /* Error bodies are capped; keep what fits, accept the rest. */
+        if (b->truncate_ok) {
+            size_t room = b->limit > b->len ? b->limit - b->len : 0;
+            n = n < room ? n : room;
+            if (n == 0)
+                return size * nmemb;
+        } else {
+            b->overflow = true;
+            return 0;
+        }
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        uint8_t *p = realloc(b->data, cap);
+        if (!p) {
+            b->overflow = true;
+            return 0;
+        }
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return size * nmemb;
+}
+
+static int xfer_abort(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)dn;
+    (void)ut;
+    (void)un;
+    kc_remote *r = ctx;
+    return atomic_load(&r->abort_all) ? 1 : 0;
+}
+
+/* Stall check of a stream: before the first body byte the server gets about
+ * one connect timeout (a hung server costs no more), afterwards
+ * timeout_ms/2 between bytes (a busy server may pause mid-bundle). */
+static int xfer_stream(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)ut;
+    (void)un;
+    kc_req *q = ctx;
+    kc_remote *r = q->owner;
+    if (atomic_load(&r->abort_all))
+        return 1;
+    double now = kc_now();
+    if (dn != q->last_dn || q->last_move == 0) {
+        q->last_dn = dn;
+        q->last_move = now;
+        return 0;
+    }
+    double limit = dn == 0 ? (double)r->connect_ms / 1000.0 + 1.0 : (double)r->timeout_ms / 2000.0;
+    if (now - q->last_move > limit) {
+        q->stalled = limit;
+        return 1;
+    }
+    return 0;
+}
+
+void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
+{
+    curl_easy_reset(h);
+    q->errbuf[0] = '\0';
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_SHARE, r->share);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, q->errbuf);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "kcache/" KC_VERSION);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (r->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+    /* A server that accepts the connection and then says nothing is as good
+     * as dead: a request that moves no byte for about one connect timeout is
+     * abandoned (curl checks once a second), so a hung server costs one
+     * connect timeout, not the whole-request limit. */
+    long stall = (r->connect_ms + 999) / 1000;
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    q->owner = r;
+    if (q->stream) {
+        /* A bundle may take minutes: no overall limit; xfer_stream watches
+         * for a stalled server instead. */
+        q->last_move = 0;
+        q->last_dn = 0;
+        q->stalled = 0;
+        curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_stream);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
+    } else {
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, r->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 1L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_abort);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+    }
+    if (q->accept_zstd)
+        curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "zstd");
+    if (q->write_fn) {
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, q->write_fn);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, q->write_ctx);
+    } else {
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rbuf_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &q->resp);
+    }
+    const char *m = q->method;
+    if (strcmp(m, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+    } else if (strcmp(m, "GET") == 0) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+    } else {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body ? (const char *)q->body : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->json ? r->hdr_json : r->hdr_put);
+    }
+}
+
+/* The server's own words from an error body: {"error": "..."} or the first
+ * line of plain text, trimmed. */
+static void server_message(const kc_rbuf *b, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!b->data || b->len == 0)
+        return;
+    const char *text = (const char *)b->data;
+    json_t *j = NULL;
+    if (text[0] == '{' && (j = json_loadb(text, b->len, 0, NULL)) != NULL) {
+        const char *names[] = {"error", "message", "msg"};
+        for (size_t i = 0; i < 3; i++) {
+            json_t *v = json_object_get(j, names[i]);
+            if (json_is_string(v)) {
+                snprintf(out, cap, "%s", json_string_value(v));
+                break;
+            }
+        }
+        json_decref(j);
+        if (out[0])
+            return;
+    }
+    size_t n = 0;
+    while (n < b->len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
+        n++;
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
+    out[n] = '\0';
+}
+
+static const char *status_text(long status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized (missing or wrong token)";
+    case 403:
+        return "Forbidden (the token lacks this scope)";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 507:
+        return "Insufficient Storage (the server cannot make room)";
+    default:
+        return "";
+    }
+}
+
+kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err)
+{
+    (void)r;
+    char msg[400];
+    server_message(&q->resp, msg, sizeof msg);
+    kc_code code = (q->status == 401 || q->status == 403) ? KC_ERR_AUTH : KC_ERR_REMOTE;
+    if (q->status == 404)
+        code = KC_ERR_NOT_FOUND;
+    const char *st = status_text(q->status);
+    return kc_err_set(err, code, "%s %s: HTTP %ld%s%s%s%s", q->method, q->url, q->status,
+                      st[0] ? " " : "", st, msg[0] ? ": " : "", msg);
+}
+
+static void warn_offline(kc_remote *r, const char *why)
+{
+    pthread_mutex_lock(&r->state_mu);
+    bool first = !r->warned;
+    r->warned = true;
+    if (first)
+        snprintf(r->offline_why, sizeof r->offline_why, "%s", why);
+    pthread_mutex_unlock(&r->state_mu);
+    atomic_store(&r->offline, true);
+    if (first && !r->quiet)
+        fprintf(stderr,
+                "kcache: warning: remote %s unusable (%s); carrying on without it for "
+                "this process\n",
+                r->base, why);
+}
+
+kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err)
+{
+    pthread_mutex_lock(&r->state_mu);
+    char why[sizeof r->offline_why];
+    memcpy(why, r->offline_why, sizeof why);
+    pthread_mutex_unlock(&r->state_mu);
+    return kc_err_set(err, KC_ERR_REMOTE, "%s %s: remote is offline for this process (%s)", method,
+                      url ? url : r->base, why[0] ? why : "switched off");
+}
+
+static bool curl_connect_failure(CURLcode cc)
+{
+    return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+           cc == CURLE_COULDNT_RESOLVE_PROXY;
+}
+
+static bool curl_tls_failure(CURLcode cc)
+{
+    return cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CONNECT_ERROR ||
+           cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM;
+}
+
+static bool curl_transient(CURLcode cc)
+{
+    return cc == CURLE_GOT_NOTHING || cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR ||
+           cc == CURLE_PARTIAL_FILE;
+}
+
+static bool status_retryable(long s)
+{
+    return s == 408 || s == 429 || (s >= 500 && s != 501 && s != 505 && s != 507);
+}
+
+kc_outcome kc_remote_classify(kc_remote *r, CURL *h, kc_req *q, CURLcode cc, int attempt,
+                              kc_err *err)
+{
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    q->status = status;
+    char why[CURL_ERROR_SIZE + 128];
+    if (cc == CURLE_OK) {
+        if (status_retryable(status)) {
+            if (attempt < r->retries)
+                return KC_OUT_RETRY;
+            kc_remote_http_error(r, q, err);
+            warn_offline(r, err ? err->msg : "server error");
+            return KC_OUT_FAIL;
+        }
+        atomic_store(&r->reached, true);
+        if (status == 401) {
+            /* A wrong token fails every request: say so once, then stop. */
+            kc_remote_http_error(r, q, err);
+            warn_offline(r, err ? err->msg : "HTTP 401");
+            return KC_OUT_FAIL;
+        }
+        return KC_OUT_DONE;
+    }
+    if (atomic_load(&r->abort_all)) {
+        kc_err_set(err, KC_ERR_REMOTE, "%s %s: abandoned at shutdown", q->method, q->url);
+        return KC_OUT_FAIL;
+    }
+    const char *cmsg = q->errbuf[0] ? q->errbuf : curl_easy_strerror(cc);
+    curl_off_t connect_us = 0;
+    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
+    bool connected = connect_us > 0;
+    if (curl_connect_failure(cc) || (cc == CURLE_OPERATION_TIMEDOUT && !connected)) {
+        snprintf(why, sizeof why, "cannot connect: %s", cmsg);
+        kc_err_set(err, KC_ERR_REMOTE, "%s %s: %s", q->method, q->url, why);
+        warn_offline(r, why);
+        return KC_OUT_FAIL;
+    }
+    if (curl_tls_failure(cc)) {
+        snprintf(why, sizeof why, "TLS failure: %s", cmsg);
+        kc_err_set(err, KC_ERR_REMOTE, "%s %s: %s", q->method, q->url, why);
+        warn_offline(r, why);
+        return KC_OUT_FAIL;
+    }
+    bool timed_out = cc == CURLE_OPERATION_TIMEDOUT;
+    /* A timeout is retried only on a server that has answered before in this
+     * process: a server that is slow from the start costs one timeout. */
+    if ((curl_transient(cc) || (timed_out && atomic_load(&r->reached))) && !q->no_retry &&
+        attempt < r->retries)
+        return KC_OUT_RETRY;
+    snprintf(why, sizeof why, "%s", cmsg);
+    kc_err_set(err, KC_ERR_REMOTE, "%s %s: %s", q->method, q->url, why);
+    if (timed_out || curl_transient(cc))
+        warn_offline(r, why);
+    return KC_OUT_FAIL;
+}
+
+void kc_remote_backoff(int attempt)
+{
+    long ms = 100L << (attempt < 5 ? attempt : 5);
+    ms += rand() % 50;
+    if (ms > 2000)
+        ms = 2000;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+kc_code kc_remote_perform(kc_remote *r, CURL *h, kc_req *q, kc_err *err)
+{
+    kc_err local;
+    if (!err)
+        err = &local; /* the code of a failure must survive a NULL err */
+    if (atomic_load(&r->offline))
+        return kc_remote_offline_error(r, q->method, q->url, err);
+    for (int attempt = 0;; attempt++) {
+        kc_rbuf_free(&q->resp);
+        q->resp.limit = q->resp_limit;
+        q->resp.truncate_ok = q->resp_truncate;
+        kc_remote_setup(r, h, q);
+        CURLcode cc = curl_easy_perform(h);
+        kc_outcome o = kc_remote_classify(r, h, q, cc, attempt, err);
+        if (o == KC_OUT_RETRY) {
+            kc_remote_backoff(attempt);
+            continue;
+        }
+        if (o == KC_OUT_FAIL)
+            return err->code;
+        return KC_OK;
+    }
+}
+
+static char *artifact_url(kc_remote *r, const char *key)
+{
+    size_t n = strlen(r->base) + 16 + KC_KEY_HEX_LEN;
+    char *u = malloc(n);
+    if (u)
+        snprintf(u, n, "%s/v1/artifacts/%s", r->base, key);
+    return u;
+}
+
+/* ------------------------------------------------------ single artifacts -- */
+
+kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
+{
+    memset(a, 0, sizeof *a);
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
+    kc_req q = {
+        .method = "GET", .accept_zstd = true, .resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096};
+    if (!(q.url = artifact_url(r, key)))
+        return kc_err_set(err, KC_ERR_NOMEM, "remote get %s: out of memory", key);
+    kc_code rc = kc_remote_perform(r, r->easy, &q, err);
+    if (rc == KC_OK) {
+        if (q.status == 200) {
+            kc_err de = {0};
+            rc = kc_envelope_decode(q.resp.data, q.resp.len, a, &de);
+            if (rc != KC_OK) {
+                rc = kc_err_set(err, rc == KC_ERR_NOMEM ? KC_ERR_NOMEM : KC_ERR_CORRUPT,
+                                "GET %s: bad envelope from the server: %s", q.url, de.msg);
+            } else if (strcmp(a->key, key) != 0) {
+                char other[KC_KEY_HEX_LEN + 1];
+                memcpy(other, a->key, sizeof other);
+                kc_artifact_free(a);
+                memset(a, 0, sizeof *a);
+                rc = kc_err_set(err, KC_ERR_CORRUPT, "GET %s: envelope is for another key %s",
+                                q.url, other);
+            }
+        } else {
+            rc = kc_remote_http_error(r, &q, err);
+        }
+    }
+    kc_rbuf_free(&q.resp);
+    free(q.url);
+    return rc;
+}
+
+kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
+    kc_req q = {.method = "HEAD", .resp_limit = 4096, .resp_truncate = true};
+    if (!(q.url = artifact_url(r, key)))
+        return kc_err_set(err, KC_ERR_NOMEM, "remote has %s: out of memory", key);
+    kc_code rc = kc_remote_perform(r, r->easy, &q, err);
+    if (rc == KC_OK && q.status != 200)
+        rc = kc_remote_http_error(r, &q, err);
+    kc_rbuf_free(&q.resp);
+    free(q.url);
+    return rc;
+}
+
+kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
+                         bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
+    if (atomic_load(&r->no_write))
+        return kc_remote_offline_error(r, "PUT", NULL, err);
+    kc_req q = {
+        .method = "PUT", .body = env, .body_len = len, .resp_limit = 16384, .resp_truncate = true};
+    if (!(q.url = artifact_url(r, key)))
+        return kc_err_set(err, KC_ERR_NOMEM, "remote put %s: out of memory", key);
+    kc_code rc = kc_remote_perform(r, h, &q, err);
+    if (rc == KC_OK) {
+        if (q.status == 201 || q.status == 200) {
+            if (created)
+                *created = q.status == 201;
+        } else {
+            rc = kc_remote_http_error(r, &q, err);
+            if (q.status == 403)
+                atomic_store(&r->no_write, true);
+        }
+    }
+    kc_rbuf_free(&q.resp);
+    free(q.url);
+    return rc;
+}
+
+kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t len, bool *created,
+                      kc_err *err)
+{
+    return kc_remote_put_on(r, r->easy, key, env, len, created, err);
+}
+
+/* --------------------------------------------------------------- missing -- */
+
+#define MISSING_BATCH 1000
+
+static kc_code missing_batch(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                             kc_err *err)
+{
+    json_t *arr = json_array();
+    json_t *obj = json_object();
+    if (!arr || !obj) {
+        json_decref(arr);
+        json_decref(obj);
+        return kc_err_set(err, KC_ERR_NOMEM, "remote missing: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        missing[i] = false;
+        json_array_append_new(arr, json_string(keys[i]));
+    }
+    json_object_set_new(obj, "keys", arr);
+    char *body = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!body)
+        return kc_err_set(err, KC_ERR_NOMEM, "remote missing: out of memory");
+    size_t ul = strlen(r->base) + 32;
+    char *url = malloc(ul);
+    if (!url) {
+        free(body);
+        return kc_err_set(err, KC_ERR_NOMEM, "remote missing: out of memory");
+    }
+    snprintf(url, ul, "%s/v1/artifacts/missing", r->base);
+    kc_req q = {.method = "POST",
+                .url = url,
+                .body = (const uint8_t *)body,
+                .body_len = strlen(body),
+                .json = true,
+                .resp_limit = 64u << 20};
+    kc_code rc = kc_remote_perform(r, r->easy, &q, err);
+    if (rc == KC_OK && q.status != 200)
+        rc = kc_remote_http_error(r, &q, err);
+    if (rc == KC_OK) {
+        json_error_t je;
+        json_t *ans = json_loadb((const char *)q.resp.data, q.resp.len, 0, &je);
+        json_t *m = ans ? json_object_get(ans, "missing") : NULL;
+        if (!json_is_array(m)) {
+            rc = kc_err_set(err, KC_ERR_REMOTE, "POST %s: answer is not {\"missing\": [...]} (%s)",
+                            url, ans ? "no array" : je.text);
+        } else {
+            /* The server usually answers in request order: scan forward from
+             * the last match, wrapping round once. */
+            size_t pos = 0;
+            size_t mi;
+            json_t *v;
+            json_array_foreach(m, mi, v)
+            {
+                const char *k = json_string_value(v);
+                if (!k || n == 0)
+                    continue;
+                for (size_t t = 0; t < n; t++) {
+                    size_t i = (pos + t) % n;
+                    if (strcmp(keys[i], k) == 0) {
+                        missing[i] = true;
+                        pos = i + 1;
+                        break;
+                    }
+                }
+            }
+        }
+        json_decref(ans);
+    }
+    kc_rbuf_free(&q.resp);
+    free(url);
+    free(body);
+    return rc;
+}
+
+kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                          kc_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!kc_key_valid(keys[i]))
+            return kc_err_set(err, KC_ERR_INVALID, "remote missing: invalid key '%.80s'", keys[i]);
+    for (size_t off = 0; off < n; off += MISSING_BATCH) {
+        size_t m = n - off < MISSING_BATCH ? n - off : MISSING_BATCH;
+        kc_code rc = missing_batch(r, keys + off, m, missing + off, err);
+        if (rc != KC_OK)
+            return rc;
+    }
+    return KC_OK;
+}

@@ -9,6 +9,17 @@
  * later call returns KC_ERR_REMOTE at once, so a dead server costs at most one
  * connect timeout per process.
  *
+ * Retries (opts.retries, exponential backoff) cover 5xx other than 501/505/
+ * 507, 408, 429, dropped connections, and timeouts on a server that has
+ * answered before in this process; a server that is slow from the start costs
+ * one timeout. A request that moves no byte for about connect_timeout_ms
+ * (a server that accepts and then hangs) counts as a timeout, so a hung
+ * server costs about one connect timeout, not timeout_ms. A pull stream has
+ * no overall limit: it may wait about one connect timeout for its first
+ * byte, then timeout_ms/2 between bytes.
+ * A 401 (wrong token) also switches the handle offline after its
+ * one warning; a 403 on upload stops uploads only (reads may still work).
+ *
  * A kc_remote is not thread-safe except for the background push queue, which
  * has its own worker thread.
  */
@@ -32,13 +43,15 @@ typedef struct kc_remote_opts {
     long connect_timeout_ms; /* 0 = 2000 */
     long timeout_ms;         /* whole-request limit; 0 = 60000 */
     int concurrency;         /* parallel transfers; 0 = 8 */
-    int retries;             /* retries of idempotent requests on 5xx/timeouts; 0 = 2 */
+    int retries;             /* retries of idempotent requests on 5xx/timeouts; 0 = 2, <0 = none */
     bool quiet;              /* no warning on stderr when going offline */
 } kc_remote_opts;
 
-/* Creates a client for base_url (e.g. "http://127.0.0.1:7070"). No network
- * traffic happens here. opts may be NULL. Free with kc_remote_close, which
- * first flushes the background push queue (see kc_remote_flush). */
+/* Creates a client for base_url (e.g. "http://127.0.0.1:7070"; http:// or
+ * https://, else KC_ERR_INVALID, as for a token with spaces or control
+ * characters). No network traffic happens here. opts may be NULL. Free with
+ * kc_remote_close, which first flushes the background push queue for up to
+ * min(timeout_ms, 10 s), then cuts what is left (one warning). */
 kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remote **out,
                        kc_err *err);
 void kc_remote_close(kc_remote *r);
@@ -56,13 +69,16 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err);
 
 /* PUT /v1/artifacts/{key} of an encoded envelope, synchronously. *created
- * (may be NULL) is true on 201, false on 200. */
-kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
-                      bool *created, kc_err *err);
+ * (may be NULL) is true on 201, false on 200. KC_ERR_AUTH on 401/403,
+ * KC_ERR_REMOTE otherwise (413 too large, 507 no room: the message names the
+ * URL, the status and the server's text; neither switches the handle off). */
+kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t len, bool *created,
+                      kc_err *err);
 
-/* Queues an upload for a background thread (the queue is bounded: when full
- * the artifact is dropped with a debug note, never blocking a compile).
- * Copies env. */
+/* Queues an upload for a background thread (the queue is bounded, 1024
+ * artifacts or 256 MiB: when full the artifact is dropped and counted, see
+ * kc_remote_queue_stats, never blocking a compile). Copies env. Offline or
+ * after a 403: dropped. */
 void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
 
 /* Waits up to timeout_ms for queued uploads; returns how many were left. */
@@ -73,20 +89,62 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
                           kc_err *err);
 
 /* Progress callback for pull/push: done/total artifacts (total 0 if unknown)
- * and bytes so far. */
+ * and bytes so far. Called at every completed artifact and at least every
+ * 100 ms while bytes flow; a display should throttle itself. */
 typedef void (*kc_remote_progress_fn)(uint64_t done, uint64_t total, uint64_t bytes, void *ctx);
 
 /* GET /v1/bundle?device=...&kind=...&tag=...&since=..., imported into s as it
  * streams (bounded memory; only complete verified artifacts are kept).
- * devices is a NULL-terminated list (NULL = all). st may be NULL. */
-kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices,
-                       const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                       kc_bundle_stats *st, kc_err *err);
+ * devices is a NULL-terminated list (NULL = all; several ids = one stream
+ * per id, stats summed). st may be NULL. A transfer that breaks mid-stream
+ * (server killed) is KC_ERR_REMOTE naming the URL and the artifacts kept;
+ * it is not retried once bytes reached the store (pull again: idempotent). */
+kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
+                       kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                       kc_err *err);
 
 /* Uploads every entry of s matching f that the server lacks, in parallel.
  * *uploaded and *skipped may be NULL. */
 kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
                        kc_remote_progress_fn progress, void *pctx, uint64_t *uploaded,
                        uint64_t *skipped, kc_err *err);
+
+/* ---- additions (issue 6), compatible with the functions above ---- */
+
+/* The base URL the handle talks to, without a trailing slash (owned by r). */
+const char *kc_remote_url(const kc_remote *r);
+
+/* The URL kc_remote_pull GETs for one device id (NULL: f->device, or every
+ * device) and filter f (may be NULL). malloc'd, caller frees; NULL when out
+ * of memory. kc_remote_pull with several device ids makes one such streamed
+ * request per id (the server filters on one device per request). */
+char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f);
+
+typedef struct kc_remote_push_stats {
+    uint64_t considered; /* local entries matching the filter */
+    uint64_t uploaded;   /* PUT answered 201 */
+    uint64_t skipped;    /* the server had them already (missing query or 200) */
+    uint64_t bytes;      /* envelope bytes sent */
+} kc_remote_push_stats;
+
+/* kc_remote_push with the full counts (ps may be NULL). */
+kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
+                          kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                          kc_err *err);
+
+/* GETs keys[0..n) in parallel (opts.concurrency transfers on one curl
+ * multi, kept-alive connections) and stores each verified envelope in s: the
+ * batch form of kc_remote_get for a compile that knows every kernel key it
+ * needs. A 404 is a miss, not an error: fetched[i] (fetched may be NULL)
+ * says which keys were stored, *nfetched (may be NULL) how many. Returns
+ * the first failure other than a miss (KC_ERR_CORRUPT for a bad envelope,
+ * KC_ERR_AUTH, KC_ERR_REMOTE naming the URL); the others still complete. */
+kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
+                        size_t *nfetched, kc_err *err);
+
+/* Counters of the background push queue so far (any pointer may be NULL):
+ * uploads that succeeded, that failed, and artifacts dropped (queue full,
+ * offline, or abandoned at close). */
+void kc_remote_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped);
 
 #endif

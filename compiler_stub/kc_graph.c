@@ -1,2 +1,890 @@
-/* PLACEHOLDER: replaced by the compiler (issue 3). */
-int kc_compiler_placeholder_;
+/*
+ * kc_graph.c - "kcache-graph/1" JSON (jansson) -> validated kc_graph in
+ * canonical order, and the canonical graph fingerprint.
+ *
+ * Canonical order: every value gets a forward structural hash (op, attrs,
+ * dtype, shape, operand hashes; inputs and params by position, never name)
+ * and a backward hash (how its consumers and the outputs use it). Nodes are
+ * then emitted in topological order choosing, among ready nodes, the one with
+ * the smallest (forward, backward) pair, so independent nodes listed in any
+ * order land in the same place. The fingerprint hashes a text rendering of
+ * the graph in that order with values referred to by canonical number.
+ */
+#include "kc_graph.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "kc_util.h"
+
+static const char *const op_names[KC_OP_COUNT] = {
+    "matmul", "add", "sub",     "mul",       "div",     "relu",      "gelu", "silu",
+    "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d"};
+
+const char *kc_op_name(kc_op op)
+{
+    return (op >= 0 && op < KC_OP_COUNT) ? op_names[op] : "?";
+}
+
+bool kc_op_is_pointwise(kc_op op)
+{
+    return op >= KC_OP_ADD && op <= KC_OP_EXP;
+}
+
+bool kc_op_is_binary(kc_op op)
+{
+    return op >= KC_OP_ADD && op <= KC_OP_DIV;
+}
+
+const char *kc_dtype_name(kc_dtype dt)
+{
+    return dt == KC_DT_F32 ? "f32" : "?";
+}
+
+int64_t kc_shape_numel(const kc_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+bool kc_shape_equal(const kc_shape *a, const kc_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+bool kc_shape_broadcast(const kc_shape *a, const kc_shape *b, kc_shape *out)
+{
+    kc_shape r = {.rank = a->rank > b->rank ? a->rank : b->rank};
+    for (int i = 0; i < r.rank; i++) {
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return false;
+        r.dims[i] = da == 1 ? db : da;
+    }
+    *out = r;
+    return true;
+}
+
+char *kc_shape_str(const kc_shape *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int i = 0; i < s->rank && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)s->dims[i]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+void kc_graph_free(kc_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_values; i++)
+        free(g->values[i].name);
+    free(g->values);
+    free(g->nodes);
+    free(g->outputs);
+    free(g->name);
+    free(g);
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+typedef struct parse_ctx {
+    const char *origin;
+    kc_err *err;
+} parse_ctx;
+
+/* "node 3 'h1' (matmul)" for messages. */
+static const char *node_label(const kc_graph *g, int ni, const kc_node *n, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "node %d '%s' (%s)", ni, g->values[n->out].name, kc_op_name(n->op));
+    return buf;
+}
+
+static kc_code parse_dtype(parse_ctx *c, json_t *j, const char *what, kc_dtype *out)
+{
+    const char *s = json_string_value(j);
+    if (!s)
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: \"dtype\" must be a string", c->origin,
+                          what);
+    if (strcmp(s, "f32") == 0 || strcmp(s, "float32") == 0) {
+        *out = KC_DT_F32;
+        return KC_OK;
+    }
+    return kc_err_set(c->err, KC_ERR_INVALID,
+                      "%s: %s: unsupported dtype '%s' (kcache compiles f32 graphs)", c->origin,
+                      what, s);
+}
+
+static kc_code parse_shape(parse_ctx *c, json_t *j, const char *what, kc_shape *out)
+{
+    if (!json_is_array(j))
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: \"shape\" must be an array", c->origin,
+                          what);
+    size_t n = json_array_size(j);
+    if (n > KC_MAX_RANK)
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: rank %zu exceeds %d", c->origin, what, n,
+                          KC_MAX_RANK);
+    out->rank = (int)n;
+    int64_t numel = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_array_get(j, i);
+        if (!json_is_integer(d) || json_integer_value(d) <= 0 || json_integer_value(d) > (1 << 24))
+            return kc_err_set(c->err, KC_ERR_INVALID,
+                              "%s: %s: shape dimension %zu must be an integer in 1..16777216",
+                              c->origin, what, i);
+        out->dims[i] = json_integer_value(d);
+        numel *= out->dims[i];
+        if (numel > ((int64_t)1 << 31))
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: tensor too large", c->origin, what);
+    }
+    return KC_OK;
+}
+
+/* Adds a named value; duplicates are an error. */
+static kc_code add_value(parse_ctx *c, kc_graph *g, json_t *names, const char *name,
+                         const char *what, int *id)
+{
+    if (!name || !*name)
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: missing or empty name", c->origin, what);
+    if (json_object_get(names, name))
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: duplicate tensor name '%s'", c->origin,
+                          what, name);
+    kc_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    v->name = strdup(name);
+    if (!v->name)
+        return kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
+    v->producer = -1;
+    v->output = -1;
+    *id = g->n_values++;
+    json_object_set_new(names, name, json_integer(*id));
+    return KC_OK;
+}
+
+static kc_code parse_decls(parse_ctx *c, kc_graph *g, json_t *names, json_t *arr, const char *key,
+                           kc_value_role role, int *count)
+{
+    if (!arr) {
+        *count = 0;
+        return KC_OK;
+    }
+    if (!json_is_array(arr))
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: \"%s\" must be an array", c->origin, key);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e)
+    {
+        char what[96];
+        snprintf(what, sizeof what, "%s[%zu]", key, i);
+        if (!json_is_object(e))
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s must be an object", c->origin, what);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        int id;
+        kc_code rc = add_value(c, g, names, name, what, &id);
+        if (rc)
+            return rc;
+        snprintf(what, sizeof what, "%s '%s'", role == KC_VAL_INPUT ? "input" : "param", name);
+        kc_value *v = &g->values[id];
+        v->role = role;
+        json_t *dt = json_object_get(e, "dtype");
+        if (dt) {
+            if ((rc = parse_dtype(c, dt, what, &v->dtype)))
+                return rc;
+        }
+        if ((rc = parse_shape(c, json_object_get(e, "shape"), what, &v->shape)))
+            return rc;
+    }
+    *count = (int)json_array_size(arr);
+    return KC_OK;
+}
+
+static int op_from_name(const char *s)
+{
+    for (int i = 0; i < KC_OP_COUNT; i++)
+        if (strcmp(s, op_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static void arity(kc_op op, int *lo, int *hi)
+{
+    switch (op) {
+    case KC_OP_MATMUL:
+    case KC_OP_ADD:
+    case KC_OP_SUB:
+    case KC_OP_MUL:
+    case KC_OP_DIV:
+    case KC_OP_RMSNORM:
+    case KC_OP_CONV2D:
+        *lo = *hi = 2;
+        break;
+    case KC_OP_LAYERNORM:
+    case KC_OP_SDPA:
+        *lo = *hi = 3;
+        break;
+    default:
+        *lo = *hi = 1;
+    }
+}
+
+/* Parses attrs into n->attrs (defaults first); unknown keys are errors. */
+static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *attrs)
+{
+    kc_attrs *a = &n->attrs;
+    memset(a, 0, sizeof *a);
+    a->eps = 1e-5;
+    a->heads = 1;
+    a->stride = 1;
+    a->scale = NAN; /* resolved once shapes are known */
+    if (!attrs)
+        return KC_OK;
+    if (!json_is_object(attrs))
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: \"attrs\" must be an object", c->origin,
+                          label);
+    const char *k;
+    json_t *v;
+    json_object_foreach(attrs, k, v)
+    {
+        bool ok = true, known = true;
+        if (strcmp(k, "transpose_b") == 0 && n->op == KC_OP_MATMUL) {
+            ok = json_is_boolean(v);
+            a->transpose_b = json_is_true(v);
+        } else if (strcmp(k, "eps") == 0 && (n->op == KC_OP_LAYERNORM || n->op == KC_OP_RMSNORM)) {
+            ok = json_is_number(v) && json_number_value(v) > 0;
+            a->eps = json_number_value(v);
+        } else if (strcmp(k, "heads") == 0 && n->op == KC_OP_SDPA) {
+            ok = json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 4096;
+            a->heads = (int)json_integer_value(v);
+        } else if (strcmp(k, "causal") == 0 && n->op == KC_OP_SDPA) {
+            ok = json_is_boolean(v);
+            a->causal = json_is_true(v);
+        } else if (strcmp(k, "scale") == 0 && n->op == KC_OP_SDPA) {
+            ok = json_is_number(v) && isfinite(json_number_value(v));
+            a->scale = json_number_value(v);
+        } else if (strcmp(k, "stride") == 0 && n->op == KC_OP_CONV2D) {
+            ok = json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 64;
+            a->stride = (int)json_integer_value(v);
+        } else if (strcmp(k, "padding") == 0 && n->op == KC_OP_CONV2D) {
+            ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= 64;
+            a->padding = (int)json_integer_value(v);
+        } else {
+            known = false;
+        }
+        if (!known)
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s",
+                              c->origin, label, k, kc_op_name(n->op));
+        if (!ok)
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: bad value for attribute '%s'",
+                              c->origin, label, k);
+    }
+    return KC_OK;
+}
+
+/* Infers the output shape of node ni from its inputs (all defined). */
+static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
+{
+    kc_node *n = &g->nodes[ni];
+    char label[160], s1[96], s2[96];
+#define LABEL node_label(g, ni, n, label, sizeof label)
+    const kc_value *in[KC_NODE_MAX_IN];
+    for (int i = 0; i < n->n_in; i++) {
+        in[i] = &g->values[n->in[i]];
+        if (in[i]->dtype != in[0]->dtype)
+            return kc_err_set(c->err, KC_ERR_INVALID,
+                              "%s: %s: dtype mismatch between inputs '%s' and '%s'", c->origin,
+                              LABEL, in[0]->name, in[i]->name);
+    }
+    kc_value *o = &g->values[n->out];
+    o->dtype = in[0]->dtype;
+    const kc_shape *a = &in[0]->shape, *b = n->n_in > 1 ? &in[1]->shape : NULL;
+#define SHAPE_ERR(...)                                                                             \
+    kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: shape mismatch: %s", c->origin, LABEL,             \
+               (snprintf(msg, sizeof msg, __VA_ARGS__), msg))
+    char msg[400];
+    switch (n->op) {
+    case KC_OP_MATMUL: {
+        if (a->rank < 2 || b->rank < 2)
+            return SHAPE_ERR("matmul needs rank >= 2 operands, got %s and %s",
+                             kc_shape_str(a, s1, sizeof s1), kc_shape_str(b, s2, sizeof s2));
+        int64_t m = a->dims[a->rank - 2], k = a->dims[a->rank - 1];
+        int64_t bk = n->attrs.transpose_b ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
+        int64_t bn = n->attrs.transpose_b ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
+        if (k != bk)
+            return SHAPE_ERR("inner dimensions differ: %s @ %s%s", kc_shape_str(a, s1, sizeof s1),
+                             kc_shape_str(b, s2, sizeof s2),
+                             n->attrs.transpose_b ? " (transpose_b)" : "");
+        if (b->rank > 2) {
+            bool same = b->rank == a->rank;
+            for (int i = 0; same && i < a->rank - 2; i++)
+                same = a->dims[i] == b->dims[i];
+            if (!same)
+                return SHAPE_ERR("batch dimensions differ: %s @ %s", kc_shape_str(a, s1, sizeof s1),
+                                 kc_shape_str(b, s2, sizeof s2));
+        }
+        o->shape = *a;
+        o->shape.dims[a->rank - 2] = m;
+        o->shape.dims[a->rank - 1] = bn;
+        break;
+    }
+    case KC_OP_ADD:
+    case KC_OP_SUB:
+    case KC_OP_MUL:
+    case KC_OP_DIV:
+        if (!kc_shape_broadcast(a, b, &o->shape))
+            return SHAPE_ERR("cannot broadcast %s with %s", kc_shape_str(a, s1, sizeof s1),
+                             kc_shape_str(b, s2, sizeof s2));
+        break;
+    case KC_OP_RELU:
+    case KC_OP_GELU:
+    case KC_OP_SILU:
+    case KC_OP_TANH:
+    case KC_OP_EXP:
+    case KC_OP_SOFTMAX:
+        if (n->op == KC_OP_SOFTMAX && a->rank < 1)
+            return SHAPE_ERR("softmax needs rank >= 1");
+        o->shape = *a;
+        break;
+    case KC_OP_LAYERNORM:
+    case KC_OP_RMSNORM: {
+        if (a->rank < 1)
+            return SHAPE_ERR("%s needs rank >= 1", kc_op_name(n->op));
+        int64_t cdim = a->dims[a->rank - 1];
+        for (int i = 1; i < n->n_in; i++) {
+            const kc_shape *p = &in[i]->shape;
+            if (p->rank != 1 || p->dims[0] != cdim)
+                return SHAPE_ERR("'%s' must have shape [%lld] (last dim of %s), got %s",
+                                 in[i]->name, (long long)cdim, kc_shape_str(a, s1, sizeof s1),
+                                 kc_shape_str(p, s2, sizeof s2));
+        }
+        o->shape = *a;
+        break;
+    }
+    case KC_OP_TRANSPOSE:
+        if (a->rank < 2)
+            return SHAPE_ERR("transpose needs rank >= 2, got %s", kc_shape_str(a, s1, sizeof s1));
+        o->shape = *a;
+        o->shape.dims[a->rank - 2] = a->dims[a->rank - 1];
+        o->shape.dims[a->rank - 1] = a->dims[a->rank - 2];
+        break;
+    case KC_OP_SDPA: {
+        const kc_shape *q = a, *k = b, *v = &in[2]->shape;
+        if (q->rank != 3 || k->rank != 3 || v->rank != 3)
+            return SHAPE_ERR("sdpa needs q, k, v of shape [batch, seq, dim]");
+        if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] || k->dims[2] != q->dims[2] ||
+            !kc_shape_equal(k, v))
+            return SHAPE_ERR("q %s, k %s, v %s are incompatible", kc_shape_str(q, s1, sizeof s1),
+                             kc_shape_str(k, s2, sizeof s2), in[2]->name);
+        if (q->dims[2] % n->attrs.heads)
+            return SHAPE_ERR("dim %lld is not divisible by heads=%d", (long long)q->dims[2],
+                             n->attrs.heads);
+        if (isnan(n->attrs.scale))
+            n->attrs.scale = 1.0 / sqrt((double)(q->dims[2] / n->attrs.heads));
+        o->shape = *q;
+        break;
+    }
+    case KC_OP_CONV2D: {
+        if (a->rank != 4 || b->rank != 4)
+            return SHAPE_ERR("conv2d needs x [N,C,H,W] and w [O,C,KH,KW], got %s and %s",
+                             kc_shape_str(a, s1, sizeof s1), kc_shape_str(b, s2, sizeof s2));
+        if (a->dims[1] != b->dims[1])
+            return SHAPE_ERR("channels differ: x %s, w %s", kc_shape_str(a, s1, sizeof s1),
+                             kc_shape_str(b, s2, sizeof s2));
+        int64_t oh = (a->dims[2] + 2 * n->attrs.padding - b->dims[2]) / n->attrs.stride + 1;
+        int64_t ow = (a->dims[3] + 2 * n->attrs.padding - b->dims[3]) / n->attrs.stride + 1;
+        if (a->dims[2] + 2 * n->attrs.padding < b->dims[2] ||
+            a->dims[3] + 2 * n->attrs.padding < b->dims[3] || oh < 1 || ow < 1)
+            return SHAPE_ERR("kernel %s larger than padded input %s",
+                             kc_shape_str(b, s1, sizeof s1), kc_shape_str(a, s2, sizeof s2));
+        o->shape = (kc_shape){.rank = 4, .dims = {a->dims[0], b->dims[0], oh, ow}};
+        break;
+    }
+    default:
+        break;
+    }
+#undef SHAPE_ERR
+#undef LABEL
+    return KC_OK;
+}
+
+/* ---- canonical order and fingerprint ------------------------------------ */
+
+/* Structural hashes only order nodes (the fingerprint itself is SHA-256 of
+ * the canonical text), so a fast 128-bit hash (XXH3) is enough here. */
+#define HLEN 16
+typedef struct hashv {
+    uint8_t h[HLEN];
+} hashv;
+
+static void sh_reset(XXH3_state_t *st)
+{
+    XXH3_128bits_reset(st);
+}
+
+static void sh_update(XXH3_state_t *st, const void *p, size_t n)
+{
+    XXH3_128bits_update(st, p, n);
+}
+
+static void sh_final(XXH3_state_t *st, uint8_t out[HLEN])
+{
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+    memcpy(out, c.digest, HLEN);
+}
+
+static void sh_once(const void *p, size_t n, uint8_t out[HLEN])
+{
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(p, n));
+    memcpy(out, c.digest, HLEN);
+}
+
+static void attrs_text(const kc_node *n, char *buf, size_t cap)
+{
+    switch (n->op) {
+    case KC_OP_MATMUL:
+        snprintf(buf, cap, "transpose_b=%d", n->attrs.transpose_b);
+        break;
+    case KC_OP_LAYERNORM:
+    case KC_OP_RMSNORM:
+        snprintf(buf, cap, "eps=%a", n->attrs.eps);
+        break;
+    case KC_OP_SDPA:
+        snprintf(buf, cap, "heads=%d causal=%d scale=%a", n->attrs.heads, n->attrs.causal,
+                 n->attrs.scale);
+        break;
+    case KC_OP_CONV2D:
+        snprintf(buf, cap, "stride=%d padding=%d", n->attrs.stride, n->attrs.padding);
+        break;
+    default:
+        buf[0] = 0;
+    }
+}
+
+static void value_sig(const kc_value *v, char *buf, size_t cap)
+{
+    char s[128];
+    snprintf(buf, cap, "%s %s", kc_dtype_name(v->dtype), kc_shape_str(&v->shape, s, sizeof s));
+}
+
+static int cmp_hash(const void *a, const void *b)
+{
+    return memcmp(a, b, HLEN);
+}
+
+/* Reorders g (values, nodes) into canonical order; topo is a topological
+ * order of node indices. */
+static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo)
+{
+    int nv = g->n_values, nn = g->n_nodes, base = g->n_inputs + g->n_params;
+    hashv *fwd = calloc((size_t)nv, sizeof *fwd), *bwd = calloc((size_t)nv, sizeof *bwd);
+    hashv *tmp = calloc((size_t)nv + (size_t)g->n_outputs + 1, sizeof *tmp);
+    int *order = malloc(sizeof(int) * (size_t)(nn + 1)),
+        *indeg = calloc((size_t)nn + 1, sizeof(int));
+    bool *done = calloc((size_t)nn + 1, 1);
+    int *newid = malloc(sizeof(int) * (size_t)nv);
+    kc_value *nvals = calloc((size_t)nv, sizeof *nvals);
+    kc_node *nnodes = calloc((size_t)nn + 1, sizeof *nnodes);
+    XXH3_state_t *sh = XXH3_createState();
+    kc_code rc = KC_OK;
+    if (!fwd || !bwd || !tmp || !order || !indeg || !done || !newid || !nvals || !nnodes || !sh) {
+        rc = kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
+        goto out;
+    }
+    char at[160];
+    /* forward hashes over binary fields (role, position, op, attrs, dtype, shape) */
+    for (int v = 0; v < base; v++) {
+        const kc_value *val = &g->values[v];
+        int hdr[4] = {val->role == KC_VAL_INPUT ? 1 : 2, v < g->n_inputs ? v : v - g->n_inputs,
+                      (int)val->dtype, val->shape.rank};
+        sh_reset(sh);
+        sh_update(sh, hdr, sizeof hdr);
+        sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
+        sh_final(sh, fwd[v].h);
+    }
+    for (int t = 0; t < nn; t++) {
+        const kc_node *n = &g->nodes[topo[t]];
+        const kc_value *val = &g->values[n->out];
+        int hdr[4] = {3, (int)n->op, (int)val->dtype, val->shape.rank};
+        sh_reset(sh);
+        sh_update(sh, hdr, sizeof hdr);
+        sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
+        if (n->op == KC_OP_MATMUL || n->op == KC_OP_LAYERNORM || n->op == KC_OP_RMSNORM ||
+            n->op == KC_OP_SDPA || n->op == KC_OP_CONV2D) {
+            attrs_text(n, at, sizeof at);
+            sh_update(sh, at, strlen(at) + 1);
+        }
+        for (int i = 0; i < n->n_in; i++)
+            sh_update(sh, fwd[n->in[i]].h, HLEN);
+        sh_final(sh, fwd[n->out].h);
+    }
+    /* backward hashes, consumers first (reverse topological order) */
+    for (int t = nn - 1; t >= -1; t--) {
+        /* t == -1 handles inputs and params after every node */
+        int lo = t >= 0 ? g->nodes[topo[t]].out : 0, hi = t >= 0 ? lo + 1 : base;
+        for (int v = lo; v < hi; v++) {
+            int cnt = 0;
+            for (int ni = 0; ni < nn; ni++) {
+                const kc_node *n = &g->nodes[ni];
+                for (int i = 0; i < n->n_in; i++) {
+                    if (n->in[i] != v)
+                        continue;
+                    sh_reset(sh);
+                    sh_update(sh, fwd[n->out].h, HLEN);
+                    sh_update(sh, bwd[n->out].h, HLEN);
+                    sh_update(sh, &i, sizeof i);
+                    sh_final(sh, tmp[cnt++].h);
+                }
+            }
+            for (int o = 0; o < g->n_outputs; o++) {
+                if (g->outputs[o] == v) {
+                    int ob[2] = {4, o};
+                    sh_once(ob, sizeof ob, tmp[cnt++].h);
+                }
+            }
+            qsort(tmp, (size_t)cnt, sizeof *tmp, cmp_hash);
+            sh_reset(sh);
+            sh_update(sh, "bwd", 3);
+            sh_update(sh, tmp, (size_t)cnt * sizeof *tmp);
+            sh_final(sh, bwd[v].h);
+        }
+    }
+    /* Kahn's algorithm, smallest (fwd, bwd) first */
+    for (int ni = 0; ni < nn; ni++)
+        for (int i = 0; i < g->nodes[ni].n_in; i++)
+            if (g->values[g->nodes[ni].in[i]].role == KC_VAL_NODE)
+                indeg[ni]++;
+    for (int t = 0; t < nn; t++) {
+        int best = -1;
+        for (int ni = 0; ni < nn; ni++) {
+            if (done[ni] || indeg[ni])
+                continue;
+            if (best < 0) {
+                best = ni;
+                continue;
+            }
+            int o1 = g->nodes[ni].out, o2 = g->nodes[best].out;
+            int d = memcmp(fwd[o1].h, fwd[o2].h, HLEN);
+            if (!d)
+                d = memcmp(bwd[o1].h, bwd[o2].h, HLEN);
+            if (d < 0)
+                best = ni;
+        }
+        done[best] = true;
+        order[t] = best;
+        for (int ni = 0; ni < nn; ni++)
+            for (int i = 0; i < g->nodes[ni].n_in; i++)
+                if (g->nodes[ni].in[i] == g->nodes[best].out)
+                    indeg[ni]--;
+    }
+    /* renumber */
+    for (int v = 0; v < base; v++)
+        newid[v] = v;
+    for (int t = 0; t < nn; t++)
+        newid[g->nodes[order[t]].out] = base + t;
+    for (int v = 0; v < nv; v++)
+        nvals[newid[v]] = g->values[v];
+    for (int t = 0; t < nn; t++) {
+        kc_node n = g->nodes[order[t]];
+        for (int i = 0; i < n.n_in; i++)
+            n.in[i] = newid[n.in[i]];
+        n.out = newid[n.out];
+        nvals[n.out].producer = t;
+        nnodes[t] = n;
+    }
+    for (int o = 0; o < g->n_outputs; o++)
+        g->outputs[o] = newid[g->outputs[o]];
+    free(g->values);
+    free(g->nodes);
+    g->values = nvals;
+    g->nodes = nnodes;
+    nvals = NULL;
+    nnodes = NULL;
+    char *text = kc_graph_canonical_text(g);
+    if (!text) {
+        rc = kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
+        goto out;
+    }
+    kc_sha256_hex(text, strlen(text), g->fp);
+    free(text);
+out:
+    free(fwd);
+    free(bwd);
+    free(tmp);
+    free(order);
+    free(indeg);
+    free(done);
+    free(newid);
+    free(nvals);
+    free(nnodes);
+    XXH3_freeState(sh);
+    return rc;
+}
+
+char *kc_graph_canonical_text(const kc_graph *g)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    char sig[160], at[160];
+    fprintf(f, "%s\ninputs %d\n", KC_GRAPH_FORMAT, g->n_inputs);
+    for (int v = 0; v < g->n_inputs + g->n_params; v++) {
+        if (v == g->n_inputs)
+            fprintf(f, "params %d\n", g->n_params);
+        value_sig(&g->values[v], sig, sizeof sig);
+        fprintf(f, "v%d %s\n", v, sig);
+    }
+    if (g->n_inputs + g->n_params == g->n_inputs)
+        fprintf(f, "params 0\n");
+    fprintf(f, "nodes %d\n", g->n_nodes);
+    for (int t = 0; t < g->n_nodes; t++) {
+        const kc_node *n = &g->nodes[t];
+        attrs_text(n, at, sizeof at);
+        value_sig(&g->values[n->out], sig, sizeof sig);
+        fprintf(f, "v%d = %s(", n->out, kc_op_name(n->op));
+        for (int i = 0; i < n->n_in; i++)
+            fprintf(f, "%sv%d", i ? "," : "", n->in[i]);
+        fprintf(f, ") {%s} %s\n", at, sig);
+    }
+    fprintf(f, "outputs");
+    for (int o = 0; o < g->n_outputs; o++)
+        fprintf(f, " v%d", g->outputs[o]);
+    fprintf(f, "\n");
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_graph **out,
+                       kc_err *err)
+{
+    parse_ctx c = {.origin = origin ? origin : "<string>", .err = err};
+    json_error_t je;
+    *out = NULL;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return kc_err_set(err, KC_ERR_INVALID, "%s:%d:%d: bad JSON: %s", c.origin, je.line,
+                          je.column, je.text);
+    kc_code rc = KC_OK;
+    json_t *names = json_object();
+    kc_graph *g = calloc(1, sizeof *g);
+    int *topo = NULL, *indeg = NULL;
+    if (!g || !names) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", c.origin);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        rc = kc_err_set(err, KC_ERR_INVALID, "%s: a graph must be a JSON object", c.origin);
+        goto fail;
+    }
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    if (!fmt || strcmp(fmt, KC_GRAPH_FORMAT) != 0) {
+        rc = kc_err_set(err, KC_ERR_VERSION, "%s: \"format\" must be \"%s\", got %s%s%s", c.origin,
+                        KC_GRAPH_FORMAT, fmt ? "\"" : "", fmt ? fmt : "none", fmt ? "\"" : "");
+        goto fail;
+    }
+    const char *gname = json_string_value(json_object_get(root, "name"));
+    g->name = strdup(gname ? gname : "");
+    json_t *jin = json_object_get(root, "inputs"), *jpar = json_object_get(root, "params");
+    json_t *jnodes = json_object_get(root, "nodes"), *jout = json_object_get(root, "outputs");
+    if (!json_is_array(jnodes) || !json_is_array(jout) || json_array_size(jout) == 0) {
+        rc = kc_err_set(err, KC_ERR_INVALID,
+                        "%s: a graph needs \"nodes\" (array) and \"outputs\" (non-empty array)",
+                        c.origin);
+        goto fail;
+    }
+    size_t cap = json_array_size(jin) + json_array_size(jpar) + json_array_size(jnodes);
+    if (json_array_size(jnodes) > 100000) {
+        rc = kc_err_set(err, KC_ERR_TOO_LARGE, "%s: too many nodes", c.origin);
+        goto fail;
+    }
+    g->values = calloc(cap + 1, sizeof *g->values);
+    g->nodes = calloc(json_array_size(jnodes) + 1, sizeof *g->nodes);
+    g->outputs = calloc(json_array_size(jout), sizeof *g->outputs);
+    if (!g->values || !g->nodes || !g->outputs) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", c.origin);
+        goto fail;
+    }
+    if ((rc = parse_decls(&c, g, names, jin, "inputs", KC_VAL_INPUT, &g->n_inputs)))
+        goto fail;
+    if ((rc = parse_decls(&c, g, names, jpar, "params", KC_VAL_PARAM, &g->n_params)))
+        goto fail;
+
+    /* nodes: first declare every output name, then resolve inputs */
+    size_t i;
+    json_t *jn;
+    json_array_foreach(jnodes, i, jn)
+    {
+        char label[160]; /* formatted only when needed: most graphs are valid */
+        if (!json_is_object(jn)) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu must be an object", c.origin, i);
+            goto fail;
+        }
+        json_t *jo = json_object_get(jn, "out");
+        if (json_is_array(jo) && json_array_size(jo) == 1)
+            jo = json_array_get(jo, 0);
+        const char *oname = json_string_value(jo);
+        if (!oname) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu: \"out\" must name one tensor",
+                            c.origin, i);
+            goto fail;
+        }
+        kc_node *n = &g->nodes[g->n_nodes];
+        if (json_object_get(names, oname)) {
+            snprintf(label, sizeof label, "node %zu", i);
+            rc = add_value(&c, g, names, oname, label, &n->out);
+            goto fail;
+        }
+        if ((rc = add_value(&c, g, names, oname, "node", &n->out)))
+            goto fail;
+        g->values[n->out].role = KC_VAL_NODE;
+        g->values[n->out].producer = g->n_nodes;
+        g->n_nodes++;
+        const char *op = json_string_value(json_object_get(jn, "op"));
+        int opi = op ? op_from_name(op) : -1;
+        if (opi < 0) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu '%s': unknown op '%s'", c.origin, i,
+                            oname, op ? op : "(missing)");
+            goto fail;
+        }
+        n->op = (kc_op)opi;
+        json_t *ji = json_object_get(jn, "in");
+        int lo, hi;
+        arity(n->op, &lo, &hi);
+        if (!json_is_array(ji) || (int)json_array_size(ji) < lo || (int)json_array_size(ji) > hi) {
+            rc = kc_err_set(err, KC_ERR_INVALID,
+                            "%s: node %zu '%s' (%s): wrong arity: %s takes %d input%s, got %d",
+                            c.origin, i, oname, op, op, lo, lo == 1 ? "" : "s",
+                            json_is_array(ji) ? (int)json_array_size(ji) : 0);
+            goto fail;
+        }
+        n->n_in = (int)json_array_size(ji);
+        json_t *ja = json_object_get(jn, "attrs");
+        if (ja)
+            snprintf(label, sizeof label, "node %zu '%s' (%s)", i, oname, op);
+        if ((rc = parse_attrs(&c, label, n, ja)))
+            goto fail;
+    }
+    json_array_foreach(jnodes, i, jn)
+    {
+        kc_node *n = &g->nodes[i];
+        json_t *ji = json_object_get(jn, "in");
+        for (int k = 0; k < n->n_in; k++) {
+            char label[160];
+            const char *iname = json_string_value(json_array_get(ji, (size_t)k));
+            json_t *id = iname ? json_object_get(names, iname) : NULL;
+            if (!id) {
+                rc = kc_err_set(err, KC_ERR_INVALID, "%s: %s: undefined input '%s'", c.origin,
+                                node_label(g, (int)i, n, label, sizeof label),
+                                iname ? iname : "(not a string)");
+                goto fail;
+            }
+            n->in[k] = (int)json_integer_value(id);
+            g->values[n->in[k]].nuses++;
+        }
+    }
+    /* outputs */
+    json_t *jo;
+    json_array_foreach(jout, i, jo)
+    {
+        const char *oname = json_string_value(jo);
+        if (!oname && json_is_object(jo))
+            oname = json_string_value(json_object_get(jo, "name"));
+        json_t *id = oname ? json_object_get(names, oname) : NULL;
+        if (!id) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s: outputs[%zu]: undefined tensor '%s'",
+                            c.origin, i, oname ? oname : "(not a string)");
+            goto fail;
+        }
+        g->outputs[i] = (int)json_integer_value(id);
+        if (g->values[g->outputs[i]].output < 0)
+            g->values[g->outputs[i]].output = (int)i;
+    }
+    g->n_outputs = (int)json_array_size(jout);
+
+    /* topological order (Kahn), then shape inference in that order */
+    int nn = g->n_nodes;
+    topo = malloc(sizeof(int) * (size_t)(nn + 1));
+    indeg = calloc((size_t)nn + 1, sizeof(int));
+    if (!topo || !indeg) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", c.origin);
+        goto fail;
+    }
+    for (int ni = 0; ni < nn; ni++)
+        for (int k = 0; k < g->nodes[ni].n_in; k++)
+            if (g->values[g->nodes[ni].in[k]].role == KC_VAL_NODE)
+                indeg[ni]++;
+    int head = 0, tail = 0;
+    for (int ni = 0; ni < nn; ni++)
+        if (!indeg[ni])
+            topo[tail++] = ni;
+    while (head < tail) {
+        int ni = topo[head++];
+        int v = g->nodes[ni].out;
+        for (int nj = 0; nj < nn; nj++)
+            for (int k = 0; k < g->nodes[nj].n_in; k++)
+                if (g->nodes[nj].in[k] == v && --indeg[nj] == 0)
+                    topo[tail++] = nj;
+    }
+    if (tail < nn) {
+        for (int ni = 0; ni < nn; ni++) {
+            if (indeg[ni]) {
+                char label[160];
+                rc = kc_err_set(err, KC_ERR_INVALID,
+                                "%s: %s: cycle: the node depends on its own output", c.origin,
+                                node_label(g, ni, &g->nodes[ni], label, sizeof label));
+                goto fail;
+            }
+        }
+    }
+    for (int t = 0; t < nn; t++)
+        if ((rc = infer(&c, g, topo[t])))
+            goto fail;
+    if ((rc = canon_order(&c, g, topo)))
+        goto fail;
+    free(topo);
+    free(indeg);
+    json_decref(names);
+    json_decref(root);
+    *out = g;
+    return KC_OK;
+fail:
+    free(topo);
+    free(indeg);
+    json_decref(names);
+    json_decref(root);
+    kc_graph_free(g);
+    return rc;
+}
+
+kc_code kc_graph_load(const char *path, kc_graph **out, kc_err *err)
+{
+    uint8_t *buf;
+    size_t len;
+    kc_code rc = kc_read_file(path, &buf, &len, err);
+    if (rc)
+        return rc;
+    rc = kc_graph_parse((const char *)buf, len, path, out, err);
+    free(buf);
+    return rc;
+}

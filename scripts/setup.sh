@@ -9,7 +9,7 @@ PACKAGES=(
   libsqlite3-dev sqlite3 libzstd-dev zstd libssl-dev openssl libjansson-dev libxxhash-dev
   libmicrohttpd-dev libcurl4-openssl-dev libcriterion-dev
   libdnnl-dev libze-dev libze1
-  clang-14 llvm-spirv-14 spirv-tools libclang-rt-14-dev clang-format
+  clang-14 llvm-spirv-14 spirv-tools libclang-rt-14-dev clang-format pocl-opencl-icd
   ccache nginx-light wrk procps iproute2 python3
 )
 

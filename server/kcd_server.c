@@ -1,2 +1,384 @@
-/* PLACEHOLDER: replaced by the server (issue 5). */
-int kcd_placeholder_;
+/*
+ * kcd_server.c - thin libmicrohttpd glue around kcd_routes: binds the
+ * socket itself (so port 0 can be reported), runs MHD with epoll and an
+ * internal thread pool, maps kcd_response onto MHD responses (buffers handed
+ * over without copying, bundles streamed with a content-reader callback) and
+ * drains in-flight requests on shutdown.
+ */
+#include "kcd_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kc_util.h"
+#include "kcd_hot.h"
+#include "kcd_log.h"
+#include "kcd_routes.h"
+
+/* Bytes MHD may use per connection for headers and buffers (header limit). */
+#define KCD_CONN_MEMORY (64u * 1024)
+/* Mid-body error answers cannot always be queued at once; past this many
+ * discarded bytes the connection is dropped instead. */
+#define KCD_DISCARD_MAX (64ull << 20)
+
+struct kcd_server {
+    struct MHD_Daemon *mhd;
+    kcd_ctx *ctx;
+    int listen_fd;
+    unsigned port;
+    unsigned grace;
+    bool tls;
+    uint64_t active; /* requests begun and not yet completed */
+    char *tls_cert, *tls_key;
+};
+
+typedef struct conn_state {
+    kcd_exchange *x;
+    bool queued;
+    uint64_t discarded;
+} conn_state;
+
+static const char *mhd_header(void *cls, const char *name)
+{
+    return MHD_lookup_connection_value(cls, MHD_HEADER_KIND, name);
+}
+
+static const char *mhd_arg(void *cls, const char *name)
+{
+    return MHD_lookup_connection_value(cls, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* True when the request announces a body (Content-Length > 0 or chunked). */
+static bool has_body(struct MHD_Connection *c)
+{
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl)
+        return strtoull(cl, NULL, 10) > 0 || cl[0] != '0';
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) !=
+           NULL;
+}
+
+static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    ssize_t n = kcd_stream_read(cls, (uint8_t *)buf, max);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return n;
+}
+
+static void stream_free_cb(void *cls)
+{
+    kcd_stream_free(cls);
+}
+
+/* Converts the exchange's response and queues it. */
+static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls)
+{
+    kcd_response *r = kcd_exchange_response(cs->x);
+    struct MHD_Response *mr;
+    if (r->stream) {
+        mr = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024, stream_cb, r->stream,
+                                               stream_free_cb);
+        if (mr)
+            r->stream = NULL; /* MHD owns it now */
+    } else if (r->blob && ((kcd_blob *)r->blob)->fd >= 0 && !tls) {
+        /* Large cached body: let the kernel sendfile(2) from the memfd. */
+        int fd = dup(((kcd_blob *)r->blob)->fd);
+        mr = fd >= 0 ? MHD_create_response_from_fd_at_offset64(r->body_len, fd, 0) : NULL;
+        if (!mr && fd >= 0)
+            close(fd);
+    } else if (r->blob) {
+        mr = MHD_create_response_from_buffer_with_free_callback_cls(
+            r->body_len, r->body, (MHD_ContentReaderFreeCallback)kcd_blob_unref, r->blob);
+        if (mr) {
+            r->blob = NULL; /* MHD holds the reference now */
+            r->body = NULL;
+        }
+    } else if (r->body) {
+        mr = MHD_create_response_from_buffer_with_free_callback(r->body_len, r->body, free);
+        if (mr)
+            r->body = NULL;
+    } else
+        mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!mr)
+        return MHD_NO;
+    if (r->content_type)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
+    if (r->content_encoding)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_ENCODING, r->content_encoding);
+    if (r->www_authenticate)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE, r->www_authenticate);
+    if (r->allow)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->vary)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_VARY, r->vary);
+    if (r->extra_name[0])
+        MHD_add_response_header(mr, r->extra_name, r->extra_value);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, mr);
+    MHD_destroy_response(mr);
+    if (ok == MHD_YES)
+        cs->queued = true;
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    kcd_server *srv = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs)
+            return MHD_NO;
+        char remote[64] = "-";
+        if (kcd_log_enabled(KCD_LOG_INFO)) {
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+            const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+            if (sa && sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, remote,
+                          sizeof remote);
+            else if (sa && sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, remote,
+                          sizeof remote);
+        }
+        kcd_request req = {method, url, mhd_header, c, mhd_arg, c, remote};
+        cs->x = kcd_exchange_begin(srv->ctx, &req);
+        if (!cs->x) {
+            free(cs);
+            return MHD_NO;
+        }
+        *con_cls = cs;
+        __atomic_add_fetch(&srv->active, 1, __ATOMIC_RELAXED);
+        /* libmicrohttpd 0.9.75 treats a response queued on this first call
+         * as "early" and closes the connection, which is right for refusing
+         * an upload (401, 413) but would defeat keep-alive for bodiless
+         * requests; those are answered on the next call instead. */
+        if (kcd_exchange_response(cs->x) && has_body(c))
+            return queue(c, cs, srv->tls);
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (cs->queued)
+            return MHD_YES;
+        if (kcd_exchange_response(cs->x)) {
+            cs->discarded += n;
+            return cs->discarded > KCD_DISCARD_MAX ? MHD_NO : MHD_YES;
+        }
+        if (!kcd_exchange_feed(cs->x, upload_data, n))
+            queue(c, cs, srv->tls); /* may be refused mid-body; then answered at the end */
+        return MHD_YES;
+    }
+    if (cs->queued)
+        return MHD_YES;
+    if (!kcd_exchange_response(cs->x))
+        kcd_exchange_end(cs->x);
+    return queue(c, cs, srv->tls);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    kcd_server *srv = cls;
+    conn_state *cs = *con_cls;
+    if (!cs)
+        return;
+    kcd_exchange_finish(cs->x, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    free(cs);
+    *con_cls = NULL;
+    __atomic_sub_fetch(&srv->active, 1, __ATOMIC_RELAXED);
+}
+
+/* Percent-decoding for URLs and arguments. A decoded NUL would silently cut
+ * the path short ("/ccache/a%00b" -> "/ccache/a"), so it becomes 0x01, which
+ * every validator rejects. */
+static size_t unescape_cb(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    size_t n = MHD_http_unescape(s);
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == 0)
+            s[i] = 1;
+    s[n] = 0;
+    return n;
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = 0;
+    kcd_log(KCD_LOG_DEBUG, "mhd: %s", msg);
+}
+
+static kc_code bind_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err)
+{
+    char host[256];
+    unsigned port;
+    kc_code rc = kcd_parse_listen(listen_spec, host, sizeof host, &port, err);
+    if (rc != KC_OK)
+        return rc;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%u", port);
+    int gai = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
+    if (gai != 0)
+        return kc_err_set(err, KC_ERR_INVALID, "cannot resolve --listen %s: %s", listen_spec,
+                          gai_strerror(gai));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return kc_err_errno(err, KC_ERR_IO, saved, "cannot listen on %s", listen_spec);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        saved = errno;
+        close(fd);
+        return kc_err_errno(err, KC_ERR_IO, saved, "getsockname on %s", listen_spec);
+    }
+    *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return KC_OK;
+}
+
+kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
+{
+    *out = NULL;
+    kcd_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    srv->listen_fd = -1;
+    srv->grace = cfg->grace;
+    kc_code rc = KC_OK;
+    bool tls = cfg->tls_cert && cfg->tls_key;
+    srv->tls = tls;
+    if (tls) {
+        size_t n;
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            rc = kc_err_set(err, KC_ERR_UNSUPPORTED, "this libmicrohttpd was built without TLS");
+            goto fail;
+        }
+        if ((rc = kc_read_file(cfg->tls_cert, (uint8_t **)&srv->tls_cert, &n, err)) != KC_OK ||
+            (rc = kc_read_file(cfg->tls_key, (uint8_t **)&srv->tls_key, &n, err)) != KC_OK)
+            goto fail;
+    }
+    if ((rc = kcd_ctx_new(cfg, &srv->ctx, err)) != KC_OK)
+        goto fail;
+    if ((rc = bind_listen(cfg->listen, &srv->listen_fd, &srv->port, err)) != KC_OK)
+        goto fail;
+    unsigned threads = cfg->threads;
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (unsigned)n : 1;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_TURBO |
+                     MHD_USE_ERROR_LOG | (tls ? MHD_USE_TLS : 0);
+    struct MHD_OptionItem tls_opts[] = {
+        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->tls_cert},
+        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    srv->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)KCD_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb,
+        NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    if (!srv->mhd) {
+        rc = kc_err_set(err, KC_ERR_IO, "libmicrohttpd failed to start on %s%s", cfg->listen,
+                        tls ? " (check --tls-cert/--tls-key)" : "");
+        goto fail;
+    }
+    if (cfg->port_file) {
+        char line[16];
+        int n = snprintf(line, sizeof line, "%u\n", srv->port);
+        if ((rc = kc_write_file_atomic(cfg->port_file, line, (size_t)n, err)) != KC_OK)
+            goto fail;
+    }
+    kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
+            threads, tls ? ", TLS" : "",
+            cfg->tokens ? "" : ", authentication disabled (no --tokens)");
+    *out = srv;
+    return KC_OK;
+fail:
+    kcd_server_stop(srv);
+    return rc;
+}
+
+unsigned kcd_server_port(const kcd_server *srv)
+{
+    return srv->port;
+}
+
+void kcd_server_stop(kcd_server *srv)
+{
+    if (!srv)
+        return;
+    if (srv->mhd) {
+        MHD_socket lfd = MHD_quiesce_daemon(srv->mhd); /* stop accepting */
+        if (lfd != MHD_INVALID_SOCKET) {
+            close(lfd);
+            srv->listen_fd = -1;
+        }
+        double deadline = kc_now() + srv->grace;
+        uint64_t busy;
+        while ((busy = __atomic_load_n(&srv->active, __ATOMIC_RELAXED)) > 0 &&
+               kc_now() < deadline) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (busy)
+            kcd_log(KCD_LOG_WARN, "%llu requests still in flight after %u s; closing them",
+                    (unsigned long long)busy, srv->grace);
+        MHD_stop_daemon(srv->mhd);
+    }
+    if (srv->listen_fd >= 0)
+        close(srv->listen_fd);
+    kcd_ctx_free(srv->ctx); /* closes every per-thread store handle */
+    free(srv->tls_cert);
+    free(srv->tls_key);
+    free(srv);
+}

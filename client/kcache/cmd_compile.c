@@ -1,13 +1,788 @@
-/* PLACEHOLDER: replaced by the compiler work (issue 3). */
+/*
+ * cmd_compile.c - the compiler through the cache: compile, run, explain,
+ * fingerprint and prewarm. Each command opens the store, the remote tier
+ * (unless --offline) and one backend per device target, then hands the graph
+ * to kc_compile (compiler_stub/).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kc_backend.h"
+#include "kc_compile.h"
+#include "kc_cpu.h"
+#include "kc_graph.h"
+#include "kc_lower.h"
+#include "kc_remote.h"
+#include "kc_tiers.h"
+#include "kc_util.h"
 #include "kcache_cli.h"
-static int todo(kc_cli *cli, const char *what)
+
+#if defined(__has_include)
+#if __has_include("kc_xpu.h")
+#include "kc_xpu.h"
+#define KC_HAVE_XPU 1
+#endif
+#endif
+
+/* Options every compile-family command understands. */
+typedef struct copts {
+    const char *graph;
+    const char *device;    /* cpu | xpu | xpu-spirv | auto */
+    const char *target;    /* CPU ISA level */
+    const char *cflags;    /* extra compiler flags */
+    const char *templates; /* template directory override */
+    const char *tag;
+    bool autotune, require_hit, offline, check, push;
+    int jobs, iters;
+    unsigned long long seed;
+} copts;
+
+/* An open session: store, tiers, scratch directory. */
+typedef struct session {
+    kc_cli *cli;
+    kc_store *store;
+    kc_remote *remote;
+    kc_tiers tiers;
+    char work[4096];
+    char state[3072];
+    bool keep_work;
+} session;
+
+static const char *value_of(int argc, char **argv, int *i)
 {
-    kc_err e;
-    kc_err_set(&e, KC_ERR_UNSUPPORTED, "%s: not built yet", what);
-    return kc_cli_fail(cli, &e);
+    return *i + 1 < argc ? argv[++*i] : NULL;
 }
-int kc_cmd_compile(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
-int kc_cmd_run(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
-int kc_cmd_explain(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
-int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
-int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
+
+/* Parses options; positional arguments go to o->graph. Returns -1 after a
+ * usage message. */
+static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, const char *usage,
+                      bool need_graph)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->iters = 1;
+    o->seed = 42;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+#define OPT(name) (strcmp(a, name) == 0 && ((v = value_of(argc, argv, &i)) || (v = "", 0) || 1))
+        if (strcmp(a, "--autotune") == 0)
+            o->autotune = true;
+        else if (strcmp(a, "--require-hit") == 0)
+            o->require_hit = true;
+        else if (strcmp(a, "--offline") == 0)
+            o->offline = true;
+        else if (strcmp(a, "--check") == 0)
+            o->check = true;
+        else if (strcmp(a, "--push") == 0)
+            o->push = true;
+        else if (OPT("--device"))
+            o->device = v;
+        else if (OPT("--target"))
+            o->target = v;
+        else if (OPT("--cflags"))
+            o->cflags = v;
+        else if (OPT("--templates"))
+            o->templates = v;
+        else if (OPT("--tag"))
+            o->tag = v;
+        else if (OPT("--jobs") || OPT("-j"))
+            o->jobs = atoi(v);
+        else if (OPT("--iters"))
+            o->iters = atoi(v);
+        else if (OPT("--seed"))
+            o->seed = strtoull(v, NULL, 0);
+        else if (a[0] == '-' && a[1])
+            return kc_cli_usage(cli, argv[0], usage), -1;
+        else if (!o->graph)
+            o->graph = a;
+        else
+            return kc_cli_usage(cli, argv[0], usage), -1;
+#undef OPT
+        if (v && !*v)
+            return kc_cli_usage(cli, argv[0], usage), -1;
+    }
+    if ((need_graph && !o->graph) || o->jobs < 0 || o->jobs > 256 || o->iters < 1)
+        return kc_cli_usage(cli, argv[0], usage), -1;
+    return 0;
+}
+
+static int session_open(kc_cli *cli, const copts *o, session *s)
+{
+    memset(s, 0, sizeof *s);
+    s->cli = cli;
+    if (kc_cli_open_store(cli, NULL, &s->store) != KC_OK)
+        return KC_EXIT_FAIL;
+    kc_err err = {0};
+    char tmp[3072];
+    snprintf(tmp, sizeof tmp, "%s/tmp", cli->cache_dir);
+    snprintf(s->work, sizeof s->work, "%s/compile-%d-XXXXXX", tmp, (int)getpid());
+    if (kc_mkdirs(tmp, &err) != KC_OK || !mkdtemp(s->work)) {
+        if (err.code == KC_OK)
+            kc_err_errno(&err, KC_ERR_IO, errno, "cannot create a scratch directory under %s", tmp);
+        kc_store_close(s->store);
+        return kc_cli_fail(cli, &err);
+    }
+    snprintf(s->state, sizeof s->state, "%s/state", cli->cache_dir);
+    kc_err ignore;
+    if (kc_mkdirs(s->state, &ignore) != KC_OK)
+        s->state[0] = 0;
+    s->tiers.store = s->store;
+    s->tiers.offline = o->offline;
+    if (cli->remote && !o->offline) {
+        kc_remote_opts ro = {.token = cli->token, .quiet = cli->verbosity < 0};
+        if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
+            fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
+            s->remote = NULL;
+        }
+        s->tiers.remote = s->remote;
+    }
+    return KC_EXIT_OK;
+}
+
+static void rm_tree_shallow(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[8192];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void session_close(session *s)
+{
+    if (s->remote) {
+        size_t left = kc_tiers_flush(&s->tiers, 10000);
+        if (left)
+            fprintf(stderr, "kcache: warning: %zu upload(s) to %s not finished\n", left,
+                    s->cli->remote);
+        kc_remote_close(s->remote);
+    }
+    if (s->work[0]) {
+        if (s->keep_work)
+            rmdir(s->work); /* only if empty: failed sources stay for inspection */
+        else
+            rm_tree_shallow(s->work);
+    }
+    kc_store_close(s->store);
+}
+
+/* Opens the backend for device/target. */
+static kc_code open_backend(const copts *o, const session *s, const char *target, kc_backend **out,
+                            kc_err *err)
+{
+    kc_backend_opts bo = {.target = target,
+                          .extra_flags = o->cflags,
+                          .templates_dir = o->templates,
+                          .work_dir = s ? s->work : "/tmp",
+                          .verbosity = s ? s->cli->verbosity : 0,
+                          .state_dir = s && s->state[0] ? s->state : NULL};
+    const char *dev = o->device ? o->device : "cpu";
+    if (strcmp(dev, "cpu") == 0)
+        return kc_cpu_backend_open(&bo, out, err);
+    if (strcmp(dev, "xpu") == 0 || strcmp(dev, "xpu-spirv") == 0 || strcmp(dev, "auto") == 0) {
+#ifdef KC_HAVE_XPU
+        bool spirv = strcmp(dev, "xpu-spirv") == 0;
+        if (strcmp(dev, "auto") == 0)
+            bo.target = NULL;
+        kc_code rc = kc_xpu_backend_open(&bo, spirv, out, err);
+        if (rc == KC_OK) {
+            if (s)
+                kc_xpu_backend_set_store(*out, s->store);
+            return KC_OK;
+        }
+        if (strcmp(dev, "auto") != 0)
+            return rc;
+#else
+        if (strcmp(dev, "auto") != 0)
+            return kc_err_set(err, KC_ERR_UNSUPPORTED, "--device %s: XPU backend not built", dev);
+#endif
+        kc_err_clear(err);
+        bo.target = target;
+        return kc_cpu_backend_open(&bo, out, err);
+    }
+    return kc_err_set(err, KC_ERR_INVALID, "unknown device '%s' (use cpu, xpu, xpu-spirv or auto)",
+                      dev);
+}
+
+static void summary_json(json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static json_t *program_json(const char *path, const kc_program *p)
+{
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "graph", path,
+                     "graph_fp", p->graph->fp, "graph_key", p->graph_key, "device", p->device.id,
+                     "backend", p->backend->name, "graph_hit", p->graph_hit, "kernels",
+                     p->n_kernels, "hits", p->hits, "misses", p->misses, "compiled", p->compiled,
+                     "remote_hits", p->remote_hits, "autotuned", p->autotuned, "seconds",
+                     p->seconds);
+}
+
+static void print_program(const kc_cli *cli, const char *path, const kc_program *p)
+{
+    if (cli->verbosity < 0)
+        return;
+    printf(
+                "%s: %s on %s: graph record %s, %d kernel%s: %d hit%s (%d remote), %d miss%s, "
+                "%d compiled%s%s, %.3f s\n",
+                path, p->graph->name[0] ? p->graph->name : "graph", p->device.id,
+                p->graph_hit ? "hit" : "miss", p->n_kernels, p->n_kernels == 1 ? "" : "s", p->hits,
+                p->hits == 1 ? "" : "s", p->remote_hits, p->misses, p->misses == 1 ? "" : "es",
+                p->compiled, p->autotuned ? ", autotuned " : "", p->autotuned ? "yes" : "",
+                p->seconds);
+}
+
+/* Loads the graph, opens a backend and compiles. */
+static int compile_one(session *s, const copts *o, const char *path, const char *target, bool load,
+                       kc_program **out, kc_graph **gout, kc_backend **bout)
+{
+    kc_err err = {0};
+    kc_graph *g = NULL;
+    kc_backend *b = NULL;
+    if (kc_graph_load(path, &g, &err) != KC_OK)
+        return kc_cli_fail(s->cli, &err);
+    if (open_backend(o, s, target, &b, &err) != KC_OK) {
+        kc_graph_free(g);
+        return kc_cli_fail(s->cli, &err);
+    }
+    kc_compile_opts co = {.autotune = o->autotune,
+                          .require_hit = o->require_hit,
+                          .load = load,
+                          .jobs = o->jobs,
+                          .tag = o->tag,
+                          .verbosity = s->cli->verbosity};
+    kc_code rc = kc_compile(b, &s->tiers, g, &co, out, &err);
+    if (rc != KC_OK) {
+        if (rc == KC_ERR_COMPILE)
+            s->keep_work = true;
+        kc_backend_close(b);
+        kc_graph_free(g);
+        return kc_cli_fail(s->cli, &err);
+    }
+    *gout = g;
+    *bout = b;
+    return KC_EXIT_OK;
+}
+
+#define COMPILE_USAGE                                                                              \
+    "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "     \
+    "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"
+
+int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
+{
+    copts o;
+    if (parse_opts(cli, argc, argv, &o, COMPILE_USAGE, true) < 0)
+        return KC_EXIT_USAGE;
+    session s;
+    int rc = session_open(cli, &o, &s);
+    if (rc)
+        return rc;
+    kc_program *p = NULL;
+    kc_graph *g = NULL;
+    kc_backend *b = NULL;
+    rc = compile_one(&s, &o, o.graph, o.target, false, &p, &g, &b);
+    if (rc == KC_EXIT_OK) {
+        if (cli->json) {
+            json_t *j = program_json(o.graph, p);
+            summary_json(j);
+            json_decref(j);
+        } else {
+            print_program(cli, o.graph, p);
+        }
+        kc_program_free(p);
+        kc_backend_close(b);
+        kc_graph_free(g);
+    }
+    session_close(&s);
+    return rc;
+}
+
+#define RUN_USAGE COMPILE_USAGE " [--check] [--iters N] [--seed N]"
+
+int kc_cmd_run(kc_cli *cli, int argc, char **argv)
+{
+    copts o;
+    if (parse_opts(cli, argc, argv, &o, RUN_USAGE, true) < 0)
+        return KC_EXIT_USAGE;
+    if (o.target && strcmp(o.device, "cpu") == 0 && !kc_cpu_target_runs_here(o.target)) {
+        kc_err e;
+        kc_err_set(&e, KC_ERR_UNSUPPORTED, "target %s cannot run on this CPU (compile it instead)",
+                   o.target);
+        return kc_cli_fail(cli, &e);
+    }
+    session s;
+    int rc = session_open(cli, &o, &s);
+    if (rc)
+        return rc;
+    kc_program *p = NULL;
+    kc_graph *g = NULL;
+    kc_backend *b = NULL;
+    rc = compile_one(&s, &o, o.graph, o.target, true, &p, &g, &b);
+    if (rc) {
+        session_close(&s);
+        return rc;
+    }
+    kc_err err = {0};
+    float **vals = kc_values_new(g, o.seed), **ref = NULL;
+    json_t *outs = json_array();
+    bool all_ok = true;
+    double ms = 0;
+    if (!vals) {
+        kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the graph's tensors");
+        rc = kc_cli_fail(cli, &err);
+        goto done;
+    }
+    double t0 = kc_now();
+    for (int it = 0; it < o.iters; it++) {
+        if (kc_program_run(p, vals, &err) != KC_OK) {
+            rc = kc_cli_fail(cli, &err);
+            goto done;
+        }
+    }
+    ms = (kc_now() - t0) * 1e3 / o.iters;
+    if (o.check) {
+        ref = kc_values_new(g, o.seed);
+        if (!ref) {
+            kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the reference");
+            rc = kc_cli_fail(cli, &err);
+            goto done;
+        }
+        kc_reference_run(g, ref);
+        for (int i = 0; i < g->n_outputs; i++) {
+            int v = g->outputs[i];
+            double ma, mr;
+            bool ok =
+                kc_compare(vals[v], ref[v], kc_shape_numel(&g->values[v].shape), 2e-3, &ma, &mr);
+            all_ok = all_ok && ok;
+            char sh[96];
+            kc_shape_str(&g->values[v].shape, sh, sizeof sh);
+            if (!cli->json)
+                printf("output %s %s: max abs err %.3g, max rel err %.3g: %s\n", g->values[v].name,
+                       sh, ma, mr, ok ? "ok" : "MISMATCH");
+            json_array_append_new(outs, json_pack("{s:s,s:f,s:f,s:b}", "name", g->values[v].name,
+                                                  "max_abs", isfinite(ma) ? ma : -1.0, "max_rel",
+                                                  isfinite(mr) ? mr : -1.0, "ok", ok));
+        }
+    }
+    if (cli->json) {
+        json_t *j = program_json(o.graph, p);
+        json_object_set_new(j, "outputs", outs);
+        outs = NULL;
+        json_object_set_new(j, "ok", json_boolean(all_ok));
+        json_object_set_new(j, "checked", json_boolean(o.check));
+        json_object_set_new(j, "iters", json_integer(o.iters));
+        json_object_set_new(j, "ms_per_iter", json_real(ms));
+        summary_json(j);
+        json_decref(j);
+    } else {
+        print_program(cli, o.graph, p);
+        printf("ran %d iteration%s: %.3f ms each\n", o.iters, o.iters == 1 ? "" : "s", ms);
+    }
+    if (!all_ok) {
+        fprintf(stderr, "kcache: %s: outputs differ from the reference beyond tolerance\n",
+                o.graph);
+        rc = KC_EXIT_FAIL;
+    }
+done:
+    json_decref(outs);
+    kc_values_free(g, vals);
+    kc_values_free(g, ref);
+    kc_program_free(p);
+    kc_backend_close(b);
+    kc_graph_free(g);
+    session_close(&s);
+    return rc;
+}
+
+/* ---- explain ---------------------------------------------------------------- */
+
+typedef struct nearest {
+    const char *graph_fp, *device_hash, *compiler_fp, *options;
+    kc_store *store;
+    int best_score;
+    char best_key[KC_KEY_HEX_LEN + 1];
+    json_t *best_meta;
+} nearest;
+
+static int scan_graph(const kc_entry_info *info, void *ctx)
+{
+    nearest *n = ctx;
+    kc_artifact a;
+    kc_err e = {0};
+    if (kc_store_get(n->store, info->key, &a, &e) != KC_OK)
+        return 0;
+    json_t *m = json_loads(a.meta, 0, NULL);
+    kc_artifact_free(&a);
+    if (!m)
+        return 0;
+    const char *gf = json_string_value(json_object_get(m, "graph_fp"));
+    const char *dh = json_string_value(json_object_get(m, "device_hash"));
+    const char *cf = json_string_value(json_object_get(m, "compiler_fp"));
+    const char *op = json_string_value(json_object_get(m, "options"));
+    int score =
+        (gf && strcmp(gf, n->graph_fp) == 0) * 8 + (dh && strcmp(dh, n->device_hash) == 0) * 4 +
+        (cf && strcmp(cf, n->compiler_fp) == 0) * 2 + (op && strcmp(op, n->options) == 0) * 1;
+    if (score > n->best_score) {
+        n->best_score = score;
+        memcpy(n->best_key, info->key, sizeof n->best_key);
+        json_decref(n->best_meta);
+        n->best_meta = m;
+    } else {
+        json_decref(m);
+    }
+    return 0;
+}
+
+static void diff_device(const char *mine, json_t *theirs)
+{
+    json_t *a = json_loads(mine, 0, NULL);
+    const char *k;
+    json_t *v;
+    if (!a || !json_is_object(theirs)) {
+        json_decref(a);
+        return;
+    }
+    json_object_foreach(a, k, v)
+    {
+        json_t *w = json_object_get(theirs, k);
+        if (!json_equal(v, w)) {
+            char *s1 = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            char *s2 = w ? json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+            printf("    device field %-16s here %s, there %s\n", k, s1 ? s1 : "?",
+                   s2 ? s2 : "(absent)");
+            free(s1);
+            free(s2);
+        }
+    }
+    json_object_foreach(theirs, k, v)
+    {
+        if (!json_object_get(a, k))
+            printf("    device field %-16s here (absent), there present\n", k);
+    }
+    json_decref(a);
+}
+
+#define EXPLAIN_USAGE                                                                              \
+    "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target T] [--autotune] [--cflags FLAGS] "          \
+    "[--offline]"
+
+int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
+{
+    copts o;
+    if (parse_opts(cli, argc, argv, &o, EXPLAIN_USAGE, true) < 0)
+        return KC_EXIT_USAGE;
+    session s;
+    int rc = session_open(cli, &o, &s);
+    if (rc)
+        return rc;
+    kc_err err = {0};
+    kc_graph *g = NULL;
+    kc_backend *b = NULL;
+    kc_kernel *ks = NULL;
+    int nk = 0;
+    kc_device_fp dev = {0};
+    char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
+    nearest near = {0};
+    if (kc_graph_load(o.graph, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
+        b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
+        rc = kc_cli_fail(cli, &err);
+        goto done;
+    }
+    snprintf(opts, sizeof opts, "autotune=%d", o.autotune);
+    kc_artifact_key("graph", g->fp, dev.hash, cfp, opts, gkey);
+    bool local = kc_store_has(s.store, gkey, &err) == KC_OK;
+    bool remote = !local && s.remote && kc_remote_has(s.remote, gkey, &err) == KC_OK;
+    printf("graph record key   %s  [%s]\n", gkey,
+           local    ? "local hit"
+           : remote ? "remote hit"
+                    : "miss");
+    printf("  kind             graph\n");
+    printf("  graph            %s (%s): %d inputs, %d params, %d nodes, %d outputs\n", o.graph,
+           g->name[0] ? g->name : "unnamed", g->n_inputs, g->n_params, g->n_nodes, g->n_outputs);
+    printf("  graph fp         %s\n", g->fp);
+    printf("  device           %s (%s backend)\n", dev.id, b->name);
+    printf("  device fp        %s\n", dev.hash);
+    printf("  device json      %s\n", dev.json);
+    printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
+    printf("  options          %s\n", opts);
+    if (kc_lower(g, &ks, &nk, &err) == KC_OK) {
+        printf("kernels (%d, before autotuning):\n", nk);
+        for (int i = 0; i < nk; i++) {
+            char kfp[KC_KEY_HEX_LEN + 1], key[KC_KEY_HEX_LEN + 1], sh[96];
+            kc_kernel_fp(&ks[i], kfp, &err);
+            kc_artifact_key(b->artifact_kind, kfp, dev.hash, cfp, "", key);
+            bool hit = kc_store_has(s.store, key, &err) == KC_OK;
+            printf("  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
+                   kc_kernel_kind_name(ks[i].kind), kc_shape_str(&ks[i].out_shape, sh, sizeof sh),
+                   ks[i].n_fused, ks[i].n_fused == 1 ? "" : "s", kfp, key,
+                   hit ? "local hit" : "miss");
+        }
+    }
+    if (!local && !remote) {
+        near.graph_fp = g->fp;
+        near.device_hash = dev.hash;
+        near.compiler_fp = cfp;
+        near.options = opts;
+        near.store = s.store;
+        kc_filter f = {.kind = "graph"};
+        kc_store_list(s.store, &f, scan_graph, &near, &err);
+        if (!near.best_meta) {
+            printf("miss: no graph record exists locally%s to compare with\n",
+                   s.remote ? " (and the server has none for this key)" : "");
+        } else {
+            json_t *m = near.best_meta;
+            printf("miss: nearest local graph record %s (device %s) differs in:\n", near.best_key,
+                   json_string_value(json_object_get(m, "device")));
+            const char *gf = json_string_value(json_object_get(m, "graph_fp"));
+            const char *dh = json_string_value(json_object_get(m, "device_hash"));
+            const char *cf = json_string_value(json_object_get(m, "compiler_fp"));
+            const char *op = json_string_value(json_object_get(m, "options"));
+            if (!gf || strcmp(gf, g->fp))
+                printf("  graph fp         there %s (the graph itself differs)\n", gf ? gf : "?");
+            if (!dh || strcmp(dh, dev.hash)) {
+                printf("  device fp        there %s\n", dh ? dh : "?");
+                diff_device(dev.json, json_object_get(m, "device_json"));
+            }
+            if (!cf || strcmp(cf, cfp))
+                printf("  compiler fp      there %s (kcache version or kernel templates changed)\n",
+                       cf ? cf : "?");
+            if (!op || strcmp(op, opts))
+                printf("  options          there %s\n", op ? op : "?");
+        }
+    }
+done:
+    json_decref(near.best_meta);
+    free(ks);
+    kc_device_fp_free(&dev);
+    kc_backend_close(b);
+    kc_graph_free(g);
+    session_close(&s);
+    return rc;
+}
+
+/* ---- fingerprint -------------------------------------------------------------- */
+
+int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
+{
+    copts o;
+    if (parse_opts(cli, argc, argv, &o, "[--target T] [--cflags FLAGS] [--device cpu|xpu|auto]",
+                   false) < 0)
+        return KC_EXIT_USAGE;
+    static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+    json_t *all = json_array();
+    int rc = KC_EXIT_OK;
+    bool want_cpu = strcmp(o.device, "cpu") == 0 || strcmp(o.device, "auto") == 0;
+    for (size_t i = 0; want_cpu && i < sizeof targets / sizeof targets[0]; i++) {
+        if (o.target && strcmp(o.target, targets[i]) != 0)
+            continue;
+        kc_backend_opts bo = {
+            .target = targets[i], .extra_flags = o.cflags, .templates_dir = o.templates};
+        kc_backend *b = NULL;
+        kc_err err = {0};
+        kc_device_fp fp = {0};
+        char cfp[KC_KEY_HEX_LEN + 1];
+        if (kc_cpu_backend_open(&bo, &b, &err) || b->device_fp(b, &fp, &err) ||
+            b->compiler_fp(b, cfp, &err)) {
+            kc_backend_close(b);
+            json_decref(all);
+            return kc_cli_fail(cli, &err);
+        }
+        bool runs = kc_cpu_target_runs_here(targets[i]);
+        if (cli->json) {
+            json_array_append_new(all, json_pack("{s:s,s:s,s:s,s:o,s:s,s:b}", "id", fp.id, "hash",
+                                                 fp.hash, "backend", "cpu", "fingerprint",
+                                                 json_loads(fp.json, 0, NULL), "compiler_fp", cfp,
+                                                 "runs_here", runs));
+        } else {
+            printf("%s%s\n  device fp   %s\n  compiler fp %s\n  %s\n", fp.id,
+                   runs ? "" : "  (cannot run on this CPU)", fp.hash, cfp, fp.json);
+        }
+        kc_device_fp_free(&fp);
+        kc_backend_close(b);
+    }
+#ifdef KC_HAVE_XPU
+    if (strcmp(o.device, "xpu") == 0 || strcmp(o.device, "auto") == 0) {
+        kc_xpu *x = NULL;
+        kc_err err = {0};
+        if (kc_xpu_probe(&x, &err) == KC_OK) {
+            char id[KC_XPU_FP_ID_MAX];
+            char *js = NULL;
+            if (kc_xpu_device_fingerprint(x, id, &js, &err) == KC_OK) {
+                if (cli->json)
+                    json_array_append_new(all,
+                                          json_pack("{s:s,s:s,s:o}", "id", id, "backend", "xpu",
+                                                    "fingerprint", json_loads(js, 0, NULL)));
+                else
+                    printf("%s\n  %s\n", id, js);
+            }
+            free(js);
+            kc_xpu_close(x);
+        } else if (!cli->json) {
+            printf("xpu: %s\n", err.msg);
+        }
+    }
+#endif
+    if (cli->json)
+        summary_json(all);
+    json_decref(all);
+    return rc;
+}
+
+/* ---- prewarm ------------------------------------------------------------------- */
+
+#define PREWARM_USAGE "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T]"
+
+int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
+{
+    copts o;
+    if (parse_opts(cli, argc, argv, &o, PREWARM_USAGE, true) < 0)
+        return KC_EXIT_USAGE;
+    json_error_t je;
+    json_t *m = json_load_file(o.graph, 0, &je);
+    kc_err err = {0};
+    if (!m) {
+        kc_err_set(&err, KC_ERR_INVALID, "%s:%d:%d: bad JSON: %s", o.graph, je.line, je.column,
+                   je.text);
+        return kc_cli_fail(cli, &err);
+    }
+    json_t *graphs = json_object_get(m, "graphs"), *targets = json_object_get(m, "targets");
+    const char *fmt = json_string_value(json_object_get(m, "format"));
+    if (!fmt || strcmp(fmt, "kcache-manifest/1") || !json_is_array(graphs) ||
+        !json_is_array(targets)) {
+        json_decref(m);
+        kc_err_set(&err, KC_ERR_INVALID,
+                   "%s: a manifest needs \"format\": \"kcache-manifest/1\", \"graphs\" and "
+                   "\"targets\" arrays",
+                   o.graph);
+        return kc_cli_fail(cli, &err);
+    }
+    if (json_is_true(json_object_get(m, "autotune")))
+        o.autotune = true;
+    char *mcopy = strdup(o.graph);
+    const char *mdir = dirname(mcopy);
+    session s;
+    int rc = session_open(cli, &o, &s);
+    if (rc) {
+        free(mcopy);
+        json_decref(m);
+        return rc;
+    }
+    int total = 0, compiled = 0, kernels = 0, hits = 0, failed = 0;
+    double t0 = kc_now();
+    json_t *devices = json_array(), *results = json_array();
+    size_t ti, gi;
+    json_t *t, *gj;
+    json_array_foreach(targets, ti, t)
+    {
+        copts to = o;
+        to.device = json_string_value(json_object_get(t, "device"));
+        if (!to.device)
+            to.device = "cpu";
+        const char *target = json_string_value(json_object_get(t, "target"));
+        const char *flags = json_string_value(json_object_get(t, "cflags"));
+        if (flags)
+            to.cflags = flags;
+        json_array_foreach(graphs, gi, gj)
+        {
+            const char *rel = json_string_value(gj);
+            if (!rel)
+                continue;
+            char path[4096];
+            if (rel[0] == '/')
+                snprintf(path, sizeof path, "%s", rel);
+            else
+                snprintf(path, sizeof path, "%s/%s", mdir, rel);
+            kc_program *p = NULL;
+            kc_graph *g = NULL;
+            kc_backend *b = NULL;
+            total++;
+            if (compile_one(&s, &to, path, target, false, &p, &g, &b) != KC_EXIT_OK) {
+                failed++;
+                continue;
+            }
+            if (!cli->json)
+                print_program(cli, path, p);
+            json_array_append_new(results, program_json(path, p));
+            compiled += p->compiled;
+            kernels += p->n_kernels;
+            hits += p->hits;
+            bool seen = false;
+            size_t di;
+            json_t *d;
+            json_array_foreach(devices, di, d) seen =
+                seen || strcmp(json_string_value(d), p->device.id) == 0;
+            if (!seen)
+                json_array_append_new(devices, json_string(p->device.id));
+            kc_program_free(p);
+            kc_backend_close(b);
+            kc_graph_free(g);
+        }
+    }
+    double secs = kc_now() - t0;
+    uint64_t up = 0, skipped = 0;
+    if (o.push) {
+        if (!s.remote) {
+            kc_err_set(&err, KC_ERR_INVALID,
+                       "--push needs a server: --remote URL or $KCACHE_REMOTE");
+            kc_cli_fail(cli, &err);
+            failed++;
+        } else {
+            kc_tiers_flush(&s.tiers, 30000);
+            size_t di;
+            json_t *d;
+            json_array_foreach(devices, di, d)
+            {
+                kc_filter f = {.device = json_string_value(d)};
+                uint64_t u = 0, k = 0;
+                if (kc_remote_push(s.remote, s.store, &f, NULL, NULL, &u, &k, &err) != KC_OK) {
+                    kc_cli_fail(cli, &err);
+                    failed++;
+                }
+                up += u;
+                skipped += k;
+            }
+        }
+    }
+    if (cli->json) {
+        json_t *j = json_pack("{s:i,s:i,s:i,s:i,s:i,s:f,s:o,s:o,s:I,s:I}", "graphs", total,
+                              "failed", failed, "kernels", kernels, "hits", hits, "compiled",
+                              compiled, "seconds", secs, "devices", devices, "results", results,
+                              "uploaded", (json_int_t)up, "already_on_server", (json_int_t)skipped);
+        summary_json(j);
+        json_decref(j);
+    } else {
+        kc_cli_info(cli,
+                    "prewarm: %d graph x target pairs, %d kernels, %d hits, %d compiled, "
+                    "%d failed, %.2f s%s",
+                    total, kernels, hits, compiled, failed, secs, o.push ? "" : "\n");
+        if (o.push)
+            kc_cli_info(cli, "; pushed %llu, %llu already on the server\n", (unsigned long long)up,
+                        (unsigned long long)skipped);
+        json_decref(devices);
+        json_decref(results);
+    }
+    session_close(&s);
+    free(mcopy);
+    json_decref(m);
+    return failed ? KC_EXIT_FAIL : KC_EXIT_OK;
+}

@@ -1,10 +1,401 @@
-/* PLACEHOLDER: replaced by the remote-tier work (issue 6). */
+/*
+ * cmd_remote.c - `kcache pull` and `kcache push`: the server tier of the
+ * command line. Thin wrappers over kc_remote_pull / kc_remote_push_ex that
+ * add option parsing, a progress line on a terminal and a --json summary.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "kc_backend.h"
+#include "kc_cpu.h"
+#include "kc_remote.h"
+#include "kc_util.h"
 #include "kcache_cli.h"
-static int todo(kc_cli *cli, const char *what)
+#ifdef KC_HAVE_XPU
+#include "kc_xpu.h"
+#endif
+
+typedef struct progress_state {
+    const char *verb;
+    double start;
+    double last;
+    bool shown;
+} progress_state;
+
+static void progress_line(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
 {
-    kc_err e;
-    kc_err_set(&e, KC_ERR_UNSUPPORTED, "%s: not built yet", what);
-    return kc_cli_fail(cli, &e);
+    progress_state *ps = ctx;
+    double now = kc_now();
+    if (now - ps->last < 0.1 && !(total && done == total))
+        return; /* 10 updates a second at most */
+    ps->last = now;
+    double el = now - ps->start;
+    char sz[32], rate[32];
+    kc_format_size(bytes, sz, sizeof sz);
+    kc_format_size(el > 0 ? (uint64_t)(bytes / el) : 0, rate, sizeof rate);
+    if (total)
+        fprintf(stderr, "\r%s: %llu/%llu artifacts  %s  %s/s   ", ps->verb,
+                (unsigned long long)done, (unsigned long long)total, sz, rate);
+    else
+        fprintf(stderr, "\r%s: %llu artifacts  %s  %s/s   ", ps->verb, (unsigned long long)done, sz,
+                rate);
+    fflush(stderr);
+    ps->shown = true;
 }
-int kc_cmd_pull(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
-int kc_cmd_push(kc_cli *cli, int argc, char **argv) { (void)argc; return todo(cli, argv[0]); }
+
+static void progress_end(progress_state *ps)
+{
+    if (ps->shown)
+        fputc('\n', stderr);
+    ps->shown = false;
+}
+
+/* --since: unix seconds, or an age such as 30m, 12h, 7d, 2w. */
+static bool parse_since(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return false;
+    long long mult = 0;
+    if (*end == '\0')
+        mult = 0;
+    else if (strcmp(end, "s") == 0)
+        mult = 1;
+    else if (strcmp(end, "m") == 0)
+        mult = 60;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400;
+    else if (strcmp(end, "w") == 0)
+        mult = 7 * 86400;
+    else
+        return false;
+    *out = mult ? (int64_t)time(NULL) - v * mult : v;
+    if (*out < 0)
+        *out = 0;
+    return true;
+}
+
+typedef struct remote_args {
+    kc_filter f;
+    const char *devices[65];
+    int ndevices;
+    char *owned[65]; /* strdup'd --device values the ids point into */
+    int nowned;
+    bool device_auto; /* --device auto: add this machine's ids */
+    bool device_all;  /* --device all: no device filter */
+    int jobs;
+    const char *ca_file;
+    long connect_ms;
+} remote_args;
+
+/* Parses the options shared by pull and push. Returns -1 on a usage error. */
+static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a,
+                      const char *usage)
+{
+    memset(a, 0, sizeof *a);
+    a->ca_file = getenv("KCACHE_CA_FILE");
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = strcmp(o, "--device") == 0 || strcmp(o, "--tag") == 0 ||
+                     strcmp(o, "--kind") == 0 || strcmp(o, "--since") == 0 ||
+                     strcmp(o, "--jobs") == 0 || strcmp(o, "-j") == 0 ||
+                     strcmp(o, "--ca-file") == 0 || strcmp(o, "--connect-timeout") == 0;
+        if (!takes) {
+            if (pull && o[0] != '-' && a->ndevices > 0) {
+                v = o; /* more ids after --device ID */
+                o = "--device";
+                i--;
+            } else {
+                return kc_cli_usage(cli, argv[0], usage), -1;
+            }
+        }
+        if (!v)
+            return kc_cli_usage(cli, argv[0], usage), -1;
+        i++;
+        if (strcmp(o, "--device") == 0) {
+            if (strcmp(v, "auto") == 0) {
+                a->device_auto = true;
+                continue;
+            }
+            if (strcmp(v, "all") == 0) {
+                a->device_all = true;
+                continue;
+            }
+            if (!pull) {
+                a->f.device = v;
+                continue;
+            }
+            /* A comma list splits into several ids. */
+            char *copy = strdup(v);
+            if (!copy || a->nowned == 64) {
+                free(copy);
+                return kc_cli_usage(cli, argv[0], "too many --device values"), -1;
+            }
+            a->owned[a->nowned++] = copy;
+            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                if (a->ndevices == 64)
+                    return kc_cli_usage(cli, argv[0], "at most 64 devices"), -1;
+                a->devices[a->ndevices++] = t;
+            }
+        } else if (strcmp(o, "--tag") == 0) {
+            a->f.tag = v;
+        } else if (strcmp(o, "--kind") == 0) {
+            a->f.kind = v;
+        } else if (strcmp(o, "--since") == 0) {
+            if (!parse_since(v, &a->f.since))
+                return kc_cli_usage(cli, argv[0], "--since wants unix seconds or an age (7d)"), -1;
+        } else if (strcmp(o, "--jobs") == 0 || strcmp(o, "-j") == 0) {
+            a->jobs = atoi(v);
+            if (a->jobs < 1 || a->jobs > 64)
+                return kc_cli_usage(cli, argv[0], "--jobs wants 1..64"), -1;
+        } else if (strcmp(o, "--ca-file") == 0) {
+            a->ca_file = v;
+        } else if (strcmp(o, "--connect-timeout") == 0) {
+            a->connect_ms = atol(v);
+            if (a->connect_ms < 1)
+                return kc_cli_usage(cli, argv[0], "--connect-timeout wants milliseconds"), -1;
+        }
+    }
+    return 0;
+}
+
+static bool add_device(remote_args *a, const char *id)
+{
+    for (int i = 0; i < a->ndevices; i++)
+        if (strcmp(a->devices[i], id) == 0)
+            return true;
+    if (a->ndevices == 64 || a->nowned == 64)
+        return false;
+    char *copy = strdup(id);
+    if (!copy)
+        return false;
+    a->owned[a->nowned++] = copy;
+    a->devices[a->ndevices++] = copy;
+    return true;
+}
+
+/* "auto": this machine's device fingerprint ids, as `kcache fingerprint`
+ * computes them: the CPU at every ISA level it can run (native, x86-64-v2/
+ * v3/v4) and, when built with XPU support, the Level Zero device. Returns
+ * how many were found. */
+static int auto_devices(kc_cli *cli, remote_args *a)
+{
+    static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+    int found = 0;
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        if (i > 0 && !kc_cpu_target_runs_here(targets[i]))
+            continue;
+        kc_backend_opts bo = {.target = targets[i]};
+        kc_backend *b = NULL;
+        kc_device_fp fp = {0};
+        kc_err err = {0};
+        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->device_fp(b, &fp, &err) == KC_OK) {
+            if (add_device(a, fp.id))
+                found++;
+        } else if (cli->verbosity > 0) {
+            kc_cli_info(cli, "kcache pull: no CPU fingerprint for %s: %s\n", targets[i], err.msg);
+        }
+        kc_device_fp_free(&fp);
+        kc_backend_close(b);
+    }
+#ifdef KC_HAVE_XPU
+    kc_xpu *x = NULL;
+    kc_err xerr = {0};
+    if (kc_xpu_probe(&x, &xerr) == KC_OK) {
+        char id[KC_XPU_FP_ID_MAX];
+        char *js = NULL;
+        if (kc_xpu_device_fingerprint(x, id, &js, &xerr) == KC_OK && add_device(a, id))
+            found++;
+        free(js);
+        kc_xpu_close(x);
+    }
+#endif
+    return found;
+}
+
+static void free_args(remote_args *a)
+{
+    for (int i = 0; i < a->nowned; i++)
+        free(a->owned[i]);
+    a->nowned = 0;
+}
+
+static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **out)
+{
+    kc_err err = {0};
+    if (!cli->remote) {
+        kc_err_set(&err, KC_ERR_INVALID, "no server: give --remote URL or set $KCACHE_REMOTE");
+        return kc_cli_fail(cli, &err);
+    }
+    kc_remote_opts o = {.token = cli->token,
+                        .ca_file = a->ca_file,
+                        .concurrency = a->jobs,
+                        .connect_timeout_ms = a->connect_ms,
+                        .quiet = true};
+    if (kc_remote_open(cli->remote, &o, out, &err) != KC_OK)
+        return kc_cli_fail(cli, &err);
+    return KC_EXIT_OK;
+}
+
+static void print_json(json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+    json_decref(o);
+}
+
+static int pull_with(kc_cli *cli, remote_args *ap);
+
+int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "[--device auto|all|ID ...] [--tag T] [--kind K] [--since SECONDS|AGE] [--ca-file F] "
+        "[--connect-timeout MS]";
+    remote_args a;
+    if (parse_args(cli, argc, argv, true, &a, usage) < 0) {
+        free_args(&a);
+        return KC_EXIT_USAGE;
+    }
+    int rc = pull_with(cli, &a);
+    free_args(&a);
+    return rc;
+}
+
+static int pull_with(kc_cli *cli, remote_args *ap)
+{
+    /* No --device means auto; "all" means every device on the server. */
+    if (ap->device_auto || (ap->ndevices == 0 && !ap->device_all)) {
+        if (auto_devices(cli, ap) == 0)
+            kc_cli_info(cli, "kcache pull: could not fingerprint this machine's devices; "
+                             "pulling every device\n");
+    }
+    if (ap->device_all)
+        ap->ndevices = 0;
+    ap->devices[ap->ndevices] = NULL;
+    const char *const *devices = ap->ndevices ? ap->devices : NULL;
+    kc_remote *r = NULL;
+    int rc = open_remote(cli, ap, &r);
+    if (rc != KC_EXIT_OK)
+        return rc;
+    kc_store *s = NULL;
+    if (kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_remote_close(r);
+        return KC_EXIT_FAIL;
+    }
+    progress_state ps = {.verb = "pull", .start = kc_now()};
+    bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
+    kc_bundle_stats st = {0};
+    kc_err err = {0};
+    kc_code c = kc_remote_pull(r, s, devices, &ap->f, bar ? progress_line : NULL, &ps, &st, &err);
+    double secs = kc_now() - ps.start;
+    progress_end(&ps);
+    kc_err ferr = {0};
+    if (kc_store_flush(s, &ferr) != KC_OK && c == KC_OK) {
+        err = ferr;
+        c = ferr.code;
+    }
+    kc_store_close(s);
+    if (c != KC_OK) {
+        kc_remote_close(r);
+        if (cli->json) {
+            json_t *o = json_pack("{s:b,s:s,s:s}", "ok", 0, "error", err.msg, "code",
+                                  kc_code_name(err.code));
+            if (o)
+                print_json(o);
+        }
+        return kc_cli_fail(cli, &err);
+    }
+    double rate = secs > 0 ? (double)st.bytes / secs : 0;
+    if (cli->json) {
+        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:f,s:f}", "ok", 1, "remote",
+                              kc_remote_url(r), "artifacts", (json_int_t)st.artifacts, "imported",
+                              (json_int_t)st.imported, "present", (json_int_t)st.present, "bytes",
+                              (json_int_t)st.bytes, "seconds", secs, "bytes_per_sec", rate);
+        json_t *dv = json_array();
+        for (int k = 0; k < ap->ndevices; k++)
+            json_array_append_new(dv, json_string(ap->devices[k]));
+        if (o)
+            json_object_set_new(o, "devices", dv);
+        else
+            json_decref(dv);
+        if (o)
+            print_json(o);
+    } else {
+        char sz[32], rs[32];
+        kc_cli_info(cli,
+                    "pulled %llu artifact(s) (%llu new, %llu already here), %s in %.2fs (%s/s) "
+                    "from %s\n",
+                    (unsigned long long)st.artifacts, (unsigned long long)st.imported,
+                    (unsigned long long)st.present, kc_format_size(st.bytes, sz, sizeof sz), secs,
+                    kc_format_size((uint64_t)rate, rs, sizeof rs), kc_remote_url(r));
+        if (st.artifacts == 0 || cli->verbosity > 0) {
+            kc_cli_info(cli, "  device ids asked for:%s", ap->ndevices ? "" : " (all)");
+            for (int k = 0; k < ap->ndevices; k++)
+                kc_cli_info(cli, " %s", ap->devices[k]);
+            kc_cli_info(cli, "\n");
+        }
+    }
+    kc_remote_close(r);
+    return KC_EXIT_OK;
+}
+
+int kc_cmd_push(kc_cli *cli, int argc, char **argv)
+{
+    static const char usage[] = "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] "
+                                "[--jobs N] [--ca-file F] [--connect-timeout MS]";
+    remote_args a;
+    if (parse_args(cli, argc, argv, false, &a, usage) < 0)
+        return KC_EXIT_USAGE;
+    kc_remote *r = NULL;
+    int rc = open_remote(cli, &a, &r);
+    if (rc != KC_EXIT_OK)
+        return rc;
+    kc_store *s = NULL;
+    if (kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_remote_close(r);
+        return KC_EXIT_FAIL;
+    }
+    progress_state ps = {.verb = "push", .start = kc_now()};
+    bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
+    kc_remote_push_stats st = {0};
+    kc_err err = {0};
+    kc_code c = kc_remote_push_ex(r, s, &a.f, bar ? progress_line : NULL, &ps, &st, &err);
+    double secs = kc_now() - ps.start;
+    progress_end(&ps);
+    kc_store_close(s);
+    if (cli->json) {
+        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:f}", "ok", c == KC_OK, "remote",
+                              kc_remote_url(r), "considered", (json_int_t)st.considered, "uploaded",
+                              (json_int_t)st.uploaded, "skipped", (json_int_t)st.skipped, "bytes",
+                              (json_int_t)st.bytes, "seconds", secs);
+        if (o && c != KC_OK)
+            json_object_set_new(o, "error", json_string(err.msg));
+        if (o)
+            print_json(o);
+    }
+    kc_remote_close(r);
+    if (c != KC_OK)
+        return kc_cli_fail(cli, &err);
+    if (!cli->json) {
+        char sz[32];
+        kc_cli_info(cli, "pushed %llu artifact(s), %llu already on the server, %s in %.2fs\n",
+                    (unsigned long long)st.uploaded, (unsigned long long)st.skipped,
+                    kc_format_size(st.bytes, sz, sizeof sz), secs);
+    }
+    return KC_EXIT_OK;
+}

@@ -1,0 +1,1644 @@
+/*
+ * kc_store.c - the local artifact store: one SQLite database in WAL mode,
+ * payloads zstd-compressed in a blobs table keyed by their SHA-256 (dedup),
+ * entries mapping keys to blobs, LRU by batched access times, quarantine for
+ * corrupt payloads, and counters summed across processes.
+ *
+ * Schema (user_version 1):
+ *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data)  payload = one zstd
+ *         frame; xxh = XXH3-64 of data (fast check for the zstd passthrough
+ *         path); refs = entries using it (the blob goes when it reaches 0)
+ *   entries(id, key UNIQUE, kind, device, tag, created, atime, meta, blob)
+ *         atime in microseconds since the epoch, created in seconds
+ *   quarantine(id, key, kind, meta, sha, size, data, reason, at)
+ *   counters(name PRIMARY KEY, value)  hits, misses, evictions, corrupt,
+ *         stored_bytes (sum of blobs.zsize, kept in step with every change)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "kc_store.h"
+#include "kc_store_internal.h"
+#include "kc_util.h"
+
+#define KC_STORE_SCHEMA 1
+#define KC_BUSY_DEADLINE_S 120.0
+#define KC_TOUCH_MAX 8192
+#define KC_FLUSH_INTERVAL_S 5.0
+
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_SAVEPOINT,
+    ST_RELEASE,
+    ST_ROLLBACK_TO,
+    ST_ENTRY_EXISTS,
+    ST_INS_BLOB,
+    ST_INS_ENTRY,
+    ST_ADD_COUNTER,
+    ST_GET,
+    ST_ENTRY_BY_KEY,
+    ST_DEL_ENTRY,
+    ST_BLOB_ORPHAN,
+    ST_BLOB_REF,
+    ST_DEL_BLOB,
+    ST_TOUCH,
+    ST_LRU,
+    ST_COUNTER_GET,
+    ST_QUARANTINE,
+    ST_DEL_ENTRIES_OF_BLOB,
+    ST_BLOB_ZSIZE,
+    ST_PRECHECK,
+    ST_READ_BEGIN,
+    ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_SAVEPOINT] = "SAVEPOINT kc_put",
+    [ST_RELEASE] = "RELEASE kc_put",
+    [ST_ROLLBACK_TO] = "ROLLBACK TO kc_put",
+    [ST_ENTRY_EXISTS] = "SELECT 1 FROM entries WHERE key = ?1",
+    [ST_INS_BLOB] =
+        "INSERT INTO blobs(sha, size, zsize, xxh, refs, data) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+    [ST_INS_ENTRY] = "INSERT OR IGNORE INTO entries(key, kind, device, tag, created, atime, meta, "
+                     "blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_ADD_COUNTER] = "UPDATE counters SET value = value + ?2 WHERE name = ?1",
+    [ST_GET] = "SELECT e.id, e.kind, e.meta, b.id, b.sha, b.size, b.xxh, b.data "
+               "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
+    [ST_ENTRY_BY_KEY] = "SELECT id, blob FROM entries WHERE key = ?1",
+    [ST_DEL_ENTRY] = "DELETE FROM entries WHERE id = ?1",
+    [ST_BLOB_ORPHAN] = "UPDATE blobs SET refs = refs - 1 WHERE id = ?1 RETURNING refs, zsize",
+    [ST_BLOB_REF] = "UPDATE blobs SET refs = refs + 1 WHERE id = ?1",
+    [ST_DEL_BLOB] = "DELETE FROM blobs WHERE id = ?1",
+    [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE id = ?1 AND atime < ?2",
+    [ST_LRU] = "SELECT id, blob, key FROM entries WHERE id <> ?1 ORDER BY atime, id LIMIT 64",
+    [ST_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
+    [ST_QUARANTINE] = "INSERT INTO quarantine(key, kind, meta, sha, size, data, reason, at) "
+                      "SELECT e.key, e.kind, e.meta, b.sha, b.size, b.data, ?2, ?3 "
+                      "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.blob = ?1",
+    [ST_DEL_ENTRIES_OF_BLOB] = "DELETE FROM entries WHERE blob = ?1",
+    [ST_BLOB_ZSIZE] = "SELECT zsize FROM blobs WHERE id = ?1",
+    [ST_READ_BEGIN] = "BEGIN DEFERRED",
+    [ST_PRECHECK] = "SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1), "
+                    "(SELECT id FROM blobs WHERE sha = ?2)",
+};
+
+typedef struct kc_touch {
+    int64_t id;
+    int64_t atime_us;
+} kc_touch;
+
+struct kc_store {
+    sqlite3 *db;
+    char *dir;
+    char *db_path;
+    kc_store_opts opts;
+    sqlite3_stmt *st[ST_COUNT];
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    kc_sha256_ctx *sha; /* reused for every verification */
+    kc_touch *touch;
+    size_t ntouch;
+    uint64_t hits, misses; /* not yet added to the counters table */
+    double last_flush;
+    int64_t last_tick_us;
+    bool batch; /* inside kc_store__batch_begin */
+    bool rsnap; /* inside kc_store_read_begin */
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+/* SHA-256 with the handle's reusable context. */
+static void store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN])
+{
+    kc_sha256_reset(s->sha);
+    kc_sha256_update(s->sha, data, len);
+    kc_sha256_final(s->sha, out);
+}
+
+static int64_t now_us(kc_store *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    /* strictly increasing within one handle, so LRU order follows call order */
+    if (t <= s->last_tick_us)
+        t = s->last_tick_us + 1;
+    s->last_tick_us = t;
+    return t;
+}
+
+static void backoff(int attempt)
+{
+    unsigned us = 200u << (attempt < 6 ? attempt : 6);
+    struct timespec ts; /* jitter without touching the application's rand() */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    us += (unsigned)(((uint64_t)ts.tv_nsec ^ (uint64_t)getpid() * 2654435761u) % 500);
+    usleep(us);
+}
+
+/* After a failed write: is the cause lack of room? (SQLite reports only a
+ * short write as SQLITE_FULL; a write refused outright with ENOSPC, EDQUOT or
+ * EFBIG comes back as SQLITE_IOERR_WRITE and its errno may be gone.) */
+static bool no_room(const char *dir)
+{
+    struct statvfs vfs;
+    if (dir && statvfs(dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (64u << 20))
+        return true;
+    struct rlimit rl;
+    return getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+static kc_code db_err(kc_store *s, kc_err *err, int rc, const char *what)
+{
+    int prim = rc & 0xff;
+    int sys = s && s->db ? sqlite3_system_errno(s->db) : 0;
+    kc_code code = KC_ERR_DB;
+    if (prim == SQLITE_IOERR && (sys == ENOSPC || sys == EFBIG || sys == EDQUOT ||
+                                 (rc == SQLITE_IOERR_WRITE && s && no_room(s->dir))))
+        prim = SQLITE_FULL; /* a write that failed for lack of room is "full" too */
+    if (prim == SQLITE_FULL)
+        code = KC_ERR_FULL;
+    else if (prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB)
+        code = KC_ERR_CORRUPT;
+    else if (prim == SQLITE_IOERR || prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY)
+        code = KC_ERR_IO;
+    else if (prim == SQLITE_NOMEM)
+        code = KC_ERR_NOMEM;
+    const char *m = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    return kc_err_set(err, code, "%s (store %s): %s", what, s && s->db_path ? s->db_path : "?",
+                      prim == SQLITE_FULL ? "disk full" : m);
+}
+
+static sqlite3_stmt *stmt(kc_store *s, int which)
+{
+    if (!s->st[which]) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT, &s->st[which],
+                               NULL) != SQLITE_OK)
+            return NULL;
+    }
+    return s->st[which];
+}
+
+static bool is_busy(int rc)
+{
+    rc &= 0xff;
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+}
+
+/* Steps a statement, retrying while the database is busy. For statements
+ * that return at most one row or modify rows. */
+static int step_retry(sqlite3_stmt *st)
+{
+    double t0 = 0;
+    for (int i = 0;; i++) {
+        int rc = sqlite3_step(st);
+        if (!is_busy(rc))
+            return rc;
+        if (i == 0)
+            t0 = kc_now();
+        else if (kc_now() - t0 > KC_BUSY_DEADLINE_S)
+            return rc;
+        sqlite3_reset(st);
+        backoff(i);
+    }
+}
+
+/* Runs a statement expecting no rows (DONE). */
+static int exec_stmt(kc_store *s, int which)
+{
+    sqlite3_stmt *st = stmt(s, which);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    int rc = step_retry(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static void end_read_snapshot(kc_store *s)
+{
+    if (!s->rsnap)
+        return;
+    s->rsnap = false;
+    if (!sqlite3_get_autocommit(s->db))
+        exec_stmt(s, ST_COMMIT);
+}
+
+static kc_code begin_write(kc_store *s, kc_err *err)
+{
+    end_read_snapshot(s); /* a write ends a read burst */
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_IO, "store %s is open read-only", s->db_path);
+    if (s->batch) {
+        int rc = exec_stmt(s, ST_SAVEPOINT);
+        return rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "savepoint");
+    }
+    int rc = exec_stmt(s, ST_BEGIN);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, is_busy(rc) ? "store busy: cannot begin a write" : "begin");
+    return KC_OK;
+}
+
+static kc_code commit_write(kc_store *s, kc_err *err)
+{
+    int rc;
+    if (s->batch) {
+        rc = exec_stmt(s, ST_RELEASE);
+        return rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "release savepoint");
+    }
+    rc = exec_stmt(s, ST_COMMIT);
+    if (rc != SQLITE_OK) {
+        kc_code c = db_err(s, err, rc, "commit");
+        if (!sqlite3_get_autocommit(s->db))
+            exec_stmt(s, ST_ROLLBACK);
+        return c;
+    }
+    return KC_OK;
+}
+
+static void rollback_write(kc_store *s)
+{
+    if (s->batch) {
+        exec_stmt(s, ST_ROLLBACK_TO);
+        exec_stmt(s, ST_RELEASE);
+        return;
+    }
+    if (!sqlite3_get_autocommit(s->db))
+        exec_stmt(s, ST_ROLLBACK);
+}
+
+static int add_counter(kc_store *s, const char *name, int64_t delta)
+{
+    if (delta == 0)
+        return SQLITE_OK;
+    sqlite3_stmt *st = stmt(s, ST_ADD_COUNTER);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, delta);
+    int rc = step_retry(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* ---- schema and open -------------------------------------------------- */
+
+static const char schema_v1[] =
+    "CREATE TABLE IF NOT EXISTS blobs("
+    "  id INTEGER PRIMARY KEY, sha BLOB NOT NULL UNIQUE, size INTEGER NOT NULL,"
+    "  zsize INTEGER NOT NULL, xxh INTEGER NOT NULL, refs INTEGER NOT NULL,"
+    "  data BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS entries("
+    "  id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,"
+    "  device TEXT NOT NULL DEFAULT '', tag TEXT NOT NULL DEFAULT '',"
+    "  created INTEGER NOT NULL, atime INTEGER NOT NULL, meta TEXT NOT NULL,"
+    "  blob INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS entries_atime ON entries(atime);"
+    "CREATE INDEX IF NOT EXISTS entries_device ON entries(device, kind);"
+    "CREATE TABLE IF NOT EXISTS quarantine("
+    "  id INTEGER PRIMARY KEY, key TEXT NOT NULL, kind TEXT, meta TEXT, sha BLOB,"
+    "  size INTEGER, data BLOB, reason TEXT, at INTEGER);"
+    "CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO counters(name, value) VALUES ('hits', 0), ('misses', 0),"
+    "  ('evictions', 0), ('corrupt', 0), ('stored_bytes', 0);";
+
+/* Migration hook: migrations[v] takes a database at user_version v to v+1.
+ * Each runs inside the open's write transaction. */
+static const char *const migrations[KC_STORE_SCHEMA] = {
+    [0] = schema_v1,
+};
+
+static int exec_retry(sqlite3 *db, const char *sql)
+{
+    double t0 = kc_now();
+    for (int i = 0;; i++) {
+        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        if (!is_busy(rc) || kc_now() - t0 > KC_BUSY_DEADLINE_S)
+            return rc;
+        backoff(i);
+    }
+}
+
+static int read_user_version(sqlite3 *db, int *v)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = step_retry(st);
+    if (rc == SQLITE_ROW) {
+        *v = sqlite3_column_int(st, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static kc_code migrate(kc_store *s, kc_err *err)
+{
+    int v = 0;
+    int rc = read_user_version(s->db, &v);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "reading schema version");
+    if (v > KC_STORE_SCHEMA)
+        return kc_err_set(err, KC_ERR_VERSION,
+                          "store %s has schema version %d; this kcache reads up to %d", s->db_path,
+                          v, KC_STORE_SCHEMA);
+    if (v == KC_STORE_SCHEMA)
+        return KC_OK;
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_VERSION,
+                          "store %s needs a schema upgrade (version %d -> %d) but is read-only",
+                          s->db_path, v, KC_STORE_SCHEMA);
+    rc = exec_retry(s->db, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "starting schema migration");
+    rc = read_user_version(s->db, &v); /* another process may have migrated meanwhile */
+    while (rc == SQLITE_OK && v < KC_STORE_SCHEMA) {
+        rc = sqlite3_exec(s->db, migrations[v], NULL, NULL, NULL);
+        v++;
+    }
+    if (rc == SQLITE_OK) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", KC_STORE_SCHEMA);
+        rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    }
+    if (rc == SQLITE_OK)
+        rc = exec_retry(s->db, "COMMIT");
+    if (rc != SQLITE_OK) {
+        kc_code c = db_err(s, err, rc, "migrating schema");
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return c;
+    }
+    return KC_OK;
+}
+
+char *kc_store_default_dir(void)
+{
+    const char *d = getenv("KCACHE_DIR");
+    if (d && *d)
+        return strdup(d);
+    char buf[4096];
+    d = getenv("XDG_CACHE_HOME");
+    if (d && *d) {
+        snprintf(buf, sizeof buf, "%s/kcache", d);
+        return strdup(buf);
+    }
+    d = getenv("HOME");
+    if (d && *d) {
+        snprintf(buf, sizeof buf, "%s/.cache/kcache", d);
+        return strdup(buf);
+    }
+    return NULL;
+}
+
+kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err)
+{
+    *out = NULL;
+    if (!dir || !*dir)
+        return kc_err_set(err, KC_ERR_INVALID, "no cache directory given");
+    kc_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
+    if (opts)
+        s->opts = *opts;
+    if (s->opts.zstd_level == 0)
+        s->opts.zstd_level = 3;
+    if (s->opts.zstd_level < ZSTD_minCLevel() || s->opts.zstd_level > ZSTD_maxCLevel()) {
+        int level = s->opts.zstd_level;
+        free(s);
+        return kc_err_set(err, KC_ERR_INVALID, "zstd level %d out of range %d..%d", level,
+                          ZSTD_minCLevel(), ZSTD_maxCLevel());
+    }
+    kc_code code;
+    if (!s->opts.read_only && (code = kc_mkdirs(dir, err)) != KC_OK) {
+        free(s);
+        return code;
+    }
+    s->dir = strdup(dir);
+    size_t n = strlen(dir) + 16;
+    s->db_path = malloc(n);
+    if (!s->dir || !s->db_path) {
+        kc_store_close(s);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
+    }
+    snprintf(s->db_path, n, "%s/kcache.db", dir);
+    if (s->opts.read_only && access(s->db_path, F_OK) != 0) {
+        code = kc_err_errno(err, KC_ERR_NOT_FOUND, errno, "cannot open store %s", s->db_path);
+        kc_store_close(s);
+        return code;
+    }
+    int flags =
+        s->opts.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(s->db_path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        code = db_err(s, err, rc, "cannot open");
+        kc_store_close(s);
+        return code;
+    }
+    sqlite3_busy_timeout(s->db, 10000);
+    sqlite3_extended_result_codes(s->db, 1);
+    char pragmas[512];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA synchronous=%s; PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;"
+             "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;"
+             "PRAGMA wal_autocheckpoint=4000;",
+             s->opts.durable ? "FULL" : "NORMAL");
+    rc = exec_retry(s->db, pragmas);
+    if (rc == SQLITE_OK && !s->opts.read_only)
+        rc = exec_retry(s->db, "PRAGMA journal_mode=WAL");
+    if (rc != SQLITE_OK) {
+        code = db_err(s, err, rc, "configuring");
+        kc_store_close(s);
+        return code;
+    }
+    if ((code = migrate(s, err)) != KC_OK) {
+        kc_store_close(s);
+        return code;
+    }
+    s->cctx = ZSTD_createCCtx();
+    s->dctx = ZSTD_createDCtx();
+    s->sha = kc_sha256_new();
+    s->touch = malloc(KC_TOUCH_MAX * sizeof *s->touch);
+    if (!s->cctx || !s->dctx || !s->sha || !s->touch) {
+        kc_store_close(s);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
+    }
+    s->last_flush = kc_now();
+    *out = s;
+    return KC_OK;
+}
+
+kc_code kc_store_read_begin(kc_store *s, kc_err *err)
+{
+    if (s->rsnap || s->batch)
+        return KC_OK;
+    int rc = exec_stmt(s, ST_READ_BEGIN);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "beginning a read burst");
+    s->rsnap = true;
+    return KC_OK;
+}
+
+void kc_store_read_end(kc_store *s)
+{
+    if (s)
+        end_read_snapshot(s);
+}
+
+void kc_store_close(kc_store *s)
+{
+    if (!s)
+        return;
+    end_read_snapshot(s);
+    if (s->db && s->touch)
+        kc_store_flush(s, NULL);
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(s->st[i]);
+    if (s->db)
+        sqlite3_close_v2(s->db);
+    ZSTD_freeCCtx(s->cctx);
+    ZSTD_freeDCtx(s->dctx);
+    kc_sha256_free(s->sha);
+    free(s->touch);
+    free(s->dir);
+    free(s->db_path);
+    free(s);
+}
+
+const char *kc_store_db_path(const kc_store *s)
+{
+    return s->db_path;
+}
+
+/* ---- access times and counters --------------------------------------- */
+
+/* Applies pending access times and counters inside an open write txn. */
+static int apply_pending(kc_store *s)
+{
+    sqlite3_stmt *st = stmt(s, ST_TOUCH);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    for (size_t i = 0; i < s->ntouch; i++) {
+        sqlite3_bind_int64(st, 1, s->touch[i].id);
+        sqlite3_bind_int64(st, 2, s->touch[i].atime_us);
+        int rc = step_retry(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return rc;
+    }
+    int rc = add_counter(s, "hits", (int64_t)s->hits);
+    if (rc == SQLITE_OK)
+        rc = add_counter(s, "misses", (int64_t)s->misses);
+    return rc;
+}
+
+static void clear_pending(kc_store *s)
+{
+    s->ntouch = 0;
+    s->hits = s->misses = 0;
+    s->last_flush = kc_now();
+}
+
+kc_code kc_store_flush(kc_store *s, kc_err *err)
+{
+    if (s->opts.read_only || s->batch) {
+        clear_pending(s);
+        return KC_OK;
+    }
+    if (s->ntouch == 0 && s->hits == 0 && s->misses == 0)
+        return KC_OK;
+    kc_code code = begin_write(s, err);
+    if (code != KC_OK) {
+        clear_pending(s);
+        return code;
+    }
+    int rc = apply_pending(s);
+    if (rc != SQLITE_OK) {
+        code = db_err(s, err, rc, "recording access times");
+        rollback_write(s);
+        clear_pending(s);
+        return code;
+    }
+    code = commit_write(s, err);
+    clear_pending(s);
+    return code;
+}
+
+static void note_access(kc_store *s, int64_t id, bool hit)
+{
+    if (hit) {
+        s->hits++;
+        if (s->ntouch < KC_TOUCH_MAX)
+            s->touch[s->ntouch++] = (kc_touch){id, now_us(s)};
+    } else {
+        s->misses++;
+    }
+    /* best effort: a failed flush only loses LRU hints; inside a read burst
+     * the flush waits for the burst to end unless the buffer is full */
+    if (s->ntouch >= KC_TOUCH_MAX || (!s->rsnap && kc_now() - s->last_flush >= KC_FLUSH_INTERVAL_S))
+        kc_store_flush(s, NULL);
+}
+
+/* ---- put ------------------------------------------------------------- */
+
+typedef struct meta_fields {
+    char device[256];
+    char tag[256];
+    int64_t created;
+} meta_fields;
+
+static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_err *err)
+{
+    m->device[0] = m->tag[0] = '\0';
+    m->created = (int64_t)time(NULL);
+    json_error_t jerr;
+    json_t *j = json_loads(meta ? meta : "{}", 0, &jerr);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        return kc_err_set(err, KC_ERR_INVALID, "metadata of %s is not a JSON object", key);
+    }
+    json_t *v;
+    if ((v = json_object_get(j, "device")) && json_is_string(v))
+        snprintf(m->device, sizeof m->device, "%s", json_string_value(v));
+    if ((v = json_object_get(j, "tag")) && json_is_string(v))
+        snprintf(m->tag, sizeof m->tag, "%s", json_string_value(v));
+    if ((v = json_object_get(j, "created")) && json_is_integer(v))
+        m->created = (int64_t)json_integer_value(v);
+    json_decref(j);
+    return KC_OK;
+}
+
+static int entry_exists(kc_store *s, const char *key, bool *exists)
+{
+    sqlite3_stmt *st = stmt(s, ST_ENTRY_EXISTS);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = step_retry(st);
+    *exists = rc == SQLITE_ROW;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* One read: is key stored, and which blob (0 = none) holds this payload? */
+static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN], bool *exists,
+                    int64_t *blob)
+{
+    sqlite3_stmt *st = stmt(s, ST_PRECHECK);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, sha, KC_SHA256_LEN, SQLITE_STATIC);
+    int rc = step_retry(st);
+    if (rc == SQLITE_ROW) {
+        *exists = sqlite3_column_int(st, 0) != 0;
+        *blob = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* Deletes entry id; deletes its blob too when nothing else refers to it.
+ * *freed receives the stored bytes released. Inside a write txn. */
+static int drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed)
+{
+    *freed = 0;
+    sqlite3_stmt *st = stmt(s, ST_DEL_ENTRY);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, id);
+    int rc = step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    st = stmt(s, ST_BLOB_ORPHAN);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, blob);
+    rc = step_retry(st); /* RETURNING: the update is complete after the first step */
+    int64_t refs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
+    int64_t z = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    if (refs > 0)
+        return SQLITE_OK;
+    st = stmt(s, ST_DEL_BLOB);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, blob);
+    rc = step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    *freed = z;
+    return add_counter(s, "stored_bytes", -z);
+}
+
+static int get_counter(kc_store *s, const char *name, int64_t *v)
+{
+    sqlite3_stmt *st = stmt(s, ST_COUNTER_GET);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = step_retry(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+static int evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                    size_t max_rounds)
+{
+    int64_t stored;
+    int rc = get_counter(s, "stored_bytes", &stored);
+    *met = false;
+    for (size_t round = 0; rc == SQLITE_OK && (uint64_t)stored > limit && round < max_rounds;
+         round++) {
+        sqlite3_stmt *st = stmt(s, ST_LRU);
+        if (!st)
+            return sqlite3_errcode(s->db);
+        int64_t ids[64], blobs[64];
+        int n = 0;
+        sqlite3_bind_int64(st, 1, keep);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(st, 0);
+            blobs[n] = sqlite3_column_int64(st, 1);
+            n++;
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return rc;
+        rc = SQLITE_OK;
+        if (n == 0)
+            break;
+        for (int i = 0; i < n && (uint64_t)stored > limit; i++) {
+            int64_t freed;
+            rc = drop_entry(s, ids[i], blobs[i], &freed);
+            if (rc != SQLITE_OK)
+                return rc;
+            stored -= freed;
+            (*evicted)++;
+        }
+    }
+    if (rc == SQLITE_OK)
+        *met = (uint64_t)stored <= limit;
+    return rc;
+}
+
+static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *created,
+                        kc_err *err)
+{
+    if (created)
+        *created = false;
+    if (!kc_key_valid(a->key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          a->key);
+    if (!kc_kind_valid(a->kind))
+        return kc_err_set(err, KC_ERR_INVALID, "unknown kind '%s' for key %s", a->kind, a->key);
+    if ((uint64_t)a->payload_len > KC_PAYLOAD_MAX)
+        return kc_err_set(err, KC_ERR_TOO_LARGE, "payload of %s is too large", a->key);
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_IO, "cannot store %s: store %s is open read-only", a->key,
+                          s->db_path);
+    meta_fields mf;
+    kc_code code = parse_meta(a->key, a->meta, &mf, err);
+    if (code != KC_OK)
+        return code;
+    uint8_t sha[KC_SHA256_LEN];
+    if (verified)
+        memcpy(sha, a->payload_sha, sizeof sha);
+    else
+        store_sha(s, a->payload, a->payload_len, sha);
+
+    /* Cheap reads first, outside the write lock: already stored? blob known? */
+    bool exists = false;
+    int64_t blob = 0;
+    int rc = precheck(s, a->key, sha, &exists, &blob);
+    if (rc == SQLITE_OK && exists)
+        return KC_OK;
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "looking up");
+
+    void *z = NULL;
+    size_t zlen = 0;
+    uint64_t xxh = 0;
+    if (blob == 0) {
+        size_t bound = ZSTD_compressBound(a->payload_len);
+        z = malloc(bound ? bound : 1);
+        if (!z)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
+        zlen = ZSTD_compressCCtx(s->cctx, z, bound, a->payload, a->payload_len, s->opts.zstd_level);
+        if (ZSTD_isError(zlen)) {
+            free(z);
+            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key,
+                              ZSTD_getErrorName(zlen));
+        }
+        xxh = XXH3_64bits(z, zlen);
+    }
+
+    if ((code = begin_write(s, err)) != KC_OK) {
+        free(z);
+        return code;
+    }
+    const char *what = "storing";
+    rc = precheck(s, a->key, sha, &exists, &blob);
+    if (rc == SQLITE_OK && exists) {
+        free(z);
+        return commit_write(s, err);
+    }
+    if (rc == SQLITE_OK && blob == 0 && !z) {
+        /* the blob we saw vanished meanwhile (evicted): compress now */
+        size_t bound = ZSTD_compressBound(a->payload_len);
+        z = malloc(bound ? bound : 1);
+        if (!z) {
+            rollback_write(s);
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
+        }
+        zlen = ZSTD_compressCCtx(s->cctx, z, bound, a->payload, a->payload_len, s->opts.zstd_level);
+        if (ZSTD_isError(zlen)) {
+            free(z);
+            rollback_write(s);
+            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key,
+                              ZSTD_getErrorName(zlen));
+        }
+        xxh = XXH3_64bits(z, zlen);
+    }
+    if (rc == SQLITE_OK && blob == 0) {
+        sqlite3_stmt *st = stmt(s, ST_INS_BLOB);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_blob(st, 1, sha, KC_SHA256_LEN, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)a->payload_len);
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)zlen);
+            sqlite3_bind_int64(st, 4, (sqlite3_int64)xxh);
+            sqlite3_bind_blob64(st, 5, z, zlen, SQLITE_STATIC);
+            rc = step_retry(st);
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+            blob = sqlite3_last_insert_rowid(s->db);
+            if (rc == SQLITE_OK)
+                rc = add_counter(s, "stored_bytes", (int64_t)zlen);
+        }
+    } else if (rc == SQLITE_OK) {
+        sqlite3_stmt *st = stmt(s, ST_BLOB_REF);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_int64(st, 1, blob);
+            rc = step_retry(st);
+            sqlite3_reset(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        }
+    }
+    int64_t entry_id = 0;
+    if (rc == SQLITE_OK) {
+        sqlite3_stmt *st = stmt(s, ST_INS_ENTRY);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_text(st, 1, a->key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, a->kind, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 3, mf.device, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 4, mf.tag, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 5, mf.created);
+            sqlite3_bind_int64(st, 6, now_us(s));
+            sqlite3_bind_text(st, 7, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 8, blob);
+            rc = step_retry(st);
+            sqlite3_reset(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+            entry_id = sqlite3_last_insert_rowid(s->db);
+        }
+    }
+    free(z);
+    if (rc == SQLITE_OK && s->opts.max_size) {
+        what = "evicting for";
+        uint64_t evicted = 0;
+        bool met = false;
+        rc = apply_pending(s);
+        if (rc == SQLITE_OK) {
+            s->ntouch = 0;
+            s->hits = s->misses = 0;
+            rc = evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
+        }
+        if (rc == SQLITE_OK && !met) {
+            rollback_write(s);
+            return kc_err_set(err, KC_ERR_FULL,
+                              "cannot store %s: %zu bytes compressed exceed the store limit of "
+                              "%llu bytes",
+                              a->key, zlen, (unsigned long long)s->opts.max_size);
+        }
+        if (rc == SQLITE_OK)
+            rc = add_counter(s, "evictions", (int64_t)evicted);
+    }
+    if (rc != SQLITE_OK) {
+        char m[128];
+        snprintf(m, sizeof m, "%s %s", what, a->key);
+        code = db_err(s, err, rc, m);
+        rollback_write(s);
+        return code;
+    }
+    if ((code = commit_write(s, err)) != KC_OK) {
+        kc_err_prefix(err, "storing %s", a->key);
+        return code;
+    }
+    if (created)
+        *created = true;
+    return KC_OK;
+}
+
+kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, false, created, err);
+}
+
+kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, true, created, err);
+}
+
+kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
+                              bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    kc_artifact a;
+    kc_code code = kc_envelope_decode(env, len, &a, err);
+    if (code != KC_OK) {
+        if (expected_key)
+            kc_err_prefix(err, "envelope for %.80s", expected_key);
+        return code;
+    }
+    if (expected_key && strcmp(expected_key, a.key) != 0) {
+        code = kc_err_set(err, KC_ERR_INVALID, "envelope carries key %s, expected %.80s", a.key,
+                          expected_key);
+        kc_artifact_free(&a);
+        return code;
+    }
+    code = put_impl(s, &a, true, created, err);
+    kc_artifact_free(&a);
+    return code;
+}
+
+kc_code kc_store__batch_begin(kc_store *s, kc_err *err)
+{
+    if (s->batch)
+        return KC_OK;
+    kc_code code = begin_write(s, err);
+    if (code == KC_OK)
+        s->batch = true;
+    return code;
+}
+
+kc_code kc_store__batch_end(kc_store *s, bool commit, kc_err *err)
+{
+    if (!s->batch)
+        return KC_OK;
+    s->batch = false;
+    if (!commit) {
+        rollback_write(s);
+        return KC_OK;
+    }
+    return commit_write(s, err);
+}
+
+/* ---- quarantine ------------------------------------------------------ */
+
+/* Moves every entry using blob into quarantine and deletes the blob. */
+static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
+{
+    if (s->opts.read_only || s->batch)
+        return;
+    if (begin_write(s, NULL) != KC_OK)
+        return;
+    int64_t zsize = -1;
+    sqlite3_stmt *st = stmt(s, ST_BLOB_ZSIZE);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    if (st) {
+        sqlite3_bind_int64(st, 1, blob);
+        rc = step_retry(st);
+        if (rc == SQLITE_ROW)
+            zsize = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && zsize < 0) { /* someone else already quarantined it */
+        commit_write(s, NULL);
+        return;
+    }
+    int n = 0;
+    if (rc == SQLITE_OK && (st = stmt(s, ST_QUARANTINE))) {
+        sqlite3_bind_int64(st, 1, blob);
+        sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (int64_t)time(NULL));
+        rc = step_retry(st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        n = sqlite3_changes(s->db);
+    }
+    if (rc == SQLITE_OK && (st = stmt(s, ST_DEL_ENTRIES_OF_BLOB))) {
+        sqlite3_bind_int64(st, 1, blob);
+        rc = step_retry(st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && (st = stmt(s, ST_DEL_BLOB))) {
+        sqlite3_bind_int64(st, 1, blob);
+        rc = step_retry(st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK)
+        rc = add_counter(s, "stored_bytes", -zsize);
+    if (rc == SQLITE_OK)
+        rc = add_counter(s, "corrupt", n);
+    if (rc == SQLITE_OK)
+        commit_write(s, NULL);
+    else
+        rollback_write(s);
+}
+
+/* ---- get ------------------------------------------------------------- */
+
+enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD };
+
+/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
+static size_t raw_frame_bound(size_t n)
+{
+    return 4 + 1 + 4 + 3 * (n / (128 * 1024) + 1) + n;
+}
+
+/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
+ * magic, a single-segment header with a 4-byte content size, then blocks of
+ * at most 128 KiB. Much cheaper than compressing a small envelope header,
+ * and any zstd decoder reads it. Returns the frame length. */
+static size_t raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    size_t o = 0;
+    memcpy(dst, magic, 4);
+    o += 4;
+    dst[o++] = 0xA0; /* FCS_flag = 2 (4 bytes), Single_Segment = 1 */
+    for (int i = 0; i < 4; i++)
+        dst[o++] = (uint8_t)((uint32_t)n >> (8 * i));
+    size_t off = 0;
+    do {
+        size_t b = n - off > 128 * 1024 ? 128 * 1024 : n - off;
+        uint32_t last = off + b == n ? 1u : 0u;
+        uint32_t bh = last | (0u << 1) | ((uint32_t)b << 3); /* Block_Type 0 = raw */
+        dst[o++] = (uint8_t)bh;
+        dst[o++] = (uint8_t)(bh >> 8);
+        dst[o++] = (uint8_t)(bh >> 16);
+        memcpy(dst + o, src + off, b);
+        o += b;
+        off += b;
+    } while (off < n);
+    return o;
+}
+
+typedef struct read_out {
+    kc_artifact *a;  /* READ_ARTIFACT */
+    uint8_t **buf;   /* READ_ENVELOPE / READ_ZSTD */
+    size_t *len;     /* envelope or zstd stream length */
+    size_t *env_len; /* READ_ZSTD */
+} read_out;
+
+static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
+                          read_out *o, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    sqlite3_stmt *st = stmt(s, ST_GET);
+    if (!st)
+        return db_err(s, err, sqlite3_errcode(s->db), "preparing read");
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = step_retry(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(st);
+        if (count)
+            note_access(s, 0, false);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    if (rc != SQLITE_ROW) {
+        kc_code c = db_err(s, err, rc, "reading");
+        sqlite3_reset(st);
+        return kc_err_prefix(err, "%s", key), c;
+    }
+    int64_t id = sqlite3_column_int64(st, 0);
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    int64_t blob = sqlite3_column_int64(st, 3);
+    const void *sha = sqlite3_column_blob(st, 4);
+    int sha_len = sqlite3_column_bytes(st, 4);
+    int64_t size = sqlite3_column_int64(st, 5);
+    uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    const void *z = sqlite3_column_blob(st, 7);
+    size_t zlen = (size_t)sqlite3_column_bytes(st, 7);
+    const char *reason = NULL;
+    kc_code code = KC_OK;
+    uint8_t *buf = NULL;
+    uint8_t *payload = NULL;
+    size_t hlen = 0, klen = kind ? strlen(kind) : 0, mlen = meta ? strlen(meta) : 0;
+
+    if (!kind || !meta || sha_len != KC_SHA256_LEN || size < 0 || klen == 0 || klen > KC_KIND_MAX ||
+        mlen > KC_META_MAX || (uint64_t)size > KC_PAYLOAD_MAX) {
+        reason = "malformed row";
+        goto corrupt;
+    }
+    hlen = kc_envelope_header_size(klen, mlen);
+    if (mode == READ_ZSTD) {
+        if (XXH3_64bits(z, zlen) != xxh) {
+            reason = "compressed bytes fail their checksum";
+            goto corrupt;
+        }
+        unsigned long long fcs = ZSTD_getFrameContentSize(z, zlen);
+        if (fcs != (unsigned long long)size || ZSTD_findFrameCompressedSize(z, zlen) != zlen) {
+            reason = "stored frame does not match its size";
+            goto corrupt;
+        }
+        uint8_t *hdr = malloc(hlen);
+        buf = hdr ? malloc(raw_frame_bound(hlen) + zlen) : NULL;
+        if (!buf) {
+            free(hdr);
+            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+            goto out;
+        }
+        kc_envelope_write_header(hdr, key, kind, meta, (uint64_t)size, sha);
+        size_t hz = raw_frame(buf, hdr, hlen);
+        free(hdr);
+        memcpy(buf + hz, z, zlen);
+        *o->buf = buf;
+        *o->len = hz + zlen;
+        *o->env_len = hlen + (size_t)size;
+        buf = NULL;
+        goto out;
+    }
+    /* decompress into place and verify the content hash */
+    if (mode == READ_ENVELOPE) {
+        buf = malloc(hlen + (size_t)size);
+        payload = buf ? buf + hlen : NULL;
+    } else {
+        buf = malloc(size ? (size_t)size : 1);
+        payload = buf;
+    }
+    if (!buf) {
+        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+        goto out;
+    }
+    size_t got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
+    if (ZSTD_isError(got) || got != (size_t)size) {
+        reason = "payload does not decompress";
+        goto corrupt;
+    }
+    uint8_t digest[KC_SHA256_LEN];
+    store_sha(s, payload, (size_t)size, digest);
+    if (memcmp(digest, sha, KC_SHA256_LEN) != 0) {
+        reason = "payload fails its SHA-256";
+        goto corrupt;
+    }
+    if (mode == READ_ENVELOPE) {
+        kc_envelope_write_header(buf, key, kind, meta, (uint64_t)size, sha);
+        *o->buf = buf;
+        *o->len = hlen + (size_t)size;
+        buf = NULL;
+    } else {
+        kc_artifact *a = o->a;
+        memset(a, 0, sizeof *a);
+        a->meta = strdup(meta);
+        if (!a->meta) {
+            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+            goto out;
+        }
+        memcpy(a->key, key, KC_KEY_HEX_LEN + 1);
+        memcpy(a->kind, kind, klen + 1);
+        memcpy(a->payload_sha, sha, KC_SHA256_LEN);
+        a->payload = buf;
+        a->payload_len = (size_t)size;
+        buf = NULL;
+    }
+    goto out;
+
+corrupt:
+    sqlite3_reset(st);
+    free(buf);
+    quarantine_blob(s, blob, reason);
+    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
+                      reason);
+out:
+    sqlite3_reset(st);
+    free(buf);
+    if (code == KC_OK && count)
+        note_access(s, id, true);
+    return code;
+}
+
+kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err)
+{
+    memset(a, 0, sizeof *a);
+    read_out o = {.a = a};
+    return read_entry(s, key, READ_ARTIFACT, true, &o, err);
+}
+
+kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len, kc_err *err)
+{
+    *env = NULL;
+    *len = 0;
+    read_out o = {.buf = env, .len = len};
+    return read_entry(s, key, READ_ENVELOPE, true, &o, err);
+}
+
+kc_code kc_store__read_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
+                                kc_err *err)
+{
+    *env = NULL;
+    *len = 0;
+    read_out o = {.buf = env, .len = len};
+    return read_entry(s, key, READ_ENVELOPE, false, &o, err);
+}
+
+kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
+                          size_t *env_len, kc_err *err)
+{
+    *zbuf = NULL;
+    *zlen = 0;
+    *env_len = 0;
+    read_out o = {.buf = zbuf, .len = zlen, .env_len = env_len};
+    return read_entry(s, key, READ_ZSTD, true, &o, err);
+}
+
+kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    bool exists;
+    int rc = entry_exists(s, key, &exists);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "looking up");
+    return exists ? KC_OK : kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+}
+
+kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    kc_code code = begin_write(s, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st = stmt(s, ST_ENTRY_BY_KEY);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    int64_t id = 0, blob = 0;
+    bool found = false;
+    if (st) {
+        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+        rc = step_retry(st);
+        if (rc == SQLITE_ROW) {
+            found = true;
+            id = sqlite3_column_int64(st, 0);
+            blob = sqlite3_column_int64(st, 1);
+        }
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && !found) {
+        rollback_write(s);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    int64_t freed;
+    if (rc == SQLITE_OK)
+        rc = drop_entry(s, id, blob, &freed);
+    if (rc != SQLITE_OK) {
+        code = db_err(s, err, rc, "deleting");
+        rollback_write(s);
+        return kc_err_prefix(err, "%s", key), code;
+    }
+    return commit_write(s, err);
+}
+
+/* ---- list, stats, gc, verify ----------------------------------------- */
+
+/* Appends " AND ..." clauses for f to sql and returns the next parameter. */
+static void filter_sql(const kc_filter *f, const char *prefix, char *sql, size_t cap)
+{
+    size_t n = strlen(sql);
+    if (!f)
+        return;
+    if (f->kind && *f->kind)
+        n += (size_t)snprintf(sql + n, cap - n, " AND %skind = :kind", prefix);
+    if (f->device && *f->device)
+        n += (size_t)snprintf(sql + n, cap - n, " AND %sdevice = :device", prefix);
+    if (f->tag && *f->tag)
+        n += (size_t)snprintf(sql + n, cap - n, " AND %stag = :tag", prefix);
+    if (f->since)
+        snprintf(sql + n, cap - n, " AND %screated >= :since", prefix);
+}
+
+static void filter_bind(sqlite3_stmt *st, const kc_filter *f)
+{
+    if (!f)
+        return;
+    int i;
+    if ((i = sqlite3_bind_parameter_index(st, ":kind")))
+        sqlite3_bind_text(st, i, f->kind, -1, SQLITE_STATIC);
+    if ((i = sqlite3_bind_parameter_index(st, ":device")))
+        sqlite3_bind_text(st, i, f->device, -1, SQLITE_STATIC);
+    if ((i = sqlite3_bind_parameter_index(st, ":tag")))
+        sqlite3_bind_text(st, i, f->tag, -1, SQLITE_STATIC);
+    if ((i = sqlite3_bind_parameter_index(st, ":since")))
+        sqlite3_bind_int64(st, i, f->since);
+}
+
+kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err)
+{
+    char sql[1024] = "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, e.created, e.atime "
+                     "FROM entries e JOIN blobs b ON b.id = e.blob WHERE 1";
+    filter_sql(f, "e.", sql, sizeof sql);
+    strncat(sql, " ORDER BY e.key", sizeof sql - strlen(sql) - 1);
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "listing");
+    filter_bind(st, f);
+    for (int attempt = 0;; attempt++) {
+        rc = sqlite3_step(st);
+        if (is_busy(rc) && attempt < 100) { /* only possible before the first row */
+            sqlite3_reset(st);
+            backoff(attempt);
+            continue;
+        }
+        if (rc != SQLITE_ROW)
+            break;
+        kc_entry_info info;
+        memset(&info, 0, sizeof info);
+        snprintf(info.key, sizeof info.key, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(info.kind, sizeof info.kind, "%s", (const char *)sqlite3_column_text(st, 1));
+        info.device = (const char *)sqlite3_column_text(st, 2);
+        info.tag = (const char *)sqlite3_column_text(st, 3);
+        info.size = (uint64_t)sqlite3_column_int64(st, 4);
+        info.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+        info.created = sqlite3_column_int64(st, 6);
+        info.atime = sqlite3_column_int64(st, 7) / 1000000;
+        if (fn && fn(&info, ctx) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    kc_code code = rc == SQLITE_DONE ? KC_OK : db_err(s, err, rc, "listing");
+    sqlite3_finalize(st);
+    return code;
+}
+
+kc_code kc_store__page(kc_store *s, const kc_filter *f, int64_t after, size_t cap, int64_t *ids,
+                       char (*keys)[KC_KEY_HEX_LEN + 1], size_t *n, kc_err *err)
+{
+    *n = 0;
+    char sql[768] = "SELECT id, key FROM entries WHERE id > :after";
+    filter_sql(f, "", sql, sizeof sql);
+    size_t l = strlen(sql);
+    snprintf(sql + l, sizeof sql - l, " ORDER BY id LIMIT %zu", cap);
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "paging entries");
+    sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":after"), after);
+    filter_bind(st, f);
+    for (int attempt = 0;; attempt++) {
+        rc = sqlite3_step(st);
+        if (is_busy(rc) && *n == 0 && attempt < 100) {
+            sqlite3_reset(st);
+            backoff(attempt);
+            continue;
+        }
+        if (rc != SQLITE_ROW || *n >= cap)
+            break;
+        ids[*n] = sqlite3_column_int64(st, 0);
+        snprintf(keys[*n], KC_KEY_HEX_LEN + 1, "%s", (const char *)sqlite3_column_text(st, 1));
+        (*n)++;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return db_err(s, err, rc, "paging entries");
+    return KC_OK;
+}
+
+kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *err)
+{
+    char sql[768] = "SELECT DISTINCT device FROM entries WHERE device <> ''";
+    filter_sql(f, "", sql, sizeof sql);
+    strncat(sql, " ORDER BY device", sizeof sql - strlen(sql) - 1);
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "listing devices");
+    filter_bind(st, f);
+    while ((rc = step_retry(st)) == SQLITE_ROW)
+        json_array_append_new(arr, json_string((const char *)sqlite3_column_text(st, 0)));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? KC_OK : db_err(s, err, rc, "listing devices");
+}
+
+static int query_u64(kc_store *s, const char *sql, uint64_t *v)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = step_retry(st);
+    *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
+{
+    memset(out, 0, sizeof *out);
+    kc_store_flush(s, NULL);                     /* so this process's own hits count too */
+    uint64_t hits = s->hits, misses = s->misses; /* left pending when read-only */
+    int rc = query_u64(s, "SELECT COUNT(*) FROM entries", &out->entries);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT COUNT(*) FROM blobs", &out->blobs);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s,
+                       "SELECT COALESCE(SUM(b.size), 0) FROM entries e JOIN blobs b "
+                       "ON b.id = e.blob",
+                       &out->logical_bytes);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT COALESCE(SUM(zsize), 0) FROM blobs", &out->stored_bytes);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT value FROM counters WHERE name = 'hits'", &out->hits);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT value FROM counters WHERE name = 'misses'", &out->misses);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT value FROM counters WHERE name = 'evictions'", &out->evictions);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT value FROM counters WHERE name = 'corrupt'", &out->corrupt);
+    if (rc == SQLITE_OK)
+        rc = query_u64(s, "SELECT COUNT(*) FROM quarantine", &out->quarantined);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "reading statistics");
+    out->hits += hits;
+    out->misses += misses;
+    struct stat sb;
+    if (stat(s->db_path, &sb) == 0)
+        out->file_bytes += (uint64_t)sb.st_size;
+    char wal[4096];
+    snprintf(wal, sizeof wal, "%s-wal", s->db_path);
+    if (stat(wal, &sb) == 0)
+        out->file_bytes += (uint64_t)sb.st_size;
+    return KC_OK;
+}
+
+kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err)
+{
+    uint64_t total = 0;
+    if (evicted)
+        *evicted = 0;
+    kc_code code = kc_store_flush(s, err);
+    if (code != KC_OK)
+        return code;
+    for (;;) {
+        /* short transactions so other writers are never blocked for long */
+        if ((code = begin_write(s, err)) != KC_OK)
+            return code;
+        uint64_t n = 0;
+        bool met = false;
+        int rc = evict_to(s, max_size, 0, &n, &met, 4);
+        if (rc == SQLITE_OK)
+            rc = add_counter(s, "evictions", (int64_t)n);
+        if (rc == SQLITE_OK && met) {
+            sqlite3_stmt *st;
+            rc = sqlite3_prepare_v2(s->db, "DELETE FROM quarantine", -1, &st, NULL);
+            if (rc == SQLITE_OK) {
+                rc = step_retry(st);
+                rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+                sqlite3_finalize(st);
+            }
+        }
+        if (rc != SQLITE_OK) {
+            code = db_err(s, err, rc, "collecting garbage");
+            rollback_write(s);
+            return code;
+        }
+        if ((code = commit_write(s, err)) != KC_OK)
+            return code;
+        total += n;
+        if (evicted)
+            *evicted = total;
+        if (met || n == 0)
+            break;
+    }
+    exec_retry(s->db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    return KC_OK;
+}
+
+typedef struct bad_blob {
+    int64_t id;
+    const char *reason;
+} bad_blob;
+
+static int report_blob_entries(kc_store *s, int64_t blob, kc_entry_fn fn, void *ctx, uint64_t *bad)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, "
+                                "e.created, e.atime FROM entries e JOIN blobs b ON b.id = e.blob "
+                                "WHERE e.blob = ?1 ORDER BY e.key",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_bind_int64(st, 1, blob);
+    while ((rc = step_retry(st)) == SQLITE_ROW) {
+        (*bad)++;
+        if (!fn)
+            continue;
+        kc_entry_info info;
+        memset(&info, 0, sizeof info);
+        snprintf(info.key, sizeof info.key, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(info.kind, sizeof info.kind, "%s", (const char *)sqlite3_column_text(st, 1));
+        info.device = (const char *)sqlite3_column_text(st, 2);
+        info.tag = (const char *)sqlite3_column_text(st, 3);
+        info.size = (uint64_t)sqlite3_column_int64(st, 4);
+        info.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+        info.created = sqlite3_column_int64(st, 6);
+        info.atime = sqlite3_column_int64(st, 7) / 1000000;
+        fn(&info, ctx);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checked, uint64_t *bad,
+                        kc_err *err)
+{
+    uint64_t nchecked = 0, nbad = 0;
+    bad_blob *bads = NULL;
+    size_t nbads = 0, capbads = 0;
+    kc_code code = KC_OK;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT b.id, b.sha, b.size, b.xxh, b.data, b.refs FROM blobs b "
+                                "WHERE b.id > ?1 ORDER BY b.id LIMIT 256",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "verifying");
+    int64_t after = 0;
+    size_t cap = 0;
+    uint8_t *buf = NULL;
+    for (;;) {
+        sqlite3_bind_int64(st, 1, after);
+        int rows = 0;
+        while ((rc = step_retry(st)) == SQLITE_ROW) {
+            rows++;
+            int64_t id = sqlite3_column_int64(st, 0);
+            after = id;
+            const void *sha = sqlite3_column_blob(st, 1);
+            int sha_len = sqlite3_column_bytes(st, 1);
+            int64_t size = sqlite3_column_int64(st, 2);
+            uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 3);
+            const void *z = sqlite3_column_blob(st, 4);
+            size_t zlen = (size_t)sqlite3_column_bytes(st, 4);
+            nchecked += (uint64_t)sqlite3_column_int64(st, 5);
+            const char *reason = NULL;
+            if (sha_len != KC_SHA256_LEN || size < 0 || (uint64_t)size > KC_PAYLOAD_MAX) {
+                reason = "malformed row";
+            } else if (XXH3_64bits(z, zlen) != xxh) {
+                reason = "compressed bytes fail their checksum";
+            } else {
+                if ((size_t)size + 1 > cap) {
+                    free(buf);
+                    cap = (size_t)size + 1;
+                    buf = malloc(cap);
+                    if (!buf) {
+                        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory verifying");
+                        goto done;
+                    }
+                }
+                size_t got = ZSTD_decompressDCtx(s->dctx, buf, (size_t)size, z, zlen);
+                uint8_t d[KC_SHA256_LEN];
+                if (ZSTD_isError(got) || got != (size_t)size) {
+                    reason = "payload does not decompress";
+                } else {
+                    store_sha(s, buf, (size_t)size, d);
+                    if (memcmp(d, sha, KC_SHA256_LEN) != 0)
+                        reason = "payload fails its SHA-256";
+                }
+            }
+            if (reason) {
+                if (nbads == capbads) {
+                    capbads = capbads ? capbads * 2 : 16;
+                    bad_blob *nb = realloc(bads, capbads * sizeof *bads);
+                    if (!nb) {
+                        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory verifying");
+                        goto done;
+                    }
+                    bads = nb;
+                }
+                bads[nbads++] = (bad_blob){id, reason};
+            }
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            code = db_err(s, err, rc, "verifying");
+            goto done;
+        }
+        if (rows == 0)
+            break;
+    }
+    for (size_t i = 0; i < nbads; i++) {
+        rc = report_blob_entries(s, bads[i].id, fn, ctx, &nbad);
+        if (rc != SQLITE_OK) {
+            code = db_err(s, err, rc, "verifying");
+            goto done;
+        }
+        quarantine_blob(s, bads[i].id, bads[i].reason);
+    }
+    {
+        sqlite3_stmt *ic;
+        rc = sqlite3_prepare_v2(s->db, "PRAGMA integrity_check", -1, &ic, NULL);
+        if (rc == SQLITE_OK) {
+            rc = step_retry(ic);
+            const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(ic, 0) : NULL;
+            if (rc == SQLITE_ROW && res && strcmp(res, "ok") != 0)
+                code = kc_err_set(err, KC_ERR_CORRUPT, "store %s fails its integrity check: %s",
+                                  s->db_path, res);
+            else if (rc != SQLITE_ROW)
+                code = db_err(s, err, rc, "integrity check");
+            sqlite3_finalize(ic);
+        } else {
+            code = db_err(s, err, rc, "integrity check");
+        }
+    }
+done:
+    sqlite3_finalize(st);
+    free(buf);
+    free(bads);
+    if (checked)
+        *checked = nchecked;
+    if (bad)
+        *bad = nbad;
+    return code;
+}

@@ -1,0 +1,785 @@
+/*
+ * kc_remote_bulk.c - the two bulk operations of the remote client: pull (one
+ * streamed GET /v1/bundle fed into the store's importer as bytes arrive, so
+ * memory stays bounded) and push (ask which keys the server lacks, then PUT
+ * those in parallel over a curl multi with a bounded number of transfers).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_remote_internal.h"
+#include "kc_util.h"
+
+/* ------------------------------------------------------------------ pull -- */
+
+/* Follows the bundle's record framing (kc_bundle.h) alongside the importer,
+ * only to count artifacts for the progress display; the importer alone
+ * decides what is valid. */
+typedef struct frame_counter {
+    int phase;        /* 0 fixed header, 1 header JSON, 2 record head, 3 record body, 4 done */
+    uint8_t head[16]; /* fixed header or record head being assembled */
+    size_t have;
+    uint64_t skip;
+    uint8_t type;
+    uint64_t records;
+} frame_counter;
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void frames_feed(frame_counter *fc, const uint8_t *p, size_t n)
+{
+    while (n > 0 && fc->phase != 4) {
+        if (fc->phase == 0 || fc->phase == 2) {
+            size_t need = fc->phase == 0 ? 16 : 9;
+            size_t take = need - fc->have < n ? need - fc->have : n;
+            memcpy(fc->head + fc->have, p, take);
+            fc->have += take;
+            p += take;
+            n -= take;
+            if (fc->have < need)
+                return;
+            fc->have = 0;
+            if (fc->phase == 0) {
+                fc->skip = (uint64_t)fc->head[12] | (uint64_t)fc->head[13] << 8 |
+                           (uint64_t)fc->head[14] << 16 | (uint64_t)fc->head[15] << 24;
+                fc->phase = 1;
+            } else {
+                fc->type = fc->head[0];
+                fc->skip = le64(fc->head + 1);
+                fc->phase = 3;
+            }
+        } else {
+            uint64_t take = fc->skip < n ? fc->skip : n;
+            fc->skip -= take;
+            p += take;
+            n -= (size_t)take;
+            if (fc->skip == 0) {
+                if (fc->phase == 3 && fc->type == 1)
+                    fc->records++;
+                fc->phase = (fc->phase == 3 && fc->type == 0xFF) ? 4 : 2;
+            }
+        }
+    }
+}
+
+typedef struct pull_ctx {
+    kc_remote *r;
+    CURL *h;
+    kc_bundle_import *im;
+    kc_code irc;
+    kc_err ierr;
+    int decided; /* 0 unknown, 1 bundle (200), 2 error body */
+    kc_rbuf errbody;
+    uint64_t bytes;
+    frame_counter fc;
+    uint64_t total; /* artifacts announced by the server, 0 unknown */
+    kc_remote_progress_fn progress;
+    void *pctx;
+    double last_report;
+    uint64_t last_records;
+    uint8_t *buf; /* PULL_FEED_CHUNK bytes not yet fed */
+    size_t blen;
+    double last_feed;
+} pull_ctx;
+
+/* Bytes handed to the importer at once. libcurl delivers a chunked response
+ * in the server's chunk sizes (often 16-32 KiB); the importer commits once
+ * per feed, so coalescing into larger feeds means fewer, larger store
+ * transactions (7x faster on small artifacts). Data never waits longer than
+ * 100 ms here. */
+#define PULL_FEED_CHUNK (1u << 20)
+
+/* Feeds the coalesced bytes to the importer; false on an import error
+ * (pc->irc, pc->ierr). */
+static bool pull_flush(pull_ctx *pc)
+{
+    if (pc->blen == 0)
+        return true;
+    pc->irc = kc_bundle_import_feed(pc->im, pc->buf, pc->blen, &pc->ierr);
+    if (pc->irc == KC_OK)
+        frames_feed(&pc->fc, pc->buf, pc->blen);
+    pc->blen = 0;
+    pc->last_feed = kc_now();
+    return pc->irc == KC_OK;
+}
+
+static size_t pull_header(char *buf, size_t size, size_t nitems, void *ctx)
+{
+    pull_ctx *pc = ctx;
+    size_t n = size * nitems;
+    static const char name[] = "x-kcache-artifacts:";
+    if (n > sizeof name && strncasecmp(buf, name, sizeof name - 1) == 0)
+        pc->total = strtoull(buf + sizeof name - 1, NULL, 10);
+    return n;
+}
+
+static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    pull_ctx *pc = ctx;
+    size_t n = size * nmemb;
+    if (!pc->decided) {
+        long status = 0;
+        curl_easy_getinfo(pc->h, CURLINFO_RESPONSE_CODE, &status);
+        pc->decided = status == 200 ? 1 : 2;
+    }
+    if (pc->decided == 2) {
+        pc->errbody.limit = 16384;
+        pc->errbody.truncate_ok = true;
+        size_t room = pc->errbody.len < 16384 ? 16384 - pc->errbody.len : 0;
+        size_t take = n < room ? n : room;
+        if (take) {
+            if (pc->errbody.len + take + 1 > pc->errbody.cap) {
+                uint8_t *p = realloc(pc->errbody.data, 16385);
+                if (!p)
+                    return n;
+                pc->errbody.data = p;
+                pc->errbody.cap = 16385;
+            }
+            memcpy(pc->errbody.data + pc->errbody.len, ptr, take);
+            pc->errbody.len += take;
+            pc->errbody.data[pc->errbody.len] = 0;
+        }
+        return n;
+    }
+    pc->bytes += n;
+    const char *src = ptr;
+    size_t left = n;
+    while (left > 0) {
+        size_t take = PULL_FEED_CHUNK - pc->blen;
+        if (take > left)
+            take = left;
+        memcpy(pc->buf + pc->blen, src, take);
+        pc->blen += take;
+        src += take;
+        left -= take;
+        if (pc->blen == PULL_FEED_CHUNK && !pull_flush(pc))
+            return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+    }
+    double now = kc_now();
+    if (pc->blen && now - pc->last_feed >= 0.1 && !pull_flush(pc))
+        return 0;
+    /* Reported at each completed artifact and at least every 100 ms; the
+     * caller throttles its display. */
+    if (pc->progress) {
+        if (pc->fc.records != pc->last_records || now - pc->last_report >= 0.1) {
+            pc->last_report = now;
+            pc->last_records = pc->fc.records;
+            pc->progress(pc->fc.records, pc->total, pc->bytes, pc->pctx);
+        }
+    }
+    return n;
+}
+
+static kc_code append(char **buf, size_t *len, size_t *cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *p = realloc(*buf, c);
+        if (!p)
+            return KC_ERR_NOMEM;
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+    return KC_OK;
+}
+
+static kc_code append_param(CURL *h, char **buf, size_t *len, size_t *cap, bool *first,
+                            const char *name, const char *value)
+{
+    char *esc = curl_easy_escape(h, value, 0);
+    if (!esc)
+        return KC_ERR_NOMEM;
+    kc_code rc = append(buf, len, cap, *first ? "?" : "&");
+    if (rc == KC_OK)
+        rc = append(buf, len, cap, name);
+    if (rc == KC_OK)
+        rc = append(buf, len, cap, "=");
+    if (rc == KC_OK)
+        rc = append(buf, len, cap, esc);
+    curl_free(esc);
+    *first = false;
+    return rc;
+}
+
+char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
+{
+    char *u = NULL;
+    size_t len = 0, cap = 0;
+    bool first = true;
+    kc_code rc = append(&u, &len, &cap, r->base);
+    if (rc == KC_OK)
+        rc = append(&u, &len, &cap, "/v1/bundle");
+    if (rc == KC_OK && (!device || !*device) && f && f->device && *f->device)
+        device = f->device;
+    if (rc == KC_OK && device && *device)
+        rc = append_param(r->easy, &u, &len, &cap, &first, "device", device);
+    if (rc == KC_OK && f && f->kind && *f->kind)
+        rc = append_param(r->easy, &u, &len, &cap, &first, "kind", f->kind);
+    if (rc == KC_OK && f && f->tag && *f->tag)
+        rc = append_param(r->easy, &u, &len, &cap, &first, "tag", f->tag);
+    if (rc == KC_OK && f && f->since > 0) {
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)f->since);
+        rc = append_param(r->easy, &u, &len, &cap, &first, "since", num);
+    }
+    if (rc != KC_OK) {
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+/* Progress across several device streams: offsets of the streams before. */
+typedef struct pull_progress {
+    kc_remote_progress_fn fn;
+    void *ctx;
+    uint64_t done0, bytes0;
+} pull_progress;
+
+static void pull_progress_fn(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
+{
+    pull_progress *pp = ctx;
+    pp->fn(pp->done0 + done, total ? pp->done0 + total : 0, pp->bytes0 + bytes, pp->ctx);
+}
+
+/* One streamed GET of url into s. */
+static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_progress_fn progress,
+                        void *pctx, kc_bundle_stats *st, kc_err *err)
+{
+    if (atomic_load(&r->offline))
+        return kc_remote_offline_error(r, "GET", url, err);
+    kc_code rc = KC_OK;
+    for (int attempt = 0;; attempt++) {
+        pull_ctx pc = {.r = r, .h = r->easy, .progress = progress, .pctx = pctx};
+        if (!(pc.buf = malloc(PULL_FEED_CHUNK))) {
+            rc = kc_err_set(err, KC_ERR_NOMEM, "pulling %s: out of memory", url);
+            break;
+        }
+        pc.last_feed = kc_now();
+        rc = kc_bundle_import_begin(s, &pc.im, err);
+        if (rc != KC_OK) {
+            free(pc.buf);
+            break;
+        }
+        kc_req q = {.method = "GET",
+                    .url = (char *)url,
+                    .accept_zstd = true,
+                    .stream = true,
+                    .write_fn = pull_write,
+                    .write_ctx = &pc};
+        kc_remote_setup(r, r->easy, &q);
+        curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, pull_header);
+        curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, &pc);
+        CURLcode cc = curl_easy_perform(r->easy);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && q.stalled > 0) {
+            /* a stalled server is a timeout, with its own words */
+            snprintf(q.errbuf, sizeof q.errbuf, "no data from the server for %.0f s%s", q.stalled,
+                     pc.bytes ? " in the middle of the bundle" : "");
+            cc = CURLE_OPERATION_TIMEDOUT;
+        }
+        /* Whatever arrived is imported, also from a broken transfer: its
+         * complete artifacts are kept, a partial one is dropped. */
+        if (pc.decided == 1 && pc.irc == KC_OK)
+            pull_flush(&pc);
+        free(pc.buf);
+        pc.buf = NULL;
+        /* Once bytes reached the importer a retry would start a new stream;
+         * report the break instead and let the user pull again (idempotent). */
+        q.no_retry = pc.bytes > 0;
+        q.resp = pc.errbody;
+        pc.errbody = (kc_rbuf){0};
+        if (pc.irc != KC_OK) {
+            rc = kc_err_set(err, pc.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
+                            pc.ierr.msg, (unsigned long long)pc.fc.records);
+            kc_bundle_import_free(pc.im);
+            kc_rbuf_free(&q.resp);
+            break;
+        }
+        kc_err cerr = {0};
+        kc_outcome o = kc_remote_classify(r, r->easy, &q, cc, attempt, &cerr);
+        if (o == KC_OUT_RETRY) {
+            kc_bundle_import_free(pc.im);
+            kc_rbuf_free(&q.resp);
+            kc_remote_backoff(attempt);
+            continue;
+        }
+        if (o == KC_OUT_FAIL) {
+            if (pc.bytes > 0)
+                rc = kc_err_set(err, KC_ERR_REMOTE,
+                                "pulling %s: the transfer broke after %llu bytes (%s); kept "
+                                "%llu complete verified artifact(s), nothing partial; pull "
+                                "again to finish",
+                                url, (unsigned long long)pc.bytes, cerr.msg,
+                                (unsigned long long)pc.fc.records);
+            else
+                rc = kc_err_set(err, cerr.code, "%s", cerr.msg);
+        } else if (q.status != 200) {
+            rc = kc_remote_http_error(r, &q, err);
+        } else {
+            kc_bundle_stats bs = {0};
+            rc = kc_bundle_import_finish(pc.im, &bs, err);
+            if (rc != KC_OK) {
+                kc_err_prefix(err, "pulling %s", url);
+            } else {
+                *st = bs;
+                if (progress)
+                    progress(bs.artifacts, pc.total ? pc.total : bs.artifacts, pc.bytes, pctx);
+            }
+        }
+        kc_bundle_import_free(pc.im);
+        kc_rbuf_free(&q.resp);
+        break;
+    }
+    return rc;
+}
+
+kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
+                       kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err)
+{
+    kc_bundle_stats total = {0};
+    if (st)
+        *st = total;
+    /* The server filters on one device per request: one stream per device
+     * (a single stream when one id, or none, is given). */
+    static const char *const no_device[] = {NULL, NULL};
+    const char *const *list = devices && devices[0] ? devices : no_device;
+    size_t ndev = devices && devices[0] ? 0 : 1;
+    if (!ndev)
+        while (list[ndev])
+            ndev++;
+    pull_progress pp = {.fn = progress, .ctx = pctx};
+    kc_code rc = KC_OK;
+    for (size_t i = 0; i < ndev && rc == KC_OK; i++) {
+        char *url = kc_remote_bundle_url(r, list[i], f);
+        if (!url)
+            return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
+        kc_bundle_stats one = {0};
+        rc = pull_one(r, s, url, progress ? pull_progress_fn : NULL, &pp, &one, err);
+        free(url);
+        total.artifacts += one.artifacts;
+        total.imported += one.imported;
+        total.present += one.present;
+        total.bytes += one.bytes;
+        pp.done0 = total.artifacts;
+        pp.bytes0 = total.bytes;
+    }
+    if (st)
+        *st = total;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ push -- */
+
+typedef struct key_list {
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    size_t n, cap;
+    bool nomem;
+} key_list;
+
+static int collect_key(const kc_entry_info *info, void *ctx)
+{
+    key_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        void *p = realloc(l->keys, cap * sizeof *l->keys);
+        if (!p) {
+            l->nomem = true;
+            return 1;
+        }
+        l->keys = p;
+        l->cap = cap;
+    }
+    memcpy(l->keys[l->n++], info->key, KC_KEY_HEX_LEN + 1);
+    return 0;
+}
+
+/* ----------------------------------------------- the parallel engine -- */
+
+/* One transfer slot of the curl multi: an easy handle kept (with its
+ * connection) across the items it carries. */
+typedef struct slot {
+    CURL *h;
+    bool busy;
+    size_t idx; /* the item being transferred */
+    int attempt;
+    double retry_at; /* > 0: waiting to be re-added */
+    uint8_t *env;    /* request body owned by the slot (push) */
+    size_t env_len;
+    kc_req q;
+} slot;
+
+/* What a parallel run does per item. */
+typedef struct xfer_ops {
+    /* Fills sl->q (method, url: malloc'd, body...) for item idx. An error
+     * counts as a failed item; KC_ERR_NOT_FOUND skips it silently. */
+    kc_code (*prepare)(void *ctx, size_t idx, slot *sl, kc_err *err);
+    /* An HTTP answer arrived for item idx (sl->q.status, sl->q.resp).
+     * Returns KC_OK or the item's error. */
+    kc_code (*finish)(void *ctx, size_t idx, slot *sl, kc_err *err);
+    void *ctx;
+    const char *what; /* "upload(s)" ... for the summary message */
+    uint64_t *bytes;  /* progress: bytes moved so far (may be NULL) */
+} xfer_ops;
+
+static void slot_release(slot *sl)
+{
+    free(sl->env);
+    sl->env = NULL;
+    sl->env_len = 0;
+    free(sl->q.url);
+    kc_rbuf_free(&sl->q.resp);
+    memset(&sl->q, 0, sizeof sl->q);
+    sl->busy = false;
+    sl->retry_at = 0;
+}
+
+static void slot_launch(kc_remote *r, CURLM *m, slot *sl)
+{
+    kc_rbuf_free(&sl->q.resp);
+    sl->q.resp.limit = sl->q.resp_limit;
+    sl->q.resp.truncate_ok = sl->q.resp_truncate;
+    kc_remote_setup(r, sl->h, &sl->q);
+    curl_multi_add_handle(m, sl->h);
+}
+
+/* Runs items 0..n-1 through ops with r->concurrency transfers at once on one
+ * curl multi, retrying per kc_remote_classify. Stops early on auth failures
+ * or when the handle goes offline; other per-item failures are counted and
+ * the first is reported after the rest finished. */
+static kc_code run_parallel(kc_remote *r, size_t n, const xfer_ops *ops,
+                            kc_remote_progress_fn progress, void *pctx, uint64_t base_done,
+                            uint64_t total, kc_err *err)
+{
+    if (n == 0)
+        return KC_OK;
+    if (atomic_load(&r->offline))
+        return kc_remote_offline_error(r, "transfer", NULL, err);
+    int nslots = r->concurrency;
+    if ((size_t)nslots > n)
+        nslots = (int)n;
+    CURLM *m = curl_multi_init();
+    slot *slots = calloc((size_t)nslots, sizeof *slots);
+    bool handles = slots != NULL;
+    for (int i = 0; handles && i < nslots; i++)
+        handles = (slots[i].h = curl_easy_init()) != NULL;
+    if (!m || !handles) {
+        for (int i = 0; slots && i < nslots; i++)
+            if (slots[i].h)
+                curl_easy_cleanup(slots[i].h);
+        if (m)
+            curl_multi_cleanup(m);
+        free(slots);
+        return kc_err_set(err, KC_ERR_NOMEM, "transfers with %s: out of memory", r->base);
+    }
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)nslots);
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)nslots);
+
+    size_t next = 0, failed = 0, done = 0;
+    bool stop = false;
+    kc_err first = {0};
+    int running = 0;
+    for (;;) {
+        double now = kc_now();
+        int active = 0;
+        for (int i = 0; i < nslots; i++) {
+            slot *sl = &slots[i];
+            if (sl->busy && sl->retry_at > 0 && stop) {
+                slot_release(sl);
+            } else if (sl->busy && sl->retry_at > 0 && now >= sl->retry_at) {
+                sl->retry_at = 0;
+                slot_launch(r, m, sl);
+            }
+            while (!sl->busy && !stop && next < n) {
+                kc_err e = {0};
+                sl->idx = next++;
+                sl->attempt = 0;
+                if (ops->prepare(ops->ctx, sl->idx, sl, &e) != KC_OK) {
+                    slot_release(sl);
+                    done++;
+                    if (e.code != KC_ERR_NOT_FOUND && !failed++)
+                        first = e;
+                    continue;
+                }
+                sl->busy = true;
+                slot_launch(r, m, sl);
+            }
+            if (sl->busy)
+                active++;
+        }
+        if (active == 0)
+            break;
+        curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            slot *sl = NULL;
+            for (int i = 0; i < nslots; i++)
+                if (slots[i].h == msg->easy_handle)
+                    sl = &slots[i];
+            CURLcode cc = msg->data.result;
+            curl_multi_remove_handle(m, msg->easy_handle);
+            if (!sl)
+                continue;
+            kc_err e = {0};
+            kc_outcome o = kc_remote_classify(r, sl->h, &sl->q, cc, sl->attempt, &e);
+            if (o == KC_OUT_RETRY) {
+                sl->retry_at = kc_now() + 0.1 * (1 << (sl->attempt < 4 ? sl->attempt : 4));
+                sl->attempt++;
+                continue;
+            }
+            kc_code rc = o == KC_OUT_DONE ? ops->finish(ops->ctx, sl->idx, sl, &e) : e.code;
+            if (rc != KC_OK) {
+                if (!failed++)
+                    first = e;
+                if (e.code == KC_ERR_AUTH || atomic_load(&r->offline))
+                    stop = true;
+            }
+            done++;
+            slot_release(sl);
+            if (progress)
+                progress(base_done + done, total, ops->bytes ? *ops->bytes : 0, pctx);
+        }
+        long wait_ms = 100;
+        for (int i = 0; i < nslots; i++)
+            if (slots[i].busy && slots[i].retry_at > 0) {
+                long w = (long)((slots[i].retry_at - kc_now()) * 1000);
+                if (w < wait_ms)
+                    wait_ms = w < 1 ? 1 : w;
+            }
+        if (running > 0) {
+            curl_multi_poll(m, NULL, 0, (int)wait_ms, NULL);
+        } else if (wait_ms > 0) {
+            struct timespec ts = {0, wait_ms * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int i = 0; i < nslots; i++) {
+        if (slots[i].busy)
+            slot_release(&slots[i]);
+        curl_easy_cleanup(slots[i].h);
+    }
+    free(slots);
+    curl_multi_cleanup(m);
+    if (failed) {
+        if (err) {
+            *err = first;
+            if (failed > 1)
+                kc_err_prefix(err, "%zu %s failed; first", failed, ops->what);
+        }
+        return first.code ? first.code : KC_ERR_REMOTE;
+    }
+    return KC_OK;
+}
+
+static char *key_url(kc_remote *r, const char *key)
+{
+    size_t n = strlen(r->base) + 16 + KC_KEY_HEX_LEN;
+    char *u = malloc(n);
+    if (u)
+        snprintf(u, n, "%s/v1/artifacts/%s", r->base, key);
+    return u;
+}
+
+/* ------------------------------------------------------------------ push -- */
+
+typedef struct push_ctx {
+    kc_remote *r;
+    kc_store *s;
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    uint64_t uploaded, present, bytes;
+} push_ctx;
+
+static kc_code push_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
+{
+    push_ctx *pc = ctx;
+    const char *key = pc->keys[idx];
+    /* KC_ERR_NOT_FOUND (evicted meanwhile) skips the key */
+    kc_code rc = kc_store_get_envelope(pc->s, key, &sl->env, &sl->env_len, err);
+    if (rc != KC_OK)
+        return rc;
+    if (!(sl->q.url = key_url(pc->r, key)))
+        return kc_err_set(err, KC_ERR_NOMEM, "push %s: out of memory", key);
+    sl->q.method = "PUT";
+    sl->q.body = sl->env;
+    sl->q.body_len = sl->env_len;
+    sl->q.resp_limit = 16384;
+    sl->q.resp_truncate = true;
+    return KC_OK;
+}
+
+static kc_code push_finish(void *ctx, size_t idx, slot *sl, kc_err *err)
+{
+    (void)idx;
+    push_ctx *pc = ctx;
+    if (sl->q.status == 201 || sl->q.status == 200) {
+        if (sl->q.status == 201)
+            pc->uploaded++;
+        else
+            pc->present++;
+        pc->bytes += sl->env_len;
+        return KC_OK;
+    }
+    kc_code rc = kc_remote_http_error(pc->r, &sl->q, err);
+    if (sl->q.status == 403)
+        atomic_store(&pc->r->no_write, true);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- fetch -- */
+
+typedef struct fetch_ctx {
+    kc_remote *r;
+    kc_store *s;
+    const char *const *keys;
+    bool *fetched;
+    uint64_t stored, bytes;
+} fetch_ctx;
+
+static kc_code fetch_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
+{
+    fetch_ctx *fc = ctx;
+    if (!(sl->q.url = key_url(fc->r, fc->keys[idx])))
+        return kc_err_set(err, KC_ERR_NOMEM, "fetch %s: out of memory", fc->keys[idx]);
+    sl->q.method = "GET";
+    sl->q.accept_zstd = true;
+    sl->q.resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096;
+    return KC_OK;
+}
+
+static kc_code fetch_finish(void *ctx, size_t idx, slot *sl, kc_err *err)
+{
+    fetch_ctx *fc = ctx;
+    if (sl->q.status == 404)
+        return KC_OK; /* a miss */
+    if (sl->q.status != 200)
+        return kc_remote_http_error(fc->r, &sl->q, err);
+    bool created = false;
+    kc_err pe = {0};
+    kc_code rc =
+        kc_store_put_envelope(fc->s, sl->q.resp.data, sl->q.resp.len, fc->keys[idx], &created, &pe);
+    if (rc != KC_OK) {
+        /* a damaged or foreign envelope from the server is corrupt data;
+         * a failing local store keeps its own code */
+        kc_code code = rc == KC_ERR_INVALID || rc == KC_ERR_TRUNCATED || rc == KC_ERR_VERSION
+                           ? KC_ERR_CORRUPT
+                           : rc;
+        return kc_err_set(err, code, "GET %s: %s", sl->q.url, pe.msg);
+    }
+    if (fc->fetched)
+        fc->fetched[idx] = true;
+    fc->stored++;
+    fc->bytes += sl->q.resp.len;
+    return KC_OK;
+}
+
+kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
+                        size_t *nfetched, kc_err *err)
+{
+    if (nfetched)
+        *nfetched = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fetched)
+            fetched[i] = false;
+        if (!kc_key_valid(keys[i]))
+            return kc_err_set(err, KC_ERR_INVALID, "remote fetch: invalid key '%.80s'", keys[i]);
+    }
+    fetch_ctx fc = {.r = r, .s = s, .keys = keys, .fetched = fetched};
+    xfer_ops ops = {.prepare = fetch_prepare,
+                    .finish = fetch_finish,
+                    .ctx = &fc,
+                    .what = "download(s)",
+                    .bytes = &fc.bytes};
+    kc_code rc = run_parallel(r, n, &ops, NULL, NULL, 0, n, err);
+    if (nfetched)
+        *nfetched = fc.stored;
+    return rc;
+}
+
+kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
+                          kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                          kc_err *err)
+{
+    kc_remote_push_stats local = {0};
+    if (!ps)
+        ps = &local;
+    memset(ps, 0, sizeof *ps);
+    if (atomic_load(&r->offline))
+        return kc_remote_offline_error(r, "PUT", NULL, err);
+    key_list l = {0};
+    kc_code rc = kc_store_list(s, f, collect_key, &l, err);
+    if (rc == KC_OK && l.nomem)
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
+    if (rc != KC_OK) {
+        free(l.keys);
+        return rc;
+    }
+    ps->considered = l.n;
+    const size_t batch = 1000;
+    const char **ptrs = malloc(batch * sizeof *ptrs);
+    bool *miss = malloc(batch * sizeof *miss);
+    char(*up)[KC_KEY_HEX_LEN + 1] = malloc(batch * sizeof *up);
+    if (!ptrs || !miss || !up) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory");
+        goto out;
+    }
+    for (size_t off = 0; off < l.n && rc == KC_OK; off += batch) {
+        size_t m = l.n - off < batch ? l.n - off : batch;
+        for (size_t i = 0; i < m; i++)
+            ptrs[i] = l.keys[off + i];
+        rc = kc_remote_missing(r, ptrs, m, miss, err);
+        if (rc != KC_OK)
+            break;
+        size_t nu = 0;
+        for (size_t i = 0; i < m; i++) {
+            if (miss[i])
+                memcpy(up[nu++], ptrs[i], KC_KEY_HEX_LEN + 1);
+            else
+                ps->skipped++;
+        }
+        push_ctx pc = {.r = r, .s = s, .keys = up, .bytes = ps->bytes};
+        xfer_ops ops = {.prepare = push_prepare,
+                        .finish = push_finish,
+                        .ctx = &pc,
+                        .what = "upload(s)",
+                        .bytes = &pc.bytes};
+        rc = run_parallel(r, nu, &ops, progress, pctx, off + (m - nu), l.n, err);
+        ps->uploaded += pc.uploaded;
+        ps->skipped += pc.present;
+        ps->bytes = pc.bytes;
+        if (progress && nu == 0)
+            progress(off + m, l.n, ps->bytes, pctx);
+    }
+out:
+    free(ptrs);
+    free(miss);
+    free(up);
+    free(l.keys);
+    return rc;
+}
+
+kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
+                       kc_remote_progress_fn progress, void *pctx, uint64_t *uploaded,
+                       uint64_t *skipped, kc_err *err)
+{
+    kc_remote_push_stats ps = {0};
+    kc_code rc = kc_remote_push_ex(r, s, f, progress, pctx, &ps, err);
+    if (uploaded)
+        *uploaded = ps.uploaded;
+    if (skipped)
+        *skipped = ps.skipped;
+    return rc;
+}

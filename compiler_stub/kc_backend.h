@@ -1,0 +1,186 @@
+/*
+ * kc_backend.h - the contract between lowering and the code generators: the
+ * lowered kernel description (kc_kernel) and the backend interface (CPU in
+ * kc_cpu.c; XPU in kc_xpu*.c). Stable: add fields/functions, never change.
+ *
+ * Flow: kc_lower turns a kc_graph into kc_kernel[] (fusion decided there);
+ * the driver (kc_compile.c) asks a backend for a device and compiler
+ * fingerprint, keys every kernel, and on a miss calls generate + compile to
+ * get an artifact payload; load + run execute a payload.
+ */
+#ifndef KC_BACKEND_H
+#define KC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc_error.h"
+#include "kc_graph.h"
+
+/* ---- lowered kernels ---------------------------------------------------- */
+
+typedef enum kc_kernel_kind {
+    KC_KK_POINTWISE = 0, /* out[i] = body(inputs broadcast to out_shape) */
+    KC_KK_GEMM,          /* out = epilogue(prologue(A) @ B[^T]), batched */
+    KC_KK_SOFTMAX,       /* rows x cols, last axis */
+    KC_KK_LAYERNORM,     /* inputs x, gamma[cols], beta[cols]; eps */
+    KC_KK_RMSNORM,       /* inputs x, gamma[cols]; eps */
+    KC_KK_SDPA,          /* inputs q[B,Sq,D], k[B,Sk,D], v[B,Sk,D]; heads, causal, scale */
+    KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C,KH,KW], then epilogue inputs */
+    KC_KK_TRANSPOSE,     /* swap the last two dims */
+    KC_KK_COUNT
+} kc_kernel_kind;
+
+#define KC_KERNEL_MAX_IN 16
+#define KC_PW_MAX 32
+
+/* An operand of a pointwise instruction. */
+typedef enum kc_pw_src {
+    KC_PW_ACC = 0, /* GEMM/conv accumulator (epilogues only) */
+    KC_PW_INPUT,   /* kernel input idx, broadcast to the chain's shape */
+    KC_PW_TMP      /* result of instruction idx (idx < this one) */
+} kc_pw_src;
+
+typedef struct kc_pw_operand {
+    kc_pw_src src;
+    int idx;
+} kc_pw_operand;
+
+/* One pointwise op (add..exp). Unary ops ignore b. */
+typedef struct kc_pw_instr {
+    kc_op op;
+    kc_pw_operand a, b;
+} kc_pw_instr;
+
+/* A fused pointwise chain in SSA form; its value is the last instruction's.
+ * n == 0 means "identity": the chain's value is ACC (epilogue) or absent. */
+typedef struct kc_pw_chain {
+    int n;
+    kc_pw_instr ins[KC_PW_MAX];
+} kc_pw_chain;
+
+typedef struct kc_kernel {
+    kc_kernel_kind kind;
+    kc_dtype dtype;
+    int n_in;
+    kc_shape in_shape[KC_KERNEL_MAX_IN];
+    kc_shape out_shape;
+    /* Runtime binding to graph value ids; NOT part of the kernel's identity. */
+    int in_value[KC_KERNEL_MAX_IN];
+    int out_value;
+    int n_fused; /* graph nodes this kernel covers (for reports) */
+
+    kc_pw_chain body;     /* POINTWISE: the whole kernel */
+    kc_pw_chain epilogue; /* GEMM, CONV2D: applied to ACC, broadcast to out_shape */
+    kc_pw_chain prologue; /* GEMM: computes A from inputs broadcast to a_shape */
+
+    struct {
+        int64_t batch, m, n, k; /* out = [batch..., m, n] */
+        bool trans_b;           /* B given as [n, k] */
+        bool b_batched;         /* B has the batch dims (else shared [k,n]) */
+        int a_in;               /* input index of A, or -1 when the prologue makes A */
+        int b_in;               /* input index of B */
+        kc_shape a_shape;       /* the logical A operand's shape */
+    } gemm;
+    struct {
+        int64_t rows, cols; /* SOFTMAX, LAYERNORM, RMSNORM */
+        double eps;
+    } norm;
+    struct {
+        int64_t batch, sq, sk, dim; /* dim = heads * head_dim */
+        int heads;
+        bool causal;
+        double scale;
+    } sdpa;
+    struct {
+        int64_t n, c, h, w, o, kh, kw, oh, ow;
+        int stride, padding;
+    } conv;
+    /* Implementation choice (autotuning): "" = backend default; CPU uses
+     * "tile:MRxNR" for micro-GEMM tiles and "onednn" for a oneDNN primitive. */
+    char impl[32];
+} kc_kernel;
+
+const char *kc_kernel_kind_name(kc_kernel_kind k);
+
+/* Canonical JSON of a kernel's identity (everything except the runtime
+ * bindings), malloc'd; its SHA-256 is the kernel fingerprint. */
+char *kc_kernel_identity_json(const kc_kernel *k);
+/* Full JSON (identity + bindings) as stored in graph records, and back. */
+char *kc_kernel_to_json(const kc_kernel *k);
+kc_code kc_kernel_from_json(const char *text, kc_kernel *k, kc_err *err);
+
+/* ---- fingerprints -------------------------------------------------------- */
+
+/* A device fingerprint: a short readable id (e.g. cpu-x86_64-v3-gcc12-1a2b3c4d)
+ * and the full JSON description it was derived from; hash = SHA-256 of json. */
+typedef struct kc_device_fp {
+    char id[128];
+    char hash[KC_KEY_HEX_LEN + 1];
+    char *json; /* owned; free with kc_device_fp_free */
+} kc_device_fp;
+
+void kc_device_fp_free(kc_device_fp *fp);
+
+/* ---- the backend interface ------------------------------------------------ */
+
+typedef struct kc_backend_opts {
+    const char *target;        /* CPU: native | x86-64-v2 | x86-64-v3 | x86-64-v4 (NULL = native);
+                                  XPU: backend-specific or NULL */
+    const char *extra_flags;   /* appended to the compiler flags (part of the device fp) */
+    const char *templates_dir; /* read kernel templates from here instead of the embedded copy
+                                  (kernel development; tests); NULL = embedded */
+    const char *work_dir;      /* scratch for generated sources and binaries (must exist) */
+    int verbosity;
+    const char *state_dir; /* where the backend may keep small derived state across runs
+                              (CPU: the C compiler's identity, keyed by the compiler binary's
+                              path, size and mtime, so a warm start spawns no process);
+                              NULL = none */
+} kc_backend_opts;
+
+typedef struct kc_backend kc_backend;
+
+/* A loaded kernel, backend-specific. */
+typedef struct kc_loaded kc_loaded;
+
+struct kc_backend {
+    const char *name;          /* "cpu", "xpu", "xpu-spirv" */
+    const char *artifact_kind; /* "cpu-so", "ze-native", "spirv" */
+    void *impl;                /* backend state */
+
+    /* Fills *fp (caller frees with kc_device_fp_free). */
+    kc_code (*device_fp)(kc_backend *b, kc_device_fp *fp, kc_err *err);
+    /* kcache version + hash of the templates/codegen this backend uses
+     * (64 hex). A changed template changes it. */
+    kc_code (*compiler_fp)(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_err *err);
+    /* Generates source for one kernel (malloc'd text, caller frees). */
+    kc_code (*generate)(kc_backend *b, const kc_kernel *k, char **source, kc_err *err);
+    /* Compiles source into an artifact payload (malloc'd, caller frees).
+     * name_hint (64 hex kernel key) names scratch files. *ran_compiler is set
+     * when a toolchain process ran. Thread-safe: called from worker threads.
+     * KC_ERR_COMPILE carries the toolchain's message and the source path. */
+    kc_code (*compile)(kc_backend *b, const kc_kernel *k, const char *source, const char *name_hint,
+                       uint8_t **payload, size_t *len, int *ran_compiler, kc_err *err);
+    /* Loads a payload for execution (*out freed with unload). */
+    kc_code (*load)(kc_backend *b, const kc_kernel *k, const uint8_t *payload, size_t len,
+                    kc_loaded **out, kc_err *err);
+    /* Runs a loaded kernel on host buffers: in[i] holds numel(k->in_shape[i])
+     * floats, out holds numel(k->out_shape). */
+    kc_code (*run)(kc_backend *b, kc_loaded *l, const kc_kernel *k, const float *const *in,
+                   float *out, kc_err *err);
+    void (*unload)(kc_backend *b, kc_loaded *l);
+    /* Frees the backend (NULL-safe through kc_backend_close). */
+    void (*destroy)(kc_backend *b);
+};
+
+/* CPU backend (kc_cpu.c). */
+kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+void kc_backend_close(kc_backend *b);
+
+/* The XPU engineer declares in kc_xpu.h:
+ *   kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only,
+ *                               kc_backend **out, kc_err *err);
+ * returning KC_ERR_UNSUPPORTED when no Level Zero device is present. */
+
+#endif

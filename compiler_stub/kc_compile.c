@@ -1,0 +1,658 @@
+/*
+ * kc_compile.c - the compile driver: graph record lookup, lowering,
+ * autotuning, kernel lookups, parallel compilation of misses (one worker per
+ * core), write-back through the tiers, loading, and the runner.
+ */
+#include "kc_compile.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kc_cpu.h"
+#include "kc_lower.h"
+#include "kc_util.h"
+
+json_t *kc_kernel_identity_object(const kc_kernel *k);
+kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
+
+#define KC_RECORD_FORMAT "kcache-graph-record/1"
+
+void kc_artifact_key(const char *kind, const char *subject_fp, const char *device_hash,
+                     const char *compiler_fp, const char *options, char out[KC_KEY_HEX_LEN + 1])
+{
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "kcache-key/1\nkind=%s\nsubject=%s\ndevice=%s\ncompiler=%s\noptions=%s\n",
+                     kind, subject_fp, device_hash, compiler_fp, options ? options : "");
+    kc_sha256_hex(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, out);
+}
+
+kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err)
+{
+    char *id = kc_kernel_identity_json(k);
+    if (!id)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    kc_sha256_hex(id, strlen(id), out);
+    free(id);
+    return KC_OK;
+}
+
+static kc_code kernel_key(kc_program *p, const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1],
+                          kc_err *err)
+{
+    char fp[KC_KEY_HEX_LEN + 1];
+    kc_code rc = kc_kernel_fp(k, fp, err);
+    if (rc == KC_OK)
+        kc_artifact_key(p->backend->artifact_kind, fp, p->device.hash, p->compiler_fp, "", out);
+    return rc;
+}
+
+/* ---- parallel compilation ------------------------------------------------- */
+
+typedef struct job {
+    const kc_kernel *k;
+    char key[KC_KEY_HEX_LEN + 1];
+    uint8_t *payload;
+    size_t len;
+    double secs;
+    int ran;
+    kc_code rc;
+    kc_err err;
+} job;
+
+typedef struct pool {
+    kc_backend *b;
+    job *jobs;
+    int n;
+    int next;
+    pthread_mutex_t mu;
+} pool;
+
+static void *worker(void *arg)
+{
+    pool *pl = arg;
+    for (;;) {
+        pthread_mutex_lock(&pl->mu);
+        int i = pl->next < pl->n ? pl->next++ : -1;
+        pthread_mutex_unlock(&pl->mu);
+        if (i < 0)
+            return NULL;
+        job *j = &pl->jobs[i];
+        double t0 = kc_now();
+        char *src = NULL;
+        j->rc = pl->b->generate(pl->b, j->k, &src, &j->err);
+        if (j->rc == KC_OK)
+            j->rc =
+                pl->b->compile(pl->b, j->k, src, j->key, &j->payload, &j->len, &j->ran, &j->err);
+        free(src);
+        j->secs = kc_now() - t0;
+    }
+}
+
+static int online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Compiles jobs in parallel, stores the results through the tiers. */
+static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_compile_opts *o,
+                        kc_err *err)
+{
+    if (n == 0)
+        return KC_OK;
+    int nt = o->jobs > 0 ? o->jobs : online_cpus();
+    if (nt > n)
+        nt = n;
+    pool pl = {.b = p->backend, .jobs = jobs, .n = n};
+    pthread_mutex_init(&pl.mu, NULL);
+    pthread_t th[64];
+    if (nt > 64)
+        nt = 64;
+    int started = 0;
+    for (int i = 1; i < nt; i++)
+        if (pthread_create(&th[started], NULL, worker, &pl) == 0)
+            started++;
+    worker(&pl);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&pl.mu);
+    kc_code rc = KC_OK;
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        p->compiled += j->ran;
+        if (j->rc != KC_OK) {
+            if (rc == KC_OK) {
+                *err = j->err;
+                rc = j->rc;
+            }
+            continue;
+        }
+        char meta[1024];
+        snprintf(
+            meta, sizeof meta,
+            "{\"device\":\"%s\",\"device_hash\":\"%s\",\"compiler_fp\":\"%s\","
+            "\"graph_fp\":\"%s\",\"kernel\":\"%s\",\"compile_ms\":%.0f,\"created\":%lld%s%s%s}",
+            p->device.id, p->device.hash, p->compiler_fp, p->graph->fp,
+            kc_kernel_kind_name(j->k->kind), j->secs * 1e3, (long long)time(NULL),
+            o->tag ? ",\"tag\":\"" : "", o->tag ? o->tag : "", o->tag ? "\"" : "");
+        kc_artifact a;
+        kc_code prc =
+            kc_artifact_init(&a, j->key, p->backend->artifact_kind, meta, j->payload, j->len, err);
+        if (prc == KC_OK) {
+            prc = kc_tiers_put(t, &a, err);
+            kc_artifact_free(&a);
+        }
+        if (prc != KC_OK && rc == KC_OK)
+            rc = prc;
+    }
+    return rc;
+}
+
+/* ---- autotuning -------------------------------------------------------------- */
+
+static const char *const gemm_candidates[] = {"tile:4x16", "tile:6x16", "tile:8x8", "tile:4x32",
+                                              "onednn"};
+static const char *const conv_candidates[] = {"direct", "onednn"};
+#define N_CAND 5
+
+/* The implementations worth timing for a kernel (none for other kinds). */
+static int candidates(const kc_kernel *k, const char *const **out)
+{
+    if (k->kind == KC_KK_GEMM) {
+        *out = gemm_candidates;
+        return 5;
+    }
+    if (k->kind == KC_KK_CONV2D) {
+        *out = conv_candidates;
+        return 2;
+    }
+    return 0;
+}
+
+static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payload, size_t len,
+                          kc_err *err)
+{
+    kc_loaded *l = NULL;
+    if (b->load(b, k, payload, len, &l, err) != KC_OK)
+        return -1;
+    float *in[KC_KERNEL_MAX_IN];
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < k->n_in; i++) {
+        int64_t n = kc_shape_numel(&k->in_shape[i]);
+        in[i] = malloc(sizeof(float) * (size_t)n);
+        for (int64_t j = 0; in[i] && j < n; j++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            in[i][j] = (float)((s >> 40) & 0xffff) / 65536.f - 0.5f;
+        }
+    }
+    float *out = malloc(sizeof(float) * (size_t)kc_shape_numel(&k->out_shape));
+    double best = 1e30;
+    b->run(b, l, k, (const float *const *)in, out, err); /* warm-up */
+    for (int r = 0; r < 5; r++) {
+        double t0 = kc_now();
+        b->run(b, l, k, (const float *const *)in, out, err);
+        double dt = kc_now() - t0;
+        if (dt < best)
+            best = dt;
+        if (best > 0.05)
+            break;
+    }
+    for (int i = 0; i < k->n_in; i++)
+        free(in[i]);
+    free(out);
+    b->unload(b, l);
+    return best;
+}
+
+/* Sets impl of every GEMM and conv2d kernel from an autotune artifact or a
+ * benchmark of its candidate implementations. */
+static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc_err *err)
+{
+    kc_backend *b = p->backend;
+    if (strcmp(b->name, "cpu") != 0)
+        return KC_OK; /* the CPU backend is the one with tile/oneDNN choices */
+    int n = p->n_kernels;
+    char(*tkey)[KC_KEY_HEX_LEN + 1] = calloc((size_t)n + 1, sizeof *tkey);
+    kc_kernel *cands = calloc((size_t)n * N_CAND + 1, sizeof *cands);
+    job *jobs = calloc((size_t)n * N_CAND + 1, sizeof *jobs);
+    int *need = calloc((size_t)n + 1, sizeof(int));
+    kc_code rc = KC_OK;
+    int nj = 0;
+    if (!tkey || !cands || !jobs || !need) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        kc_kernel *k = &p->kernels[i];
+        const char *const *cand = NULL;
+        int nc = candidates(k, &cand);
+        if (!nc)
+            continue;
+        char fp[KC_KEY_HEX_LEN + 1];
+        k->impl[0] = 0;
+        if ((rc = kc_kernel_fp(k, fp, err)))
+            goto out;
+        kc_artifact_key("autotune", fp, p->device.hash, p->compiler_fp, "", tkey[i]);
+        /* the same shape earlier in this graph? */
+        for (int j = 0; j < i; j++)
+            if (strcmp(tkey[j], tkey[i]) == 0 && p->kernels[j].impl[0]) {
+                snprintf(k->impl, sizeof k->impl, "%s", p->kernels[j].impl);
+                break;
+            }
+        if (k->impl[0])
+            continue;
+        kc_artifact a;
+        kc_err e = {0};
+        if (kc_tiers_get(t, tkey[i], &a, NULL, &e) == KC_OK) {
+            json_t *d = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
+            const char *ch = json_string_value(json_object_get(d, "choice"));
+            if (ch)
+                snprintf(k->impl, sizeof k->impl, "%s", ch);
+            json_decref(d);
+            kc_artifact_free(&a);
+            if (k->impl[0])
+                continue;
+        }
+        bool dup = false;
+        for (int j = 0; j < i; j++)
+            dup = dup || (need[j] && strcmp(tkey[j], tkey[i]) == 0);
+        if (dup)
+            continue;
+        if (o->require_hit) {
+            rc = kc_err_set(err, KC_ERR_MISS,
+                            "--require-hit: autotune decision %s for a %s kernel is not cached",
+                            tkey[i], kc_kernel_kind_name(k->kind));
+            goto out;
+        }
+        need[i] = 1;
+        for (int c = 0; c < nc; c++) {
+            kc_kernel *ck = &cands[i * N_CAND + c];
+            *ck = *k;
+            snprintf(ck->impl, sizeof ck->impl, "%s", cand[c]);
+            job *j = &jobs[nj];
+            j->k = ck;
+            if ((rc = kernel_key(p, ck, j->key, err)))
+                goto out;
+            if (kc_tiers_has(t, j->key, &e) != KC_OK)
+                nj++;
+        }
+    }
+    if ((rc = run_jobs(p, t, jobs, nj, o, err)))
+        goto out;
+    for (int i = 0; i < n; i++) {
+        if (!need[i])
+            continue;
+        kc_kernel *k = &p->kernels[i];
+        const char *const *cand = NULL;
+        int nc = candidates(k, &cand);
+        if (!nc)
+            continue;
+        double best = 1e30;
+        const char *choice = cand[0];
+        json_t *timings = json_object();
+        for (int c = 0; c < nc; c++) {
+            kc_kernel *ck = &cands[i * N_CAND + c];
+            char key[KC_KEY_HEX_LEN + 1];
+            kc_artifact a;
+            kc_err e = {0};
+            if (kernel_key(p, ck, key, &e) || kc_tiers_get(t, key, &a, NULL, &e))
+                continue;
+            double s = time_kernel(p->backend, ck, a.payload, a.payload_len, &e);
+            kc_artifact_free(&a);
+            if (s < 0)
+                continue;
+            json_object_set_new(timings, cand[c], json_real(s * 1e6));
+            if (s < best) {
+                best = s;
+                choice = cand[c];
+            }
+        }
+        snprintf(k->impl, sizeof k->impl, "%s", choice);
+        json_t *d = json_pack("{s:s,s:o,s:s,s:s}", "choice", choice, "timings_us", timings, "unit",
+                              "microseconds", "kernel", kc_kernel_kind_name(k->kind));
+        char *txt = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(d);
+        char meta[512];
+        snprintf(meta, sizeof meta,
+                 "{\"device\":\"%s\",\"device_hash\":\"%s\",\"compiler_fp\":\"%s\","
+                 "\"created\":%lld}",
+                 p->device.id, p->device.hash, p->compiler_fp, (long long)time(NULL));
+        kc_artifact a;
+        if (txt &&
+            kc_artifact_init(&a, tkey[i], "autotune", meta, txt, strlen(txt), err) == KC_OK) {
+            kc_tiers_put(t, &a, err);
+            kc_artifact_free(&a);
+        }
+        free(txt);
+        p->autotuned++;
+        /* equal shapes later in the graph take the same choice */
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(tkey[j], tkey[i]) == 0)
+                snprintf(p->kernels[j].impl, sizeof p->kernels[j].impl, "%s", choice);
+    }
+out:
+    for (int i = 0; i < nj; i++)
+        free(jobs[i].payload);
+    free(tkey);
+    free(cands);
+    free(jobs);
+    free(need);
+    return rc;
+}
+
+/* ---- graph records ------------------------------------------------------------- */
+
+/* A graph record: {"format", "graph_fp", "device", "autotune": {...},
+ * "descs": [kernel identity, one per distinct kernel],
+ * "kernels": [[key, desc index, [input value ids], output value id, fused nodes], ...]}.
+ * Each distinct kernel is described once, so a warm compile parses little. */
+static kc_code record_parse(kc_program *p, const kc_artifact *a, kc_err *err)
+{
+    json_error_t je;
+    json_t *r = json_loadb((const char *)a->payload, a->payload_len, 0, &je);
+    json_t *ks = json_object_get(r, "kernels"), *ds = json_object_get(r, "descs");
+    kc_code rc = KC_OK;
+    kc_kernel *descs = NULL;
+    const char *fmt = json_string_value(json_object_get(r, "format"));
+    if (!r || !fmt || strcmp(fmt, KC_RECORD_FORMAT) != 0 || !json_is_array(ks) ||
+        !json_is_array(ds)) {
+        rc = kc_err_set(err, KC_ERR_CORRUPT, "graph record %s is malformed", a->key);
+        goto out;
+    }
+    int n = (int)json_array_size(ks), nd = (int)json_array_size(ds);
+    p->kernels = calloc((size_t)n + 1, sizeof *p->kernels);
+    p->keys = calloc((size_t)n + 1, sizeof *p->keys);
+    descs = calloc((size_t)nd + 1, sizeof *descs);
+    if (!p->kernels || !p->keys || !descs) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int d = 0; d < nd; d++)
+        if ((rc = kc_kernel_from_json_object(json_array_get(ds, (size_t)d), &descs[d], err)))
+            goto out;
+    const kc_graph *g = p->graph;
+    for (int i = 0; i < n; i++) {
+        json_t *ko = json_array_get(ks, (size_t)i), *bind = NULL;
+        const char *key = NULL;
+        int d = -1, outv = -1, fused = 0;
+        bool ok = !json_unpack(ko, "[s,i,o,i,i]", &key, &d, &bind, &outv, &fused) &&
+                  kc_key_valid(key) && d >= 0 && d < nd && json_is_array(bind) &&
+                  (int)json_array_size(bind) == descs[d].n_in;
+        kc_kernel *k = &p->kernels[i];
+        if (ok) {
+            *k = descs[d];
+            k->out_value = outv;
+            k->n_fused = fused;
+            for (int j = 0; j < k->n_in; j++)
+                k->in_value[j] = (int)json_integer_value(json_array_get(bind, (size_t)j));
+        }
+        /* bindings must name values of this graph with the kernel's shapes, so a
+         * damaged record can never make a kernel read past a buffer */
+        ok = ok && k->out_value >= 0 && k->out_value < g->n_values &&
+             kc_shape_equal(&k->out_shape, &g->values[k->out_value].shape);
+        for (int j = 0; ok && j < k->n_in; j++)
+            ok = k->in_value[j] >= 0 && k->in_value[j] < g->n_values &&
+                 kc_shape_equal(&k->in_shape[j], &g->values[k->in_value[j]].shape);
+        if (!ok) {
+            rc = kc_err_set(err, KC_ERR_CORRUPT, "graph record %s: bad kernel %d", a->key, i);
+            goto out;
+        }
+        memcpy(p->keys[i], key, KC_KEY_HEX_LEN + 1);
+    }
+    p->n_kernels = n;
+out:
+    free(descs);
+    json_decref(r);
+    return rc;
+}
+
+static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, double secs,
+                          kc_err *err)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "format", json_string(KC_RECORD_FORMAT));
+    json_object_set_new(r, "graph_fp", json_string(p->graph->fp));
+    json_object_set_new(r, "device", json_string(p->device.id));
+    json_t *ks = json_array(), *tune = json_object(), *ds = json_array();
+    for (int i = 0; i < p->n_kernels; i++) {
+        const kc_kernel *kk = &p->kernels[i];
+        int d = -1;
+        for (int j = 0; j < i && d < 0; j++)
+            if (strcmp(p->keys[j], p->keys[i]) == 0)
+                d = (int)json_integer_value(json_array_get(json_array_get(ks, (size_t)j), 1));
+        if (d < 0) {
+            d = (int)json_array_size(ds);
+            json_array_append_new(ds, kc_kernel_identity_object(kk));
+        }
+        json_t *bind = json_array();
+        for (int j = 0; j < kk->n_in; j++)
+            json_array_append_new(bind, json_integer(kk->in_value[j]));
+        json_array_append_new(ks, json_pack("[s,i,o,i,i]", p->keys[i], d, bind, kk->out_value,
+                                            kk->n_fused));
+        if (p->kernels[i].impl[0]) {
+            char name[96];
+            const kc_kernel *k = &p->kernels[i];
+            if (k->kind == KC_KK_GEMM)
+                snprintf(name, sizeof name, "kernel %d gemm %lldx%lldx%lldx%lld", i,
+                         (long long)k->gemm.batch, (long long)k->gemm.m, (long long)k->gemm.n,
+                         (long long)k->gemm.k);
+            else
+                snprintf(name, sizeof name, "kernel %d %s", i, kc_kernel_kind_name(k->kind));
+            json_object_set_new(tune, name, json_string(k->impl));
+        }
+    }
+    json_object_set_new(r, "descs", ds);
+    json_object_set_new(r, "kernels", ks);
+    json_object_set_new(r, "autotune", tune);
+    char *txt = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(r);
+    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I}", "device", p->device.id, "device_hash",
+                          p->device.hash, "compiler_fp", p->compiler_fp, "graph_fp", p->graph->fp,
+                          "options", p->options, "compile_ms", (json_int_t)(secs * 1e3), "created",
+                          (json_int_t)time(NULL));
+    json_t *dj = json_loads(p->device.json, 0, NULL);
+    if (dj)
+        json_object_set_new(m, "device_json", dj);
+    if (o->tag)
+        json_object_set_new(m, "tag", json_string(o->tag));
+    json_object_set_new(m, "graph_name", json_string(p->graph->name));
+    char *meta = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    kc_code rc = KC_OK;
+    kc_artifact a;
+    if (!txt || !meta)
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    else if ((rc = kc_artifact_init(&a, p->graph_key, "graph", meta, txt, strlen(txt), err)) ==
+             KC_OK) {
+        rc = kc_tiers_put(t, &a, err);
+        kc_artifact_free(&a);
+    }
+    free(txt);
+    free(meta);
+    return rc;
+}
+
+/* ---- the driver ------------------------------------------------------------------ */
+
+kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compile_opts *o,
+                   kc_program **out, kc_err *err)
+{
+    double t0 = kc_now();
+    kc_compile_opts defaults = {0};
+    if (!o)
+        o = &defaults;
+    kc_program *p = calloc(1, sizeof *p);
+    if (!p)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    p->graph = g;
+    p->backend = b;
+    kc_code rc;
+    job *jobs = NULL;
+    if ((rc = b->device_fp(b, &p->device, err)) || (rc = b->compiler_fp(b, p->compiler_fp, err)))
+        goto fail;
+    snprintf(p->options, sizeof p->options, "autotune=%d", o->autotune);
+    kc_artifact_key("graph", g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
+
+    kc_artifact rec;
+    kc_err e = {0};
+    if (kc_tiers_get(t, p->graph_key, &rec, NULL, &e) == KC_OK) {
+        rc = record_parse(p, &rec, err);
+        kc_artifact_free(&rec);
+        if (rc == KC_OK)
+            p->graph_hit = true;
+        else {
+            free(p->kernels);
+            free(p->keys);
+            p->kernels = NULL;
+            p->keys = NULL;
+        }
+    }
+    if (!p->graph_hit) {
+        if ((rc = kc_lower(g, &p->kernels, &p->n_kernels, err)))
+            goto fail;
+        p->keys = calloc((size_t)p->n_kernels + 1, sizeof *p->keys);
+        if (!p->keys) {
+            rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if (o->autotune && (rc = autotune(p, t, o, err)))
+            goto fail;
+        for (int i = 0; i < p->n_kernels; i++)
+            if ((rc = kernel_key(p, &p->kernels[i], p->keys[i], err)))
+                goto fail;
+    }
+    int n = p->n_kernels;
+    p->loaded = calloc((size_t)n + 1, sizeof *p->loaded);
+    p->load_owner = calloc((size_t)n + 1, sizeof(int));
+    jobs = calloc((size_t)n + 1, sizeof *jobs);
+    if (!p->loaded || !p->load_owner || !jobs) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    /* look up every distinct kernel key */
+    int nj = 0;
+    for (int i = 0; i < n; i++) {
+        p->load_owner[i] = i;
+        for (int j = 0; j < i; j++)
+            if (strcmp(p->keys[j], p->keys[i]) == 0) {
+                p->load_owner[i] = p->load_owner[j];
+                break;
+            }
+        if (p->load_owner[i] != i) {
+            bool was_miss = false;
+            for (int x = 0; x < nj; x++)
+                was_miss = was_miss || strcmp(jobs[x].key, p->keys[i]) == 0;
+            if (was_miss)
+                p->misses++;
+            else
+                p->hits++;
+            continue;
+        }
+        bool remote = false;
+        kc_code hrc;
+        if (o->load) {
+            kc_artifact a;
+            hrc = kc_tiers_get(t, p->keys[i], &a, &remote, &e);
+            if (hrc == KC_OK) {
+                hrc = b->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
+                kc_artifact_free(&a);
+                if (hrc == KC_ERR_MISS) {
+                    /* the device refused a cached binary (e.g. a driver update):
+                     * drop it and compile again under the same key */
+                    kc_store_delete(t->store, p->keys[i], &e);
+                    kc_err_clear(err);
+                } else if (hrc != KC_OK) {
+                    rc = kc_err_prefix(err, "kernel %s", p->keys[i]);
+                    goto fail;
+                }
+            }
+        } else {
+            int before = t->remote_hits;
+            hrc = kc_tiers_has(t, p->keys[i], &e);
+            remote = t->remote_hits > before;
+        }
+        if (hrc == KC_OK) {
+            p->hits++;
+            p->remote_hits += remote;
+            continue;
+        }
+        if (o->require_hit) {
+            rc = kc_err_set(err, KC_ERR_MISS,
+                            "--require-hit: kernel %s (%s, from graph %s) is not cached for %s",
+                            p->keys[i], kc_kernel_kind_name(p->kernels[i].kind), g->fp,
+                            p->device.id);
+            goto fail;
+        }
+        p->misses++;
+        jobs[nj].k = &p->kernels[i];
+        memcpy(jobs[nj].key, p->keys[i], sizeof jobs[nj].key);
+        nj++;
+    }
+    if (o->verbosity > 0 && nj)
+        fprintf(stderr, "kcache: compiling %d kernel%s\n", nj, nj == 1 ? "" : "s");
+    double tc = kc_now();
+    if ((rc = run_jobs(p, t, jobs, nj, o, err)))
+        goto fail;
+    if (o->load) {
+        for (int x = 0; x < nj; x++) {
+            int i = (int)(jobs[x].k - p->kernels);
+            if ((rc = b->load(b, jobs[x].k, jobs[x].payload, jobs[x].len, &p->loaded[i], err)))
+                goto fail;
+        }
+        for (int i = 0; i < n; i++)
+            p->loaded[i] = p->loaded[p->load_owner[i]];
+    }
+    if (!p->graph_hit && (rc = record_put(p, t, o, kc_now() - tc, err)))
+        goto fail;
+    for (int x = 0; x < nj; x++)
+        free(jobs[x].payload);
+    free(jobs);
+    p->seconds = kc_now() - t0;
+    *out = p;
+    return KC_OK;
+fail:
+    if (jobs)
+        for (int x = 0; x < n; x++)
+            free(jobs[x].payload);
+    free(jobs);
+    kc_program_free(p);
+    return rc;
+}
+
+void kc_program_free(kc_program *p)
+{
+    if (!p)
+        return;
+    if (p->loaded)
+        for (int i = 0; i < p->n_kernels; i++)
+            if (p->load_owner[i] == i && p->loaded[i])
+                p->backend->unload(p->backend, p->loaded[i]);
+    free(p->loaded);
+    free(p->load_owner);
+    free(p->kernels);
+    free(p->keys);
+    kc_device_fp_free(&p->device);
+    free(p);
+}
+
+kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
+{
+    for (int i = 0; i < p->n_kernels; i++) {
+        kc_kernel *k = &p->kernels[i];
+        if (!p->loaded || !p->loaded[i])
+            return kc_err_set(err, KC_ERR_INVALID, "kernel %s is not loaded", p->keys[i]);
+        const float *in[KC_KERNEL_MAX_IN];
+        for (int j = 0; j < k->n_in; j++)
+            in[j] = values[k->in_value[j]];
+        kc_code rc = p->backend->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
+        if (rc)
+            return rc;
+    }
+    return KC_OK;
+}

@@ -1,0 +1,83 @@
+/*
+ * kc_compile.h - compiling a graph through the cache (DESIGN §3): the graph
+ * record (graph fp x device -> kernel list + autotune choices) lets a warm
+ * compile skip lowering and the compiler; kernel artifacts are shared between
+ * graphs; misses compile in parallel; --autotune decisions are artifacts too.
+ * Also the reference interpreter and the runner used by `kcache run`.
+ */
+#ifndef KC_COMPILE_H
+#define KC_COMPILE_H
+
+#include <stdbool.h>
+
+#include "kc_backend.h"
+#include "kc_graph.h"
+#include "kc_tiers.h"
+
+/* Artifact key: SHA-256 over kind, subject (graph or kernel fingerprint),
+ * device fingerprint hash, compiler fingerprint and options (64 hex). */
+void kc_artifact_key(const char *kind, const char *subject_fp, const char *device_hash,
+                     const char *compiler_fp, const char *options, char out[KC_KEY_HEX_LEN + 1]);
+
+/* The kernel fingerprint: SHA-256 of kc_kernel_identity_json. */
+kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err);
+
+typedef struct kc_compile_opts {
+    bool autotune;    /* time tile configs + oneDNN per GEMM shape, keep the fastest */
+    bool require_hit; /* KC_ERR_MISS instead of running the compiler or a benchmark */
+    bool load;        /* load every kernel for kc_program_run */
+    int jobs;         /* parallel compiles; 0 = online CPUs */
+    const char *tag;  /* "tag" metadata on fresh artifacts; NULL = none */
+    int verbosity;    /* > 0: progress on stderr */
+} kc_compile_opts;
+
+/* A compiled graph. */
+typedef struct kc_program {
+    const kc_graph *graph; /* borrowed */
+    kc_backend *backend;   /* borrowed */
+    int n_kernels;
+    kc_kernel *kernels;
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    kc_loaded **loaded; /* per kernel when opts.load, shared between equal keys */
+    int *load_owner;    /* kernel index that owns loaded[i] */
+    char graph_key[KC_KEY_HEX_LEN + 1];
+    char compiler_fp[KC_KEY_HEX_LEN + 1];
+    kc_device_fp device;
+    char options[64];
+    bool graph_hit; /* the graph record was found (lowering skipped) */
+    int hits;       /* kernels found in a cache tier */
+    int misses;     /* kernels that had to be compiled */
+    int compiled;   /* system-compiler (toolchain) runs, autotuning included */
+    int remote_hits;
+    int autotuned;  /* GEMM shapes benchmarked in this call */
+    double seconds; /* wall time of kc_compile */
+} kc_program;
+
+/* Compiles g for backend b through tiers t. On success *out (kc_program_free)
+ * holds the kernels and statistics. KC_ERR_MISS (with require_hit) names
+ * the first key that missed; KC_ERR_COMPILE carries the toolchain's message
+ * and the generated file's path. */
+kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compile_opts *o,
+                   kc_program **out, kc_err *err);
+void kc_program_free(kc_program *p);
+
+/* Runs a loaded program: values[v] is a buffer of numel(value v) floats for
+ * every value id; inputs and params filled by the caller. */
+kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
+
+/* Allocates buffers for every value of g (values[v], numel floats each)
+ * and fills inputs and params with seeded uniform random numbers.
+ * Free with kc_values_free. */
+float **kc_values_new(const kc_graph *g, uint64_t seed);
+void kc_values_free(const kc_graph *g, float **values);
+
+/* Plain-C reference: computes every node output of g into values. */
+void kc_reference_run(const kc_graph *g, float *const *values);
+
+/* Compares got with want over n elements: max |diff|, max relative
+ * |diff|/max(|want|,1e-3); returns true when every element is within
+ * tol * (1 + |want|) (NaN fails). */
+bool kc_compare(const float *got, const float *want, int64_t n, double tol, double *max_abs,
+                double *max_rel);
+
+#endif

@@ -1,0 +1,124 @@
+/*
+ * kc_graph.h - the graph IR ("kcache-graph/1" JSON): parsing, validation and
+ * the canonical graph fingerprint (DESIGN §3).
+ *
+ * After kc_graph_parse succeeds, values and nodes are renumbered into the
+ * canonical order that the fingerprint is computed over: value ids are the
+ * same for every spelling of the same graph (renamed tensors, other key
+ * order, independent nodes listed in another order), so a graph record that
+ * stores kernel bindings by value id fits every such spelling.
+ */
+#ifndef KC_GRAPH_H
+#define KC_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc_error.h"
+#include "kc_hash.h"
+
+#define KC_GRAPH_FORMAT "kcache-graph/1"
+#define KC_MAX_RANK 6
+#define KC_NODE_MAX_IN 3
+
+typedef enum kc_dtype { KC_DT_F32 = 0 } kc_dtype;
+
+typedef enum kc_op {
+    KC_OP_MATMUL = 0,
+    KC_OP_ADD,
+    KC_OP_SUB,
+    KC_OP_MUL,
+    KC_OP_DIV,
+    KC_OP_RELU,
+    KC_OP_GELU,
+    KC_OP_SILU,
+    KC_OP_TANH,
+    KC_OP_EXP,
+    KC_OP_SOFTMAX,
+    KC_OP_LAYERNORM,
+    KC_OP_RMSNORM,
+    KC_OP_TRANSPOSE,
+    KC_OP_SDPA,
+    KC_OP_CONV2D,
+    KC_OP_COUNT
+} kc_op;
+
+typedef struct kc_shape {
+    int rank;
+    int64_t dims[KC_MAX_RANK];
+} kc_shape;
+
+/* Attributes, resolved: every field holds its effective value (defaults
+ * filled in), so the canonical form never depends on what was spelled out. */
+typedef struct kc_attrs {
+    bool transpose_b; /* matmul */
+    double eps;       /* layernorm, rmsnorm (default 1e-5) */
+    int heads;        /* sdpa (default 1) */
+    bool causal;      /* sdpa */
+    double scale;     /* sdpa (default 1/sqrt(head_dim)) */
+    int stride;       /* conv2d (default 1) */
+    int padding;      /* conv2d (default 0) */
+} kc_attrs;
+
+typedef enum kc_value_role { KC_VAL_INPUT, KC_VAL_PARAM, KC_VAL_NODE } kc_value_role;
+
+typedef struct kc_value {
+    char *name; /* as spelled in the JSON (owned); never part of the fingerprint */
+    kc_dtype dtype;
+    kc_shape shape;
+    kc_value_role role;
+    int producer; /* node index for KC_VAL_NODE, else -1 */
+    int nuses;    /* number of node operands reading it */
+    int output;   /* position in the graph's outputs, or -1 */
+} kc_value;
+
+typedef struct kc_node {
+    kc_op op;
+    int n_in;
+    int in[KC_NODE_MAX_IN]; /* value ids */
+    int out;                /* value id */
+    kc_attrs attrs;
+} kc_node;
+
+/* A validated graph in canonical order: values are inputs (in declared
+ * order), then params (declared order), then node outputs in canonical node
+ * order; nodes[i] produces value n_inputs + n_params + i. */
+typedef struct kc_graph {
+    char *name; /* "name" from the JSON or "" (owned) */
+    int n_values, n_nodes, n_inputs, n_params, n_outputs;
+    kc_value *values;
+    kc_node *nodes;
+    int *outputs; /* value ids, in declared order */
+    char fp[KC_KEY_HEX_LEN + 1];
+} kc_graph;
+
+/* Parses and validates JSON text; `origin` names the source in messages
+ * (a path or "<string>"). On success *out owns a graph (kc_graph_free).
+ * Errors (KC_ERR_INVALID unless noted) name the origin and the node
+ * ("node 3 'h1' (matmul)"): bad JSON with line:column, wrong/missing format
+ * (KC_ERR_VERSION), unknown op, wrong arity, unknown attribute, dtype or shape
+ * mismatch, undefined input, duplicate name, cycle, undefined output. */
+kc_code kc_graph_parse(const char *json_text, size_t len, const char *origin, kc_graph **out,
+                       kc_err *err);
+/* Reads a file and parses it (errors name the path). */
+kc_code kc_graph_load(const char *path, kc_graph **out, kc_err *err);
+void kc_graph_free(kc_graph *g);
+
+/* The canonical form the fingerprint hashes, as malloc'd text (caller frees).
+ * Useful for explain and tests; kc_graph.fp == SHA-256 of this text. */
+char *kc_graph_canonical_text(const kc_graph *g);
+
+/* Helpers shared by lowering, backends and tools. */
+const char *kc_op_name(kc_op op);
+bool kc_op_is_pointwise(kc_op op); /* add..exp */
+bool kc_op_is_binary(kc_op op);    /* add, sub, mul, div */
+const char *kc_dtype_name(kc_dtype dt);
+int64_t kc_shape_numel(const kc_shape *s);
+bool kc_shape_equal(const kc_shape *a, const kc_shape *b);
+/* Numpy-style broadcast of a and b into out; false if incompatible. */
+bool kc_shape_broadcast(const kc_shape *a, const kc_shape *b, kc_shape *out);
+/* Formats "[2,3,4]" into buf; returns buf. */
+char *kc_shape_str(const kc_shape *s, char *buf, size_t cap);
+
+#endif

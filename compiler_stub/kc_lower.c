@@ -1,0 +1,568 @@
+/*
+ * kc_lower.c - fusion and lowering (graph -> kc_kernel[]), and the JSON form
+ * of a kernel that graph records store and kernel fingerprints hash.
+ *
+ * Fusion rules: a pointwise node whose output has exactly one reader, which
+ * is pointwise too, joins that reader's group (pointwise ops commute with
+ * broadcasting, so any such tree evaluates per output element). A matmul or
+ * conv2d whose only reader starts a pointwise group absorbs the group as its
+ * epilogue (when the group's result has the GEMM's shape). A pointwise group
+ * whose result feeds only a matmul's A operand becomes that GEMM's prologue.
+ */
+#include "kc_lower.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[KC_KK_COUNT] = {"pointwise", "gemm", "softmax", "layernorm",
+                                                    "rmsnorm",   "sdpa", "conv2d",  "transpose"};
+
+const char *kc_kernel_kind_name(kc_kernel_kind k)
+{
+    return (k >= 0 && k < KC_KK_COUNT) ? kind_names[k] : "?";
+}
+
+typedef struct lower_ctx {
+    const kc_graph *g;
+    int *group; /* per node: root node of its pointwise group (or itself) */
+    int *owner; /* per node: node of the kernel that computes it (-1 = own kernel) */
+    kc_err *err;
+} lower_ctx;
+
+static int base_of(const kc_graph *g)
+{
+    return g->n_inputs + g->n_params;
+}
+
+/* The single node reading value v, or -1. */
+static int sole_reader(const kc_graph *g, int v)
+{
+    if (g->values[v].nuses != 1 || g->values[v].output >= 0)
+        return -1;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        for (int i = 0; i < g->nodes[ni].n_in; i++)
+            if (g->nodes[ni].in[i] == v)
+                return ni;
+    return -1;
+}
+
+static int add_input(kc_kernel *k, const kc_graph *g, int v)
+{
+    for (int i = 0; i < k->n_in; i++)
+        if (k->in_value[i] == v)
+            return i;
+    if (k->n_in >= KC_KERNEL_MAX_IN)
+        return -1;
+    k->in_value[k->n_in] = v;
+    k->in_shape[k->n_in] = g->values[v].shape;
+    return k->n_in++;
+}
+
+/* Emits the instructions computing value v of group `root` into chain;
+ * acc_v (>= 0) is the value that stands for ACC. Returns the operand. */
+static int emit(lower_ctx *c, kc_kernel *k, kc_pw_chain *ch, int root, int v, int acc_v,
+                kc_pw_operand *res)
+{
+    const kc_graph *g = c->g;
+    if (v == acc_v) {
+        *res = (kc_pw_operand){KC_PW_ACC, 0};
+        return 0;
+    }
+    int p = g->values[v].producer;
+    if (g->values[v].role != KC_VAL_NODE || c->group[p] != root ||
+        !kc_op_is_pointwise(g->nodes[p].op)) {
+        int idx = add_input(k, g, v);
+        if (idx < 0)
+            return -1;
+        *res = (kc_pw_operand){KC_PW_INPUT, idx};
+        return 0;
+    }
+    const kc_node *n = &g->nodes[p];
+    kc_pw_instr ins = {.op = n->op};
+    if (emit(c, k, ch, root, n->in[0], acc_v, &ins.a))
+        return -1;
+    if (n->n_in > 1 && emit(c, k, ch, root, n->in[1], acc_v, &ins.b))
+        return -1;
+    if (ch->n >= KC_PW_MAX)
+        return -1;
+    ch->ins[ch->n] = ins;
+    *res = (kc_pw_operand){KC_PW_TMP, ch->n++};
+    return 0;
+}
+
+/* Size of the group rooted at r (members count, leaf reads). */
+static void group_stats(lower_ctx *c, int r, int *members, int *leaves)
+{
+    *members = *leaves = 0;
+    for (int ni = 0; ni < c->g->n_nodes; ni++) {
+        if (c->group[ni] != r)
+            continue;
+        (*members)++;
+        *leaves += c->g->nodes[ni].n_in;
+    }
+}
+
+static kc_code too_big(lower_ctx *c, int ni)
+{
+    return kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                      "node %d '%s' (%s): fused kernel exceeds %d inputs or %d ops", ni,
+                      c->g->values[c->g->nodes[ni].out].name, kc_op_name(c->g->nodes[ni].op),
+                      KC_KERNEL_MAX_IN, KC_PW_MAX);
+}
+
+kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
+{
+    int nn = g->n_nodes, base = base_of(g);
+    lower_ctx c = {.g = g, .err = err};
+    c.group = malloc(sizeof(int) * (size_t)(nn + 1));
+    c.owner = malloc(sizeof(int) * (size_t)(nn + 1));
+    int *epi_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* group root -> gemm node */
+    int *pro_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* gemm node -> prologue root */
+    kc_kernel *ks = calloc((size_t)nn + 1, sizeof *ks);
+    kc_code rc = KC_OK;
+    int nk = 0;
+    if (!c.group || !c.owner || !epi_of || !pro_of || !ks) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "lowering: out of memory");
+        goto out;
+    }
+    /* 1. pointwise groups, consumers first */
+    for (int ni = nn - 1; ni >= 0; ni--) {
+        c.group[ni] = ni;
+        c.owner[ni] = -1;
+        epi_of[ni] = pro_of[ni] = -1;
+        if (!kc_op_is_pointwise(g->nodes[ni].op))
+            continue;
+        int r = sole_reader(g, g->nodes[ni].out);
+        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+            continue;
+        int members, leaves;
+        group_stats(&c, c.group[r], &members, &leaves);
+        if (members + 1 > KC_PW_MAX / 2 || leaves + g->nodes[ni].n_in > KC_KERNEL_MAX_IN - 4)
+            continue;
+        c.group[ni] = c.group[r];
+    }
+    /* 2. epilogues: matmul/conv2d whose sole reader is in a pointwise group */
+    for (int ni = 0; ni < nn; ni++) {
+        kc_op op = g->nodes[ni].op;
+        if (op != KC_OP_MATMUL && op != KC_OP_CONV2D)
+            continue;
+        int r = sole_reader(g, g->nodes[ni].out);
+        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+            continue;
+        int root = c.group[r];
+        if (epi_of[root] >= 0 || !kc_shape_equal(&g->values[g->nodes[root].out].shape,
+                                                 &g->values[g->nodes[ni].out].shape))
+            continue;
+        epi_of[root] = ni;
+    }
+    /* 3. prologues: a pointwise group feeding only a matmul's A operand */
+    for (int ni = 0; ni < nn; ni++) {
+        if (g->nodes[ni].op != KC_OP_MATMUL)
+            continue;
+        int a = g->nodes[ni].in[0];
+        if (g->values[a].role != KC_VAL_NODE || g->nodes[ni].in[1] == a)
+            continue;
+        int p = g->values[a].producer;
+        if (!kc_op_is_pointwise(g->nodes[p].op) || c.group[p] != p || epi_of[p] >= 0 ||
+            sole_reader(g, a) != ni)
+            continue;
+        pro_of[ni] = p;
+    }
+    /* 4. emit kernels in canonical order at their output node */
+    for (int ni = 0; ni < nn; ni++) {
+        const kc_node *n = &g->nodes[ni];
+        if (kc_op_is_pointwise(n->op) && c.group[ni] != ni)
+            continue; /* computed inside its group's root */
+        bool is_pro = false;
+        for (int m = 0; m < nn && !is_pro; m++)
+            is_pro = pro_of[m] == ni;
+        if (is_pro)
+            continue; /* computed inside the GEMM reading it */
+        if ((n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D)) {
+            bool has_epi = false;
+            for (int r = 0; r < nn && !has_epi; r++)
+                has_epi = epi_of[r] == ni;
+            if (has_epi)
+                continue; /* emitted at the epilogue's root */
+        }
+        kc_kernel *k = &ks[nk];
+        memset(k, 0, sizeof *k);
+        k->dtype = KC_DT_F32;
+        int gemm = (n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D) ? ni : -1;
+        int epi_root = -1;
+        if (kc_op_is_pointwise(n->op) && epi_of[ni] >= 0) {
+            gemm = epi_of[ni];
+            epi_root = ni;
+        }
+        k->out_value = n->out;
+        k->out_shape = g->values[n->out].shape;
+        if (gemm >= 0) {
+            const kc_node *m = &g->nodes[gemm];
+            const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
+            const kc_shape *os = &g->values[m->out].shape;
+            k->n_fused = 1;
+            if (m->op == KC_OP_MATMUL) {
+                k->kind = KC_KK_GEMM;
+                k->gemm.trans_b = m->attrs.transpose_b;
+                k->gemm.a_shape = *as;
+                int64_t batch = 1;
+                for (int i = 0; i < as->rank - 2; i++)
+                    batch *= as->dims[i];
+                k->gemm.m = as->dims[as->rank - 2];
+                k->gemm.k = as->dims[as->rank - 1];
+                k->gemm.n = os->dims[os->rank - 1];
+                k->gemm.b_batched = bs->rank > 2;
+                if (k->gemm.b_batched) {
+                    k->gemm.batch = batch;
+                } else {
+                    k->gemm.batch = 1;
+                    k->gemm.m *= batch;
+                }
+                if (pro_of[gemm] >= 0) {
+                    kc_pw_operand r;
+                    k->gemm.a_in = -1;
+                    if (emit(&c, k, &k->prologue, pro_of[gemm], m->in[0], -1, &r) ||
+                        r.src != KC_PW_TMP) {
+                        rc = too_big(&c, gemm);
+                        goto out;
+                    }
+                    for (int i = 0; i < nn; i++)
+                        k->n_fused += c.group[i] == pro_of[gemm];
+                } else {
+                    k->gemm.a_in = add_input(k, g, m->in[0]);
+                }
+                k->gemm.b_in = add_input(k, g, m->in[1]);
+            } else {
+                k->kind = KC_KK_CONV2D;
+                add_input(k, g, m->in[0]);
+                add_input(k, g, m->in[1]);
+                k->conv = (__typeof__(k->conv)){.n = as->dims[0],
+                                                .c = as->dims[1],
+                                                .h = as->dims[2],
+                                                .w = as->dims[3],
+                                                .o = bs->dims[0],
+                                                .kh = bs->dims[2],
+                                                .kw = bs->dims[3],
+                                                .oh = os->dims[2],
+                                                .ow = os->dims[3],
+                                                .stride = m->attrs.stride,
+                                                .padding = m->attrs.padding};
+            }
+            if (epi_root >= 0) {
+                kc_pw_operand r;
+                if (emit(&c, k, &k->epilogue, epi_root, n->out, m->out, &r)) {
+                    rc = too_big(&c, ni);
+                    goto out;
+                }
+                for (int i = 0; i < nn; i++)
+                    k->n_fused += c.group[i] == epi_root;
+            }
+        } else if (kc_op_is_pointwise(n->op)) {
+            kc_pw_operand r;
+            k->kind = KC_KK_POINTWISE;
+            if (emit(&c, k, &k->body, ni, n->out, -1, &r)) {
+                rc = too_big(&c, ni);
+                goto out;
+            }
+            for (int i = 0; i < nn; i++)
+                k->n_fused += c.group[i] == ni;
+        } else {
+            k->n_fused = 1;
+            for (int i = 0; i < n->n_in; i++)
+                add_input(k, g, n->in[i]);
+            const kc_shape *xs = &g->values[n->in[0]].shape;
+            int64_t cols = xs->dims[xs->rank - 1];
+            switch (n->op) {
+            case KC_OP_SOFTMAX:
+            case KC_OP_LAYERNORM:
+            case KC_OP_RMSNORM:
+                k->kind = n->op == KC_OP_SOFTMAX     ? KC_KK_SOFTMAX
+                          : n->op == KC_OP_LAYERNORM ? KC_KK_LAYERNORM
+                                                     : KC_KK_RMSNORM;
+                k->norm.cols = cols;
+                k->norm.rows = kc_shape_numel(xs) / cols;
+                k->norm.eps = n->op == KC_OP_SOFTMAX ? 0 : n->attrs.eps;
+                break;
+            case KC_OP_TRANSPOSE:
+                k->kind = KC_KK_TRANSPOSE;
+                break;
+            case KC_OP_SDPA:
+                k->kind = KC_KK_SDPA;
+                k->sdpa.batch = xs->dims[0];
+                k->sdpa.sq = xs->dims[1];
+                k->sdpa.dim = xs->dims[2];
+                k->sdpa.sk = g->values[n->in[1]].shape.dims[1];
+                k->sdpa.heads = n->attrs.heads;
+                k->sdpa.causal = n->attrs.causal;
+                k->sdpa.scale = n->attrs.scale;
+                break;
+            default:
+                rc = kc_err_set(err, KC_ERR_UNSUPPORTED, "node %d: cannot lower %s", ni,
+                                kc_op_name(n->op));
+                goto out;
+            }
+        }
+        (void)base;
+        nk++;
+    }
+    *out = ks;
+    *nout = nk;
+    ks = NULL;
+out:
+    free(ks);
+    free(c.group);
+    free(c.owner);
+    free(epi_of);
+    free(pro_of);
+    return rc;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static json_t *shape_json(const kc_shape *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < s->rank; i++)
+        json_array_append_new(a, json_integer(s->dims[i]));
+    return a;
+}
+
+static json_t *chain_json(const kc_pw_chain *ch)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < ch->n; i++) {
+        const kc_pw_instr *in = &ch->ins[i];
+        json_array_append_new(a, json_pack("[s,i,i,i,i]", kc_op_name(in->op), (int)in->a.src,
+                                           in->a.idx, (int)in->b.src, in->b.idx));
+    }
+    return a;
+}
+
+/* Only the sections that matter for the kernel's kind are written, so graph
+ * records stay small (a warm compile parses one per graph). */
+static json_t *kernel_json(const kc_kernel *k, bool bind)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "kind", json_string(kc_kernel_kind_name(k->kind)));
+    json_object_set_new(o, "dtype", json_string(kc_dtype_name(k->dtype)));
+    json_t *ins = json_array();
+    for (int i = 0; i < k->n_in; i++)
+        json_array_append_new(ins, shape_json(&k->in_shape[i]));
+    json_object_set_new(o, "in", ins);
+    json_object_set_new(o, "out", shape_json(&k->out_shape));
+    if (k->body.n)
+        json_object_set_new(o, "body", chain_json(&k->body));
+    if (k->epilogue.n)
+        json_object_set_new(o, "epilogue", chain_json(&k->epilogue));
+    if (k->prologue.n)
+        json_object_set_new(o, "prologue", chain_json(&k->prologue));
+    switch (k->kind) {
+    case KC_KK_GEMM:
+        json_object_set_new(o, "gemm",
+                            json_pack("[I,I,I,I,b,b,i,i,o]", (json_int_t)k->gemm.batch,
+                                      (json_int_t)k->gemm.m, (json_int_t)k->gemm.n,
+                                      (json_int_t)k->gemm.k, k->gemm.trans_b, k->gemm.b_batched,
+                                      k->gemm.a_in, k->gemm.b_in, shape_json(&k->gemm.a_shape)));
+        break;
+    case KC_KK_SOFTMAX:
+    case KC_KK_LAYERNORM:
+    case KC_KK_RMSNORM:
+        json_object_set_new(
+            o, "norm",
+            json_pack("[I,I,f]", (json_int_t)k->norm.rows, (json_int_t)k->norm.cols, k->norm.eps));
+        break;
+    case KC_KK_SDPA:
+        json_object_set_new(o, "sdpa",
+                            json_pack("[I,I,I,I,i,b,f]", (json_int_t)k->sdpa.batch,
+                                      (json_int_t)k->sdpa.sq, (json_int_t)k->sdpa.sk,
+                                      (json_int_t)k->sdpa.dim, k->sdpa.heads, k->sdpa.causal,
+                                      k->sdpa.scale));
+        break;
+    case KC_KK_CONV2D: {
+        const int64_t *cv = &k->conv.n;
+        json_t *conv = json_array();
+        for (int i = 0; i < 9; i++)
+            json_array_append_new(conv, json_integer(cv[i]));
+        json_array_append_new(conv, json_integer(k->conv.stride));
+        json_array_append_new(conv, json_integer(k->conv.padding));
+        json_object_set_new(o, "conv", conv);
+        break;
+    }
+    default:
+        break;
+    }
+    if (k->impl[0])
+        json_object_set_new(o, "impl", json_string(k->impl));
+    if (bind) {
+        json_t *b = json_array();
+        for (int i = 0; i < k->n_in; i++)
+            json_array_append_new(b, json_integer(k->in_value[i]));
+        json_object_set_new(o, "bind_in", b);
+        json_object_set_new(o, "bind_out", json_integer(k->out_value));
+        json_object_set_new(o, "n_fused", json_integer(k->n_fused));
+    }
+    return o;
+}
+
+static char *dump(json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    return s;
+}
+
+char *kc_kernel_identity_json(const kc_kernel *k)
+{
+    return dump(kernel_json(k, false));
+}
+
+char *kc_kernel_to_json(const kc_kernel *k)
+{
+    return dump(kernel_json(k, true));
+}
+
+/* Public for kc_compile.c: builds the json_t (caller decrefs). */
+json_t *kc_kernel_json_object(const kc_kernel *k);
+json_t *kc_kernel_json_object(const kc_kernel *k)
+{
+    return kernel_json(k, true);
+}
+
+/* The identity object alone (no bindings), for graph records. */
+json_t *kc_kernel_identity_object(const kc_kernel *k);
+json_t *kc_kernel_identity_object(const kc_kernel *k)
+{
+    return kernel_json(k, false);
+}
+
+static bool shape_from(json_t *a, kc_shape *s)
+{
+    if (!json_is_array(a) || json_array_size(a) > KC_MAX_RANK)
+        return false;
+    s->rank = (int)json_array_size(a);
+    for (int i = 0; i < s->rank; i++) {
+        json_t *d = json_array_get(a, (size_t)i);
+        if (!json_is_integer(d) || json_integer_value(d) < 1)
+            return false;
+        s->dims[i] = json_integer_value(d);
+    }
+    return true;
+}
+
+static bool chain_from(json_t *a, kc_pw_chain *ch)
+{
+    ch->n = 0;
+    if (!a)
+        return true;
+    if (!json_is_array(a) || json_array_size(a) > KC_PW_MAX)
+        return false;
+    ch->n = (int)json_array_size(a);
+    for (int i = 0; i < ch->n; i++) {
+        const char *op;
+        int as, ai, bs, bi;
+        if (json_unpack(json_array_get(a, (size_t)i), "[s,i,i,i,i]", &op, &as, &ai, &bs, &bi))
+            return false;
+        int o = -1;
+        for (int x = 0; x < KC_OP_COUNT; x++)
+            if (strcmp(op, kc_op_name((kc_op)x)) == 0)
+                o = x;
+        if (!kc_op_is_pointwise((kc_op)o) || as < 0 || as > 2 || bs < 0 || bs > 2)
+            return false;
+        ch->ins[i] = (kc_pw_instr){(kc_op)o, {(kc_pw_src)as, ai}, {(kc_pw_src)bs, bi}};
+        /* operand sanity: temporaries refer backwards, inputs exist */
+        kc_pw_operand ops[2] = {ch->ins[i].a, ch->ins[i].b};
+        for (int j = 0; j < (kc_op_is_binary((kc_op)o) ? 2 : 1); j++)
+            if ((ops[j].src == KC_PW_TMP && (ops[j].idx < 0 || ops[j].idx >= i)) ||
+                (ops[j].src == KC_PW_INPUT && (ops[j].idx < 0 || ops[j].idx >= KC_KERNEL_MAX_IN)))
+                return false;
+    }
+    return true;
+}
+
+/* Parses a kernel object as produced by kc_kernel_json_object. */
+kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
+kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
+{
+    memset(k, 0, sizeof *k);
+    const char *kind = json_string_value(json_object_get(o, "kind"));
+    int kk = -1;
+    for (int i = 0; kind && i < KC_KK_COUNT; i++)
+        if (strcmp(kind, kind_names[i]) == 0)
+            kk = i;
+    json_t *ins = json_object_get(o, "in"), *bind = json_object_get(o, "bind_in");
+    if (kk < 0 || !json_is_array(ins) || json_array_size(ins) > KC_KERNEL_MAX_IN ||
+        (bind && (!json_is_array(bind) || json_array_size(bind) != json_array_size(ins))))
+        goto bad;
+    k->kind = (kc_kernel_kind)kk;
+    k->n_in = (int)json_array_size(ins);
+    for (int i = 0; i < k->n_in; i++) {
+        if (!shape_from(json_array_get(ins, (size_t)i), &k->in_shape[i]))
+            goto bad;
+        k->in_value[i] = bind ? (int)json_integer_value(json_array_get(bind, (size_t)i)) : 0;
+    }
+    k->out_value = (int)json_integer_value(json_object_get(o, "bind_out"));
+    k->n_fused = (int)json_integer_value(json_object_get(o, "n_fused"));
+    if (!shape_from(json_object_get(o, "out"), &k->out_shape) ||
+        !chain_from(json_object_get(o, "body"), &k->body) ||
+        !chain_from(json_object_get(o, "epilogue"), &k->epilogue) ||
+        !chain_from(json_object_get(o, "prologue"), &k->prologue))
+        goto bad;
+    json_int_t b, m, n, kd, rows, cols, sb, sq, sk, dim;
+    int tb, bb, heads, causal;
+    json_t *ash, *sec;
+    if (k->kind == KC_KK_GEMM) {
+        sec = json_object_get(o, "gemm");
+        if (json_unpack(sec, "[I,I,I,I,b,b,i,i,o]", &b, &m, &n, &kd, &tb, &bb, &k->gemm.a_in,
+                        &k->gemm.b_in, &ash) ||
+            !shape_from(ash, &k->gemm.a_shape))
+            goto bad;
+        k->gemm.batch = b, k->gemm.m = m, k->gemm.n = n, k->gemm.k = kd;
+        k->gemm.trans_b = tb, k->gemm.b_batched = bb;
+        if (k->gemm.b_in < 0 || k->gemm.a_in < -1 || (k->gemm.a_in < 0 && !k->prologue.n))
+            goto bad;
+    }
+    if (k->kind == KC_KK_SOFTMAX || k->kind == KC_KK_LAYERNORM || k->kind == KC_KK_RMSNORM) {
+        if (json_unpack(json_object_get(o, "norm"), "[I,I,F]", &rows, &cols, &k->norm.eps))
+            goto bad;
+        k->norm.rows = rows, k->norm.cols = cols;
+    }
+    if (k->kind == KC_KK_SDPA) {
+        if (json_unpack(json_object_get(o, "sdpa"), "[I,I,I,I,i,b,F]", &sb, &sq, &sk, &dim, &heads,
+                        &causal, &k->sdpa.scale) ||
+            heads < 1)
+            goto bad;
+        k->sdpa.batch = sb, k->sdpa.sq = sq, k->sdpa.sk = sk, k->sdpa.dim = dim;
+        k->sdpa.heads = heads, k->sdpa.causal = causal;
+    }
+    if (k->kind == KC_KK_CONV2D) {
+        json_t *conv = json_object_get(o, "conv");
+        if (!json_is_array(conv) || json_array_size(conv) != 11)
+            goto bad;
+        int64_t *cv = &k->conv.n;
+        for (int i = 0; i < 9; i++)
+            cv[i] = json_integer_value(json_array_get(conv, (size_t)i));
+        k->conv.stride = (int)json_integer_value(json_array_get(conv, 9));
+        k->conv.padding = (int)json_integer_value(json_array_get(conv, 10));
+    }
+    const char *impl = json_string_value(json_object_get(o, "impl"));
+    snprintf(k->impl, sizeof k->impl, "%s", impl ? impl : "");
+    k->dtype = KC_DT_F32;
+    if (k->gemm.a_in >= k->n_in || k->gemm.b_in >= k->n_in)
+        goto bad;
+    return KC_OK;
+bad:
+    return kc_err_set(err, KC_ERR_CORRUPT, "graph record: malformed kernel description");
+}
+
+kc_code kc_kernel_from_json(const char *text, kc_kernel *k, kc_err *err)
+{
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    if (!o)
+        return kc_err_set(err, KC_ERR_CORRUPT, "kernel description: bad JSON: %s", je.text);
+    kc_code rc = kc_kernel_from_json_object(o, k, err);
+    json_decref(o);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/*
+ * kc_tiers.c - local store -> remote -> (caller compiles), with write-back of
+ * remote hits and background upload of fresh artifacts (kc_tiers.h).
+ */
+#include "kc_tiers.h"
+
+#include <stdlib.h>
+
+static bool use_remote(const kc_tiers *t)
+{
+    return t->remote && !t->offline && !kc_remote_offline(t->remote);
+}
+
+kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_remote, kc_err *err)
+{
+    if (from_remote)
+        *from_remote = false;
+    kc_code rc = kc_store_get(t->store, key, a, err);
+    if (rc != KC_ERR_NOT_FOUND && rc != KC_ERR_CORRUPT)
+        return rc;
+    if (!use_remote(t))
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache", key);
+    kc_err rerr = {0};
+    rc = kc_remote_get(t->remote, key, a, &rerr);
+    if (rc != KC_OK)
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache (%s)", key,
+                          rerr.msg);
+    t->remote_hits++;
+    if (from_remote)
+        *from_remote = true;
+    kc_err perr = {0};
+    kc_store_put(t->store, a, NULL, &perr); /* write-back; a failure only costs a re-fetch */
+    return KC_OK;
+}
+
+kc_code kc_tiers_has(kc_tiers *t, const char *key, kc_err *err)
+{
+    kc_code rc = kc_store_has(t->store, key, err);
+    if (rc != KC_ERR_NOT_FOUND || !use_remote(t))
+        return rc;
+    kc_artifact a = {0};
+    rc = kc_tiers_get(t, key, &a, NULL, err);
+    if (rc == KC_OK)
+        kc_artifact_free(&a);
+    return rc;
+}
+
+kc_code kc_tiers_put(kc_tiers *t, const kc_artifact *a, kc_err *err)
+{
+    kc_code rc = kc_store_put(t->store, a, NULL, err);
+    if (rc != KC_OK || !use_remote(t))
+        return rc;
+    uint8_t *env;
+    size_t len;
+    kc_err e = {0};
+    if (kc_envelope_encode(a, &env, &len, &e) == KC_OK) {
+        kc_remote_put_async(t->remote, a->key, env, len);
+        t->pushed++;
+        free(env);
+    }
+    return KC_OK;
+}
+
+size_t kc_tiers_flush(kc_tiers *t, long timeout_ms)
+{
+    if (!t->remote || !t->pushed)
+        return 0;
+    return kc_remote_flush(t->remote, timeout_ms);
+}

@@ -1,0 +1,388 @@
+/*
+ * kc_xpu_backend.c - the XPU backends ("xpu": Level Zero native binaries, "xpu-spirv":
+ * SPIR-V only, no device needed) behind the kc_backend interface of kc_backend.h, so the
+ * compile driver treats them like the CPU backend. SPIR-V is also cached on its own
+ * ("spirv" artifacts) when the driver hands the backend a store (kc_xpu_backend_set_store).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kc_util.h"
+#include "kc_xpu.h"
+#include "kc_xpu_codegen.h"
+
+typedef struct kc_xpu_backend {
+    bool spirv_only;
+    kc_xpu *x; /* NULL for xpu-spirv */
+    char toolchain[KC_KEY_HEX_LEN + 1];
+    char *templates_dir;
+    kc_store *store; /* borrowed, may be NULL; used under lock */
+    pthread_mutex_t lock;
+    kc_xpu_stats stats;
+} kc_xpu_backend;
+
+struct kc_loaded {
+    kc_xpu_module *m;
+};
+
+/* The toolchain fingerprint, probed on first use (through the store when one is attached,
+ * so a warm compile spawns no clang/llvm-spirv --version). */
+static kc_code xb_toolchain(kc_xpu_backend *xb, char out[KC_KEY_HEX_LEN + 1], kc_err *err)
+{
+    pthread_mutex_lock(&xb->lock);
+    kc_code c = KC_OK;
+    if (!xb->toolchain[0])
+        c = kc_xpu_toolchain_fingerprint_cached(xb->store, xb->toolchain, NULL, err);
+    if (c == KC_OK)
+        memcpy(out, xb->toolchain, KC_KEY_HEX_LEN + 1);
+    pthread_mutex_unlock(&xb->lock);
+    return c;
+}
+
+static kc_code xb_device_fp(kc_backend *b, kc_device_fp *fp, kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    memset(fp, 0, sizeof *fp);
+    char tc[KC_KEY_HEX_LEN + 1];
+    if (!xb->x) {
+        kc_code c = xb_toolchain(xb, tc, err);
+        if (c != KC_OK)
+            return c;
+    }
+    if (xb->x) {
+        kc_code c = kc_xpu_device_fingerprint(xb->x, fp->id, &fp->json, err);
+        if (c != KC_OK)
+            return c;
+    } else {
+        json_t *o = json_pack("{s:s, s:s, s:s}", "backend", "xpu-spirv", "target", "spir64",
+                              "toolchain", tc);
+        fp->json = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(o);
+        if (!fp->json)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        snprintf(fp->id, sizeof fp->id, "xpu-spirv-spir64-%.8s", tc);
+    }
+    kc_sha256_hex(fp->json, strlen(fp->json), fp->hash);
+    return KC_OK;
+}
+
+static kc_code xb_compiler_fp(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    char tpl[KC_KEY_HEX_LEN + 1], tc[KC_KEY_HEX_LEN + 1];
+    kc_code c = kc_xpu_templates_hash(xb->templates_dir, tpl, err);
+    if (c == KC_OK)
+        c = xb_toolchain(xb, tc, err);
+    if (c != KC_OK)
+        return c;
+    char text[512];
+    snprintf(text, sizeof text, "kcache=%s\nbackend=%s\ntemplates=%s\ntoolchain=%s\n", KC_VERSION,
+             b->name, tpl, tc);
+    kc_sha256_hex(text, strlen(text), out);
+    return KC_OK;
+}
+
+static kc_code xb_generate(kc_backend *b, const kc_kernel *k, char **source, kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    return kc_xpu_generate(k, xb->templates_dir, source, err);
+}
+
+/* SPIR-V for source: the store's "spirv" artifact when one is attached, else built. */
+static kc_code xb_spirv(kc_xpu_backend *xb, const kc_kernel *k, const char *source, uint8_t **spirv,
+                        size_t *len, int *ran, kc_err *err)
+{
+    const char *entry = kc_xpu_kernel_entry(k->kind);
+    if (!xb->store) {
+        *ran = 1;
+        return kc_xpu_build_spirv(source, strlen(source), NULL, spirv, len, err);
+    }
+    char tc[KC_KEY_HEX_LEN + 1];
+    kc_code c = xb_toolchain(xb, tc, err);
+    if (c != KC_OK)
+        return c;
+    kc_xpu_kernel_src src = {entry, source, NULL, NULL};
+    kc_xpu_kernel_out out;
+    kc_xpu_stats st = {0};
+    kc_xpu_compile_opts co = {.toolchain = tc};
+    pthread_mutex_lock(&xb->lock);
+    c = kc_xpu_compile_kernels(xb->store, NULL, &src, 1, &co, &out, &st, err);
+    kc_artifact a;
+    memset(&a, 0, sizeof a);
+    if (c == KC_OK)
+        c = kc_store_get(xb->store, out.spirv_key, &a, err);
+    xb->stats.spirv_builds += st.spirv_builds;
+    xb->stats.spirv_hits += st.spirv_hits;
+    xb->stats.stored += st.stored;
+    pthread_mutex_unlock(&xb->lock);
+    if (c != KC_OK)
+        return c;
+    *ran = st.spirv_builds > 0;
+    *spirv = a.payload;
+    *len = a.payload_len;
+    a.payload = NULL;
+    kc_artifact_free(&a);
+    return KC_OK;
+}
+
+static kc_code xb_compile(kc_backend *b, const kc_kernel *k, const char *source,
+                          const char *name_hint, uint8_t **payload, size_t *len, int *ran_compiler,
+                          kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    (void)name_hint;
+    *payload = NULL;
+    *len = 0;
+    int ran = 0;
+    uint8_t *spirv = NULL;
+    size_t slen = 0;
+    kc_code c = xb_spirv(xb, k, source, &spirv, &slen, &ran, err);
+    if (ran_compiler)
+        *ran_compiler = ran;
+    if (c != KC_OK)
+        return c;
+    if (xb->spirv_only) {
+        *payload = spirv;
+        *len = slen;
+        return KC_OK;
+    }
+    kc_xpu_module *m = NULL;
+    c = kc_xpu_module_from_spirv(xb->x, spirv, slen, NULL, &m, err);
+    free(spirv);
+    if (c == KC_OK)
+        c = kc_xpu_module_check_kernel(m, kc_xpu_kernel_entry(k->kind), err);
+    if (c == KC_OK)
+        c = kc_xpu_module_native_binary(m, payload, len, err);
+    kc_xpu_module_free(m);
+    if (ran_compiler)
+        *ran_compiler = 1;
+    pthread_mutex_lock(&xb->lock);
+    if (c == KC_OK)
+        xb->stats.native_builds++;
+    pthread_mutex_unlock(&xb->lock);
+    return c;
+}
+
+typedef struct xb_scan {
+    size_t len;
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    int n, cap;
+} xb_scan;
+
+static int xb_scan_fn(const kc_entry_info *info, void *ctx)
+{
+    xb_scan *sc = ctx;
+    if (info->size != sc->len)
+        return 0;
+    if (sc->n == sc->cap) {
+        int cap = sc->cap ? 2 * sc->cap : 8;
+        void *k = realloc(sc->keys, (size_t)cap * sizeof *sc->keys);
+        if (!k)
+            return 1;
+        sc->keys = k;
+        sc->cap = cap;
+    }
+    memcpy(sc->keys[sc->n++], info->key, KC_KEY_HEX_LEN + 1);
+    return 0;
+}
+
+/* Replaces every stored "ze-native" artifact of this device whose payload is `old` with
+ * `fresh`, under the same key and metadata (the compile driver's keys are opaque here, so
+ * the rejected payload identifies them). Returns how many were replaced. */
+static int xb_replace_native(kc_xpu_backend *xb, const uint8_t *old, size_t old_len,
+                             const uint8_t *fresh, size_t fresh_len)
+{
+    char dev[KC_XPU_FP_ID_MAX];
+    kc_err e;
+    if (!xb->store || kc_xpu_device_fingerprint(xb->x, dev, NULL, &e) != KC_OK)
+        return 0;
+    xb_scan sc = {.len = old_len};
+    kc_filter f = {.kind = "ze-native", .device = dev};
+    kc_store_list(xb->store, &f, xb_scan_fn, &sc, &e);
+    int replaced = 0;
+    for (int i = 0; i < sc.n; i++) {
+        kc_artifact a, fresh_a;
+        memset(&a, 0, sizeof a);
+        memset(&fresh_a, 0, sizeof fresh_a);
+        if (kc_store_get(xb->store, sc.keys[i], &a, &e) != KC_OK)
+            continue;
+        if (a.payload_len == old_len && (old_len == 0 || memcmp(a.payload, old, old_len) == 0) &&
+            kc_artifact_init(&fresh_a, a.key, a.kind, a.meta, fresh, fresh_len, &e) == KC_OK) {
+            kc_store_delete(xb->store, a.key, &e);
+            replaced += kc_store_put(xb->store, &fresh_a, NULL, &e) == KC_OK;
+            kc_artifact_free(&fresh_a);
+        }
+        kc_artifact_free(&a);
+    }
+    free(sc.keys);
+    return replaced;
+}
+
+/* The driver rejected a cached native binary: build the module from SPIR-V (cached) and,
+ * with a store attached, replace the stale artifact with the fresh native binary. */
+static kc_code xb_rebuild(kc_backend *b, const kc_kernel *k, const uint8_t *stale, size_t stale_len,
+                          kc_xpu_module **out, kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    *out = NULL;
+    char *src = NULL;
+    uint8_t *spirv = NULL, *bin = NULL;
+    size_t slen = 0, blen = 0;
+    int ran = 0;
+    kc_code c = kc_xpu_generate(k, xb->templates_dir, &src, err);
+    if (c == KC_OK)
+        c = xb_spirv(xb, k, src, &spirv, &slen, &ran, err);
+    if (c == KC_OK)
+        c = kc_xpu_module_from_spirv(xb->x, spirv, slen, NULL, out, err);
+    if (c == KC_OK)
+        c = kc_xpu_module_native_binary(*out, &bin, &blen, err);
+    if (c == KC_OK) {
+        pthread_mutex_lock(&xb->lock);
+        xb->stats.native_builds++;
+        xb->stats.native_replaced += (unsigned)xb_replace_native(xb, stale, stale_len, bin, blen);
+        pthread_mutex_unlock(&xb->lock);
+    } else {
+        kc_xpu_module_free(*out);
+        *out = NULL;
+    }
+    free(bin);
+    free(spirv);
+    free(src);
+    return c;
+}
+
+static kc_code xb_load(kc_backend *b, const kc_kernel *k, const uint8_t *payload, size_t len,
+                       kc_loaded **out, kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    *out = NULL;
+    if (xb->spirv_only)
+        return kc_err_set(err, KC_ERR_UNSUPPORTED,
+                          "xpu-spirv artifacts are portable SPIR-V; loading needs --device xpu");
+    kc_xpu_module *m = NULL;
+    kc_code c = kc_xpu_module_from_native(xb->x, payload, len, &m, err);
+    pthread_mutex_lock(&xb->lock);
+    if (c == KC_OK)
+        xb->stats.native_hits++;
+    else if (c == KC_ERR_MISS)
+        xb->stats.native_rejected++;
+    bool can_rebuild = xb->store != NULL;
+    pthread_mutex_unlock(&xb->lock);
+    /* KC_ERR_MISS: the driver rejected the native binary (or it is empty). With a store,
+     * rebuild from SPIR-V here and replace the artifact; without one, the caller does. */
+    if (c == KC_ERR_MISS && can_rebuild)
+        c = xb_rebuild(b, k, payload, len, &m, err);
+    if (c == KC_OK)
+        c = kc_xpu_module_check_kernel(m, kc_xpu_kernel_entry(k->kind), err);
+    if (c != KC_OK) {
+        kc_xpu_module_free(m);
+        return c;
+    }
+    kc_loaded *l = calloc(1, sizeof *l);
+    if (!l) {
+        kc_xpu_module_free(m);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    }
+    l->m = m;
+    *out = l;
+    return KC_OK;
+}
+
+static kc_code xb_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const float *const *in,
+                      float *out, kc_err *err)
+{
+    kc_xpu_backend *xb = b->impl;
+    return kc_xpu_launch(xb->x, l->m, k, in, out, err);
+}
+
+static void xb_unload(kc_backend *b, kc_loaded *l)
+{
+    (void)b;
+    if (!l)
+        return;
+    kc_xpu_module_free(l->m);
+    free(l);
+}
+
+static void xb_destroy(kc_backend *b)
+{
+    kc_xpu_backend *xb = b->impl;
+    if (xb) {
+        kc_xpu_close(xb->x);
+        free(xb->templates_dir);
+        pthread_mutex_destroy(&xb->lock);
+        free(xb);
+    }
+    free(b);
+}
+
+kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
+                            kc_err *err)
+{
+    *out = NULL;
+    kc_xpu_backend *xb = calloc(1, sizeof *xb);
+    kc_backend *b = calloc(1, sizeof *b);
+    if (!xb || !b) {
+        free(xb);
+        free(b);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    }
+    pthread_mutex_init(&xb->lock, NULL);
+    xb->spirv_only = spirv_only;
+    b->impl = xb;
+    b->destroy = xb_destroy;
+    kc_code c = KC_OK;
+    if (opts && opts->templates_dir && !(xb->templates_dir = strdup(opts->templates_dir)))
+        c = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    if (c == KC_OK && !spirv_only)
+        c = kc_xpu_probe(&xb->x, err);
+    if (c == KC_OK && opts && opts->verbosity > 0) {
+        /* DESIGN: where oneDNN finds no GPU engine, say so once in verbose output. */
+        kc_xpu_onednn *o = NULL;
+        kc_err e;
+        if (kc_xpu_onednn_open(&o, &e) != KC_OK)
+            fprintf(stderr, "kcache: %s\n", e.msg);
+        kc_xpu_onednn_close(o);
+    }
+    if (c != KC_OK) {
+        xb_destroy(b);
+        return c;
+    }
+    b->name = spirv_only ? "xpu-spirv" : "xpu";
+    b->artifact_kind = spirv_only ? "spirv" : "ze-native";
+    b->device_fp = xb_device_fp;
+    b->compiler_fp = xb_compiler_fp;
+    b->generate = xb_generate;
+    b->compile = xb_compile;
+    b->load = xb_load;
+    b->run = xb_run;
+    b->unload = xb_unload;
+    *out = b;
+    return KC_OK;
+}
+
+void kc_xpu_backend_set_store(kc_backend *b, kc_store *s)
+{
+    kc_xpu_backend *xb = b->impl;
+    pthread_mutex_lock(&xb->lock);
+    xb->store = s;
+    pthread_mutex_unlock(&xb->lock);
+}
+
+void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st)
+{
+    kc_xpu_backend *xb = b->impl;
+    pthread_mutex_lock(&xb->lock);
+    *st = xb->stats;
+    pthread_mutex_unlock(&xb->lock);
+}
+
+kc_xpu *kc_xpu_backend_device(kc_backend *b)
+{
+    kc_xpu_backend *xb = b->impl;
+    return xb->x;
+}

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# deploy/check.sh - checks in CI what can be checked of deploy/ without a
+# real host: install tree and pkg-config, --help and man pages, the example
+# config through kcached --check-config, the systemd unit (systemd-analyze),
+# the nginx example (nginx -t, then a live TLS proxy to a real kcached), and
+# the Dockerfile's package names. Usage: deploy/check.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=$PWD
+BUILD=${1:-build}
+[ -d "$BUILD" ] || { echo "check.sh: no build directory '$BUILD' (build first)" >&2; exit 1; }
+BUILD=$(cd "$BUILD" && pwd)
+
+passed=0
+skipped=0
+pass() { echo "ok   - $*"; passed=$((passed + 1)); }
+skip() { echo "skip - $*"; skipped=$((skipped + 1)); }
+fail() { echo "FAIL - $*" >&2; exit 1; }
+
+T=$(mktemp -d /tmp/kc-deploy-check.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# --- 1. install tree ------------------------------------------------------
+P=$T/prefix
+cmake --install "$BUILD" --prefix "$P" >"$T/install.log" 2>&1 || { cat "$T/install.log"; fail "cmake --install"; }
+LIBDIR=$(dirname "$(find "$P" -name kcache.pc -path '*pkgconfig*' | head -1)")
+[ -n "$LIBDIR" ] && [ "$LIBDIR" != . ] || fail "kcache.pc not installed"
+LIBDIR=$(dirname "$LIBDIR")
+for f in bin/kcache bin/kcached include/kcache/kc_store.h include/kcache/kc_remote.h \
+         include/kcache/kc_envelope.h include/kcache/kc_error.h share/man/man1/kcache.1 \
+         share/man/man8/kcached.8 lib/systemd/system/kcached.service \
+         share/doc/kcache/examples/kcached.conf; do
+  [ -e "$P/$f" ] || fail "cmake --install did not install $f"
+done
+for l in libkccore.a libkcremote.a libkccompiler.a; do
+  [ -f "$LIBDIR/$l" ] || fail "cmake --install did not install $l"
+done
+if find "$P/include" -name '*_internal.h' | grep -q .; then fail "internal headers installed"; fi
+pass "cmake --install puts binaries, libraries, headers, kcache.pc, man pages, unit in place"
+
+# --- 2. pkg-config: compile, link and run a program against the install ----
+export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
+flags=$(pkg-config --cflags --libs kcache) || fail "pkg-config --cflags --libs kcache"
+[ "$(pkg-config --modversion kcache)" = "$(sed -n 's/^project(kcache VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)" ] ||
+  fail "kcache.pc version differs from the project version"
+cat >"$T/use.c" <<'EOF'
+#include <kc_remote.h>
+#include <kc_store.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    kc_err err;
+    kc_store *s;
+    if (argc < 2 || kc_store_open(argv[1], NULL, &s, &err) != KC_OK)
+        return 1;
+    kc_remote *r;
+    if (kc_remote_open("http://127.0.0.1:1", NULL, &r, &err) != KC_OK)
+        return 1;
+    kc_remote_close(r);
+    kc_store_close(s);
+    puts("linked");
+    return 0;
+}
+EOF
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Werror "$T/use.c" -o "$T/use" $flags || fail "compile+link against kcache.pc"
+[ "$("$T/use" "$T/store")" = linked ] || fail "program linked through kcache.pc does not run"
+# Moving the install tree keeps kcache.pc valid (prefix relative to the file).
+mv "$P" "$T/moved"
+PKG_CONFIG_PATH=${LIBDIR/$P/$T/moved}/pkgconfig pkg-config --cflags kcache | grep -q "$T/moved" ||
+  fail "kcache.pc is not relocatable"
+mv "$T/moved" "$P"
+pass "pkg-config --cflags --libs kcache builds and runs a client (relocatable prefix)"
+
+# --- 3. --help and man pages ----------------------------------------------
+"$P/bin/kcached" --help >"$T/kcached.help" || fail "kcached --help"
+"$P/bin/kcache" --help >"$T/kcache.help" || fail "kcache --help"
+for opt in $(grep -o '^  --[a-z-]*' "$T/kcached.help" | tr -d ' '); do
+  grep -q -- "${opt//-/\\\\-}" deploy/man/kcached.8 || fail "kcached.8 does not document $opt"
+done
+for opt in $(grep -o '^  --[a-z-]*' "$T/kcache.help" | tr -d ' '); do
+  grep -q -- "${opt//-/\\\\-}" deploy/man/kcache.1 || fail "kcache.1 does not document $opt"
+done
+for cmd in $(sed -n '/^commands:/,/^$/p' "$T/kcache.help" | awk 'NF>1 {print $1}'); do
+  grep -q "$cmd" deploy/man/kcache.1 || fail "kcache.1 does not document the $cmd command"
+done
+if command -v groff >/dev/null; then
+  for m in deploy/man/kcache.1 deploy/man/kcached.8; do
+    w=$(LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z "$m" 2>&1)
+    [ -z "$w" ] || fail "groff warnings in $m: $w"
+  done
+  pass "man pages cover every option of --help and render without warnings"
+else
+  pass "man pages cover every option of --help (groff missing: rendering not checked)"
+fi
+
+# --- 4. the example config through kcached's own parser --------------------
+"$P/bin/kcached" --config deploy/kcached.conf --check-config --tokens deploy/tokens.example \
+  --data "$T/data" >"$T/check.out" 2>&1 || { cat "$T/check.out"; fail "kcached --check-config deploy/kcached.conf"; }
+grep -q '^max-size = 53687091200$' "$T/check.out" || fail "--check-config did not read deploy/kcached.conf"
+# and a broken copy is refused, naming the line
+sed 's/^max-size = .*/max-size = lots/' deploy/kcached.conf >"$T/bad.conf"
+if "$P/bin/kcached" --config "$T/bad.conf" --check-config --data "$T/data" >"$T/bad.out" 2>&1; then
+  fail "kcached --check-config accepted max-size = lots"
+fi
+grep -q "bad.conf:[0-9]*" "$T/bad.out" || fail "--check-config error does not name file:line: $(cat "$T/bad.out")"
+pass "deploy/kcached.conf and tokens.example pass kcached --check-config; a bad value is refused"
+# the commented S3 block too, once kcached has the tier
+if grep -q -- '--s3-endpoint' "$T/kcached.help"; then
+  sed 's/^# \(s3-[a-z-]* = \)/\1/; s|^s3-credentials = .*||' deploy/kcached.conf >"$T/s3.conf"
+  AWS_ACCESS_KEY_ID=AKIDEXAMPLE AWS_SECRET_ACCESS_KEY=example "$P/bin/kcached" --config "$T/s3.conf" \
+    --check-config --tokens deploy/tokens.example --data "$T/data" >"$T/s3.out" 2>&1 ||
+    { cat "$T/s3.out"; fail "kcached --check-config with the S3 block of deploy/kcached.conf"; }
+  grep -q '^s3-bucket = my-kcache-bucket$' "$T/s3.out" || fail "--check-config ignored the s3-* settings"
+  pass "the S3 block of deploy/kcached.conf passes kcached --check-config"
+else
+  skip "kcached has no S3 tier yet: s3-* example settings not checked"
+fi
+
+# --- 5. systemd unit --------------------------------------------------------
+UNIT=$P/lib/systemd/system/kcached.service
+if command -v systemd-analyze >/dev/null; then
+  # verify checks that ExecStart exists (the installed binary) and that the
+  # Documentation= man page resolves.
+  MANPATH=$P/share/man: SYSTEMD_LOG_LEVEL=notice systemd-analyze verify "$UNIT" >"$T/verify.out" 2>&1 ||
+    { cat "$T/verify.out"; fail "systemd-analyze verify kcached.service"; }
+  if grep -v 'ConditionPathExists' "$T/verify.out" | grep -q .; then
+    cat "$T/verify.out"
+    fail "systemd-analyze verify printed warnings"
+  fi
+  if systemd-analyze security --help 2>/dev/null | grep -q -- --offline; then
+    systemd-analyze security --offline=yes --threshold=20 "$UNIT" >"$T/security.out" 2>&1 ||
+      { tail -3 "$T/security.out"; fail "kcached.service exposure above 2.0"; }
+    score=$(grep -o 'Overall exposure level for [^:]*: [0-9.]*' "$T/security.out" | awk '{print $NF}')
+    pass "systemd-analyze verify kcached.service; security exposure $score (threshold 2.0)"
+  else
+    pass "systemd-analyze verify kcached.service (no offline security scoring here)"
+  fi
+else
+  skip "systemd-analyze not installed: unit not verified (apt-get install systemd)"
+fi
+
+# --- 6. nginx example: syntax, then a live TLS proxy to a real kcached -------
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+if command -v nginx >/dev/null && command -v openssl >/dev/null && command -v python3 >/dev/null; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 \
+    -subj /CN=kcache.test >/dev/null 2>&1 || fail "openssl could not make a test certificate"
+  "$P/bin/kcached" --listen 127.0.0.1:0 --port-file "$T/kcached.port" --data "$T/data" \
+    --log-level warn >"$T/kcached.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 200); do [ -s "$T/kcached.port" ] && break; sleep 0.05; done
+  [ -s "$T/kcached.port" ] || { cat "$T/kcached.log"; fail "kcached did not start"; }
+  KPORT=$(cat "$T/kcached.port")
+  HTTP_PORT=$(free_port)
+  HTTPS_PORT=$(free_port)
+  sed -e "s|/etc/ssl/kcache/fullchain.pem|$T/tls.crt|; s|/etc/ssl/kcache/privkey.pem|$T/tls.key|" \
+      -e "s|server 127.0.0.1:7070|server 127.0.0.1:$KPORT|" \
+      -e "s|listen 80;|listen 127.0.0.1:$HTTP_PORT;|; s|listen \[::\]:80;||" \
+      -e "s|listen 443 ssl http2;|listen 127.0.0.1:$HTTPS_PORT ssl http2;|; s|listen \[::\]:443 ssl http2;||" \
+      deploy/nginx-kcache.conf >"$T/site.conf"
+  cat >"$T/nginx.conf" <<EOF
+pid $T/nginx.pid;
+error_log $T/nginx-error.log;
+daemon off;
+worker_processes 1;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $T/ngx-body;
+  proxy_temp_path $T/ngx-proxy;
+  fastcgi_temp_path $T/ngx-fastcgi;
+  uwsgi_temp_path $T/ngx-uwsgi;
+  scgi_temp_path $T/ngx-scgi;
+  include $T/site.conf;
+}
+EOF
+  nginx -t -p "$T" -c "$T/nginx.conf" >"$T/nginx-t.out" 2>&1 || { cat "$T/nginx-t.out"; fail "nginx -t on deploy/nginx-kcache.conf"; }
+  nginx -p "$T" -c "$T/nginx.conf" 2>"$T/nginx.err" &
+  PIDS+=($!)
+  code=000
+  for _ in $(seq 100); do
+    code=$(curl -sk -o "$T/healthz" -w '%{http_code}' "https://127.0.0.1:$HTTPS_PORT/healthz" 2>/dev/null || true)
+    [ "$code" = 200 ] && break
+    sleep 0.1
+  done
+  [ "$code" = 200 ] || { cat "$T/nginx.err" "$T/nginx-error.log" 2>/dev/null; fail "GET https://…/healthz through nginx gave $code"; }
+  redirect=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT/healthz")
+  [ "$redirect" = 301 ] || fail "plain http was not redirected to https ($redirect)"
+  pass "nginx -t accepts deploy/nginx-kcache.conf; it proxies TLS to a live kcached"
+else
+  skip "nginx, openssl or python3 missing: proxy example not checked"
+fi
+
+# --- 7. Dockerfile: every package it installs exists in bookworm --------------
+if command -v apt-cache >/dev/null; then
+  # the words between --no-install-recommends and the next && of each RUN
+  pkgs=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' deploy/Dockerfile |
+         grep -o -- '--no-install-recommends[^&]*' | sed 's/--no-install-recommends//' |
+         tr -s ' ' '\n' | grep . | sort -u)
+  [ -n "$pkgs" ] || fail "no apt-get install line found in deploy/Dockerfile"
+  for pkg in $pkgs; do
+    apt-cache show "$pkg" >/dev/null 2>&1 || fail "deploy/Dockerfile installs unknown package $pkg"
+  done
+  # every library kcached links directly must come from the runtime stage
+  runtime=$(sed -n '/^FROM debian:bookworm-slim/,$p' deploy/Dockerfile | sed -e ':a' -e '/\\$/N; s/\\\n//; ta' |
+            grep -o -- '--no-install-recommends[^&]*' | sed 's/--no-install-recommends//')
+  if command -v objdump >/dev/null && command -v dpkg >/dev/null; then
+    for so in $(objdump -p "$P/bin/kcached" | awk '/NEEDED/ {print $2}'); do
+      path=$(ldd "$P/bin/kcached" | awk -v so="$so" '$1 == so {print $3}')
+      [ -n "$path" ] || continue
+      pkg=$( (dpkg -S "$path" || dpkg -S "$(readlink -f "$path")") 2>/dev/null | head -1 | cut -d: -f1 || true)
+      [ -z "$pkg" ] || [ "$pkg" = libc6 ] || echo " $runtime " | grep -q " $pkg " ||
+        fail "kcached needs $so (package $pkg) but the Dockerfile runtime stage lacks it"
+    done
+  fi
+  grep -q '^FROM debian:bookworm AS build' deploy/Dockerfile || fail "Dockerfile build stage is not bookworm"
+  grep -q '^FROM debian:bookworm-slim' deploy/Dockerfile || fail "Dockerfile runtime stage is not bookworm-slim"
+  grep -q '^USER ' deploy/Dockerfile || fail "Dockerfile runtime runs as root"
+  pass "deploy/Dockerfile: $(echo "$pkgs" | wc -w) packages exist in the archive; multi-stage, non-root"
+else
+  skip "apt-cache missing: Dockerfile packages not checked"
+fi
+if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  skip "docker available but image build left to the release job (minutes of downloads)"
+fi
+
+echo "deploy/check.sh: $passed passed, $skipped skipped"

@@ -1,0 +1,212 @@
+/*
+ * kcd_auth.c - loads the tokens file and checks Authorization headers. Every
+ * check hashes the presented token and compares it against all known digests
+ * with kc_ct_equal, so timing reveals neither which token nor how much of it
+ * matched.
+ */
+#include "kcd_auth.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kc_hash.h"
+
+typedef struct kcd_token {
+    uint8_t digest[KC_SHA256_LEN];
+    unsigned scopes;
+    char name[64];
+} kcd_token;
+
+struct kcd_auth {
+    bool enabled;
+    bool anonymous_read;
+    kcd_token *tokens;
+    unsigned n;
+};
+
+static kc_code parse_scopes(const char *text, unsigned *out)
+{
+    unsigned s = 0;
+    char buf[256];
+    if (strlen(text) >= sizeof buf)
+        return KC_ERR_INVALID;
+    strcpy(buf, text);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "read"))
+            s |= KCD_SCOPE_READ;
+        else if (!strcmp(t, "write"))
+            s |= KCD_SCOPE_WRITE;
+        else if (!strcmp(t, "admin"))
+            s |= KCD_SCOPE_ADMIN | KCD_SCOPE_READ | KCD_SCOPE_WRITE;
+        else
+            return KC_ERR_INVALID;
+    }
+    if (!s)
+        return KC_ERR_INVALID;
+    *out = s;
+    return KC_OK;
+}
+
+kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_err *err)
+{
+    *out = NULL;
+    kcd_auth *a = calloc(1, sizeof *a);
+    if (!a)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory loading tokens");
+    a->anonymous_read = anonymous_read;
+    if (!path) {
+        *out = a;
+        return KC_OK;
+    }
+    a->enabled = true;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        free(a);
+        return kc_err_errno(err, KC_ERR_IO, errno, "cannot open tokens file %s", path);
+    }
+    char line[1024];
+    unsigned lineno = 0, cap = 0;
+    kc_code rc = KC_OK;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *save = NULL;
+        char *tok = strtok_r(line, " \t\r\n", &save);
+        if (!tok || tok[0] == '#')
+            continue;
+        char *scopes = strtok_r(NULL, " \t\r\n", &save);
+        char *name = strtok_r(NULL, " \t\r\n", &save);
+        unsigned s;
+        if (!scopes || parse_scopes(scopes, &s) != KC_OK) {
+            rc = kc_err_set(err, KC_ERR_INVALID,
+                            "%s:%u: expected `TOKEN SCOPES [NAME]` with SCOPES from "
+                            "read,write,admin",
+                            path, lineno);
+            break;
+        }
+        if (a->n == cap) {
+            cap = cap ? cap * 2 : 8;
+            kcd_token *t = realloc(a->tokens, cap * sizeof *t);
+            if (!t) {
+                rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory loading %s", path);
+                break;
+            }
+            a->tokens = t;
+        }
+        kcd_token *t = &a->tokens[a->n++];
+        kc_sha256(tok, strlen(tok), t->digest);
+        t->scopes = s;
+        if (name)
+            snprintf(t->name, sizeof t->name, "%s", name);
+        else
+            snprintf(t->name, sizeof t->name, "token%u", lineno);
+        memset(line, 0, sizeof line); /* do not leave the secret on the stack */
+    }
+    fclose(f);
+    if (rc == KC_OK && a->n == 0)
+        rc = kc_err_set(err, KC_ERR_INVALID, "%s: no tokens", path);
+    if (rc != KC_OK) {
+        kcd_auth_free(a);
+        return rc;
+    }
+    *out = a;
+    return KC_OK;
+}
+
+void kcd_auth_free(kcd_auth *a)
+{
+    if (!a)
+        return;
+    free(a->tokens);
+    free(a);
+}
+
+unsigned kcd_auth_count(const kcd_auth *a)
+{
+    return a && a->enabled ? a->n : 0;
+}
+
+/* Extracts the token from a Basic credential into buf: the password, or the
+ * user when the password is empty. Returns length, or -1. */
+static int basic_token(const char *b64, char *buf, size_t cap)
+{
+    size_t n = strlen(b64);
+    if (n == 0 || n % 4 || n / 4 * 3 + 1 > cap)
+        return -1;
+    int m = EVP_DecodeBlock((unsigned char *)buf, (const unsigned char *)b64, (int)n);
+    if (m < 0)
+        return -1;
+    while (m > 0 && n > 0 && b64[n - 1] == '=') { /* EVP_DecodeBlock keeps padding bytes */
+        m--;
+        n--;
+    }
+    buf[m] = 0;
+    char *colon = memchr(buf, ':', (size_t)m);
+    if (!colon)
+        return -1;
+    if (colon[1]) {
+        int len = (int)strlen(colon + 1);
+        memmove(buf, colon + 1, (size_t)len + 1);
+        return len;
+    }
+    *colon = 0;
+    return (int)(colon - buf);
+}
+
+int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, const char **who)
+{
+    const char *dummy;
+    if (!who)
+        who = &dummy;
+    *who = "-";
+    if (!a || !a->enabled || need == KCD_SCOPE_NONE)
+        return 0;
+    while (authorization && isspace((unsigned char)*authorization))
+        authorization++;
+    if (!authorization || !*authorization) {
+        if (need == KCD_SCOPE_READ && a->anonymous_read) {
+            *who = "anonymous";
+            return 0;
+        }
+        return 401;
+    }
+    uint8_t digest[KC_SHA256_LEN];
+    if (!strncasecmp(authorization, "Bearer ", 7)) {
+        const char *t = authorization + 7;
+        while (*t == ' ')
+            t++;
+        size_t n = strlen(t);
+        while (n && isspace((unsigned char)t[n - 1]))
+            n--;
+        if (!n)
+            return 401;
+        kc_sha256(t, n, digest);
+    } else if (!strncasecmp(authorization, "Basic ", 6)) {
+        char buf[768];
+        const char *t = authorization + 6;
+        while (*t == ' ')
+            t++;
+        int n = basic_token(t, buf, sizeof buf);
+        if (n <= 0)
+            return 401;
+        kc_sha256(buf, (size_t)n, digest);
+        memset(buf, 0, sizeof buf);
+    } else
+        return 401;
+    /* Scan every token; no early exit. */
+    int found = -1;
+    for (unsigned i = 0; i < a->n; i++) {
+        int eq = kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
+        found = eq && found < 0 ? (int)i : found;
+    }
+    if (found < 0)
+        return 401;
+    *who = a->tokens[found].name;
+    return (a->tokens[found].scopes & need) ? 0 : 403;
+}

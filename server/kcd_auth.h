@@ -1,0 +1,39 @@
+/*
+ * kcd_auth.h - bearer-token authentication for kcached. Tokens come from a
+ * file with one `TOKEN SCOPES [NAME]` per line (SCOPES: comma-separated
+ * read, write, admin; admin implies the others). Tokens are kept only as
+ * SHA-256 digests and compared in constant time; only NAMEs are ever logged.
+ */
+#ifndef KCD_AUTH_H
+#define KCD_AUTH_H
+
+#include <stdbool.h>
+
+#include "kc_error.h"
+
+enum {
+    KCD_SCOPE_NONE = 0, /* no scope needed (/healthz) */
+    KCD_SCOPE_READ = 1,
+    KCD_SCOPE_WRITE = 2,
+    KCD_SCOPE_ADMIN = 4,
+};
+
+typedef struct kcd_auth kcd_auth; /* immutable after load: safe to share */
+
+/* Loads the tokens file at path. path NULL means authentication is disabled
+ * (every request is allowed). Errors name path:line. Free with kcd_auth_free. */
+kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_err *err);
+void kcd_auth_free(kcd_auth *a);
+
+/* Number of tokens loaded (0 when disabled). */
+unsigned kcd_auth_count(const kcd_auth *a);
+
+/* Decides a request. authorization is the raw Authorization header (NULL if
+ * absent): "Bearer TOKEN", or "Basic base64(user:TOKEN)" (password, or the
+ * user name when the password is empty) for clients that only speak Basic.
+ * need is a KCD_SCOPE_* bit. Returns 0 when allowed, 401 when no valid token
+ * was presented, 403 when the token lacks the scope. *who (may be NULL)
+ * receives a static name for logs: the token's NAME, "anonymous" or "-". */
+int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, const char **who);
+
+#endif

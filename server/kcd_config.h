@@ -1,0 +1,80 @@
+/*
+ * kcd_config.h - kcached's settings: built-in defaults, then a config file
+ * (--config FILE or $KCACHED_CONFIG, `key = value` lines using the flag
+ * names without dashes), then KCACHED_* environment variables (KCACHED_MAX_SIZE
+ * for --max-size), then command-line flags. Later sources win.
+ */
+#ifndef KCD_CONFIG_H
+#define KCD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kc_error.h"
+#include "kcd_s3.h"
+
+typedef struct kcd_config {
+    char *listen;          /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
+    char *data;            /* store directory */
+    uint64_t max_size;     /* store size limit (LRU eviction); 0 = unlimited */
+    uint64_t max_blob;     /* largest accepted request body */
+    uint64_t memory_cache; /* bytes of hot responses kept in memory; 0 = off */
+    char *tokens;          /* tokens file; NULL = authentication disabled */
+    bool anonymous_read;   /* reads without a token when tokens are configured */
+    char *tls_cert;        /* PEM certificate (chain) file; with tls_key enables HTTPS */
+    char *tls_key;         /* PEM private key file */
+    unsigned threads;      /* MHD worker threads; 0 = one per online CPU */
+    unsigned timeout;      /* idle connection timeout, seconds */
+    unsigned max_connections;
+    unsigned grace;    /* seconds to let in-flight requests finish on SIGTERM */
+    int log_level;     /* kcd_log_level */
+    char *port_file;   /* written with the bound port once listening */
+    char *config;      /* the config file that was read, if any */
+    bool check_config; /* validate, print the effective settings, exit */
+    kcd_s3_config s3;  /* optional S3 backing tier (s3-* options, kcd_s3.h) */
+} kcd_config;
+
+/* What main should do after kcd_config_load. */
+typedef enum kcd_config_action {
+    KCD_RUN = 0,
+    KCD_HELP,
+    KCD_VERSION,
+    KCD_CHECK,
+} kcd_config_action;
+
+/* Fills cfg with defaults (listen 127.0.0.1:7070, data ./kcached-data,
+ * max-blob 1G, timeout 60, ...). Free with kcd_config_free. */
+void kcd_config_defaults(kcd_config *cfg);
+
+/* Sets one option by flag name without dashes ("max-size", also accepted with
+ * '_' for '-'). source names where the value came from, for error messages.
+ * KC_ERR_INVALID names the option, value and source. */
+kc_code kcd_config_set(kcd_config *cfg, const char *name, const char *value, const char *source,
+                       kc_err *err);
+
+/* Reads `key = value` lines ('#' comments, blank lines ignored). */
+kc_code kcd_config_load_file(kcd_config *cfg, const char *path, kc_err *err);
+
+/* Defaults, config file, environment (envp style list, usually `environ`),
+ * then argv. Sets *action. Usage errors are KC_ERR_INVALID. */
+kc_code kcd_config_load(kcd_config *cfg, int argc, char **argv, char **envp,
+                        kcd_config_action *action, kc_err *err);
+
+/* Checks consistency: data set, listen parses, TLS files readable in pairs,
+ * tokens file loads. Does not open the store. */
+kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err);
+
+/* Parses "HOST:PORT" / "[V6]:PORT" / ":PORT" / "PORT". host is written into
+ * host (cap bytes); "" means any address. */
+kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *port, kc_err *err);
+
+/* Prints the effective configuration as `key = value` lines (the format
+ * --config reads) to f (a FILE *). */
+void kcd_config_print(const kcd_config *cfg, void *f);
+
+/* The --help text. */
+const char *kcd_config_usage(void);
+
+void kcd_config_free(kcd_config *cfg);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * kcd_hot.h - kcached's in-memory cache of hot responses: verified
+ * envelopes (and ccache payloads) kept as immutable, reference-counted
+ * buffers so a GET for a popular artifact is answered without SQLite, zstd
+ * or SHA-256 and without copying. Bounded by bytes with LRU replacement
+ * under one lock, held only for a hash lookup and a list splice.
+ *
+ * Consistency: entries are content-checked copies of what the store
+ * returned. A DELETE through kcached drops them at once. Anything else that
+ * removes entries from the store (LRU eviction, `kcache rm` on the same
+ * directory) is noticed at the next refresh: a hit older than the refresh
+ * interval goes back to the store, which also records the access for the
+ * store's own LRU.
+ */
+#ifndef KCD_HOT_H
+#define KCD_HOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* An immutable cached response body. Large ones live in a sealed-by-use
+ * memfd (fd >= 0) mapped read-only at data, so the server can hand the
+ * kernel a file to sendfile(2) from, as nginx does with static files. */
+typedef struct kcd_blob {
+    uint32_t refs;
+    size_t len;
+    int fd;        /* memfd holding the bytes, or -1 */
+    uint8_t *data; /* the bytes (inline or the memfd mapping) */
+    uint8_t inline_data[];
+} kcd_blob;
+
+/* Bodies at least this large are kept in a memfd. */
+#define KCD_HOT_FD_MIN (256u * 1024)
+
+/* Takes / drops a reference; the last unref frees. Thread-safe. */
+void kcd_blob_ref(kcd_blob *b);
+void kcd_blob_unref(kcd_blob *b);
+
+typedef struct kcd_hot kcd_hot;
+
+/* Namespaces: what the bytes are. */
+enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1 };
+
+/* capacity 0 returns NULL (cache disabled); every function accepts NULL.
+ * Entries larger than max_entry are not cached. refresh_s: see above. */
+kcd_hot *kcd_hot_new(uint64_t capacity, size_t max_entry, double refresh_s);
+void kcd_hot_free(kcd_hot *h);
+
+/* Returns a referenced blob (caller unrefs) or NULL. *refresh is set when
+ * the entry is due for a trip to the store (only one caller gets it). */
+kcd_blob *kcd_hot_get(kcd_hot *h, int ns, const char *key_hex, double now, bool *refresh);
+
+/* Inserts or replaces (copies data). */
+void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
+                 double now);
+
+/* Removes key from every namespace. */
+void kcd_hot_drop(kcd_hot *h, const char *key_hex);
+
+/* Current entries and bytes (approximate under concurrency). */
+void kcd_hot_usage(kcd_hot *h, uint64_t *entries, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * kcd_metrics.c - atomic request counters and their two renderings:
+ * Prometheus text exposition for scrapers and a JSON document for humans
+ * and `kcache stats --remote`.
+ */
+#include "kcd_metrics.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_util.h"
+
+static const int kcd_status_codes[KCD_STATUS_SLOTS - 1] = {
+    200, 201, 204, 206, 304, 400, 401, 403, 404, 405, 408, 411, 413, 414, 415, 431, 500, 503, 507};
+/* Upper bounds (seconds) of the latency histogram buckets. */
+static const double kcd_lat_bounds[KCD_LAT_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
+
+static const char *const kcd_route_names[KCD_R_COUNT] = {
+    "artifact_get",  "artifact_head", "artifact_put", "artifact_delete", "artifacts_missing",
+    "bundle_get",    "bundle_post",   "ccache_get",   "ccache_head",     "ccache_put",
+    "ccache_delete", "stats",         "metrics",      "healthz",         "other"};
+
+const char *kcd_route_name(kcd_route r)
+{
+    return (unsigned)r < KCD_R_COUNT ? kcd_route_names[r] : "other";
+}
+
+void kcd_metrics_init(kcd_metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    m->started = kc_now();
+}
+
+void kcd_metrics_add(uint64_t *counter, uint64_t n)
+{
+    __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+static unsigned status_slot(int status)
+{
+    for (unsigned i = 0; i < KCD_STATUS_SLOTS - 1; i++)
+        if (kcd_status_codes[i] == status)
+            return i;
+    return KCD_STATUS_SLOTS - 1;
+}
+
+void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t bytes_in,
+                         uint64_t bytes_out, double seconds)
+{
+    if ((unsigned)route >= KCD_R_COUNT)
+        route = KCD_R_OTHER;
+    kcd_metrics_add(&m->requests[route][status_slot(status)], 1);
+    if (bytes_in)
+        kcd_metrics_add(&m->bytes_in, bytes_in);
+    if (bytes_out)
+        kcd_metrics_add(&m->bytes_out, bytes_out);
+    unsigned b = 0;
+    while (b < KCD_LAT_BUCKETS && seconds > kcd_lat_bounds[b])
+        b++;
+    kcd_metrics_add(&m->lat_bucket[b], 1);
+    kcd_metrics_add(&m->lat_sum_us, (uint64_t)(seconds * 1e6));
+    kcd_metrics_add(&m->lat_count, 1);
+}
+
+static uint64_t ld(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f)
+        return NULL;
+    fprintf(f, "# HELP kcached_requests_total HTTP requests by route and status.\n"
+               "# TYPE kcached_requests_total counter\n");
+    for (unsigned r = 0; r < KCD_R_COUNT; r++)
+        for (unsigned s = 0; s < KCD_STATUS_SLOTS; s++) {
+            uint64_t v = ld(&m->requests[r][s]);
+            if (!v)
+                continue;
+            if (s < KCD_STATUS_SLOTS - 1)
+                fprintf(f, "kcached_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
+                        kcd_route_names[r], kcd_status_codes[s], (unsigned long long)v);
+            else
+                fprintf(f, "kcached_requests_total{route=\"%s\",code=\"other\"} %llu\n",
+                        kcd_route_names[r], (unsigned long long)v);
+        }
+#define COUNTER(name, help, val)                                                                   \
+    fprintf(f,                                                                                     \
+            "# HELP kcached_" name " " help "\n# TYPE kcached_" name " counter\nkcached_" name     \
+            " %llu\n",                                                                             \
+            (unsigned long long)(val))
+#define GAUGE(name, help, val)                                                                     \
+    fprintf(f,                                                                                     \
+            "# HELP kcached_" name " " help "\n# TYPE kcached_" name " gauge\nkcached_" name       \
+            " %llu\n",                                                                             \
+            (unsigned long long)(val))
+    COUNTER("cache_hits_total", "Artifact and ccache reads that found the entry.", ld(&m->hits));
+    COUNTER("cache_misses_total", "Artifact and ccache reads that missed.", ld(&m->misses));
+    COUNTER("received_bytes_total", "Request body bytes received.", ld(&m->bytes_in));
+    COUNTER("sent_bytes_total", "Response body bytes sent.", ld(&m->bytes_out));
+    COUNTER("corrupt_reads_total", "Reads that found a corrupt entry (quarantined).",
+            ld(&m->corrupt));
+    COUNTER("memory_cache_hits_total", "Hits answered from the in-memory hot cache.",
+            ld(&m->mem_hits));
+    GAUGE("memory_cache_entries", "Entries in the in-memory hot cache.", ld(&m->mem_entries));
+    GAUGE("memory_cache_bytes", "Bytes in the in-memory hot cache.", ld(&m->mem_bytes));
+    COUNTER("store_errors_total", "Store operations that failed (500).", ld(&m->store_errors));
+    if (st) {
+        GAUGE("store_entries", "Entries in the store.", st->entries);
+        GAUGE("store_blobs", "Distinct payloads after deduplication.", st->blobs);
+        GAUGE("store_logical_bytes", "Sum of payload sizes.", st->logical_bytes);
+        GAUGE("store_stored_bytes", "Compressed bytes of distinct payloads.", st->stored_bytes);
+        GAUGE("store_file_bytes", "Database and WAL size on disk.", st->file_bytes);
+        COUNTER("store_evictions_total", "Entries evicted by the LRU size limit.", st->evictions);
+        COUNTER("store_corrupt_total", "Corrupt entries found by the store.", st->corrupt);
+        GAUGE("store_quarantined", "Entries in quarantine.", st->quarantined);
+    }
+    fprintf(f, "# HELP kcached_request_duration_seconds Request latency.\n"
+               "# TYPE kcached_request_duration_seconds histogram\n");
+    uint64_t cum = 0;
+    for (unsigned b = 0; b < KCD_LAT_BUCKETS; b++) {
+        cum += ld(&m->lat_bucket[b]);
+        fprintf(f, "kcached_request_duration_seconds_bucket{le=\"%g\"} %llu\n", kcd_lat_bounds[b],
+                (unsigned long long)cum);
+    }
+    cum += ld(&m->lat_bucket[KCD_LAT_BUCKETS]);
+    fprintf(f, "kcached_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+            (unsigned long long)cum);
+    fprintf(f, "kcached_request_duration_seconds_sum %.6f\n", (double)ld(&m->lat_sum_us) / 1e6);
+    fprintf(f, "kcached_request_duration_seconds_count %llu\n",
+            (unsigned long long)ld(&m->lat_count));
+    fprintf(f,
+            "# HELP kcached_uptime_seconds Seconds since start.\n"
+            "# TYPE kcached_uptime_seconds gauge\nkcached_uptime_seconds %.3f\n",
+            kc_now() - m->started);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, size_t *len)
+{
+    json_t *root = json_object();
+    json_t *srv = json_object();
+    uint64_t total = 0;
+    json_t *routes = json_object();
+    for (unsigned r = 0; r < KCD_R_COUNT; r++) {
+        uint64_t sum = 0;
+        for (unsigned s = 0; s < KCD_STATUS_SLOTS; s++)
+            sum += ld(&m->requests[r][s]);
+        total += sum;
+        if (sum)
+            json_object_set_new(routes, kcd_route_names[r], json_integer((json_int_t)sum));
+    }
+    json_object_set_new(srv, "requests", json_integer((json_int_t)total));
+    json_object_set_new(srv, "requests_by_route", routes);
+    json_object_set_new(srv, "hits", json_integer((json_int_t)ld(&m->hits)));
+    json_object_set_new(srv, "misses", json_integer((json_int_t)ld(&m->misses)));
+    json_object_set_new(srv, "bytes_in", json_integer((json_int_t)ld(&m->bytes_in)));
+    json_object_set_new(srv, "bytes_out", json_integer((json_int_t)ld(&m->bytes_out)));
+    json_object_set_new(srv, "memory_cache_hits", json_integer((json_int_t)ld(&m->mem_hits)));
+    json_object_set_new(srv, "memory_cache_bytes", json_integer((json_int_t)ld(&m->mem_bytes)));
+    json_object_set_new(srv, "corrupt", json_integer((json_int_t)ld(&m->corrupt)));
+    json_object_set_new(srv, "uptime_s", json_real(kc_now() - m->started));
+    json_object_set_new(srv, "version", json_string(KC_VERSION));
+    json_object_set_new(root, "server", srv);
+    if (st) {
+        json_t *s = json_object();
+        json_object_set_new(s, "entries", json_integer((json_int_t)st->entries));
+        json_object_set_new(s, "blobs", json_integer((json_int_t)st->blobs));
+        json_object_set_new(s, "logical_bytes", json_integer((json_int_t)st->logical_bytes));
+        json_object_set_new(s, "stored_bytes", json_integer((json_int_t)st->stored_bytes));
+        json_object_set_new(s, "file_bytes", json_integer((json_int_t)st->file_bytes));
+        json_object_set_new(s, "hits", json_integer((json_int_t)st->hits));
+        json_object_set_new(s, "misses", json_integer((json_int_t)st->misses));
+        json_object_set_new(s, "evictions", json_integer((json_int_t)st->evictions));
+        json_object_set_new(s, "corrupt", json_integer((json_int_t)st->corrupt));
+        json_object_set_new(s, "quarantined", json_integer((json_int_t)st->quarantined));
+        json_object_set_new(root, "store", s);
+    }
+    char *out = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(root);
+    if (out)
+        *len = strlen(out);
+    return out;
+}

@@ -1,0 +1,65 @@
+/*
+ * kcd_metrics.h - kcached's counters: requests by route and status, cache
+ * hits and misses, bytes in and out, a latency histogram. Lock-free atomic
+ * counters updated by every worker thread; rendered as Prometheus text
+ * (/metrics) and JSON (/v1/stats) together with the store's own statistics.
+ */
+#ifndef KCD_METRICS_H
+#define KCD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc_store.h"
+
+typedef enum kcd_route {
+    KCD_R_ARTIFACT_GET,
+    KCD_R_ARTIFACT_HEAD,
+    KCD_R_ARTIFACT_PUT,
+    KCD_R_ARTIFACT_DELETE,
+    KCD_R_MISSING,
+    KCD_R_BUNDLE_GET,
+    KCD_R_BUNDLE_POST,
+    KCD_R_CCACHE_GET,
+    KCD_R_CCACHE_HEAD,
+    KCD_R_CCACHE_PUT,
+    KCD_R_CCACHE_DELETE,
+    KCD_R_STATS,
+    KCD_R_METRICS,
+    KCD_R_HEALTHZ,
+    KCD_R_OTHER,
+    KCD_R_COUNT
+} kcd_route;
+
+/* Route label as used in /metrics ("artifact_get", ...). */
+const char *kcd_route_name(kcd_route r);
+
+#define KCD_STATUS_SLOTS 20
+#define KCD_LAT_BUCKETS 14
+
+typedef struct kcd_metrics {
+    uint64_t requests[KCD_R_COUNT][KCD_STATUS_SLOTS];
+    uint64_t hits, misses, bytes_in, bytes_out, corrupt, store_errors;
+    uint64_t mem_hits;                        /* hits answered from the memory cache */
+    uint64_t mem_entries, mem_bytes;          /* memory cache gauges, set before rendering */
+    uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
+    uint64_t lat_sum_us, lat_count;
+    double started; /* kc_now() at creation */
+} kcd_metrics;
+
+void kcd_metrics_init(kcd_metrics *m);
+
+/* Records one finished request. Thread-safe. */
+void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t bytes_in,
+                         uint64_t bytes_out, double seconds);
+/* Thread-safe counter bumps. */
+void kcd_metrics_add(uint64_t *counter, uint64_t n);
+
+/* Renders Prometheus exposition text (malloc'd, caller frees). st may be NULL
+ * when the store statistics could not be read. */
+char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len);
+
+/* Renders /v1/stats JSON (malloc'd, caller frees). */
+char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, size_t *len);
+
+#endif

@@ -1,0 +1,1202 @@
+/*
+ * kcd_routes.c - the HTTP API of DESIGN.md section 6 as plain functions:
+ * routing, auth decisions, key and path validation, streamed upload
+ * checking, and the store calls behind each route. No socket code here; see
+ * kcd_routes.h for the exchange life cycle and kcd_server.c for the glue.
+ */
+#include "kcd_routes.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kc_bundle.h"
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_store.h"
+#include "kc_util.h"
+#include "kcd_auth.h"
+#include "kcd_hot.h"
+#include "kcd_log.h"
+#include "kcd_s3.h"
+
+#define CT_JSON "application/json"
+#define CT_TEXT "text/plain; charset=utf-8"
+#define CT_BIN "application/octet-stream"
+#define CT_ENVELOPE "application/vnd.kcache.envelope"
+#define CT_BUNDLE "application/vnd.kcache.bundle"
+#define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
+/* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
+#define KCD_HOT_REFRESH_S 30.0
+
+struct kcd_ctx {
+    char *data;
+    kc_store_opts sopts;
+    uint64_t max_blob;
+    kcd_auth *auth;
+    kcd_hot *hot; /* NULL when --memory-cache 0 */
+    kcd_s3 *s3;   /* NULL unless an S3 backing tier is configured */
+    long s3_drain_ms;
+    kcd_metrics metrics;
+    uint64_t gen; /* identifies this context in the per-thread handle cache */
+    pthread_mutex_t lock;
+    kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
+    size_t nhandles, caphandles;
+};
+
+static uint64_t kcd_ctx_gen_counter;
+static __thread struct {
+    uint64_t gen;
+    kc_store *store;
+} kcd_tls;
+
+/* ---------------------------------------------------------------- context */
+
+kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
+{
+    *out = NULL;
+    kcd_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx || !(ctx->data = strdup(cfg->data))) {
+        free(ctx);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    }
+    ctx->sopts.max_size = cfg->max_size;
+    ctx->max_blob = cfg->max_blob;
+    ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
+    pthread_mutex_init(&ctx->lock, NULL);
+    kcd_metrics_init(&ctx->metrics);
+    if (cfg->memory_cache) {
+        uint64_t per = cfg->memory_cache / 8;
+        ctx->hot = kcd_hot_new(cfg->memory_cache, per > (64u << 20) ? (64u << 20) : (size_t)per,
+                               KCD_HOT_REFRESH_S);
+    }
+    kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
+    if (rc == KC_OK) {
+        kc_store *s = NULL;
+        rc = kc_store_open(ctx->data, &ctx->sopts, &s, err);
+        kc_store_close(s);
+    }
+    if (rc == KC_OK && kcd_s3_config_enabled(&cfg->s3)) {
+        rc = kcd_s3_open(&cfg->s3, &ctx->s3, err);
+        ctx->s3_drain_ms = (long)cfg->grace * 1000;
+    }
+    if (rc != KC_OK) {
+        kcd_ctx_free(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return KC_OK;
+}
+
+void kcd_ctx_free(kcd_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    for (size_t i = 0; i < ctx->nhandles; i++)
+        kc_store_close(ctx->handles[i]);
+    free(ctx->handles);
+    if (kcd_tls.gen == ctx->gen) {
+        kcd_tls.gen = 0;
+        kcd_tls.store = NULL;
+    }
+    kcd_auth_free(ctx->auth);
+    kcd_hot_free(ctx->hot);
+    kcd_s3_close(ctx->s3, ctx->s3_drain_ms); /* drains queued uploads */
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx->data);
+    free(ctx);
+}
+
+kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
+{
+    return &ctx->metrics;
+}
+
+/* This thread's store handle for ctx, opened on first use. */
+static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
+{
+    if (kcd_tls.gen == ctx->gen && kcd_tls.store)
+        return kcd_tls.store;
+    kc_store *s = NULL;
+    if (kc_store_open(ctx->data, &ctx->sopts, &s, err) != KC_OK)
+        return NULL;
+    pthread_mutex_lock(&ctx->lock);
+    if (ctx->nhandles == ctx->caphandles) {
+        size_t cap = ctx->caphandles ? ctx->caphandles * 2 : 16;
+        kc_store **h = realloc(ctx->handles, cap * sizeof *h);
+        if (!h) {
+            pthread_mutex_unlock(&ctx->lock);
+            kc_store_close(s);
+            kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        ctx->handles = h;
+        ctx->caphandles = cap;
+    }
+    ctx->handles[ctx->nhandles++] = s;
+    pthread_mutex_unlock(&ctx->lock);
+    kcd_tls.gen = ctx->gen;
+    kcd_tls.store = s;
+    return s;
+}
+
+/* --------------------------------------------------------------- responses */
+
+void kcd_response_free(kcd_response *r)
+{
+    if (!r)
+        return;
+    if (r->blob)
+        kcd_blob_unref(r->blob);
+    else
+        free(r->body);
+    kcd_stream_free(r->stream);
+    free(r);
+}
+
+typedef enum body_kind {
+    BODY_NONE,
+    BODY_ARTIFACT, /* PUT /v1/artifacts/{key}: an envelope */
+    BODY_CCACHE,   /* PUT /ccache/{path}: opaque bytes */
+    BODY_MISSING,  /* POST /v1/artifacts/missing: JSON */
+    BODY_BUNDLE,   /* POST /v1/bundle: a bundle stream */
+} body_kind;
+
+struct kcd_exchange {
+    kcd_ctx *ctx;
+    kcd_route route;
+    kcd_response *resp;
+    body_kind body;
+    char method[8];
+    char path[128]; /* truncated copy for the access log */
+    char remote[64];
+    const char *who;
+    double t0;
+    uint64_t bytes_in, bytes_out;
+    int64_t content_length; /* -1 when absent */
+    char key[KC_KEY_HEX_LEN + 1];
+    char ccache_path[KCD_CCACHE_PATH_MAX + 1];
+    /* buffered upload */
+    uint8_t *buf;
+    size_t len, cap;
+    kc_sha256_ctx *sha; /* running hash of the payload part */
+    bool header_ok;
+    kc_envelope_header hdr;
+    size_t hashed;      /* bytes of buf already hashed */
+    size_t header_need; /* bytes needed before the header can parse */
+    /* bundle import */
+    kc_store *import_store;
+    kc_bundle_import *import;
+};
+
+static kcd_response *resp_new(kcd_exchange *x, int status, const char *ctype)
+{
+    kcd_response *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->status = status;
+    r->content_type = ctype;
+    kcd_response_free(x->resp);
+    x->resp = r;
+    return r;
+}
+
+/* A JSON error body {"error": msg, "status": code}. */
+static void resp_error(kcd_exchange *x, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void resp_error(kcd_exchange *x, int status, const char *fmt, ...)
+{
+    char msg[KC_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kcd_response *r = resp_new(x, status, CT_JSON);
+    if (!r)
+        return;
+    json_t *o = json_pack("{s:s,s:i}", "error", msg, "status", status);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s) {
+        size_t n = strlen(s);
+        s[n] = '\n'; /* replace NUL: body need not be a C string */
+        r->body = (uint8_t *)s;
+        r->body_len = n + 1;
+    }
+    if (status == 401)
+        r->www_authenticate = "Bearer realm=\"kcached\"";
+    if (status >= 500)
+        kcd_log(KCD_LOG_WARN, "%s %s: %d %s", x->method, x->path, status, msg);
+}
+
+static void resp_take(kcd_exchange *x, int status, const char *ctype, void *body, size_t len)
+{
+    kcd_response *r = resp_new(x, status, ctype);
+    if (!r) {
+        free(body);
+        return;
+    }
+    r->body = body;
+    r->body_len = len;
+}
+
+/* Answers with a memory-cache blob; takes over the caller's reference. */
+static void resp_blob(kcd_exchange *x, int status, const char *ctype, kcd_blob *b)
+{
+    kcd_response *r = resp_new(x, status, ctype);
+    if (!r) {
+        kcd_blob_unref(b);
+        return;
+    }
+    r->blob = b;
+    r->body = b->data;
+    r->body_len = b->len;
+}
+
+static void resp_text(kcd_exchange *x, int status, const char *ctype, const char *text)
+{
+    char *s = strdup(text);
+    resp_take(x, status, ctype, s, s ? strlen(s) : 0);
+}
+
+/* Maps a store error onto the HTTP status of DESIGN section 6. */
+static int status_for(kc_code c)
+{
+    switch (c) {
+    case KC_OK:
+        return 200;
+    case KC_ERR_NOT_FOUND:
+        return 404;
+    case KC_ERR_INVALID:
+    case KC_ERR_CORRUPT:
+    case KC_ERR_TRUNCATED:
+    case KC_ERR_VERSION:
+        return 400;
+    case KC_ERR_TOO_LARGE:
+        return 413;
+    case KC_ERR_FULL:
+        return 507;
+    case KC_ERR_AUTH:
+        return 403;
+    default:
+        return 500;
+    }
+}
+
+static void resp_store_error(kcd_exchange *x, const kc_err *e)
+{
+    int st = status_for(e->code);
+    if (st == 500)
+        kcd_metrics_add(&x->ctx->metrics.store_errors, 1);
+    resp_error(x, st, "%s", e->msg[0] ? e->msg : kc_code_name(e->code));
+}
+
+/* ----------------------------------------------------------------- helpers */
+
+static const char *hdr(const kcd_request *req, const char *name)
+{
+    return req->header ? req->header(req->header_cls, name) : NULL;
+}
+
+static const char *arg(const kcd_request *req, const char *name)
+{
+    return req->arg ? req->arg(req->arg_cls, name) : NULL;
+}
+
+/* True when Accept-Encoding lists zstd with a non-zero quality. */
+static bool accepts_zstd(const char *ae)
+{
+    if (!ae)
+        return false;
+    const char *p = ae;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *tok = p;
+        while (*p && *p != ',' && *p != ';' && *p != ' ')
+            p++;
+        size_t n = (size_t)(p - tok);
+        bool match = n == 4 && !strncasecmp(tok, "zstd", 4);
+        double q = 1;
+        while (*p && *p != ',') {
+            if (*p == ';') {
+                p++;
+                while (*p == ' ')
+                    p++;
+                if (*p == 'q' && p[1] == '=')
+                    q = strtod(p + 2, NULL);
+            } else
+                p++;
+        }
+        if (match && q > 0)
+            return true;
+    }
+    return false;
+}
+
+bool kcd_ccache_path_valid(const char *path)
+{
+    size_t n = strlen(path);
+    if (n == 0 || n > KCD_CCACHE_PATH_MAX || path[0] == '/' || path[n - 1] == '/')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (!(isalnum(c) || c == '_' || c == '.' || c == '-' || c == '/'))
+            return false;
+        if (c == '/' && path[i + 1] == '/')
+            return false;
+    }
+    /* No "." or ".." component, nor ".." anywhere (cheap and strict). */
+    if (strstr(path, ".."))
+        return false;
+    if (!strcmp(path, ".") || !strncmp(path, "./", 2) || strstr(path, "/./") ||
+        (n >= 2 && !strcmp(path + n - 2, "/.")))
+        return false;
+    return true;
+}
+
+/* The store key of a ccache path: SHA-256 over "ccache:" + path. */
+static void ccache_key(const char *path, char key[KC_KEY_HEX_LEN + 1])
+{
+    kc_sha256_ctx *h = kc_sha256_new();
+    uint8_t d[KC_SHA256_LEN];
+    if (!h) {
+        char tmp[KCD_CCACHE_PATH_MAX + 8];
+        int n = snprintf(tmp, sizeof tmp, "ccache:%s", path);
+        kc_sha256(tmp, (size_t)n, d);
+    } else {
+        kc_sha256_update(h, "ccache:", 7);
+        kc_sha256_update(h, path, strlen(path));
+        kc_sha256_final(h, d);
+        kc_sha256_free(h);
+    }
+    kc_hex_encode(d, KC_SHA256_LEN, key);
+}
+
+static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
+{
+    int st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
+    if (st == 0)
+        return true;
+    if (st == 401)
+        resp_error(x, 401, "a valid bearer token is required");
+    else
+        resp_error(x, 403, "token '%s' lacks the %s scope", x->who,
+                   need & KCD_SCOPE_ADMIN   ? "admin"
+                   : need & KCD_SCOPE_WRITE ? "write"
+                                            : "read");
+    return false;
+}
+
+/* Parses Content-Length strictly: -1 when absent, -2 when malformed. */
+static int64_t content_length(const kcd_request *req)
+{
+    const char *v = hdr(req, "Content-Length");
+    if (!v)
+        return -1;
+    while (*v == ' ')
+        v++;
+    if (!isdigit((unsigned char)*v))
+        return -2;
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    while (*end == ' ')
+        end++;
+    if (*end || errno || n > INT64_MAX)
+        return -2;
+    return (int64_t)n;
+}
+
+/* Prepares a buffered upload bounded by limit; false when answered. */
+static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, uint64_t limit)
+{
+    int64_t cl = content_length(req);
+    x->content_length = cl;
+    if (cl == -2) {
+        resp_error(x, 400, "malformed Content-Length");
+        return false;
+    }
+    if (cl >= 0 && (uint64_t)cl > limit) {
+        resp_error(x, 413, "body of %" PRId64 " bytes exceeds the limit of %" PRIu64 " bytes", cl,
+                   limit);
+        return false;
+    }
+    x->body = kind;
+    if (kind == BODY_BUNDLE)
+        return true;
+    size_t initial = cl > 0 ? (size_t)cl : 64 * 1024;
+    if (initial > 64u << 20) /* grow beyond 64 MiB only as bytes really arrive */
+        initial = 64u << 20;
+    x->buf = malloc(initial ? initial : 1);
+    if (!x->buf) {
+        resp_error(x, 500, "out of memory for a %zu-byte body", initial);
+        return false;
+    }
+    x->cap = initial ? initial : 1;
+    if (kind == BODY_ARTIFACT || kind == BODY_CCACHE) {
+        x->sha = kc_sha256_new();
+        if (!x->sha) {
+            resp_error(x, 500, "out of memory");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ GET routes */
+
+/* Serves from the memory cache when possible; false when the store is needed. */
+static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
+{
+    bool refresh;
+    kcd_blob *b = kcd_hot_get(x->ctx->hot, ns, x->key, kc_now(), &refresh);
+    if (!b)
+        return false;
+    if (refresh) { /* due for a store round trip: see kcd_hot.h */
+        kcd_blob_unref(b);
+        return false;
+    }
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_metrics_add(&x->ctx->metrics.mem_hits, 1);
+    resp_blob(x, 200, ctype, b);
+    if (x->resp && ns == KCD_HOT_ENVELOPE)
+        x->resp->vary = "Accept-Encoding";
+    return true;
+}
+
+/* Local miss with an S3 tier: fetch the (verified) envelope from the bucket,
+ * keep it locally, answer with it. False when the bucket has nothing usable. */
+static bool read_through(kcd_exchange *x, kc_store *s)
+{
+    uint8_t *env = NULL;
+    size_t len = 0;
+    kc_err e = {0};
+    kc_code rc = kcd_s3_get(x->ctx->s3, x->key, &env, &len, &e);
+    if (rc != KC_OK) {
+        if (rc != KC_ERR_NOT_FOUND)
+            kcd_log(KCD_LOG_WARN, "S3 read-through of %s failed: %s", x->key, e.msg);
+        return false;
+    }
+    bool created;
+    if (kc_store_put_envelope(s, env, len, x->key, &created, &e) != KC_OK) {
+        /* Served anyway (kcd_s3_get checked it); only the local copy failed. */
+        kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->key, e.msg);
+    }
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_hot_put(x->ctx->hot, KCD_HOT_ENVELOPE, x->key, env, len, kc_now());
+    resp_take(x, 200, CT_ENVELOPE, env, len);
+    if (x->resp)
+        x->resp->vary = "Accept-Encoding";
+    return true;
+}
+
+static void get_artifact(kcd_exchange *x, const kcd_request *req)
+{
+    bool zstd = accepts_zstd(hdr(req, "Accept-Encoding"));
+    if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
+        return;
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    if (!s) {
+        resp_store_error(x, &e);
+        return;
+    }
+    kc_code rc;
+    if (zstd) {
+        uint8_t *z = NULL;
+        size_t zlen = 0, envlen = 0;
+        rc = kc_store_get_zstd(s, x->key, &z, &zlen, &envlen, &e);
+        if (rc == KC_OK) {
+            resp_take(x, 200, CT_ENVELOPE, z, zlen);
+            if (x->resp) {
+                x->resp->content_encoding = "zstd";
+                snprintf(x->resp->extra_name, sizeof x->resp->extra_name,
+                         "X-Kcache-Envelope-Length");
+                snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
+            }
+        }
+    } else {
+        uint8_t *env = NULL;
+        size_t len = 0;
+        rc = kc_store_get_envelope(s, x->key, &env, &len, &e);
+        if (rc == KC_OK) {
+            kcd_hot_put(x->ctx->hot, KCD_HOT_ENVELOPE, x->key, env, len, kc_now());
+            resp_take(x, 200, CT_ENVELOPE, env, len);
+        } else
+            kcd_hot_drop(x->ctx->hot, x->key);
+    }
+    if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
+        return;
+    if (rc == KC_OK) {
+        kcd_metrics_add(&x->ctx->metrics.hits, 1);
+        if (x->resp)
+            x->resp->vary = "Accept-Encoding";
+        return;
+    }
+    if (rc == KC_ERR_NOT_FOUND)
+        kcd_metrics_add(&x->ctx->metrics.misses, 1);
+    if (rc == KC_ERR_CORRUPT) {
+        /* The store quarantined it: to the client this is a miss. */
+        kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
+        kcd_metrics_add(&x->ctx->metrics.misses, 1);
+        kcd_log(KCD_LOG_WARN, "corrupt entry %s quarantined: %s", x->key, e.msg);
+        resp_error(x, 404, "artifact %s not found (stored copy was corrupt)", x->key);
+        return;
+    }
+    resp_store_error(x, &e);
+}
+
+static void get_ccache(kcd_exchange *x)
+{
+    if (get_hot(x, KCD_HOT_CCACHE, CT_BIN))
+        return;
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    if (!s) {
+        resp_store_error(x, &e);
+        return;
+    }
+    kc_artifact a = {0};
+    kc_code rc = kc_store_get(s, x->key, &a, &e);
+    if (rc == KC_OK) {
+        kcd_metrics_add(&x->ctx->metrics.hits, 1);
+        uint8_t *p = a.payload;
+        size_t n = a.payload_len;
+        a.payload = NULL;
+        kc_artifact_free(&a);
+        if (!p)
+            p = malloc(1);
+        if (p)
+            kcd_hot_put(x->ctx->hot, KCD_HOT_CCACHE, x->key, p, n, kc_now());
+        resp_take(x, 200, CT_BIN, p, n);
+        return;
+    }
+    kcd_metrics_add(&x->ctx->metrics.misses, 1);
+    kcd_hot_drop(x->ctx->hot, x->key);
+    if (rc == KC_ERR_CORRUPT) {
+        kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
+        kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);
+        resp_error(x, 404, "ccache entry %s not found", x->ccache_path);
+        return;
+    }
+    if (rc == KC_ERR_NOT_FOUND) {
+        resp_error(x, 404, "ccache entry %s not found", x->ccache_path);
+        return;
+    }
+    resp_store_error(x, &e);
+}
+
+static void delete_key(kcd_exchange *x, const char *what)
+{
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    kcd_hot_drop(x->ctx->hot, x->key);
+    kc_code rc = s ? kc_store_delete(s, x->key, &e) : e.code;
+    if (rc == KC_OK)
+        resp_new(x, 204, CT_TEXT);
+    else if (rc == KC_ERR_NOT_FOUND)
+        resp_error(x, 404, "%s not found", what);
+    else
+        resp_store_error(x, &e);
+}
+
+static void get_stats(kcd_exchange *x, bool prometheus)
+{
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    kcd_hot_usage(x->ctx->hot, &x->ctx->metrics.mem_entries, &x->ctx->metrics.mem_bytes);
+    kc_store_stats st;
+    bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
+    if (!have)
+        kcd_log(KCD_LOG_WARN, "store statistics unavailable: %s", e.msg);
+    size_t len = 0;
+    char *text = prometheus ? kcd_metrics_prometheus(&x->ctx->metrics, have ? &st : NULL, &len)
+                            : kcd_metrics_json(&x->ctx->metrics, have ? &st : NULL, &len);
+    if (!text) {
+        resp_error(x, 500, "out of memory rendering statistics");
+        return;
+    }
+    if (prometheus && x->ctx->s3) {
+        size_t need = kcd_s3_metrics(x->ctx->s3, NULL, 0);
+        char *t2 = realloc(text, len + need + 1);
+        if (t2) {
+            text = t2;
+            kcd_s3_metrics(x->ctx->s3, text + len, need + 1);
+            len += need;
+        }
+    }
+    resp_take(x, 200, prometheus ? CT_PROM : CT_JSON, text, len);
+}
+
+/* ----------------------------------------------------------- bundle stream */
+
+struct kcd_stream {
+    kc_store *store;
+    kc_bundle_cursor *cur;
+    kcd_metrics *metrics;
+    uint64_t bytes;
+    bool failed;
+};
+
+ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
+{
+    if (s->failed)
+        return -1;
+    size_t n = 0;
+    kc_err e = {0};
+    if (kc_bundle_cursor_read(s->cur, buf, cap, &n, &e) != KC_OK) {
+        kcd_log(KCD_LOG_WARN, "bundle stream aborted after %" PRIu64 " bytes: %s", s->bytes, e.msg);
+        s->failed = true;
+        return -1;
+    }
+    s->bytes += n;
+    if (s->metrics)
+        kcd_metrics_add(&s->metrics->bytes_out, n);
+    return (ssize_t)n;
+}
+
+void kcd_stream_free(kcd_stream *s)
+{
+    if (!s)
+        return;
+    kcd_log(KCD_LOG_DEBUG, "bundle stream closed after %" PRIu64 " bytes", s->bytes);
+    kc_bundle_cursor_close(s->cur);
+    kc_store_close(s->store);
+    free(s);
+}
+
+static void get_bundle(kcd_exchange *x, const kcd_request *req)
+{
+    kc_filter f = {0};
+    f.device = arg(req, "device");
+    f.kind = arg(req, "kind");
+    f.tag = arg(req, "tag");
+    const char *since = arg(req, "since");
+    if (f.device && !*f.device)
+        f.device = NULL;
+    if (f.kind && !*f.kind)
+        f.kind = NULL;
+    if (f.tag && !*f.tag)
+        f.tag = NULL;
+    if (f.kind && !kc_kind_valid(f.kind)) {
+        resp_error(x, 400, "unknown kind '%.40s'", f.kind);
+        return;
+    }
+    if (since && *since) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(since, &end, 10);
+        if (*end || errno || v < 0) {
+            resp_error(x, 400, "bad since '%.40s' (unix seconds)", since);
+            return;
+        }
+        f.since = v;
+    }
+    kc_err e = {0};
+    kcd_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        resp_error(x, 500, "out of memory");
+        return;
+    }
+    st->metrics = &x->ctx->metrics;
+    if (kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e) != KC_OK ||
+        kc_bundle_cursor_open(st->store, &f, &st->cur, &e) != KC_OK) {
+        kcd_stream_free(st);
+        resp_store_error(x, &e);
+        return;
+    }
+    kcd_response *r = resp_new(x, 200, CT_BUNDLE);
+    if (!r) {
+        kcd_stream_free(st);
+        return;
+    }
+    r->stream = st;
+}
+
+/* ----------------------------------------------------------------- uploads */
+
+static bool buf_append(kcd_exchange *x, const void *data, size_t len)
+{
+    if (x->len + len > x->cap) {
+        size_t cap = x->cap * 2;
+        while (cap < x->len + len)
+            cap *= 2;
+        if (cap > x->ctx->max_blob + 1 && x->len + len <= x->ctx->max_blob + 1)
+            cap = x->ctx->max_blob + 1;
+        uint8_t *b = realloc(x->buf, cap);
+        if (!b) {
+            resp_error(x, 500, "out of memory for a %zu-byte body", cap);
+            return false;
+        }
+        x->buf = b;
+        x->cap = cap;
+    }
+    memcpy(x->buf + x->len, data, len);
+    x->len += len;
+    return true;
+}
+
+/* Envelope upload: parse the header as soon as it is complete, check it
+ * against the URL, then hash payload bytes as they arrive. */
+static bool feed_artifact(kcd_exchange *x)
+{
+    if (!x->header_ok) {
+        if (x->len < x->header_need)
+            return true; /* do not re-parse a header byte by byte */
+        kc_err e = {0};
+        kc_code rc = kc_envelope_parse_header(x->buf, x->len, &x->hdr, &e);
+        if (rc == KC_ERR_TRUNCATED) {
+            x->header_need = x->hdr.header_len > x->len ? x->hdr.header_len : x->len + 1;
+            if (x->header_need < KC_ENVELOPE_FIXED_LEN)
+                x->header_need = KC_ENVELOPE_FIXED_LEN;
+            return true;
+        }
+        if (rc != KC_OK) {
+            resp_error(x, 400, "bad envelope for %s: %s", x->key, e.msg);
+            return false;
+        }
+        x->header_ok = true;
+        x->hashed = x->hdr.header_len;
+        if (strcmp(x->hdr.key, x->key) != 0) {
+            resp_error(x, 400, "envelope key %s does not match URL key %s", x->hdr.key, x->key);
+            return false;
+        }
+        if (!kc_kind_valid(x->hdr.kind)) {
+            resp_error(x, 400, "unknown artifact kind '%s'", x->hdr.kind);
+            return false;
+        }
+        uint64_t total = x->hdr.header_len + x->hdr.payload_len;
+        if (total > x->ctx->max_blob) {
+            resp_error(x, 413, "envelope of %" PRIu64 " bytes exceeds --max-blob %" PRIu64, total,
+                       x->ctx->max_blob);
+            return false;
+        }
+        if (x->content_length >= 0 && (uint64_t)x->content_length != total) {
+            resp_error(x, 400,
+                       "Content-Length %" PRId64 " does not match the envelope's %" PRIu64 " bytes",
+                       x->content_length, total);
+            return false;
+        }
+    }
+    uint64_t total = x->hdr.header_len + x->hdr.payload_len;
+    if (x->len > total) {
+        resp_error(x, 400, "body longer than the envelope for %s", x->key);
+        return false;
+    }
+    if (x->len > x->hashed) {
+        kc_sha256_update(x->sha, x->buf + x->hashed, x->len - x->hashed);
+        x->hashed = x->len;
+    }
+    return true;
+}
+
+bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len)
+{
+    if (x->resp)
+        return false;
+    x->bytes_in += len;
+    if (len == 0)
+        return true;
+    if (x->body == BODY_BUNDLE) {
+        kc_err e = {0};
+        if (kc_bundle_import_feed(x->import, data, len, &e) != KC_OK) {
+            resp_store_error(x, &e);
+            return false;
+        }
+        return true;
+    }
+    uint64_t limit = x->body == BODY_MISSING ? KCD_MISSING_BODY_MAX : x->ctx->max_blob;
+    if (x->len + len > limit) {
+        resp_error(x, 413, "body exceeds the limit of %" PRIu64 " bytes", limit);
+        return false;
+    }
+    if (!buf_append(x, data, len))
+        return false;
+    if (x->body == BODY_ARTIFACT)
+        return feed_artifact(x);
+    if (x->body == BODY_CCACHE) {
+        kc_sha256_update(x->sha, data, len);
+        x->hashed = x->len;
+    }
+    return true;
+}
+
+static void put_store(kcd_exchange *x, const kc_artifact *a)
+{
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    bool created = false;
+    kc_code rc = s ? kc_store_put(s, a, &created, &e) : e.code;
+    if (rc == KC_OK && x->ctx->s3 && x->body == BODY_ARTIFACT) {
+        /* The whole envelope is in x->buf. Queued (or written through); a
+         * failure there never undoes the local store. */
+        kc_err se = {0};
+        if (kcd_s3_put(x->ctx->s3, x->key, x->buf, x->len, &se) != KC_OK)
+            kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", x->key, se.msg);
+    }
+    if (rc == KC_OK) {
+        resp_text(x, created ? 201 : 200, CT_TEXT, created ? "stored\n" : "already present\n");
+        return;
+    }
+    resp_store_error(x, &e);
+}
+
+static void end_artifact(kcd_exchange *x)
+{
+    if (!x->header_ok) {
+        resp_error(x, 400, "truncated envelope for %s (%zu bytes)", x->key, x->len);
+        return;
+    }
+    uint64_t total = x->hdr.header_len + x->hdr.payload_len;
+    if (x->len != total) {
+        resp_error(x, 400, "truncated envelope for %s: %zu of %" PRIu64 " bytes", x->key, x->len,
+                   total);
+        return;
+    }
+    uint8_t d[KC_SHA256_LEN];
+    kc_sha256_final(x->sha, d);
+    if (!kc_ct_equal(d, x->hdr.payload_sha, KC_SHA256_LEN)) {
+        resp_error(x, 400, "payload checksum mismatch for %s", x->key);
+        return;
+    }
+    kc_artifact a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.key, x->hdr.key, sizeof a.key);
+    memcpy(a.kind, x->hdr.kind, sizeof a.kind);
+    a.meta = x->hdr.meta;
+    a.payload = x->buf + x->hdr.header_len;
+    a.payload_len = (size_t)x->hdr.payload_len;
+    memcpy(a.payload_sha, d, KC_SHA256_LEN);
+    put_store(x, &a); /* a borrows x's buffers: not freed here */
+}
+
+static void end_ccache(kcd_exchange *x)
+{
+    kc_artifact a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.key, x->key, sizeof a.key);
+    snprintf(a.kind, sizeof a.kind, "blob");
+    char meta[KCD_CCACHE_PATH_MAX + 32];
+    snprintf(meta, sizeof meta, "{\"ccache_path\":\"%s\"}", x->ccache_path); /* path: no quotes */
+    a.meta = meta;
+    a.payload = x->buf;
+    a.payload_len = x->len;
+    kc_sha256_final(x->sha, a.payload_sha);
+    put_store(x, &a);
+}
+
+static void end_missing(kcd_exchange *x)
+{
+    json_error_t je;
+    json_t *root = json_loadb((const char *)x->buf, x->len, 0, &je);
+    json_t *keys = root ? json_object_get(root, "keys") : NULL;
+    if (!json_is_array(keys)) {
+        json_decref(root);
+        resp_error(x, 400, "expected {\"keys\": [...]}%s%s", root ? "" : ": ", root ? "" : je.text);
+        return;
+    }
+    size_t n = json_array_size(keys);
+    if (n > KCD_MISSING_KEYS_MAX) {
+        json_decref(root);
+        resp_error(x, 413, "%zu keys in one request (limit %d)", n, KCD_MISSING_KEYS_MAX);
+        return;
+    }
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    if (!s) {
+        json_decref(root);
+        resp_store_error(x, &e);
+        return;
+    }
+    json_t *missing = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const char *k = json_string_value(json_array_get(keys, i));
+        if (!k || !kc_key_valid(k)) {
+            json_decref(missing);
+            json_decref(root);
+            resp_error(x, 400, "keys[%zu] is not a 64-character lowercase hex key", i);
+            return;
+        }
+        kc_code rc = kc_store_has(s, k, &e);
+        if (rc == KC_ERR_NOT_FOUND)
+            json_array_append_new(missing, json_string(k));
+        else if (rc != KC_OK) {
+            json_decref(missing);
+            json_decref(root);
+            resp_store_error(x, &e);
+            return;
+        }
+    }
+    json_decref(root);
+    json_t *out = json_pack("{s:o}", "missing", missing);
+    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if (!text) {
+        resp_error(x, 500, "out of memory");
+        return;
+    }
+    resp_take(x, 200, CT_JSON, text, strlen(text));
+}
+
+static void end_bundle(kcd_exchange *x)
+{
+    kc_err e = {0};
+    kc_bundle_stats st = {0};
+    if (kc_bundle_import_finish(x->import, &st, &e) != KC_OK) {
+        resp_store_error(x, &e);
+        return;
+    }
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I}", "artifacts", (json_int_t)st.artifacts, "imported",
+                          (json_int_t)st.imported, "present", (json_int_t)st.present, "bytes",
+                          (json_int_t)st.bytes);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) {
+        resp_error(x, 500, "out of memory");
+        return;
+    }
+    resp_take(x, 200, CT_JSON, text, strlen(text));
+}
+
+void kcd_exchange_end(kcd_exchange *x)
+{
+    if (x->resp)
+        return;
+    switch (x->body) {
+    case BODY_ARTIFACT:
+        end_artifact(x);
+        break;
+    case BODY_CCACHE:
+        end_ccache(x);
+        break;
+    case BODY_MISSING:
+        end_missing(x);
+        break;
+    case BODY_BUNDLE:
+        end_bundle(x);
+        break;
+    case BODY_NONE:
+        resp_error(x, 500, "internal error: no handler for %s %s", x->method, x->path);
+        break;
+    }
+    if (!x->resp) /* allocation failure while building the response */
+        resp_new(x, 500, CT_TEXT);
+}
+
+/* ------------------------------------------------------------------ router */
+
+static void method_not_allowed(kcd_exchange *x, const char *allow)
+{
+    resp_error(x, 405, "method %s not allowed here", x->method);
+    if (x->resp)
+        x->resp->allow = allow;
+}
+
+static void route(kcd_exchange *x, const kcd_request *req)
+{
+    const char *m = req->method ? req->method : "";
+    const char *p = req->path ? req->path : "";
+    bool get = !strcmp(m, "GET"), head = !strcmp(m, "HEAD"), put = !strcmp(m, "PUT"),
+         post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
+
+    if (!strcmp(p, "/healthz")) {
+        x->route = KCD_R_HEALTHZ;
+        if (!get && !head)
+            return method_not_allowed(x, "GET, HEAD");
+        return resp_text(x, 200, CT_TEXT, "ok\n");
+    }
+    if (!strcmp(p, "/metrics") || !strcmp(p, "/v1/stats")) {
+        bool prom = p[1] == 'm';
+        x->route = prom ? KCD_R_METRICS : KCD_R_STATS;
+        if (!get && !head)
+            return method_not_allowed(x, "GET, HEAD");
+        if (auth(x, req, KCD_SCOPE_READ))
+            get_stats(x, prom);
+        return;
+    }
+    if (!strcmp(p, "/v1/artifacts/missing")) {
+        x->route = KCD_R_MISSING;
+        if (!post)
+            return method_not_allowed(x, "POST");
+        if (auth(x, req, KCD_SCOPE_READ | KCD_SCOPE_WRITE))
+            want_body(x, req, BODY_MISSING, KCD_MISSING_BODY_MAX);
+        return;
+    }
+    if (!strncmp(p, "/v1/artifacts/", 14)) {
+        const char *key = p + 14;
+        x->route = get    ? KCD_R_ARTIFACT_GET
+                   : head ? KCD_R_ARTIFACT_HEAD
+                   : put  ? KCD_R_ARTIFACT_PUT
+                   : del  ? KCD_R_ARTIFACT_DELETE
+                          : KCD_R_OTHER;
+        if (x->route == KCD_R_OTHER)
+            return method_not_allowed(x, "GET, HEAD, PUT, DELETE");
+        unsigned need = put ? KCD_SCOPE_WRITE : del ? KCD_SCOPE_ADMIN : KCD_SCOPE_READ;
+        if (!auth(x, req, need))
+            return;
+        if (!kc_key_valid(key))
+            return resp_error(x, 400, "bad key '%.80s%s': want 64 lowercase hex characters", key,
+                              strlen(key) > 80 ? "..." : "");
+        memcpy(x->key, key, KC_KEY_HEX_LEN + 1);
+        if (get || head)
+            return get_artifact(x, req);
+        if (del)
+            return delete_key(x, "artifact");
+        want_body(x, req, BODY_ARTIFACT, x->ctx->max_blob);
+        return;
+    }
+    if (!strcmp(p, "/v1/bundle")) {
+        x->route = post ? KCD_R_BUNDLE_POST : KCD_R_BUNDLE_GET;
+        if (!get && !head && !post) {
+            x->route = KCD_R_OTHER;
+            return method_not_allowed(x, "GET, POST");
+        }
+        if (!auth(x, req, post ? KCD_SCOPE_WRITE : KCD_SCOPE_READ))
+            return;
+        if (!post)
+            return get_bundle(x, req);
+        if (!want_body(x, req, BODY_BUNDLE, UINT64_MAX))
+            return;
+        kc_err e = {0};
+        if (kc_store_open(x->ctx->data, &x->ctx->sopts, &x->import_store, &e) != KC_OK ||
+            kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
+            resp_store_error(x, &e);
+        return;
+    }
+    if (!strncmp(p, "/ccache/", 8) || !strcmp(p, "/ccache")) {
+        const char *cp = p[7] ? p + 8 : "";
+        x->route = get    ? KCD_R_CCACHE_GET
+                   : head ? KCD_R_CCACHE_HEAD
+                   : put  ? KCD_R_CCACHE_PUT
+                   : del  ? KCD_R_CCACHE_DELETE
+                          : KCD_R_OTHER;
+        if (x->route == KCD_R_OTHER)
+            return method_not_allowed(x, "GET, HEAD, PUT, DELETE");
+        if (!auth(x, req, (put || del) ? KCD_SCOPE_WRITE : KCD_SCOPE_READ))
+            return;
+        if (!kcd_ccache_path_valid(cp))
+            return resp_error(x, 400, "bad ccache path (want 1..%d of [A-Za-z0-9_.-/], no ..)",
+                              KCD_CCACHE_PATH_MAX);
+        snprintf(x->ccache_path, sizeof x->ccache_path, "%s", cp);
+        ccache_key(cp, x->key);
+        if (get || head)
+            return get_ccache(x);
+        if (del)
+            return delete_key(x, "ccache entry");
+        want_body(x, req, BODY_CCACHE, x->ctx->max_blob);
+        return;
+    }
+    x->route = KCD_R_OTHER;
+    resp_error(x, 404, "no such route");
+}
+
+kcd_exchange *kcd_exchange_begin(kcd_ctx *ctx, const kcd_request *req)
+{
+    kcd_exchange *x = calloc(1, sizeof *x);
+    if (!x)
+        return NULL;
+    x->ctx = ctx;
+    x->t0 = kc_now();
+    x->who = "-";
+    x->content_length = -1;
+    snprintf(x->method, sizeof x->method, "%s", req->method ? req->method : "?");
+    /* Sanitised, truncated path for logs. */
+    const char *p = req->path ? req->path : "";
+    size_t i = 0;
+    for (; p[i] && i < sizeof x->path - 1; i++)
+        x->path[i] = isgraph((unsigned char)p[i]) ? p[i] : '?';
+    x->path[i] = 0;
+    if (p[i] && i >= 3)
+        memcpy(x->path + i - 3, "...", 3);
+    snprintf(x->remote, sizeof x->remote, "%s", req->remote ? req->remote : "-");
+    route(x, req);
+    return x;
+}
+
+kcd_response *kcd_exchange_response(kcd_exchange *x)
+{
+    return x->resp;
+}
+
+kcd_route kcd_exchange_route(const kcd_exchange *x)
+{
+    return x->route;
+}
+
+void kcd_exchange_finish(kcd_exchange *x, bool completed)
+{
+    if (!x)
+        return;
+    int status = x->resp ? x->resp->status : 500;
+    /* body_len survives a caller taking the body; streams count themselves. */
+    if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0)
+        x->bytes_out = x->resp->body_len;
+    double dt = kc_now() - x->t0;
+    kcd_metrics_request(&x->ctx->metrics, x->route, status, x->bytes_in,
+                        (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
+    if (kcd_log_enabled(KCD_LOG_INFO))
+        kcd_log(KCD_LOG_INFO, "access %s \"%s %s\" %d %" PRIu64 " %" PRIu64 " %.3fms %s%s",
+                x->remote, x->method, x->path, status, x->bytes_in, x->bytes_out, dt * 1e3, x->who,
+                completed ? "" : " aborted");
+    kcd_response_free(x->resp);
+    free(x->buf);
+    kc_sha256_free(x->sha);
+    if (x->header_ok)
+        kc_envelope_header_free(&x->hdr);
+    kc_bundle_import_free(x->import);
+    kc_store_close(x->import_store);
+    free(x);
+}
+
+/* ------------------------------------------------------- one-call variant */
+
+typedef struct kv_set {
+    const kcd_kv *kv;
+    size_t n;
+    bool icase;
+} kv_set;
+
+static const char *kv_lookup(void *cls, const char *name)
+{
+    const kv_set *s = cls;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->kv[i].name &&
+            (s->icase ? !strcasecmp(s->kv[i].name, name) : !strcmp(s->kv[i].name, name)))
+            return s->kv[i].value;
+    return NULL;
+}
+
+kcd_response *kcd_handle(kcd_ctx *ctx, const char *method, const char *path, const kcd_kv *headers,
+                         size_t nheaders, const kcd_kv *args, size_t nargs, const void *body,
+                         size_t len)
+{
+    kv_set hs = {headers, nheaders, true}, as = {args, nargs, false};
+    kcd_request req = {method, path, kv_lookup, &hs, kv_lookup, &as, "in-process"};
+    kcd_exchange *x = kcd_exchange_begin(ctx, &req);
+    if (!x)
+        return NULL;
+    if (!x->resp) {
+        if (len)
+            kcd_exchange_feed(x, body, len);
+        kcd_exchange_end(x);
+    }
+    kcd_response *r = x->resp;
+    x->resp = NULL;
+    if (r) { /* keep the status for the access log */
+        x->resp = calloc(1, sizeof *x->resp);
+        if (x->resp) {
+            x->resp->status = r->status;
+            x->resp->body_len = r->body_len;
+        }
+    }
+    kcd_exchange_finish(x, true);
+    return r;
+}

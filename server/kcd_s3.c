@@ -1,0 +1,1134 @@
+/*
+ * kcd_s3.c - the S3-compatible backing tier of kcached (see kcd_s3.h): option
+ * parsing and credentials, SigV4-signed GET/HEAD/PUT through libcurl with a
+ * pool of easy handles, a bounded upload queue drained by worker threads, and
+ * a back-off switch so a vanished bucket never holds up the server.
+ */
+#include "kcd_s3.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_util.h"
+
+#define S3_POOL_MAX 16
+#define S3_FAILS_BEFORE_DOWN 3
+#define S3_BACKOFF_MIN_S 1.0
+#define S3_BACKOFF_MAX_S 30.0
+#define S3_ERRBODY_MAX 4096
+#define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* ---------------------------------------------------------------- config */
+
+static char *s3_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void s3_replace(char **slot, const char *value)
+{
+    free(*slot);
+    *slot = s3_strdup(value);
+}
+
+void kcd_s3_config_defaults(kcd_s3_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->region = strdup("us-east-1");
+    c->prefix = strdup("kcache/v1/");
+    c->queue_max = 1024;
+    c->queue_max_bytes = 256ull << 20;
+    c->workers = 2;
+    c->connect_timeout_ms = 2000;
+    c->timeout_ms = 30000;
+}
+
+void kcd_s3_config_free(kcd_s3_config *c)
+{
+    if (!c)
+        return;
+    free(c->endpoint);
+    free(c->bucket);
+    free(c->region);
+    free(c->prefix);
+    free(c->credentials_file);
+    free(c->profile);
+    free(c->access_key);
+    if (c->secret_key) {
+        memset(c->secret_key, 0, strlen(c->secret_key));
+        free(c->secret_key);
+    }
+    free(c->session_token);
+    free(c->ca_file);
+    memset(c, 0, sizeof *c);
+}
+
+bool kcd_s3_config_enabled(const kcd_s3_config *c)
+{
+    return c && c->endpoint && c->endpoint[0];
+}
+
+static int s3_parse_bool(const char *v)
+{
+    if (!v || !v[0])
+        return 1;
+    static const char *yes[] = {"1", "true", "yes", "on"};
+    static const char *no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0)
+            return 1;
+        if (strcasecmp(v, no[i]) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+static int s3_parse_uint(const char *v, uint64_t max, uint64_t *out)
+{
+    if (!v || !v[0])
+        return -1;
+    char *end = NULL;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || v[0] == '-' || n > max)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+bool kcd_s3_config_is_option(const char *name, bool *is_bool)
+{
+    static const char *const names[] = {
+        "endpoint", "bucket",          "region",       "prefix",       "credentials",
+        "profile",  "ca-file",         "queue",        "queue-bytes",  "workers",
+        "timeout",  "connect-timeout", "virtual-host", "write-through"};
+    char norm[64];
+    size_t n = strlen(name);
+    if (n < 4 || n >= sizeof norm || strncasecmp(name, "s3", 2) != 0 ||
+        (name[2] != '-' && name[2] != '_'))
+        return false;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = name[i] == '_' ? '-' : (char)tolower((unsigned char)name[i]);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(norm + 3, names[i]) == 0) {
+            if (is_bool)
+                *is_bool = i >= 12;
+            return true;
+        }
+    }
+    return false;
+}
+
+kc_code kcd_s3_config_set(kcd_s3_config *c, const char *name, const char *value, const char *source,
+                          kc_err *err)
+{
+    char norm[64];
+    size_t n = strlen(name);
+    if (n >= sizeof norm || strncasecmp(name, "s3", 2) != 0)
+        return KC_ERR_NOT_FOUND;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = name[i] == '_' ? '-' : (char)tolower((unsigned char)name[i]);
+    const char *src = source ? source : "command line";
+    const char *opt = norm + 3;
+    if (norm[2] != '-')
+        return KC_ERR_NOT_FOUND;
+
+    char **str_slot = NULL;
+    if (strcmp(opt, "endpoint") == 0)
+        str_slot = &c->endpoint;
+    else if (strcmp(opt, "bucket") == 0)
+        str_slot = &c->bucket;
+    else if (strcmp(opt, "region") == 0)
+        str_slot = &c->region;
+    else if (strcmp(opt, "prefix") == 0)
+        str_slot = &c->prefix;
+    else if (strcmp(opt, "credentials") == 0)
+        str_slot = &c->credentials_file;
+    else if (strcmp(opt, "profile") == 0)
+        str_slot = &c->profile;
+    else if (strcmp(opt, "ca-file") == 0)
+        str_slot = &c->ca_file;
+    if (str_slot) {
+        if (!value || (!value[0] && str_slot != &c->prefix))
+            return kc_err_set(err, KC_ERR_INVALID, "%s: option %s needs a value", src, norm);
+        s3_replace(str_slot, value);
+        return *str_slot ? KC_OK : kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", src);
+    }
+
+    bool *bool_slot = NULL;
+    if (strcmp(opt, "virtual-host") == 0)
+        bool_slot = &c->virtual_host;
+    else if (strcmp(opt, "write-through") == 0)
+        bool_slot = &c->write_through;
+    if (bool_slot) {
+        int b = s3_parse_bool(value);
+        if (b < 0)
+            return kc_err_set(err, KC_ERR_INVALID, "%s: option %s: '%s' is not a boolean", src,
+                              norm, value);
+        *bool_slot = b;
+        return KC_OK;
+    }
+
+    uint64_t num = 0;
+    if (strcmp(opt, "queue-bytes") == 0) {
+        kc_err sub;
+        if (!value || kc_parse_size(value, &num, &sub) != KC_OK)
+            return kc_err_set(err, KC_ERR_INVALID, "%s: option %s: '%s' is not a size", src, norm,
+                              value ? value : "");
+        c->queue_max_bytes = num;
+        return KC_OK;
+    }
+    struct {
+        const char *name;
+        uint64_t min, max;
+    } nums[] = {{"queue", 1, 1000000},
+                {"workers", 1, 64},
+                {"connect-timeout", 1, 600000},
+                {"timeout", 1, 3600000}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        if (strcmp(opt, nums[i].name) != 0)
+            continue;
+        if (s3_parse_uint(value, nums[i].max, &num) != 0 || num < nums[i].min)
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "%s: option %s: '%s' is not a number in %llu..%llu", src, norm,
+                              value ? value : "", (unsigned long long)nums[i].min,
+                              (unsigned long long)nums[i].max);
+        if (i == 0)
+            c->queue_max = (unsigned)num;
+        else if (i == 1)
+            c->workers = (unsigned)num;
+        else if (i == 2)
+            c->connect_timeout_ms = (long)num;
+        else
+            c->timeout_ms = (long)num;
+        return KC_OK;
+    }
+    return KC_ERR_NOT_FOUND;
+}
+
+/* Trims spaces at both ends in place; returns the start. */
+static char *s3_trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = 0;
+    return s;
+}
+
+/* Reads an AWS shared-credentials style file: `[profile]` sections of
+ * `aws_access_key_id = ...` lines; lines before any section apply to every
+ * profile (so a plain three-line file works too). */
+static kc_code s3_load_credentials(kcd_s3_config *c, const char *profile, kc_err *err)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (kc_read_file(c->credentials_file, &data, &len, err) != KC_OK)
+        return kc_err_prefix(err, "s3 credentials");
+    char *ak = NULL, *sk = NULL, *tok = NULL;
+    bool in_profile = true; /* before any section */
+    bool saw_profile = false;
+    char *save = NULL;
+    for (char *line = strtok_r((char *)data, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *t = s3_trim(line);
+        if (!t[0] || t[0] == '#' || t[0] == ';')
+            continue;
+        if (t[0] == '[') {
+            char *end = strchr(t, ']');
+            if (end)
+                *end = 0;
+            char *sec = s3_trim(t + 1);
+            if (strncmp(sec, "profile ", 8) == 0)
+                sec = s3_trim(sec + 8);
+            in_profile = strcmp(sec, profile) == 0;
+            saw_profile |= in_profile;
+            continue;
+        }
+        if (!in_profile)
+            continue;
+        char *eq = strchr(t, '=');
+        if (!eq)
+            continue;
+        *eq = 0;
+        char *k = s3_trim(t), *v = s3_trim(eq + 1);
+        if (strcasecmp(k, "aws_access_key_id") == 0)
+            s3_replace(&ak, v);
+        else if (strcasecmp(k, "aws_secret_access_key") == 0)
+            s3_replace(&sk, v);
+        else if (strcasecmp(k, "aws_session_token") == 0)
+            s3_replace(&tok, v);
+    }
+    memset(data, 0, len);
+    free(data);
+    if (!ak || !sk || !ak[0] || !sk[0]) {
+        free(ak);
+        free(sk);
+        free(tok);
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "s3 credentials %s: no aws_access_key_id and aws_secret_access_key "
+                          "for profile '%s'%s",
+                          c->credentials_file, profile, saw_profile ? "" : " (no such section)");
+    }
+    s3_replace(&c->access_key, ak);
+    s3_replace(&c->secret_key, sk);
+    s3_replace(&c->session_token, tok);
+    free(ak);
+    memset(sk, 0, strlen(sk));
+    free(sk);
+    free(tok);
+    return KC_OK;
+}
+
+static bool s3_bucket_valid(const char *b)
+{
+    size_t n = strlen(b);
+    if (n < 3 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = b[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
+            return false;
+    }
+    return b[0] != '-' && b[0] != '.' && b[n - 1] != '-' && b[n - 1] != '.';
+}
+
+static bool s3_prefix_valid(const char *p)
+{
+    if (strlen(p) > 512 || p[0] == '/' || strstr(p, "..") || strstr(p, "//"))
+        return false;
+    for (const char *q = p; *q; q++) {
+        char ch = *q;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '/' || ch == '_' || ch == '.' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* Last checks of resolved credentials. */
+static kc_code s3_check_credentials(const kcd_s3_config *c, kc_err *err)
+{
+    if (c->session_token && strlen(c->session_token) > 3800)
+        return kc_err_set(err, KC_ERR_AUTH, "s3: session token longer than 3800 characters");
+    return KC_OK;
+}
+
+kc_code kcd_s3_config_finish(kcd_s3_config *c, kc_err *err)
+{
+    if (!kcd_s3_config_enabled(c))
+        return kc_err_set(err, KC_ERR_INVALID, "s3: no s3-endpoint configured");
+    if (strncmp(c->endpoint, "http://", 7) != 0 && strncmp(c->endpoint, "https://", 8) != 0)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "s3-endpoint '%s': must start with http:// or https://", c->endpoint);
+    size_t n = strlen(c->endpoint);
+    while (n > 8 && c->endpoint[n - 1] == '/')
+        c->endpoint[--n] = 0;
+    if (strchr(c->endpoint + 8, '/') || strchr(c->endpoint, '?') || strchr(c->endpoint, '@'))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "s3-endpoint '%s': give only scheme://host[:port] (no path, query or "
+                          "user)",
+                          c->endpoint);
+    if (!c->bucket)
+        return kc_err_set(err, KC_ERR_INVALID, "s3: s3-endpoint %s given without s3-bucket",
+                          c->endpoint);
+    if (!s3_bucket_valid(c->bucket))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "s3-bucket '%s': must be 3-63 characters of a-z 0-9 . -", c->bucket);
+    if (!c->prefix)
+        s3_replace(&c->prefix, "");
+    if (!s3_prefix_valid(c->prefix))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "s3-prefix '%s': use A-Z a-z 0-9 / _ . - only, no leading '/', "
+                          "no '..' or '//'",
+                          c->prefix);
+    if (!c->region || !c->region[0] || strchr(c->region, ':'))
+        return kc_err_set(err, KC_ERR_INVALID, "s3-region '%s': not a region name",
+                          c->region ? c->region : "");
+    if (c->credentials_file) {
+        const char *profile = c->profile ? c->profile : getenv("AWS_PROFILE");
+        kc_code rc = s3_load_credentials(c, profile && profile[0] ? profile : "default", err);
+        return rc == KC_OK ? s3_check_credentials(c, err) : rc;
+    }
+    if (c->access_key && c->secret_key)
+        return s3_check_credentials(c, err); /* set directly by an embedding program */
+    const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+    if (!ak || !sk || !ak[0] || !sk[0])
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "s3 bucket %s at %s: no credentials: set AWS_ACCESS_KEY_ID and "
+                          "AWS_SECRET_ACCESS_KEY or give s3-credentials FILE",
+                          c->bucket, c->endpoint);
+    s3_replace(&c->access_key, ak);
+    s3_replace(&c->secret_key, sk);
+    const char *tok = getenv("AWS_SESSION_TOKEN");
+    s3_replace(&c->session_token, tok && tok[0] ? tok : NULL);
+    return s3_check_credentials(c, err);
+}
+
+/* Deep copy of every string of src into dst (dst is overwritten). */
+static bool s3_config_copy(kcd_s3_config *dst, const kcd_s3_config *src)
+{
+    *dst = *src;
+    dst->endpoint = s3_strdup(src->endpoint);
+    dst->bucket = s3_strdup(src->bucket);
+    dst->region = s3_strdup(src->region ? src->region : "us-east-1");
+    dst->prefix = s3_strdup(src->prefix ? src->prefix : "");
+    dst->credentials_file = s3_strdup(src->credentials_file);
+    dst->profile = s3_strdup(src->profile);
+    dst->access_key = s3_strdup(src->access_key);
+    dst->secret_key = s3_strdup(src->secret_key);
+    dst->session_token = s3_strdup(src->session_token);
+    dst->ca_file = s3_strdup(src->ca_file);
+    return (!src->endpoint || dst->endpoint) && (!src->bucket || dst->bucket) && dst->region &&
+           dst->prefix && (!src->credentials_file || dst->credentials_file) &&
+           (!src->profile || dst->profile) && (!src->access_key || dst->access_key) &&
+           (!src->secret_key || dst->secret_key) && (!src->session_token || dst->session_token) &&
+           (!src->ca_file || dst->ca_file);
+}
+
+kc_code kcd_s3_config_check(const kcd_s3_config *c, kc_err *err)
+{
+    if (!kcd_s3_config_enabled(c))
+        return KC_OK;
+    kcd_s3_config tmp;
+    kc_code rc = s3_config_copy(&tmp, c) ? kcd_s3_config_finish(&tmp, err)
+                                         : kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
+    kcd_s3_config_free(&tmp);
+    return rc;
+}
+
+void kcd_s3_config_print(const kcd_s3_config *c, void *fp)
+{
+    FILE *f = fp;
+    if (!kcd_s3_config_enabled(c))
+        return;
+    fprintf(f, "s3-endpoint = %s\n", c->endpoint);
+    fprintf(f, "s3-bucket = %s\n", c->bucket ? c->bucket : "");
+    fprintf(f, "s3-region = %s\n", c->region ? c->region : "");
+    fprintf(f, "s3-prefix = %s\n", c->prefix ? c->prefix : "");
+    if (c->credentials_file)
+        fprintf(f, "s3-credentials = %s\n", c->credentials_file);
+    if (c->profile)
+        fprintf(f, "s3-profile = %s\n", c->profile);
+    const char *env_key = getenv("AWS_ACCESS_KEY_ID");
+    if (!c->credentials_file)
+        fprintf(f, "# s3 credentials: %s\n",
+                c->access_key           ? "set by the embedding program"
+                : env_key && env_key[0] ? "from the environment (AWS_ACCESS_KEY_ID)"
+                                        : "none found (set AWS_ACCESS_KEY_ID)");
+    if (c->ca_file)
+        fprintf(f, "s3-ca-file = %s\n", c->ca_file);
+    fprintf(f, "s3-virtual-host = %s\n", c->virtual_host ? "true" : "false");
+    fprintf(f, "s3-write-through = %s\n", c->write_through ? "true" : "false");
+    fprintf(f, "s3-queue = %u\n", c->queue_max);
+    fprintf(f, "s3-queue-bytes = %llu\n", (unsigned long long)c->queue_max_bytes);
+    fprintf(f, "s3-workers = %u\n", c->workers);
+    fprintf(f, "s3-connect-timeout = %ld\n", c->connect_timeout_ms);
+    fprintf(f, "s3-timeout = %ld\n", c->timeout_ms);
+}
+
+const char *kcd_s3_usage(void)
+{
+    return "S3-compatible backing tier (off unless --s3-endpoint is given):\n"
+           "  --s3-endpoint URL        http(s)://host[:port] of the S3 service\n"
+           "  --s3-bucket NAME         bucket shared by every kcached instance\n"
+           "  --s3-region NAME         SigV4 signing region (default us-east-1)\n"
+           "  --s3-prefix PATH         object key prefix (default kcache/v1/)\n"
+           "  --s3-credentials FILE    AWS credentials file (default: AWS_ACCESS_KEY_ID,\n"
+           "                           AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN from the "
+           "environment)\n"
+           "  --s3-profile NAME        profile in the credentials file (default $AWS_PROFILE "
+           "or default)\n"
+           "  --s3-virtual-host        bucket.host/key URLs instead of host/bucket/key\n"
+           "  --s3-write-through       PUT waits for the bucket instead of queueing the upload\n"
+           "  --s3-queue N             queued uploads at most (default 1024)\n"
+           "  --s3-queue-bytes SIZE    queued upload bytes at most (default 256M)\n"
+           "  --s3-workers N           upload threads (default 2)\n"
+           "  --s3-connect-timeout MS  connect timeout (default 2000)\n"
+           "  --s3-timeout MS          whole-request timeout (default 30000)\n"
+           "  --s3-ca-file FILE        extra CA bundle for an https endpoint\n";
+}
+
+/* --------------------------------------------------------------- runtime */
+
+typedef struct s3_job {
+    struct s3_job *next;
+    char key[KC_KEY_HEX_LEN + 1];
+    uint8_t *env;
+    size_t len;
+} s3_job;
+
+struct kcd_s3 {
+    kcd_s3_config cfg;
+    char *sigv4;    /* "aws:amz:REGION:s3" */
+    char *base_url; /* everything before the artifact key */
+
+    pthread_mutex_t mu; /* guards the queue, the health state and the pool */
+    pthread_cond_t work_cv, idle_cv;
+    s3_job *head, *tail;
+    size_t queued;
+    uint64_t queued_bytes;
+    unsigned inflight;
+    bool stopping;
+    pthread_t *threads;
+    unsigned nthreads;
+
+    CURL *pool[S3_POOL_MAX];
+    int npool;
+
+    unsigned consecutive_failures;
+    double down_until; /* kc_now() seconds */
+    double backoff_s;
+    char last_error[256];
+
+    _Atomic uint64_t get_hits, get_misses, get_errors, head_requests, put_ok, put_errors,
+        queue_dropped, skipped_down, bytes_in, bytes_out;
+};
+
+static CURL *s3_handle_get(kcd_s3 *s)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->npool > 0)
+        h = s->pool[--s->npool];
+    pthread_mutex_unlock(&s->mu);
+    return h ? h : curl_easy_init();
+}
+
+static void s3_handle_put(kcd_s3 *s, CURL *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->npool < S3_POOL_MAX) {
+        s->pool[s->npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (h)
+        curl_easy_cleanup(h);
+}
+
+/* Back-off: KC_ERR_REMOTE when the tier is down right now. */
+static kc_code s3_check_up(kcd_s3 *s, const char *what, const char *key, kc_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    double left = s->down_until - kc_now();
+    char last[sizeof s->last_error];
+    memcpy(last, s->last_error, sizeof last);
+    pthread_mutex_unlock(&s->mu);
+    if (left <= 0)
+        return KC_OK;
+    atomic_fetch_add(&s->skipped_down, 1);
+    return kc_err_set(err, KC_ERR_REMOTE,
+                      "s3 %s %s%s: bucket %s at %s is marked down for another %.1f s after: %s",
+                      what, s->base_url, key, s->cfg.bucket, s->cfg.endpoint, left, last);
+}
+
+/* Records the outcome of one request for the back-off switch. */
+static void s3_note(kcd_s3 *s, bool failed, const char *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!failed) {
+        s->consecutive_failures = 0;
+        s->backoff_s = S3_BACKOFF_MIN_S;
+        s->down_until = 0;
+    } else {
+        snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+        if (++s->consecutive_failures >= S3_FAILS_BEFORE_DOWN) {
+            s->down_until = kc_now() + s->backoff_s;
+            s->backoff_s *= 2;
+            if (s->backoff_s > S3_BACKOFF_MAX_S)
+                s->backoff_s = S3_BACKOFF_MAX_S;
+            pthread_cond_broadcast(&s->work_cv);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct s3_body {
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t limit;
+    bool too_large;
+} s3_body;
+
+static size_t s3_write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    s3_body *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n > b->limit) {
+        b->too_large = true;
+        return 0;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        uint8_t *nb = realloc(b->buf, cap);
+        if (!nb)
+            return 0;
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, ptr, n);
+    b->len += n;
+    b->buf[b->len] = 0;
+    return n;
+}
+
+typedef struct s3_upload {
+    const uint8_t *data;
+    size_t len, off;
+} s3_upload;
+
+static size_t s3_read_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    s3_upload *u = ud;
+    size_t n = size * nmemb;
+    if (n > u->len - u->off)
+        n = u->len - u->off;
+    memcpy(ptr, u->data + u->off, n);
+    u->off += n;
+    return n;
+}
+
+/* Copies the <Code> and <Message> of an S3 XML error body into out. */
+static void s3_error_text(const s3_body *b, char *out, size_t cap)
+{
+    out[0] = 0;
+    if (!b->buf)
+        return;
+    const char *tags[] = {"Code", "Message"};
+    size_t used = 0;
+    for (size_t i = 0; i < 2; i++) {
+        char open[16], close[16];
+        snprintf(open, sizeof open, "<%s>", tags[i]);
+        snprintf(close, sizeof close, "</%s>", tags[i]);
+        const char *a = strstr((const char *)b->buf, open);
+        const char *z = a ? strstr(a, close) : NULL;
+        if (!a || !z)
+            continue;
+        a += strlen(open);
+        int w = snprintf(out + used, cap - used, "%s%.*s", used ? ": " : "", (int)(z - a), a);
+        if (w < 0 || (size_t)w >= cap - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* One signed request. method is "GET", "HEAD" or "PUT". On return *status is
+ * the HTTP status (0 when no answer came). Health is recorded here. Returns
+ * KC_OK for 2xx, KC_ERR_NOT_FOUND for 404, KC_ERR_AUTH for 401/403,
+ * KC_ERR_TOO_LARGE when the body passed body->limit, KC_ERR_REMOTE otherwise. */
+static kc_code s3_request(kcd_s3 *s, const char *method, const char *key, const uint8_t *data,
+                          size_t data_len, s3_body *body, uint64_t *content_length, kc_err *err)
+{
+    char url[2048];
+    int un = snprintf(url, sizeof url, "%s%s", s->base_url, key);
+    if (un < 0 || (size_t)un >= sizeof url)
+        return kc_err_set(err, KC_ERR_INVALID, "s3: URL too long for key %s", key);
+
+    CURL *h = s3_handle_get(s);
+    if (!h)
+        return kc_err_set(err, KC_ERR_NOMEM, "s3 %s %s: cannot create a curl handle", method, url);
+
+    char sha_hdr[128];
+    if (data) {
+        char hex[KC_KEY_HEX_LEN + 1];
+        kc_sha256_hex(data, data_len, hex);
+        snprintf(sha_hdr, sizeof sha_hdr, "x-amz-content-sha256: %s", hex);
+    } else {
+        snprintf(sha_hdr, sizeof sha_hdr, "x-amz-content-sha256: %s", S3_EMPTY_SHA256);
+    }
+    struct curl_slist *hdrs = NULL, *t;
+    char tok_hdr[4096];
+    bool ok = (t = curl_slist_append(hdrs, sha_hdr)) != NULL;
+    hdrs = ok ? t : hdrs;
+    if (ok && s->cfg.session_token) {
+        snprintf(tok_hdr, sizeof tok_hdr, "x-amz-security-token: %s", s->cfg.session_token);
+        ok = (t = curl_slist_append(hdrs, tok_hdr)) != NULL;
+        hdrs = ok ? t : hdrs;
+    }
+    /* No "Expect:" override here: curl 7.88 signs it as an empty header it
+     * then does not send, which breaks the signature. */
+    if (ok && data) {
+        ok = (t = curl_slist_append(hdrs, "Content-Type: application/octet-stream")) != NULL;
+        hdrs = ok ? t : hdrs;
+    }
+    if (!ok) {
+        curl_slist_free_all(hdrs);
+        s3_handle_put(s, h);
+        return kc_err_set(err, KC_ERR_NOMEM, "s3 %s %s: out of memory", method, url);
+    }
+
+    s3_upload up = {data, data_len, 0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s->cfg.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, s->cfg.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
+    curl_easy_setopt(h, CURLOPT_USERNAME, s->cfg.access_key);
+    curl_easy_setopt(h, CURLOPT_PASSWORD, s->cfg.secret_key);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s3_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    if (s->cfg.ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, s->cfg.ca_file);
+    if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (strcmp(method, "PUT") == 0) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, s3_read_cb);
+        curl_easy_setopt(h, CURLOPT_READDATA, &up);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)data_len);
+    }
+
+    CURLcode cc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_off_t cl = -1;
+    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    if (content_length)
+        *content_length = cl >= 0 ? (uint64_t)cl : 0;
+    curl_slist_free_all(hdrs);
+    s3_handle_put(s, h);
+
+    kc_code rc;
+    if (cc != CURLE_OK && body->too_large) {
+        s3_note(s, false, NULL);
+        rc = kc_err_set(err, KC_ERR_TOO_LARGE, "s3 %s %s: object larger than %llu bytes", method,
+                        url, (unsigned long long)body->limit);
+    } else if (cc != CURLE_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
+        s3_note(s, true, msg);
+        rc = kc_err_set(err, KC_ERR_REMOTE, "s3 %s %s: %s", method, url, msg);
+    } else if (status >= 200 && status < 300) {
+        s3_note(s, false, NULL);
+        rc = KC_OK;
+    } else {
+        char text[300];
+        s3_error_text(body, text, sizeof text);
+        s3_note(s, status >= 500, text[0] ? text : "server error");
+        rc = status == 404                      ? KC_ERR_NOT_FOUND
+             : (status == 401 || status == 403) ? KC_ERR_AUTH
+                                                : KC_ERR_REMOTE;
+        kc_err_set(err, rc, "s3 %s %s: HTTP %ld%s%s", method, url, status, text[0] ? " " : "",
+                   text);
+    }
+    return rc;
+}
+
+/* Checks that env is a complete, intact envelope for key. */
+static kc_code s3_check_envelope(const char *url_key, const char *key, const uint8_t *env,
+                                 size_t len, bool check_payload, kc_err *err)
+{
+    kc_envelope_header h;
+    memset(&h, 0, sizeof h);
+    kc_err sub;
+    if (kc_envelope_parse_header(env, len, &h, &sub) != KC_OK)
+        return kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: not an envelope: %s", url_key,
+                          sub.msg);
+    kc_code rc = KC_OK;
+    if (strcmp(h.key, key) != 0)
+        rc =
+            kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: envelope is for key %s", url_key, h.key);
+    else if (h.header_len + h.payload_len != len)
+        rc = kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: %zu bytes, envelope says %llu", url_key,
+                        len, (unsigned long long)(h.header_len + h.payload_len));
+    else if (check_payload) {
+        uint8_t sha[KC_SHA256_LEN];
+        kc_sha256(env + h.header_len, (size_t)h.payload_len, sha);
+        if (memcmp(sha, h.payload_sha, KC_SHA256_LEN) != 0)
+            rc = kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: payload digest mismatch", url_key);
+    }
+    kc_envelope_header_free(&h);
+    return rc;
+}
+
+kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_err *err)
+{
+    *env = NULL;
+    *len = 0;
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "s3 get: bad key '%.80s'", key);
+    if (s3_check_up(s, "GET", key, err) != KC_OK) {
+        atomic_fetch_add(&s->get_errors, 1);
+        return KC_ERR_REMOTE;
+    }
+    s3_body body = {.limit = s->cfg.max_object};
+    kc_code rc = s3_request(s, "GET", key, NULL, 0, &body, NULL, err);
+    if (rc == KC_OK) {
+        char url_key[2200];
+        snprintf(url_key, sizeof url_key, "%s%s", s->base_url, key);
+        if (!body.buf)
+            rc = kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: empty", url_key);
+        else
+            rc = s3_check_envelope(url_key, key, body.buf, body.len, true, err);
+    }
+    if (rc == KC_OK) {
+        atomic_fetch_add(&s->get_hits, 1);
+        atomic_fetch_add(&s->bytes_in, body.len);
+        *env = body.buf;
+        *len = body.len;
+        return KC_OK;
+    }
+    free(body.buf);
+    atomic_fetch_add(rc == KC_ERR_NOT_FOUND ? &s->get_misses : &s->get_errors, 1);
+    return rc;
+}
+
+kc_code kcd_s3_head(kcd_s3 *s, const char *key, uint64_t *size, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "s3 head: bad key '%.80s'", key);
+    if (s3_check_up(s, "HEAD", key, err) != KC_OK)
+        return KC_ERR_REMOTE;
+    atomic_fetch_add(&s->head_requests, 1);
+    s3_body body = {.limit = S3_ERRBODY_MAX};
+    uint64_t cl = 0;
+    kc_code rc = s3_request(s, "HEAD", key, NULL, 0, &body, &cl, err);
+    free(body.buf);
+    if (rc == KC_OK && size)
+        *size = cl;
+    return rc;
+}
+
+static kc_code s3_put_now(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
+{
+    s3_body body = {.limit = S3_ERRBODY_MAX};
+    kc_code rc = s3_request(s, "PUT", key, env, len, &body, NULL, err);
+    free(body.buf);
+    if (rc == KC_OK) {
+        atomic_fetch_add(&s->put_ok, 1);
+        atomic_fetch_add(&s->bytes_out, len);
+    } else {
+        atomic_fetch_add(&s->put_errors, 1);
+    }
+    return rc;
+}
+
+static kc_code s3_put_check(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "s3 put: bad key '%.80s'", key);
+    char url_key[2200];
+    snprintf(url_key, sizeof url_key, "%s%s", s->base_url, key);
+    return s3_check_envelope(url_key, key, env, len, false, err);
+}
+
+kc_code kcd_s3_put_sync(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
+{
+    kc_code rc = s3_put_check(s, key, env, len, err);
+    if (rc != KC_OK)
+        return rc;
+    if (s3_check_up(s, "PUT", key, err) != KC_OK) {
+        atomic_fetch_add(&s->put_errors, 1);
+        return KC_ERR_REMOTE;
+    }
+    return s3_put_now(s, key, env, len, err);
+}
+
+bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len)
+{
+    kc_err sub;
+    if (s3_put_check(s, key, env, len, &sub) != KC_OK) {
+        atomic_fetch_add(&s->queue_dropped, 1);
+        return false;
+    }
+    s3_job *j = calloc(1, sizeof *j);
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!j || !copy) {
+        free(j);
+        free(copy);
+        atomic_fetch_add(&s->queue_dropped, 1);
+        return false;
+    }
+    memcpy(copy, env, len);
+    memcpy(j->key, key, KC_KEY_HEX_LEN + 1);
+    j->env = copy;
+    j->len = len;
+    pthread_mutex_lock(&s->mu);
+    bool full = s->stopping || s->queued >= s->cfg.queue_max ||
+                s->queued_bytes + len > s->cfg.queue_max_bytes;
+    if (!full) {
+        if (s->tail)
+            s->tail->next = j;
+        else
+            s->head = j;
+        s->tail = j;
+        s->queued++;
+        s->queued_bytes += len;
+        pthread_cond_signal(&s->work_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (full) {
+        free(copy);
+        free(j);
+        atomic_fetch_add(&s->queue_dropped, 1);
+        return false;
+    }
+    return true;
+}
+
+kc_code kcd_s3_put(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
+{
+    if (s->cfg.write_through)
+        return kcd_s3_put_sync(s, key, env, len, err);
+    if (kcd_s3_put_async(s, key, env, len))
+        return KC_OK;
+    return kc_err_set(err, KC_ERR_FULL, "s3 put %s%s: upload queue full or key bad; not queued",
+                      s->base_url, key);
+}
+
+static void s3_abs_deadline(struct timespec *ts, double seconds)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    long long ns = ts->tv_nsec + (long long)(seconds * 1e9);
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+static void *s3_worker(void *arg)
+{
+    kcd_s3 *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->stopping)
+            break;
+        if (!s->head) {
+            pthread_cond_wait(&s->work_cv, &s->mu);
+            continue;
+        }
+        double left = s->down_until - kc_now();
+        if (left > 0) { /* bucket down: keep the queue, wait for the back-off to end */
+            struct timespec ts;
+            s3_abs_deadline(&ts, left);
+            pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+            continue;
+        }
+        s3_job *j = s->head;
+        s->head = j->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->queued--;
+        s->queued_bytes -= j->len;
+        s->inflight++;
+        pthread_mutex_unlock(&s->mu);
+
+        kc_err err;
+        s3_put_now(s, j->key, j->env, j->len, &err);
+        free(j->env);
+        free(j);
+
+        pthread_mutex_lock(&s->mu);
+        s->inflight--;
+        pthread_cond_broadcast(&s->idle_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+size_t kcd_s3_flush(kcd_s3 *s, long timeout_ms)
+{
+    struct timespec ts;
+    s3_abs_deadline(&ts, timeout_ms / 1000.0);
+    pthread_mutex_lock(&s->mu);
+    /* Stops early when the bucket is down: nothing drains until the back-off
+     * ends, and shutdown must not wait for a dead bucket. */
+    while ((s->queued || s->inflight) && !s->stopping && !(s->down_until > kc_now())) {
+        if (pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts) != 0)
+            break;
+    }
+    size_t left = s->queued + s->inflight;
+    pthread_mutex_unlock(&s->mu);
+    return left;
+}
+
+kc_code kcd_s3_open(const kcd_s3_config *cfg, kcd_s3 **out, kc_err *err)
+{
+    *out = NULL;
+    if (!kcd_s3_config_enabled(cfg))
+        return kc_err_set(err, KC_ERR_INVALID, "s3: no s3-endpoint configured");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return kc_err_set(err, KC_ERR_REMOTE, "s3: curl_global_init failed");
+    kcd_s3 *s = calloc(1, sizeof *s);
+    if (!s) {
+        curl_global_cleanup();
+        return kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
+    }
+    kcd_s3_config *c = &s->cfg;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    if (!s3_config_copy(c, cfg)) {
+        kcd_s3_close(s, 0);
+        return kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
+    }
+    kc_code rc = kcd_s3_config_finish(c, err); /* idempotent; resolves credentials */
+    if (rc != KC_OK) {
+        kcd_s3_close(s, 0);
+        return rc;
+    }
+    if (!c->max_object)
+        c->max_object = KC_PAYLOAD_MAX + 2 * (uint64_t)KC_META_MAX;
+    if (!c->workers)
+        c->workers = 1;
+    if (!c->queue_max)
+        c->queue_max = 1;
+    if (c->connect_timeout_ms <= 0)
+        c->connect_timeout_ms = 2000;
+    if (c->timeout_ms <= 0)
+        c->timeout_ms = 30000;
+    s->backoff_s = S3_BACKOFF_MIN_S;
+
+    size_t n = strlen(c->region) + 16;
+    s->sigv4 = malloc(n);
+    if (s->sigv4)
+        snprintf(s->sigv4, n, "aws:amz:%s:s3", c->region);
+    if (c->virtual_host) {
+        const char *host = strstr(c->endpoint, "://") + 3;
+        n = strlen(c->endpoint) + strlen(c->bucket) + strlen(c->prefix) + 4;
+        s->base_url = malloc(n);
+        if (s->base_url)
+            snprintf(s->base_url, n, "%.*s%s.%s/%s", (int)(host - c->endpoint), c->endpoint,
+                     c->bucket, host, c->prefix);
+    } else {
+        n = strlen(c->endpoint) + strlen(c->bucket) + strlen(c->prefix) + 4;
+        s->base_url = malloc(n);
+        if (s->base_url)
+            snprintf(s->base_url, n, "%s/%s/%s", c->endpoint, c->bucket, c->prefix);
+    }
+    s->threads = calloc(c->workers, sizeof *s->threads);
+    if (!s->sigv4 || !s->base_url || !s->threads) {
+        kcd_s3_close(s, 0);
+        return kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
+    }
+    for (unsigned i = 0; i < c->workers; i++) {
+        if (pthread_create(&s->threads[i], NULL, s3_worker, s) != 0) {
+            kcd_s3_close(s, 0);
+            return kc_err_set(err, KC_ERR_IO, "s3: cannot start upload thread %u", i);
+        }
+        s->nthreads++;
+    }
+    *out = s;
+    return KC_OK;
+}
+
+void kcd_s3_close(kcd_s3 *s, long drain_ms)
+{
+    if (!s)
+        return;
+    if (drain_ms > 0 && s->nthreads)
+        kcd_s3_flush(s, drain_ms);
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    s3_job *j = s->head;
+    s->head = s->tail = NULL;
+    uint64_t dropped = s->queued;
+    s->queued = 0;
+    s->queued_bytes = 0;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_add(&s->queue_dropped, dropped);
+    while (j) {
+        s3_job *next = j->next;
+        free(j->env);
+        free(j);
+        j = next;
+    }
+    for (unsigned i = 0; i < s->nthreads; i++)
+        pthread_join(s->threads[i], NULL);
+    for (int i = 0; i < s->npool; i++)
+        curl_easy_cleanup(s->pool[i]);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->idle_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->threads);
+    free(s->sigv4);
+    free(s->base_url);
+    kcd_s3_config_free(&s->cfg);
+    free(s);
+    curl_global_cleanup();
+}
+
+void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->get_hits = atomic_load(&s->get_hits);
+    st->get_misses = atomic_load(&s->get_misses);
+    st->get_errors = atomic_load(&s->get_errors);
+    st->head_requests = atomic_load(&s->head_requests);
+    st->put_ok = atomic_load(&s->put_ok);
+    st->put_errors = atomic_load(&s->put_errors);
+    st->queue_dropped = atomic_load(&s->queue_dropped);
+    st->skipped_down = atomic_load(&s->skipped_down);
+    st->bytes_in = atomic_load(&s->bytes_in);
+    st->bytes_out = atomic_load(&s->bytes_out);
+    pthread_mutex_lock(&s->mu);
+    st->queue_depth = s->queued + s->inflight;
+    st->queue_bytes = s->queued_bytes;
+    st->down = s->down_until > kc_now();
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
+{
+    kcd_s3_stats st;
+    kcd_s3_stats_get(s, &st);
+    int n = snprintf(
+        buf, cap,
+        "# HELP kcached_s3_get_total Read-through requests to the S3 tier by result.\n"
+        "# TYPE kcached_s3_get_total counter\n"
+        "kcached_s3_get_total{result=\"hit\"} %llu\n"
+        "kcached_s3_get_total{result=\"miss\"} %llu\n"
+        "kcached_s3_get_total{result=\"error\"} %llu\n"
+        "# HELP kcached_s3_put_total Uploads to the S3 tier by result.\n"
+        "# TYPE kcached_s3_put_total counter\n"
+        "kcached_s3_put_total{result=\"ok\"} %llu\n"
+        "kcached_s3_put_total{result=\"error\"} %llu\n"
+        "kcached_s3_put_total{result=\"dropped\"} %llu\n"
+        "# HELP kcached_s3_errors_total Failed S3 requests (reads and uploads).\n"
+        "# TYPE kcached_s3_errors_total counter\n"
+        "kcached_s3_errors_total %llu\n"
+        "# HELP kcached_s3_skipped_total Requests refused at once while the tier was down.\n"
+        "# TYPE kcached_s3_skipped_total counter\n"
+        "kcached_s3_skipped_total %llu\n"
+        "# HELP kcached_s3_bytes_total Object bytes moved to and from the S3 tier.\n"
+        "# TYPE kcached_s3_bytes_total counter\n"
+        "kcached_s3_bytes_total{direction=\"in\"} %llu\n"
+        "kcached_s3_bytes_total{direction=\"out\"} %llu\n"
+        "# HELP kcached_s3_queue_depth Uploads waiting or in flight.\n"
+        "# TYPE kcached_s3_queue_depth gauge\n"
+        "kcached_s3_queue_depth %llu\n"
+        "# HELP kcached_s3_queue_bytes Bytes waiting in the upload queue.\n"
+        "# TYPE kcached_s3_queue_bytes gauge\n"
+        "kcached_s3_queue_bytes %llu\n"
+        "# HELP kcached_s3_up 1 unless the tier is in back-off after failures.\n"
+        "# TYPE kcached_s3_up gauge\n"
+        "kcached_s3_up %d\n",
+        (unsigned long long)st.get_hits, (unsigned long long)st.get_misses,
+        (unsigned long long)st.get_errors, (unsigned long long)st.put_ok,
+        (unsigned long long)st.put_errors, (unsigned long long)st.queue_dropped,
+        (unsigned long long)(st.get_errors + st.put_errors), (unsigned long long)st.skipped_down,
+        (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out,
+        (unsigned long long)st.queue_depth, (unsigned long long)st.queue_bytes, st.down ? 0 : 1);
+    return n < 0 ? 0 : (size_t)n;
+}

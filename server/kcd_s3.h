@@ -1,0 +1,179 @@
+/*
+ * kcd_s3.h - kcached's optional S3-compatible backing tier: several kcached
+ * instances, each with its own local LRU store, share one bucket. A local miss
+ * reads through from the bucket; new artifacts are written to it from a
+ * bounded background queue (or synchronously with write-through).
+ *
+ * Objects are whole artifact envelopes stored at PREFIX + KEY (KEY is the
+ * 64-hex artifact key). Requests are signed with libcurl's built-in AWS SigV4
+ * (CURLOPT_AWS_SIGV4 "aws:amz:REGION:s3"); the payload digest is sent as
+ * x-amz-content-sha256 and covered by the signature.
+ *
+ * Failure model: every request has a connect timeout and a total timeout.
+ * After a few consecutive transport failures or 5xx answers the tier is marked
+ * down for a back-off period (1 s doubling to 30 s): reads then fail at once
+ * with KC_ERR_REMOTE and the writer threads wait instead of spinning, so a
+ * vanished bucket costs each request at most one timeout and usually none. A
+ * failure is never fatal to the server: callers log it, count it (see
+ * kcd_s3_stats) and serve from the local store.
+ *
+ * Thread safety: a kcd_s3 handle may be used from any number of threads at
+ * once (curl easy handles are pooled internally).
+ */
+#ifndef KCD_S3_H
+#define KCD_S3_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc_error.h"
+
+/* Settings of the tier. Every string is owned by the struct (malloc'd; free
+ * with kcd_s3_config_free). Options keep the long flag names of kcached:
+ *
+ *   s3-endpoint URL          http(s)://host[:port] of the S3 service (required;
+ *                            its presence turns the tier on)
+ *   s3-bucket NAME           bucket (required)
+ *   s3-region NAME           signing region (default us-east-1)
+ *   s3-prefix PATH           object key prefix (default "kcache/v1/")
+ *   s3-credentials FILE      AWS shared-credentials style file; without it the
+ *                            keys come from AWS_ACCESS_KEY_ID /
+ *                            AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN)
+ *   s3-profile NAME          section of the credentials file (default
+ *                            $AWS_PROFILE, else "default")
+ *   s3-virtual-host BOOL     bucket.host/key URLs instead of host/bucket/key
+ *   s3-write-through BOOL    PUT waits for the bucket instead of queueing
+ *   s3-queue N               queued uploads at most (default 1024)
+ *   s3-queue-bytes SIZE      queued upload bytes at most (default 256M)
+ *   s3-workers N             background upload threads (default 2)
+ *   s3-connect-timeout MS    connect timeout (default 2000)
+ *   s3-timeout MS            whole-request timeout (default 30000)
+ *   s3-ca-file FILE          extra CA bundle for an https endpoint
+ */
+typedef struct kcd_s3_config {
+    char *endpoint;
+    char *bucket;
+    char *region;
+    char *prefix;
+    char *credentials_file;
+    char *profile;
+    char *access_key;    /* resolved by kcd_s3_config_finish */
+    char *secret_key;    /* resolved by kcd_s3_config_finish; never printed */
+    char *session_token; /* optional */
+    char *ca_file;
+    bool virtual_host;
+    bool write_through;
+    unsigned queue_max;
+    uint64_t queue_max_bytes;
+    unsigned workers;
+    long connect_timeout_ms;
+    long timeout_ms;
+    uint64_t max_object; /* largest object accepted on read; 0 = 4 GiB + header */
+} kcd_s3_config;
+
+/* Fills c with defaults (tier off: endpoint NULL). */
+void kcd_s3_config_defaults(kcd_s3_config *c);
+
+/* Sets one option by its flag name without the leading dashes ("s3-bucket";
+ * '_' is accepted for '-'). A boolean value may be NULL or "" (true), or
+ * true/false/yes/no/on/off/1/0. Returns KC_ERR_NOT_FOUND, without touching
+ * err, when name is not an s3 option (so a caller can chain it after its own
+ * table), KC_ERR_INVALID naming option, value and source for a bad value.
+ * source (may be NULL) says where the value came from ("kcached.conf:12"). */
+kc_code kcd_s3_config_set(kcd_s3_config *c, const char *name, const char *value, const char *source,
+                          kc_err *err);
+
+/* True when name (flag name without dashes, '_' or '-', any case, so also
+ * the tail of a KCACHED_S3_* variable) is an s3 option; *is_bool (may be
+ * NULL) says whether it is a switch that takes no value on a command line. */
+bool kcd_s3_config_is_option(const char *name, bool *is_bool);
+
+/* True once an endpoint was configured. */
+bool kcd_s3_config_enabled(const kcd_s3_config *c);
+
+/* Resolves credentials (the credentials file if one is named, else the
+ * environment) and checks the settings: bucket name, endpoint scheme, prefix
+ * characters. KC_ERR_INVALID / KC_ERR_AUTH / KC_ERR_IO name what is wrong.
+ * Does no network traffic. Call before kcd_s3_open. */
+kc_code kcd_s3_config_finish(kcd_s3_config *c, kc_err *err);
+
+/* Runs kcd_s3_config_finish on a copy: for --check-config and validation
+ * of a const configuration. KC_OK when the tier is off. */
+kc_code kcd_s3_config_check(const kcd_s3_config *c, kc_err *err);
+
+/* Writes the effective settings as `key = value` lines (the secret keys as
+ * "(set)") to f, a FILE *. Nothing when the tier is off. */
+void kcd_s3_config_print(const kcd_s3_config *c, void *f);
+
+/* The option lines for kcached --help. */
+const char *kcd_s3_usage(void);
+
+void kcd_s3_config_free(kcd_s3_config *c);
+
+typedef struct kcd_s3 kcd_s3; /* opaque */
+
+/* Starts the tier: copies cfg and resolves it on the copy (as
+ * kcd_s3_config_finish does, so its errors can come back here), starts the
+ * upload threads. No network traffic happens here. Free with kcd_s3_close. */
+kc_code kcd_s3_open(const kcd_s3_config *cfg, kcd_s3 **out, kc_err *err);
+
+/* Waits up to drain_ms for queued uploads (0 = drop them at once), then stops
+ * the threads and frees everything. NULL is a no-op. */
+void kcd_s3_close(kcd_s3 *s, long drain_ms);
+
+/* Read-through: GETs the envelope of key from the bucket and checks it (the
+ * envelope header parses, names this key, its length and payload digest are
+ * right). On KC_OK *env (malloc'd, caller frees with free()) and *len hold
+ * the envelope. KC_ERR_NOT_FOUND: not in the bucket. KC_ERR_CORRUPT: the
+ * object is not a valid envelope for key. KC_ERR_TOO_LARGE: bigger than
+ * max_object. KC_ERR_AUTH: 403. KC_ERR_REMOTE: bucket unreachable, timed
+ * out, 5xx, or the tier is in back-off. KC_ERR_INVALID: bad key. */
+kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_err *err);
+
+/* HEAD of key: KC_OK (with *size, may be NULL) or the codes of kcd_s3_get. */
+kc_code kcd_s3_head(kcd_s3 *s, const char *key, uint64_t *size, kc_err *err);
+
+/* PUTs an encoded envelope under key and waits for the bucket's answer. */
+kc_code kcd_s3_put_sync(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err);
+
+/* Queues an upload (copies env). Never blocks on the network: returns false
+ * and counts a drop when the queue is full (by count or bytes) or the key is
+ * bad. */
+bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len);
+
+/* What the server's PUT path calls: put_sync with write-through, otherwise
+ * put_async (KC_ERR_FULL when the queue dropped it). */
+kc_code kcd_s3_put(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err);
+
+/* Waits up to timeout_ms for the queue to empty and in-flight uploads to
+ * finish (returning early while the tier is down); returns how many uploads
+ * were still pending. */
+size_t kcd_s3_flush(kcd_s3 *s, long timeout_ms);
+
+/* Cumulative counters since kcd_s3_open. */
+typedef struct kcd_s3_stats {
+    uint64_t get_hits;   /* objects read through */
+    uint64_t get_misses; /* 404 */
+    uint64_t get_errors; /* transport, 5xx, 403, corrupt, too large, or skipped while down */
+    uint64_t head_requests;
+    uint64_t put_ok;        /* objects written (sync or async) */
+    uint64_t put_errors;    /* uploads that failed (or were refused while down) */
+    uint64_t queue_dropped; /* async uploads refused because the queue was full */
+    uint64_t skipped_down;  /* requests refused at once while in back-off */
+    uint64_t bytes_in;      /* object bytes read */
+    uint64_t bytes_out;     /* object bytes written */
+    uint64_t queue_depth;   /* uploads waiting now (gauge) */
+    uint64_t queue_bytes;   /* bytes waiting now (gauge) */
+    bool down;              /* in back-off now */
+} kcd_s3_stats;
+
+void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st);
+
+/* Writes the counters in Prometheus text format (kcached_s3_* with HELP and
+ * TYPE lines) into buf (cap bytes, NUL-terminated when cap > 0); returns the
+ * length the full text needs, like snprintf, so a caller can append it to
+ * its own /metrics page. */
+size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap);
+
+#endif

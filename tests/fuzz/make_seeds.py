@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+# make_seeds.py - writes the seed corpus in tests/fuzz/corpus/<target>/ from
+# the wire formats documented in cachecore/kc_envelope.h and kc_bundle.h, so
+# the fuzzers start from valid envelopes and bundles. Rerun after a format
+# change; crash inputs found later are added beside these by hand.
+import hashlib
+import json
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def sha(b):
+    return hashlib.sha256(b).digest()
+
+
+def key_of(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def envelope(key, kind, meta, payload):
+    kind_b = kind.encode()
+    meta_b = meta.encode()
+    head = b"KCAE" + struct.pack("<HHIQ", 1, len(kind_b), len(meta_b), len(payload))
+    head += sha(payload) + key.encode() + kind_b + meta_b
+    return head + sha(head) + payload
+
+
+def bundle(envelopes, header=None):
+    hdr = json.dumps(header or {"created": 1700000000, "producer": "kcache 0.1.0",
+                                "devices": ["cpu-x86_64-v3-gcc12"]}).encode()
+    out = b"KCBUNDLE" + struct.pack("<HHI", 1, 0, len(hdr)) + hdr
+    for env in envelopes:
+        out += struct.pack("<BQ", 1, len(env)) + env
+    body = struct.pack("<Q", len(envelopes)) + sha(out)
+    return out + struct.pack("<BQ", 0xFF, len(body)) + body
+
+
+def write(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def main():
+    meta = json.dumps({"device": "cpu-x86_64-v3-gcc12", "tag": "ci", "created": 1700000000,
+                       "graph_fp": key_of("g"), "compile_ms": 1234})
+    envs = [
+        envelope(key_of("a"), "cpu-so", meta, b"\x7fELF" + bytes(range(256)) * 4),
+        envelope(key_of("b"), "graph", "{}", b'{"kernels":[]}'),
+        envelope(key_of("c"), "blob", "{}", b""),
+        envelope(key_of("d"), "spirv", '{"device":"xpu-8086-56a0"}', b"\x03\x02\x23\x07" * 64),
+        envelope(key_of("e"), "autotune", '{"tag":"t"}', b'{"tile":[64,64]}'),
+    ]
+    for i, e in enumerate(envs):
+        write("fuzz_envelope", "valid-%d.kcae" % i, e)
+    write("fuzz_envelope", "truncated.kcae", envs[0][:200])
+    write("fuzz_envelope", "trailing.kcae", envs[1] + b"x")
+    bad = bytearray(envs[1])
+    bad[-1] ^= 1
+    write("fuzz_envelope", "payload-flip.kcae", bytes(bad))
+    write("fuzz_envelope", "bad-version.kcae", envs[2][:4] + b"\x02" + envs[2][5:])
+
+    write("fuzz_bundle", "empty.kcb", bundle([]))
+    write("fuzz_bundle", "one.kcb", bundle(envs[:1]))
+    write("fuzz_bundle", "five.kcb", bundle(envs))
+    write("fuzz_bundle", "dup.kcb", bundle([envs[1], envs[1]]))
+    full = bundle(envs[1:3])
+    write("fuzz_bundle", "truncated.kcb", full[: len(full) - 20])
+    flip = bytearray(full)
+    flip[len(full) // 2] ^= 0x40
+    write("fuzz_bundle", "flipped.kcb", bytes(flip))
+
+    for i, text in enumerate([key_of("k"), key_of("k").upper(), key_of("k")[:63], "../etc/passwd",
+                              "00" * 40, "512M", "10GiB", "4096", "1T", "18446744073709551615",
+                              "7kB", ""]):
+        write("fuzz_key", "seed-%02d.txt" % i, text)
+    write("fuzz_config", "config.conf", "# kcached settings\nlisten = 127.0.0.1:7070\n"
+          "data = /var/lib/kcached\nmax-size = 10G\nmax_blob = 512M\nanonymous-read = true\n"
+          "threads = 4\ntimeout = 30\nlog-level = debug\ntokens = \"/etc/kcached/tokens\"\n")
+    write("fuzz_config", "tokens.txt", "# token scopes name\nsecret1 read ci\n"
+          "secret2 read,write builder\nsecret3 admin ops\nBearer secret2\n"
+          "Basic c2VjcmV0MTo=\nBasic OnNlY3JldDE=\n")
+    write("fuzz_config", "listen-v6.txt", "[::1]:7070\n")
+    write("fuzz_config", "listen-port.txt", ":0\n")
+    write("fuzz_config", "argv.bin", b"--listen\x00127.0.0.1:0\x00--data\x00/tmp/d\x00"
+          b"--max-size=1G\x00\x00KCACHED_THREADS=2\x00KCACHED_LOG_LEVEL=warn\x00")
+
+    def req(name, method, path, headers=(), body=b""):
+        text = "%s\n%s\n" % (method, path) + "".join(h + "\n" for h in headers) + "\n"
+        write("fuzz_server", name, text.encode() + body)
+
+    adm = "Authorization: Bearer tok-admin"
+    wr = "Authorization: Bearer tok-write"
+    rd = "Authorization: Bearer tok-read"
+    k0 = key_of("a")
+    req("healthz", "GET", "/healthz")
+    req("metrics", "GET", "/metrics", [rd])
+    req("stats", "GET", "/v1/stats", [rd])
+    req("put", "PUT", "/v1/artifacts/" + k0, [wr, "Content-Length: %d" % len(envs[0])], envs[0])
+    req("put-noauth", "PUT", "/v1/artifacts/" + key_of("b"), [], envs[1])
+    req("get", "GET", "/v1/artifacts/" + k0, [rd])
+    req("get-zstd", "GET", "/v1/artifacts/" + k0, [rd, "Accept-Encoding: zstd"])
+    req("head", "HEAD", "/v1/artifacts/" + k0, [rd])
+    req("delete", "DELETE", "/v1/artifacts/" + k0, [adm])
+    req("badkey", "GET", "/v1/artifacts/../../etc/passwd", [rd])
+    req("missing", "POST", "/v1/artifacts/missing", [wr, "Content-Type: application/json"],
+        json.dumps({"keys": [k0, key_of("zz")]}).encode())
+    req("bundle-get", "GET", "/v1/bundle?device=cpu-x86_64-v3-gcc12&kind=cpu-so&since=0", [rd])
+    req("bundle-post", "POST", "/v1/bundle", [wr], bundle(envs))
+    req("ccache-put", "PUT", "/ccache/ab/cdef0123456789", [wr], b"ccache result bytes")
+    req("ccache-get", "GET", "/ccache/ab/cdef0123456789", [rd])
+    req("ccache-bad", "GET", "/ccache/a/../b", [rd])
+    req("basic", "GET", "/healthz", ["Authorization: Basic dXNlcjp0b2stcmVhZA=="])
+
+    graph = {"format": "kcache-graph/1", "name": "mlp",
+             "inputs": [{"name": "x", "dtype": "f32", "shape": [4, 16]}],
+             "params": [{"name": "w", "dtype": "f32", "shape": [16, 8]},
+                        {"name": "b", "dtype": "f32", "shape": [8]}],
+             "nodes": [{"op": "matmul", "inputs": ["x", "w"], "output": "h"},
+                       {"op": "add", "inputs": ["h", "b"], "output": "h2"},
+                       {"op": "relu", "inputs": ["h2"], "output": "y"},
+                       {"op": "softmax", "inputs": ["y"], "output": "z"}],
+             "outputs": ["z"]}
+    write("fuzz_graph", "mlp.json", json.dumps(graph, indent=1))
+    write("fuzz_graph", "bad.json", '{"format": "kcache-graph/1", "nodes": [')
+    zoo = os.path.join(HERE, "..", "..", "examples")
+    for root, _, files in os.walk(zoo):
+        for f in sorted(files):
+            if f.endswith(".json") and os.path.getsize(os.path.join(root, f)) < 65536:
+                with open(os.path.join(root, f), "rb") as src:
+                    write("fuzz_graph", "zoo-" + f, src.read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+/*
+ * test_compile_cache.c - `kcache compile` through the cache, from the
+ * outside: a warm compile runs the system compiler zero times; a changed
+ * target, compiler flag or kernel template misses; failures show the
+ * compiler's message and the generated file; --require-hit fails loudly;
+ * two processes compiling the same graph at once both succeed; autotune
+ * decisions are cached; explain names the differing ingredient.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kc_testutil.h"
+
+extern char **environ;
+
+#define TINY                                                                                       \
+    "{\"format\":\"kcache-graph/1\",\"name\":\"tiny\","                                            \
+    "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[8,16]}],"                            \
+    "\"params\":[{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[16,8]},"                             \
+    "{\"name\":\"b\",\"dtype\":\"f32\",\"shape\":[8]}],"                                           \
+    "\"nodes\":[{\"op\":\"matmul\",\"in\":[\"x\",\"w\"],\"out\":\"h\"},"                           \
+    "{\"op\":\"add\",\"in\":[\"h\",\"b\"],\"out\":\"hb\"},"                                        \
+    "{\"op\":\"relu\",\"in\":[\"hb\"],\"out\":\"r\"},"                                             \
+    "{\"op\":\"softmax\",\"in\":[\"r\"],\"out\":\"y\"}],\"outputs\":[\"y\"]}"
+
+/* Same kernels plus one more (an exp after the softmax). */
+#define TINY_PLUS                                                                                  \
+    "{\"format\":\"kcache-graph/1\",\"name\":\"tiny_plus\","                                       \
+    "\"inputs\":[{\"name\":\"in\",\"dtype\":\"f32\",\"shape\":[8,16]}],"                           \
+    "\"params\":[{\"name\":\"W\",\"dtype\":\"f32\",\"shape\":[16,8]},"                             \
+    "{\"name\":\"B\",\"dtype\":\"f32\",\"shape\":[8]}],"                                           \
+    "\"nodes\":[{\"op\":\"matmul\",\"in\":[\"in\",\"W\"],\"out\":\"h\"},"                          \
+    "{\"op\":\"add\",\"in\":[\"h\",\"B\"],\"out\":\"hb\"},"                                        \
+    "{\"op\":\"relu\",\"in\":[\"hb\"],\"out\":\"r\"},"                                             \
+    "{\"op\":\"softmax\",\"in\":[\"r\"],\"out\":\"y\"},"                                           \
+    "{\"op\":\"exp\",\"in\":[\"y\"],\"out\":\"z\"}],\"outputs\":[\"z\"]}"
+
+static char *dir;
+static char *graph;
+
+static void setup(void)
+{
+    dir = kc_test_mkdtemp("compile");
+    cr_assert_not_null(dir);
+    graph = kc_test_path(dir, "tiny.json");
+    cr_assert_eq(kc_test_write_file(graph, TINY, strlen(TINY)), 0);
+}
+
+static void teardown(void)
+{
+    kc_test_rmtree(dir);
+    free(dir);
+    free(graph);
+}
+
+/* Runs kcache --cache-dir DIR/cache --json ARGS...; returns parsed stdout
+ * (NULL when it is not JSON) and the exit code. */
+static json_t *kcache_json(int *code, char **err_text, const char *a1, const char *a2,
+                           const char *a3, const char *a4, const char *a5, const char *a6)
+{
+    char *cache = kc_test_path(dir, "cache");
+    const char *argv[16] = {KC_TEST_KCACHE, "--cache-dir", cache, "--json", a1, a2, a3, a4, a5, a6};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run((char *const *)argv, NULL, 0, 120, &r), 0);
+    *code = r.exit_code;
+    json_t *j = json_loads(r.out ? r.out : "", 0, NULL);
+    if (err_text)
+        *err_text = strdup(r.err ? r.err : "");
+    kc_test_result_free(&r);
+    free(cache);
+    return j;
+}
+
+static json_int_t geti(json_t *j, const char *k)
+{
+    json_t *v = json_object_get(j, k);
+    cr_assert(json_is_integer(v), "summary lacks integer '%s'", k);
+    return json_integer_value(v);
+}
+
+static bool getb(json_t *j, const char *k)
+{
+    json_t *v = json_object_get(j, k);
+    cr_assert(json_is_boolean(v), "summary lacks boolean '%s'", k);
+    return json_is_true(v);
+}
+
+static json_t *compile_ok(const char *a2, const char *a3, const char *a4, const char *a5)
+{
+    int code;
+    char *e;
+    json_t *j = kcache_json(&code, &e, "compile", graph, a2, a3, a4, a5);
+    cr_assert_eq(code, 0, "kcache compile failed: %s", e);
+    cr_assert_not_null(j);
+    free(e);
+    return j;
+}
+
+TestSuite(compile_cache, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(compile_cache, warm_compile_runs_the_compiler_zero_times)
+{
+    json_t *cold = compile_ok(NULL, NULL, NULL, NULL);
+    cr_assert_not(getb(cold, "graph_hit"));
+    cr_assert_eq(geti(cold, "kernels"), 2);
+    cr_assert_eq(geti(cold, "misses"), 2);
+    cr_assert_eq(geti(cold, "compiled"), 2, "each missed kernel is one compiler run");
+    json_t *warm = compile_ok(NULL, NULL, NULL, NULL);
+    cr_assert(getb(warm, "graph_hit"));
+    cr_assert_eq(geti(warm, "compiled"), 0);
+    cr_assert_eq(geti(warm, "hits"), 2);
+    cr_assert_eq(geti(warm, "misses"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(cold, "graph_key")),
+                     json_string_value(json_object_get(warm, "graph_key")));
+    /* --require-hit on a warm graph succeeds */
+    json_t *req = compile_ok("--require-hit", "--offline", NULL, NULL);
+    cr_assert_eq(geti(req, "compiled"), 0);
+    /* a different graph sharing two kernels compiles only the new one */
+    char *g2 = kc_test_path(dir, "plus.json");
+    kc_test_write_file(g2, TINY_PLUS, strlen(TINY_PLUS));
+    int code;
+    json_t *plus = kcache_json(&code, NULL, "compile", g2, NULL, NULL, NULL, NULL);
+    cr_assert_eq(code, 0);
+    cr_assert_not(getb(plus, "graph_hit"));
+    cr_assert_eq(geti(plus, "kernels"), 3);
+    cr_assert_eq(geti(plus, "hits"), 2);
+    cr_assert_eq(geti(plus, "compiled"), 1);
+    /* run --check on the warm cache executes without compiling */
+    json_t *run = kcache_json(&code, NULL, "run", graph, "--check", "--iters", "2", NULL);
+    cr_assert_eq(code, 0);
+    cr_assert(getb(run, "ok"));
+    cr_assert_eq(geti(run, "compiled"), 0);
+    json_decref(run);
+    json_decref(plus);
+    free(g2);
+    json_decref(req);
+    json_decref(cold);
+    json_decref(warm);
+}
+
+/* Copies kernels/cpu into DIR/name, appending text to file (if non-NULL). */
+static char *template_copy(const char *name, const char *file, const char *text)
+{
+    char *t = kc_test_path(dir, name);
+    mkdir(t, 0755);
+    const char *files[] = {"common.h",    "pointwise.c", "gemm.c",   "softmax.c",
+                           "layernorm.c", "sdpa.c",      "conv2d.c", "transpose.c"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char src[4096];
+        snprintf(src, sizeof src, "%s/kernels/cpu/%s", KC_TEST_SOURCE_DIR, files[i]);
+        size_t len;
+        char *body = kc_test_read_file(src, &len);
+        cr_assert_not_null(body, "cannot read %s", src);
+        char *dst = kc_test_path(t, files[i]);
+        FILE *f = fopen(dst, "w");
+        cr_assert_not_null(f);
+        fwrite(body, 1, len, f);
+        if (file && strcmp(file, files[i]) == 0)
+            fputs(text, f);
+        fclose(f);
+        free(dst);
+        free(body);
+    }
+    return t;
+}
+
+Test(compile_cache, changed_target_flag_or_template_misses)
+{
+    json_t *j = compile_ok("--target", "x86-64-v2", NULL, NULL);
+    cr_assert_eq(geti(j, "compiled"), 2);
+    json_decref(j);
+    j = compile_ok("--target", "x86-64-v2", NULL, NULL);
+    cr_assert_eq(geti(j, "compiled"), 0);
+    json_decref(j);
+    /* another ISA level */
+    j = compile_ok("--target", "x86-64-v3", NULL, NULL);
+    cr_assert_not(getb(j, "graph_hit"));
+    cr_assert_eq(geti(j, "compiled"), 2);
+    json_decref(j);
+    /* another compiler flag */
+    j = compile_ok("--target", "x86-64-v2", "--cflags", "-fno-unroll-loops");
+    cr_assert_not(getb(j, "graph_hit"));
+    cr_assert_eq(geti(j, "compiled"), 2);
+    json_decref(j);
+    /* an identical copy of the templates hits; a changed template misses */
+    char *same = template_copy("tpl-same", NULL, NULL);
+    j = compile_ok("--target", "x86-64-v2", "--templates", same);
+    cr_assert(getb(j, "graph_hit"), "identical templates must reuse the binaries");
+    cr_assert_eq(geti(j, "compiled"), 0);
+    json_decref(j);
+    char *changed = template_copy("tpl-changed", "softmax.c", "/* tweaked */\n");
+    j = compile_ok("--target", "x86-64-v2", "--templates", changed);
+    cr_assert_not(getb(j, "graph_hit"));
+    cr_assert_eq(geti(j, "compiled"), 2, "a changed template must never reuse an old binary");
+    json_decref(j);
+    free(same);
+    free(changed);
+}
+
+Test(compile_cache, compiler_failure_shows_message_and_source)
+{
+    char *broken = template_copy("tpl-broken", "softmax.c", "this is not C;\n");
+    int code;
+    char *e;
+    json_t *j = kcache_json(&code, &e, "compile", graph, "--templates", broken, NULL, NULL);
+    cr_assert_eq(code, 1);
+    json_decref(j);
+    cr_assert(strstr(e, "error"), "no compiler message in: %s", e);
+    const char *c = strstr(e, "compiling ");
+    cr_assert(c, "no generated file named in: %s", e);
+    char path[4096];
+    sscanf(c + 10, "%4095[^:]", path);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "the generated source %s should stay for inspection", path);
+    free(e);
+    free(broken);
+}
+
+Test(compile_cache, require_hit_fails_loudly_on_a_miss)
+{
+    int code;
+    char *e;
+    json_t *j = kcache_json(&code, &e, "compile", graph, "--require-hit", "--offline", NULL, NULL);
+    cr_assert_eq(code, 1);
+    cr_assert(strstr(e, "--require-hit") && strstr(e, "not cached"), "stderr: %s", e);
+    json_decref(j);
+    free(e);
+}
+
+Test(compile_cache, concurrent_compiles_of_one_graph_both_succeed)
+{
+    char *cache = kc_test_path(dir, "cache");
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) {
+        char *argv[] = {KC_TEST_KCACHE, "-q", "--cache-dir", cache, "compile", graph, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", 1, 0);
+        cr_assert_eq(posix_spawn(&pids[i], KC_TEST_KCACHE, &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    for (int i = 0; i < 3; i++) {
+        int st;
+        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d failed", i);
+    }
+    json_t *j = compile_ok("--require-hit", NULL, NULL, NULL);
+    cr_assert(getb(j, "graph_hit"));
+    json_decref(j);
+    free(cache);
+}
+
+Test(compile_cache, autotune_decision_is_cached)
+{
+    json_t *cold = compile_ok("--autotune", NULL, NULL, NULL);
+    cr_assert_eq(geti(cold, "autotuned"), 1);
+    cr_assert_geq(geti(cold, "compiled"), 5, "tile variants and the oneDNN wrapper compile");
+    json_t *warm = compile_ok("--autotune", NULL, NULL, NULL);
+    cr_assert(getb(warm, "graph_hit"));
+    cr_assert_eq(geti(warm, "autotuned"), 0, "a warm run must not re-benchmark");
+    cr_assert_eq(geti(warm, "compiled"), 0);
+    /* a graph that shares the GEMM reuses the stored decision without timing */
+    char *g2 = kc_test_path(dir, "plus.json");
+    kc_test_write_file(g2, TINY_PLUS, strlen(TINY_PLUS));
+    int code;
+    json_t *plus = kcache_json(&code, NULL, "run", g2, "--autotune", "--check", NULL, NULL);
+    cr_assert_eq(code, 0);
+    cr_assert_eq(geti(plus, "autotuned"), 0);
+    cr_assert(getb(plus, "ok"));
+    json_decref(plus);
+    free(g2);
+    json_decref(cold);
+    json_decref(warm);
+}
+
+Test(compile_cache, explain_names_the_differing_ingredient)
+{
+    json_decref(compile_ok("--target", "x86-64-v2", NULL, NULL));
+    char *cache = kc_test_path(dir, "cache");
+    kc_test_result r;
+    cr_assert_eq(kc_test_runl(&r, KC_TEST_KCACHE, "--cache-dir", cache, "explain", graph,
+                              "--target", "x86-64-v3", (char *)NULL),
+                 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "graph fp"), "%s", r.out);
+    cr_assert(strstr(r.out, "compiler fp"), "%s", r.out);
+    cr_assert(strstr(r.out, "[miss]"), "%s", r.out);
+    cr_assert(strstr(r.out, "nearest local graph record"), "%s", r.out);
+    cr_assert(strstr(r.out, "device field target"), "%s", r.out);
+    cr_assert_null(strstr(r.out, "there ") && strstr(r.out, "the graph itself differs") ? "x"
+                                                                                        : NULL,
+                   "the graph did not change: %s", r.out);
+    kc_test_result_free(&r);
+    cr_assert_eq(kc_test_runl(&r, KC_TEST_KCACHE, "--cache-dir", cache, "explain", graph,
+                              "--target", "x86-64-v2", (char *)NULL),
+                 0);
+    cr_assert(strstr(r.out, "[local hit]"), "%s", r.out);
+    kc_test_result_free(&r);
+    free(cache);
+}

@@ -1,0 +1,177 @@
+/*
+ * test_server_routes.c - kcached's request handling called in-process
+ * through kcd_handle (no socket): the entry point fuzz targets use. Checks
+ * that the pure pipeline gives the same answers as the HTTP server and that
+ * feeding a body in arbitrary chunks changes nothing.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_testutil.h"
+#include "kcd_config.h"
+#include "kcd_log.h"
+#include "kcd_routes.h"
+
+static char *dir;
+static kcd_ctx *ctx;
+
+static void setup(void)
+{
+    dir = kc_test_mkdtemp("kcdroutes");
+    kcd_config cfg;
+    kcd_config_defaults(&cfg);
+    free(cfg.data);
+    cfg.data = kc_test_path(dir, "data");
+    cfg.max_blob = 1 << 20;
+    kc_err err = {0};
+    kcd_log_set_level(KCD_LOG_ERROR);
+    cr_assert_eq(kcd_ctx_new(&cfg, &ctx, &err), KC_OK, "%s", err.msg);
+    kcd_config_free(&cfg);
+}
+
+static void teardown(void)
+{
+    kcd_ctx_free(ctx);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+static uint8_t *envelope(const char *seed, char key[65], size_t *len)
+{
+    kc_sha256_hex(seed, strlen(seed), key);
+    uint8_t payload[3000];
+    kc_test_fill_random(payload, sizeof payload, strlen(seed));
+    kc_artifact a;
+    kc_err e = {0};
+    cr_assert_eq(kc_artifact_init(&a, key, "cpu-so", NULL, payload, sizeof payload, &e), KC_OK);
+    uint8_t *env;
+    cr_assert_eq(kc_envelope_encode(&a, &env, len, &e), KC_OK);
+    kc_artifact_free(&a);
+    return env;
+}
+
+static int status(const char *method, const char *path, const void *body, size_t len)
+{
+    kcd_response *r = kcd_handle(ctx, method, path, NULL, 0, NULL, 0, body, len);
+    cr_assert_not_null(r);
+    int st = r->status;
+    kcd_response_free(r);
+    return st;
+}
+
+TestSuite(server_routes, .init = setup, .fini = teardown);
+
+Test(server_routes, put_get_in_process)
+{
+    char key[65], path[128];
+    size_t len;
+    uint8_t *env = envelope("routes-1", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_expect_eq(status("GET", path, NULL, 0), 404);
+    cr_expect_eq(status("PUT", path, env, len), 201);
+    cr_expect_eq(status("PUT", path, env, len), 200);
+    kcd_response *r = kcd_handle(ctx, "GET", path, NULL, 0, NULL, 0, NULL, 0);
+    cr_assert_eq(r->status, 200);
+    cr_expect(r->body_len == len && !memcmp(r->body, env, len));
+    kcd_response_free(r);
+    /* Second GET comes from the memory cache: same bytes. */
+    r = kcd_handle(ctx, "GET", path, NULL, 0, NULL, 0, NULL, 0);
+    cr_expect(r->status == 200 && r->body_len == len && !memcmp(r->body, env, len));
+    kcd_response_free(r);
+    cr_expect_eq(status("DELETE", path, NULL, 0), 204);
+    cr_expect_eq(status("GET", path, NULL, 0), 404, "delete also drops the memory cache");
+    cr_expect_eq(status("GET", "/v1/artifacts/..%2f", NULL, 0), 400);
+    cr_expect_eq(status(NULL, NULL, NULL, 0), 404);
+    free(env);
+}
+
+Test(server_routes, chunked_feeding_is_equivalent)
+{
+    char key[65], path[128];
+    size_t len;
+    uint8_t *env = envelope("routes-2", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kcd_request req = {0};
+    req.method = "PUT";
+    req.path = path;
+    /* One byte at a time. */
+    kcd_exchange *x = kcd_exchange_begin(ctx, &req);
+    cr_assert_null(kcd_exchange_response(x));
+    for (size_t i = 0; i < len; i++)
+        cr_assert(kcd_exchange_feed(x, env + i, 1), "byte %zu", i);
+    kcd_exchange_end(x);
+    cr_expect_eq(kcd_exchange_response(x)->status, 201);
+    kcd_exchange_finish(x, true);
+    /* Corrupt payload fed in chunks is refused at the end. */
+    char key2[65];
+    size_t len2;
+    uint8_t *env2 = envelope("routes-3", key2, &len2);
+    env2[len2 - 1] ^= 1;
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key2);
+    x = kcd_exchange_begin(ctx, &req);
+    for (size_t off = 0; off < len2; off += 700)
+        kcd_exchange_feed(x, env2 + off, len2 - off < 700 ? len2 - off : 700);
+    kcd_exchange_end(x);
+    cr_expect_eq(kcd_exchange_response(x)->status, 400);
+    kcd_exchange_finish(x, true);
+    cr_expect_eq(status("GET", path, NULL, 0), 404);
+    free(env);
+    free(env2);
+}
+
+Test(server_routes, bundle_stream_drains_in_process)
+{
+    char key[65], path[128];
+    size_t len;
+    uint8_t *env = envelope("routes-4", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_assert_eq(status("PUT", path, env, len), 201);
+    kcd_response *r = kcd_handle(ctx, "GET", "/v1/bundle", NULL, 0, NULL, 0, NULL, 0);
+    cr_assert_eq(r->status, 200);
+    cr_assert_not_null(r->stream);
+    uint8_t *all = NULL;
+    size_t n = 0;
+    uint8_t buf[1000];
+    ssize_t got;
+    while ((got = kcd_stream_read(r->stream, buf, sizeof buf)) > 0) {
+        all = realloc(all, n + (size_t)got);
+        memcpy(all + n, buf, (size_t)got);
+        n += (size_t)got;
+    }
+    cr_expect_eq(got, 0);
+    cr_expect(n > len && !memcmp(all, "KCBUNDLE", 8));
+    kcd_response_free(r);
+    cr_expect_eq(status("DELETE", path, NULL, 0), 204);
+    r = kcd_handle(ctx, "POST", "/v1/bundle", NULL, 0, NULL, 0, all, n);
+    cr_expect_eq(r->status, 200, "%.*s", (int)r->body_len, r->body);
+    kcd_response_free(r);
+    cr_expect_eq(status("GET", path, NULL, 0), 200);
+    free(all);
+    free(env);
+}
+
+Test(server_routes, ccache_path_validation)
+{
+    cr_expect(kcd_ccache_path_valid("ab/cdef"));
+    cr_expect(kcd_ccache_path_valid("ac/0123456789abcdef.result"));
+    cr_expect_not(kcd_ccache_path_valid(""));
+    cr_expect_not(kcd_ccache_path_valid("/abs"));
+    cr_expect_not(kcd_ccache_path_valid("a/../b"));
+    cr_expect_not(kcd_ccache_path_valid(".."));
+    cr_expect_not(kcd_ccache_path_valid("./a"));
+    cr_expect_not(kcd_ccache_path_valid("a/./b"));
+    cr_expect_not(kcd_ccache_path_valid("a/"));
+    cr_expect_not(kcd_ccache_path_valid("a//b"));
+    cr_expect_not(kcd_ccache_path_valid("a b"));
+    cr_expect_not(kcd_ccache_path_valid("a\x01"));
+    char longp[KCD_CCACHE_PATH_MAX + 2];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = 0;
+    cr_expect_not(kcd_ccache_path_valid(longp));
+    longp[KCD_CCACHE_PATH_MAX] = 0;
+    cr_expect(kcd_ccache_path_valid(longp));
+}

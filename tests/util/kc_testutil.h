@@ -1,0 +1,59 @@
+/*
+ * kc_testutil.h - generic helpers shared by every Criterion test: temporary
+ * directories, running a real binary with captured output, small file I/O.
+ * No test framework calls inside, so any test (or fuzz harness) can use them.
+ */
+#ifndef KC_TESTUTIL_H
+#define KC_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Creates a fresh directory /tmp/kctest-<tag>-XXXXXX (tag may be NULL) and
+ * returns its malloc'd path (caller frees), or NULL on failure. */
+char *kc_test_mkdtemp(const char *tag);
+
+/* Removes a directory tree (like rm -rf). Returns 0 on success. */
+int kc_test_rmtree(const char *path);
+
+/* Result of kc_test_run: stdout and stderr captured in full (NUL-terminated,
+ * owned: kc_test_run_free). exit_code is the exit status when the process
+ * exited normally, else -1 and term_signal says which signal ended it. */
+typedef struct kc_test_result {
+    int exit_code;
+    int term_signal;
+    int timed_out;
+    char *out;
+    size_t out_len;
+    char *err;
+    size_t err_len;
+} kc_test_result;
+
+/* Runs argv[0] (a path or a name looked up in $PATH) with argv (NULL-
+ * terminated), feeding stdin_data (may be NULL: empty stdin) and capturing
+ * stdout and stderr. The child inherits the environment. A child still
+ * running after timeout_s seconds (0 = 60) is killed with SIGKILL
+ * (timed_out = 1). Returns 0 when the child was started and reaped, -1 if it
+ * could not be started. */
+int kc_test_run(char *const argv[], const void *stdin_data, size_t stdin_len, int timeout_s,
+                kc_test_result *r);
+
+/* Convenience: like kc_test_run with a NULL-terminated list of arguments. */
+int kc_test_runl(kc_test_result *r, const char *arg0, ...) __attribute__((sentinel));
+
+void kc_test_result_free(kc_test_result *r);
+
+/* Reads a whole file (NUL-terminated, *len excludes the NUL; len may be
+ * NULL). Returns malloc'd bytes or NULL. */
+char *kc_test_read_file(const char *path, size_t *len);
+
+/* Writes len bytes to path (created/truncated). Returns 0 on success. */
+int kc_test_write_file(const char *path, const void *data, size_t len);
+
+/* Deterministic pseudo-random bytes (xorshift) for payloads. */
+void kc_test_fill_random(void *buf, size_t len, uint64_t seed);
+
+/* Joins dir and name into a malloc'd "dir/name". */
+char *kc_test_path(const char *dir, const char *name);
+
+#endif
