@@ -104,13 +104,17 @@ request = function()
 end
 LUA
 cat >"$T/put.lua" <<'LUA'
+local counter = 0
+function setup(thread)
+    counter = counter + 1
+    thread:set("tid", counter)
+end
 local n = 0
 local body = string.rep("x", 4000)
-local id = tostring(math.random(1, 1e9))
 request = function()
     n = n + 1
-    local b = string.format("%012d%s", n, body) .. id .. string.rep("y", 84 - #id)
-    return wrk.format("PUT", "/ccache/bench/" .. id .. "/" .. n, nil, b)
+    local id = tostring(tid) .. "-" .. tostring(n)
+    return wrk.format("PUT", "/ccache/bench/" .. id, nil, string.format("%-96s", id) .. body)
 end
 LUA
 

@@ -218,6 +218,9 @@ static size_t take(uint8_t *dst, size_t cap, const uint8_t *src, size_t len, siz
 kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n, kc_err *err)
 {
     size_t got = 0;
+    /* the reads of one call share a read snapshot (one WAL lock); it ends
+     * before returning, so none is held while the caller sends the bytes */
+    kc_store_read_begin(c->s, NULL);
     while (got < cap) {
         if (c->hdr && c->hdr_pos < c->hdr_len) {
             got += take(buf + got, cap - got, c->hdr, c->hdr_len, &c->hdr_pos);
@@ -238,10 +241,12 @@ kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, siz
             break;
         kc_code code = cursor_next(c, err);
         if (code != KC_OK) {
+            kc_store_read_end(c->s);
             *n = got;
             return code;
         }
     }
+    kc_store_read_end(c->s);
     c->bytes += got;
     *n = got;
     return KC_OK;

@@ -181,6 +181,8 @@ static kc_code db_err(kc_store *s, kc_err *err, int rc, const char *what)
         code = KC_ERR_IO;
     else if (prim == SQLITE_NOMEM)
         code = KC_ERR_NOMEM;
+    else if (prim == SQLITE_TOOBIG)
+        code = KC_ERR_TOO_LARGE; /* SQLite keeps a value under 1 GB */
     const char *m = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
     return kc_err_set(err, code, "%s (store %s): %s", what, s && s->db_path ? s->db_path : "?",
                       prim == SQLITE_FULL ? "disk full" : m);

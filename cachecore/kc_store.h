@@ -45,10 +45,9 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
 /* Flushes batched access times and statistics, then closes. NULL is a no-op. */
 void kc_store_close(kc_store *s);
 
-/* Read bursts (added by the store's implementer): the reads between
- * kc_store_read_begin and kc_store_read_end share one SQLite read snapshot,
- * so they pay the WAL read-lock cost (two fcntl calls) once instead of once
- * per read. For callers that look up many keys at once (a warm compile
+/* Read bursts: the reads between kc_store_read_begin and kc_store_read_end
+ * share one SQLite read snapshot, so they pay the WAL read-lock cost (two
+ * fcntl calls) once instead of once per read. For callers that look up many keys at once (a warm compile
  * loading a graph's kernels, an export). Inside a burst, entries written by
  * other processes after it began are not seen, and the handle keeps the WAL
  * from being reset, so keep bursts short; any write on the handle (put,

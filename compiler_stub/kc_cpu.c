@@ -716,8 +716,9 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     snprintf(c->cc, sizeof c->cc, "%s", cc && *cc ? cc : "cc");
     snprintf(c->march, sizeof c->march, "%s", march);
     snprintf(c->flags, sizeof c->flags,
-             "-O3 -march=%s -fPIC -shared -fno-math-errno -fvisibility=hidden%s%s", march,
-             c->extra_flags[0] ? " " : "", c->extra_flags);
+             "-O3 -march=%s -fPIC -shared -fno-math-errno -fvisibility=hidden -s "
+             "-Wl,-z,noseparate-code -Wl,--as-needed%s%s",
+             march, c->extra_flags[0] ? " " : "", c->extra_flags);
     kc_code rc = KC_OK;
     /* templates: embedded, or read from templates_dir */
     int nt = kc_cpu_template_count();

@@ -26,7 +26,6 @@ struct kc_onednn_gemm {
     long cdims[11];
 };
 
-
 kc_onednn_gemm *kc_onednn_gemm_new(void)
 {
     /* The generated kernels run on one thread; oneDNN does the same unless

@@ -217,7 +217,8 @@ kc_xpu *kc_xpu_backend_device(kc_backend *b);
 /* Runs kernel k of module m on the device (kc_xpu_run.c): copies the inputs (host
  * buffers of numel(k->in_shape[i]) floats) to device memory, launches with
  * kc_xpu_launch_geometry, copies numel(k->out_shape) floats back into out.
- * NOT exercised on hardware; the test driver reports these calls unsupported. */
+ * NOT exercised on hardware; the test driver checks the calls up to the launch, then
+ * answers ZE_RESULT_ERROR_UNSUPPORTED_FEATURE (KC_ERR_UNSUPPORTED here). */
 kc_code kc_xpu_launch(kc_xpu *x, kc_xpu_module *m, const kc_kernel *k, const float *const *in,
                       float *out, kc_err *err);
 

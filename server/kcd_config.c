@@ -434,7 +434,7 @@ const char *kcd_config_usage(void)
                  "  --config FILE      read `key = value` settings (also $KCACHED_CONFIG)\n"
                  "  --check-config     validate the settings, print them, exit\n"
                  "  --help, --version\nPrecedence: flags > environment > config file > "
-                 "defaults.\n\nS3 backing tier (optional; KCACHED_S3_* in the environment):\n%s",
+                 "defaults.\n\n%s(each also as KCACHED_S3_NAME in the environment)\n",
                  kcd_s3_usage());
     return buf;
 }

@@ -35,6 +35,8 @@
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
 /* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
 #define KCD_HOT_REFRESH_S 30.0
+/* Bundle uploads are fed to the importer in pieces of this size. */
+#define KCD_IMPORT_FEED (1u << 20)
 
 struct kcd_ctx {
     char *data;
@@ -430,8 +432,15 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
         return false;
     }
     x->body = kind;
-    if (kind == BODY_BUNDLE)
+    if (kind == BODY_BUNDLE) {
+        x->buf = malloc(KCD_IMPORT_FEED);
+        x->cap = KCD_IMPORT_FEED;
+        if (!x->buf) {
+            resp_error(x, 500, "out of memory");
+            return false;
+        }
         return true;
+    }
     size_t initial = cl > 0 ? (size_t)cl : 64 * 1024;
     if (initial > 64u << 20) /* grow beyond 64 MiB only as bytes really arrive */
         initial = 64u << 20;
@@ -798,6 +807,17 @@ static bool feed_artifact(kcd_exchange *x)
     return true;
 }
 
+static bool import_flush(kcd_exchange *x)
+{
+    kc_err e = {0};
+    if (x->len && kc_bundle_import_feed(x->import, x->buf, x->len, &e) != KC_OK) {
+        resp_store_error(x, &e);
+        return false;
+    }
+    x->len = 0;
+    return true;
+}
+
 bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len)
 {
     if (x->resp)
@@ -806,10 +826,17 @@ bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len)
     if (len == 0)
         return true;
     if (x->body == BODY_BUNDLE) {
-        kc_err e = {0};
-        if (kc_bundle_import_feed(x->import, data, len, &e) != KC_OK) {
-            resp_store_error(x, &e);
-            return false;
+        /* The importer commits once per feed: coalesce the small chunks HTTP
+         * delivers into feeds of up to KCD_IMPORT_FEED bytes. */
+        const uint8_t *p = data;
+        while (len) {
+            size_t n = KCD_IMPORT_FEED - x->len < len ? KCD_IMPORT_FEED - x->len : len;
+            memcpy(x->buf + x->len, p, n);
+            x->len += n;
+            p += n;
+            len -= n;
+            if (x->len == KCD_IMPORT_FEED && !import_flush(x))
+                return false;
         }
         return true;
     }
@@ -950,6 +977,8 @@ static void end_bundle(kcd_exchange *x)
 {
     kc_err e = {0};
     kc_bundle_stats st = {0};
+    if (!import_flush(x))
+        return;
     if (kc_bundle_import_finish(x->import, &st, &e) != KC_OK) {
         resp_store_error(x, &e);
         return;

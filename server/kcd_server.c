@@ -86,8 +86,10 @@ static void stream_free_cb(void *cls)
     kcd_stream_free(cls);
 }
 
-/* Converts the exchange's response and queues it. */
-static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls)
+/* Converts the exchange's response and queues it. With copy set (an error
+ * answer attempted mid-upload, which MHD may refuse until the body is in)
+ * the exchange keeps its body so the attempt can be repeated. */
+static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls, bool copy)
 {
     kcd_response *r = kcd_exchange_response(cs->x);
     struct MHD_Response *mr;
@@ -109,6 +111,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls)
             r->blob = NULL; /* MHD holds the reference now */
             r->body = NULL;
         }
+    } else if (r->body && copy) {
+        mr = MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_COPY);
     } else if (r->body) {
         mr = MHD_create_response_from_buffer_with_free_callback(r->body_len, r->body, free);
         if (mr)
@@ -172,7 +176,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * an upload (401, 413) but would defeat keep-alive for bodiless
          * requests; those are answered on the next call instead. */
         if (kcd_exchange_response(cs->x) && has_body(c))
-            return queue(c, cs, srv->tls);
+            return queue(c, cs, srv->tls, false);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -185,14 +189,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return cs->discarded > KCD_DISCARD_MAX ? MHD_NO : MHD_YES;
         }
         if (!kcd_exchange_feed(cs->x, upload_data, n))
-            queue(c, cs, srv->tls); /* may be refused mid-body; then answered at the end */
+            queue(c, cs, srv->tls, true); /* may be refused mid-body; then answered at the end */
         return MHD_YES;
     }
     if (cs->queued)
         return MHD_YES;
     if (!kcd_exchange_response(cs->x))
         kcd_exchange_end(cs->x);
-    return queue(c, cs, srv->tls);
+    return queue(c, cs, srv->tls, false);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

@@ -306,3 +306,32 @@ Test(compile_cache, explain_names_the_differing_ingredient)
     kc_test_result_free(&r);
     free(cache);
 }
+
+Test(compile_cache, run_check_fails_on_a_wrong_kernel)
+{
+    /* a softmax template that forgets to normalise: --check must catch it */
+    char *bad = template_copy("tpl-wrong", NULL, NULL);
+    char *sm = kc_test_path(bad, "softmax.c");
+    size_t len;
+    char *text = kc_test_read_file(sm, &len);
+    cr_assert_not_null(text);
+    char *p = strstr(text, "y[c] *= inv;");
+    cr_assert_not_null(p, "softmax.c changed; update this test");
+    memcpy(p, "y[c] *= 1.f;", 12);
+    kc_test_write_file(sm, text, len);
+    int code;
+    char *e;
+    json_t *j = kcache_json(&code, &e, "run", graph, "--check", "--templates", bad, NULL);
+    cr_assert_eq(code, 1, "a wrong kernel must fail the check");
+    cr_assert(strstr(e, "beyond tolerance"), "stderr: %s", e);
+    cr_assert(j && json_is_false(json_object_get(j, "ok")));
+    json_decref(j);
+    /* the correct templates pass on the same graph */
+    j = kcache_json(&code, NULL, "run", graph, "--check", NULL, NULL, NULL);
+    cr_assert_eq(code, 0);
+    json_decref(j);
+    free(e);
+    free(text);
+    free(sm);
+    free(bad);
+}

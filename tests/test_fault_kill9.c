@@ -19,6 +19,7 @@
 
 #define ROUNDS 20
 #define WRITERS 4
+#define READERS 2
 #define MAX_ACKS 20000
 
 typedef struct ack {
@@ -66,6 +67,46 @@ static void *writer(void *arg)
             atomic_store(&storm.last_bad, st);
             break;
         }
+    }
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+/* Readers run beside the writers: an acknowledged artifact must read back
+ * whole and identical at every instant until the server dies. */
+static atomic_int reads_ok, reads_bad;
+
+static void *reader(void *arg)
+{
+    unsigned rng = (unsigned)(uintptr_t)arg * 2654435761u + 1;
+    CURL *h = curl_easy_init();
+    for (;;) {
+        pthread_mutex_lock(&storm.mu);
+        size_t n = storm.n;
+        ack a = n ? storm.acks[(rng = rng * 1103515245u + 12345u) % n] : (ack){0, 0};
+        pthread_mutex_unlock(&storm.mu);
+        if (!n) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ft_art art;
+        ft_art_make(&art, a.seed, a.size);
+        char url[256];
+        snprintf(url, sizeof url, "%s/v1/artifacts/%s", storm.url, art.key);
+        ft_buf b;
+        long st = ft_http(h, "GET", url, NULL, 0, NULL, &b, 10000, NULL);
+        if (st == 200 && b.len == art.env_len && !memcmp(b.data, art.env, b.len))
+            atomic_fetch_add(&reads_ok, 1);
+        else if (st > 0) {
+            atomic_fetch_add(&reads_bad, 1);
+            fprintf(stderr, "reader: acked %s answered %ld with %zu bytes (want 200, %zu)\n",
+                    art.key, st, b.len, art.env_len);
+        }
+        free(b.data);
+        ft_art_free(&art);
+        if (st < 0)
+            break; /* the server is gone */
     }
     curl_easy_cleanup(h);
     return NULL;
@@ -136,9 +177,11 @@ Test(fault_kill9, acked_puts_survive_kill9_storm, .timeout = 240)
     for (int round = 0; round < ROUNDS; round++) {
         snprintf(storm.url, sizeof storm.url, "%s", ts.url);
         size_t before = acked();
-        pthread_t w[WRITERS];
+        pthread_t w[WRITERS], rd[READERS];
         for (int i = 0; i < WRITERS; i++)
             pthread_create(&w[i], NULL, writer, NULL);
+        for (int i = 0; i < READERS; i++)
+            pthread_create(&rd[i], NULL, reader, (void *)(uintptr_t)(round * READERS + i + 1));
         /* Let the storm get going (a readiness signal: acks arriving), then
          * kill at a pseudo-random instant within it. */
         for (int i = 0; i < 2000 && acked() < before + 3; i++)
@@ -148,6 +191,8 @@ Test(fault_kill9, acked_puts_survive_kill9_storm, .timeout = 240)
         kc_testserver_kill(&ts);
         for (int i = 0; i < WRITERS; i++)
             pthread_join(w[i], NULL);
+        for (int i = 0; i < READERS; i++)
+            pthread_join(rd[i], NULL);
         cr_assert_eq(atomic_load(&storm.bad_status), 0,
                      "round %d: a PUT was answered %ld (only 200/201 or a dead socket allowed)",
                      round, atomic_load(&storm.last_bad));
@@ -162,8 +207,12 @@ Test(fault_kill9, acked_puts_survive_kill9_storm, .timeout = 240)
         cr_expect_eq(vc, 0, "round %d: kcache verify exit %d: %s", round, vc, why);
     }
     cr_expect_eq(lost, 0, "%llu acknowledged bytes lost", (unsigned long long)lost);
-    printf("fault_kill9: rounds=%d acked_puts=%zu bytes_lost=%llu\n", ROUNDS, storm.n,
-           (unsigned long long)lost);
+    cr_expect_eq(atomic_load(&reads_bad), 0, "%d reads during the storms were wrong",
+                 atomic_load(&reads_bad));
+    printf("fault_kill9: rounds=%d acked_puts=%zu bytes_lost=%llu storm_reads_ok=%d "
+           "storm_reads_bad=%d\n",
+           ROUNDS, storm.n, (unsigned long long)lost, atomic_load(&reads_ok),
+           atomic_load(&reads_bad));
     fflush(stdout);
     kc_testserver_cleanup(&ts);
 }

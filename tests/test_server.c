@@ -486,8 +486,18 @@ Test(server, metrics_and_stats)
     finish(&ts);
 }
 
+extern char **environ;
+
 Test(server, config_file_env_and_flags)
 {
+    for (char **e = environ; *e;) { /* only this test's settings count */
+        if (!strncmp(*e, "KCACHED_", 8)) {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+            unsetenv(name);
+        } else
+            e++;
+    }
     char *dir = kc_test_mkdtemp("kcdcfg");
     char *conf = kc_test_path(dir, "kcached.conf");
     const char *text = "# test\nmax-size = 1M\nlog_level = warn\nthreads = 3\n";

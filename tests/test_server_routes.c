@@ -175,3 +175,90 @@ Test(server_routes, ccache_path_validation)
     longp[KCD_CCACHE_PATH_MAX] = 0;
     cr_expect(kcd_ccache_path_valid(longp));
 }
+
+static uint64_t rnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* A deterministic random walk over methods, paths, headers and bodies
+ * (mutated envelopes, bundles, JSON): every request gets some answer and
+ * nothing crashes (this suite also runs under ASan/UBSan). */
+Test(server_routes, random_requests_never_crash)
+{
+    static const char *methods[] = {"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", ""};
+    static const char *prefixes[] = {"/v1/artifacts/",
+                                     "/ccache/",
+                                     "/v1/bundle",
+                                     "/v1/artifacts/missing",
+                                     "/metrics",
+                                     "/v1/stats",
+                                     "/healthz",
+                                     "/",
+                                     ""};
+    char key[65];
+    size_t elen;
+    uint8_t *env = envelope("fuzz-seed", key, &elen);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int seen[600] = {0};
+    for (int i = 0; i < 3000; i++) {
+        char path[400];
+        const char *pre = prefixes[rnd(&x) % 9];
+        size_t n = (size_t)snprintf(path, sizeof path, "%s", pre);
+        int tail = (int)(rnd(&x) % 4);
+        if (tail == 1)
+            n += (size_t)snprintf(path + n, sizeof path - n, "%s", key);
+        else if (tail == 2)
+            for (int k = (int)(rnd(&x) % 80); k > 0 && n < sizeof path - 1; k--)
+                path[n++] = "ab/.%0Z-_\x01"[rnd(&x) % 11];
+        path[n < sizeof path ? n : sizeof path - 1] = 0;
+        uint8_t body[4096];
+        size_t blen = 0;
+        switch (rnd(&x) % 5) {
+        case 0:
+            break;
+        case 1: /* mutated envelope */
+            blen = elen < sizeof body ? elen : sizeof body;
+            memcpy(body, env, blen);
+            body[rnd(&x) % blen] ^= (uint8_t)(1u << (rnd(&x) % 8));
+            blen = rnd(&x) % 2 ? blen : rnd(&x) % blen;
+            break;
+        case 2:
+            blen = (size_t)snprintf((char *)body, sizeof body, "{\"keys\":[\"%s\",%d,null]}", key,
+                                    (int)(rnd(&x) % 100));
+            break;
+        case 3: /* bundle-ish */
+            memcpy(body, "KCBUNDLE\x01\x00\x00\x00\x02\x00\x00\x00{}", 18);
+            blen = 18 + rnd(&x) % 64;
+            for (size_t k = 18; k < blen; k++)
+                body[k] = (uint8_t)rnd(&x);
+            break;
+        default:
+            blen = rnd(&x) % sizeof body;
+            for (size_t k = 0; k < blen; k++)
+                body[k] = (uint8_t)rnd(&x);
+        }
+        kcd_kv hdrs[] = {{"Accept-Encoding", rnd(&x) % 2 ? "zstd" : "gzip"},
+                         {"Content-Length", rnd(&x) % 3 ? NULL : "12x"},
+                         {"Authorization", rnd(&x) % 2 ? "Bearer x" : "Basic !!!"}};
+        kcd_kv args[] = {{"since", rnd(&x) % 2 ? "12" : "-1"}, {"kind", "cpu-so"}};
+        kcd_response *r = kcd_handle(ctx, methods[rnd(&x) % 7], path, hdrs, 3, args, 2, body, blen);
+        cr_assert_not_null(r);
+        cr_assert(r->status >= 200 && r->status < 600, "%s -> %d", path, r->status);
+        seen[r->status]++;
+        if (r->stream) {
+            uint8_t buf[512];
+            while (kcd_stream_read(r->stream, buf, sizeof buf) > 0)
+                ;
+        }
+        kcd_response_free(r);
+    }
+    /* The walk reaches the interesting answers, not just 404s. */
+    const int want[] = {200, 400, 404, 405};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_gt(seen[want[i]], 0, "no %d answer in the walk", want[i]);
+    free(env);
+}

@@ -554,6 +554,28 @@ Test(xpu, every_kernel_kind_compiles_to_valid_spirv)
         cr_assert_eq(kc_xpu_module_from_spirv(x, spv, len, NULL, &m, &e), KC_OK, "%s", e.msg);
         cr_expect_eq(kc_xpu_module_check_kernel(m, entry, &e), KC_OK, "%s", e.msg);
         cr_expect_eq(kc_xpu_module_check_kernel(m, "kc_nope", &e), KC_ERR_NOT_FOUND);
+        /* Launch plumbing: one argument per kernel parameter, each a device buffer. */
+        float *bufs[KC_KERNEL_MAX_IN + 1];
+        for (int j = 0; j < ks[i].n_in; j++)
+            bufs[j] = calloc((size_t)kc_shape_numel(&ks[i].in_shape[j]), sizeof(float));
+        float *out = calloc((size_t)kc_shape_numel(&ks[i].out_shape), sizeof(float));
+        reset_events();
+        cr_expect_eq(kc_xpu_launch(x, m, &ks[i], (const float *const *)bufs, out, &e),
+                     KC_ERR_UNSUPPORTED);
+        char want[64];
+        snprintf(want, sizeof want, "launch %s groups=", entry);
+        char *log = kc_test_read_file(counter_path, NULL);
+        char *at = log ? strstr(log, want) : NULL;
+        cr_expect_not_null(at, "kernel %d (%s): no checked launch: %s", i, entry, e.msg);
+        if (at) {
+            char args[32];
+            snprintf(args, sizeof args, "args=%d\n", ks[i].n_in + 1);
+            cr_expect(strstr(at, args) != NULL, "kernel %d: %s", i, at);
+        }
+        free(log);
+        for (int j = 0; j < ks[i].n_in; j++)
+            free(bufs[j]);
+        free(out);
         kc_xpu_module_free(m);
         free(spv);
         free(src);
@@ -635,10 +657,15 @@ Test(xpu, backend_adapter_compiles_and_loads_through_the_test_driver)
     cr_expect(ran);
     kc_loaded *l = NULL;
     cr_assert_eq(b->load(b, &ks[1], payload, len, &l, &e), KC_OK, "%s", e.msg);
-    /* The test driver cannot execute kernels: a clear error, not a crash. */
+    /* The test driver checks the launch (device buffers, copies, group size, one argument
+     * per kernel parameter) but cannot execute kernels: a clear error, not a crash. */
     float in0[2 * 16 * 24] = {0}, in1[24 * 40] = {0}, in2[40] = {0}, out[2 * 16 * 40];
     const float *ins[3] = {in0, in1, in2};
+    reset_events();
     cr_expect_eq(b->run(b, l, &ks[1], ins, out, &e), KC_ERR_UNSUPPORTED);
+    cr_expect(strstr(e.msg, "zeCommandListAppendLaunchKernel") != NULL, "%s", e.msg);
+    cr_expect_eq(count_events("launch kc_gemm groups=3,1,2 local=16,16,1 args=4"), 1,
+                 "launch not seen as expected by the test driver");
     b->unload(b, l);
 
     /* A stale entry as the compile driver stores it (its own key, this device's id): the

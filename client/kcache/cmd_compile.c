@@ -9,10 +9,12 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kc_backend.h"
@@ -114,6 +116,33 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, const char *
     return 0;
 }
 
+static void rm_tree_shallow(const char *dir);
+
+/* Removes scratch directories of compiles whose process is gone (killed, or
+ * a failure kept for inspection) once they are an hour old. */
+static void sweep_scratch(const char *tmp)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        int pid;
+        if (sscanf(e->d_name, "compile-%d-", &pid) != 1 || pid <= 0)
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", tmp, e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0 || now - st.st_mtime < 3600)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        rm_tree_shallow(p);
+    }
+    closedir(d);
+}
+
 static int session_open(kc_cli *cli, const copts *o, session *s)
 {
     memset(s, 0, sizeof *s);
@@ -124,6 +153,7 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     char tmp[3072];
     snprintf(tmp, sizeof tmp, "%s/tmp", cli->cache_dir);
     snprintf(s->work, sizeof s->work, "%s/compile-%d-XXXXXX", tmp, (int)getpid());
+    sweep_scratch(tmp);
     if (kc_mkdirs(tmp, &err) != KC_OK || !mkdtemp(s->work)) {
         if (err.code == KC_OK)
             kc_err_errno(&err, KC_ERR_IO, errno, "cannot create a scratch directory under %s", tmp);
@@ -242,14 +272,12 @@ static void print_program(const kc_cli *cli, const char *path, const kc_program 
 {
     if (cli->verbosity < 0)
         return;
-    printf(
-                "%s: %s on %s: graph record %s, %d kernel%s: %d hit%s (%d remote), %d miss%s, "
-                "%d compiled%s%s, %.3f s\n",
-                path, p->graph->name[0] ? p->graph->name : "graph", p->device.id,
-                p->graph_hit ? "hit" : "miss", p->n_kernels, p->n_kernels == 1 ? "" : "s", p->hits,
-                p->hits == 1 ? "" : "s", p->remote_hits, p->misses, p->misses == 1 ? "" : "es",
-                p->compiled, p->autotuned ? ", autotuned " : "", p->autotuned ? "yes" : "",
-                p->seconds);
+    printf("%s: %s on %s: graph record %s, %d kernel%s: %d hit%s (%d remote), %d miss%s, "
+           "%d compiled%s%s, %.3f s\n",
+           path, p->graph->name[0] ? p->graph->name : "graph", p->device.id,
+           p->graph_hit ? "hit" : "miss", p->n_kernels, p->n_kernels == 1 ? "" : "s", p->hits,
+           p->hits == 1 ? "" : "s", p->remote_hits, p->misses, p->misses == 1 ? "" : "es",
+           p->compiled, p->autotuned ? ", autotuned " : "", p->autotuned ? "yes" : "", p->seconds);
 }
 
 /* Loads the graph, opens a backend and compiles. */

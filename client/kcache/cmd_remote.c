@@ -17,8 +17,11 @@
 #include "kc_remote.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
-#ifdef KC_HAVE_XPU
+#if defined(__has_include)
+#if __has_include("kc_xpu.h")
 #include "kc_xpu.h"
+#define KC_HAVE_XPU 1
+#endif
 #endif
 
 typedef struct progress_state {
@@ -211,15 +214,23 @@ static int auto_devices(kc_cli *cli, remote_args *a)
         kc_backend_close(b);
     }
 #ifdef KC_HAVE_XPU
-    kc_xpu *x = NULL;
-    kc_err xerr = {0};
-    if (kc_xpu_probe(&x, &xerr) == KC_OK) {
-        char id[KC_XPU_FP_ID_MAX];
-        char *js = NULL;
-        if (kc_xpu_device_fingerprint(x, id, &js, &xerr) == KC_OK && add_device(a, id))
+    /* the Level Zero device's native binaries, then (only on a machine
+     * with such a device) its SPIR-V, which any XPU can finalise */
+    for (int spirv = 0; spirv < 2; spirv++) {
+        kc_backend_opts bo = {0};
+        kc_backend *b = NULL;
+        kc_device_fp fp = {0};
+        kc_err err = {0};
+        bool ok = kc_xpu_backend_open(&bo, spirv == 1, &b, &err) == KC_OK &&
+                  b->device_fp(b, &fp, &err) == KC_OK;
+        if (ok && add_device(a, fp.id))
             found++;
-        free(js);
-        kc_xpu_close(x);
+        else if (!ok && cli->verbosity > 0)
+            kc_cli_info(cli, "kcache pull: no XPU fingerprint: %s\n", err.msg);
+        kc_device_fp_free(&fp);
+        kc_backend_close(b);
+        if (!ok)
+            break;
     }
 #endif
     return found;

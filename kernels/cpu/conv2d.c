@@ -7,7 +7,8 @@ KC_EXPORT void kc_kernel_main(const float *const *in, float *out, const kc_rt *r
 {
     const float *X = in[0], *Wt = in[1];
 #if KC_EXTERNAL
-    static const long dims[11] = {KC_N, KC_C, KC_H, KC_W, KC_O, KC_KH, KC_KW, KC_OH, KC_OW, KC_S, KC_P};
+    static const long dims[11] = {KC_N,  KC_C,  KC_H,  KC_W, KC_O, KC_KH,
+                                  KC_KW, KC_OH, KC_OW, KC_S, KC_P};
     rt->conv2d(rt->ctx, dims, X, Wt, out);
     for (long i = 0; i < KC_N * KC_O * KC_OH * KC_OW; i++)
         out[i] = kc_epilogue(in, out[i], i);

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #ifndef KC_TEST_KCACHED
 #define KC_TEST_KCACHED "kcached"
 #endif
@@ -75,6 +77,16 @@ static int spawn(kc_testserver *ts)
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
+        }
+        /* A developer's KCACHED_* settings must not leak into tests. */
+        for (char **e = environ; e && *e;) {
+            if (!strncmp(*e, "KCACHED_", 8)) {
+                char name[128];
+                size_t n = strcspn(*e, "=");
+                snprintf(name, sizeof name, "%.*s", (int)n, *e);
+                unsetenv(name); /* shifts environ down: re-check this slot */
+            } else
+                e++;
         }
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)

@@ -28,7 +28,8 @@ typedef struct kc_testserver {
 } kc_testserver;
 
 /* Starts kcached with `--listen 127.0.0.1:0 --data DIR --port-file F` plus
- * the NULL-terminated extra args (may be NULL). data_dir NULL means a fresh
+ * the NULL-terminated extra args (may be NULL); KCACHED_* variables of the
+ * test's environment are not passed on. data_dir NULL means a fresh
  * directory inside the helper's temp root. Waits until the port file appears
  * (or the process exits: then returns -1). Returns 0 on success. */
 int kc_testserver_start(kc_testserver *ts, const char *data_dir, const char *const *args);

@@ -17,7 +17,7 @@ char *kc_test_mkdtemp(const char *tag);
 int kc_test_rmtree(const char *path);
 
 /* Result of kc_test_run: stdout and stderr captured in full (NUL-terminated,
- * owned: kc_test_run_free). exit_code is the exit status when the process
+ * owned: kc_test_result_free). exit_code is the exit status when the process
  * exited normally, else -1 and term_signal says which signal ended it. */
 typedef struct kc_test_result {
     int exit_code;

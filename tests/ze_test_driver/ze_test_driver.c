@@ -5,7 +5,9 @@
  *
  * It reports one GPU device whose identity comes from the environment, "builds" SPIR-V
  * into a native binary that is a deterministic function of the SPIR-V, the build flags and
- * the device ids (header + SHA-256 + the SPIR-V), and checks that format on load.
+ * the device ids (header + SHA-256 + the SPIR-V), and checks that format on load. It also
+ * checks kernel launches (device memory, immediate command lists, copies, group sizes,
+ * arguments against the entry point's parameters) but never executes one.
  *
  * Environment (all optional):
  *   KC_ZE_TEST_VENDOR_ID, KC_ZE_TEST_DEVICE_ID, KC_ZE_TEST_REVISION, KC_ZE_TEST_DRIVER_VERSION
@@ -16,7 +18,7 @@
  *   KC_ZE_TEST_NO_DEVICE=1     the driver loads but reports no device
  *   KC_ZE_TEST_REJECT_NATIVE=1 every native binary is refused (INVALID_NATIVE_BINARY)
  *   KC_ZE_TEST_COUNTER=FILE    one line appended per event: "spirv-build", "native-load",
- *                              "native-reject", "init"
+ *                              "native-reject", "init", "launch NAME groups=.. local=.. args=N"
  *
  * Only the per-table getters (the ze, zet and zes Get...ProcAddrTable functions) are
  * exported. Loader 1.8.12 dlsyms all 53 of them; zeInit fails when any getter other than
@@ -26,6 +28,7 @@
  * answers those calls with an error instead of calling through a NULL pointer.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +56,7 @@ typedef struct td_device_ip_version_ext {
  *   u32 driver_version | u32 flags_len | u32 spirv_len | sha256(every byte before it,
  *   then flags, then spirv) | flags | spirv */
 #define TD_NATIVE_MAGIC "KCZETDNB"
-#define TD_NATIVE_HDR 8 + 8 * 4
+#define TD_NATIVE_HDR (8 + 8 * 4)
 #define TD_NATIVE_FIXED (TD_NATIVE_HDR + 32)
 
 enum {
@@ -62,7 +65,8 @@ enum {
     TD_MAGIC_CONTEXT,
     TD_MAGIC_MODULE,
     TD_MAGIC_LOG,
-    TD_MAGIC_KERNEL
+    TD_MAGIC_KERNEL,
+    TD_MAGIC_CMDLIST
 };
 
 struct _ze_driver_handle_t {
@@ -83,12 +87,30 @@ struct _ze_module_handle_t {
     uint8_t *native;
     size_t native_len;
     char **kernels;
+    uint32_t *nparams; /* parameters of each kernel's entry point */
     uint32_t nkernels;
 };
+#define TD_MAX_ARGS 64
 struct _ze_kernel_handle_t {
     uint32_t magic;
     char *name;
+    uint32_t nparams;
+    uint64_t args_set; /* bit i: argument i was set */
+    void *args[TD_MAX_ARGS];
+    uint32_t group[3]; /* 0 until zeKernelSetGroupSize */
 };
+struct _ze_command_list_handle_t {
+    uint32_t magic;
+};
+
+/* Device allocations (host memory here), so launches can check their arguments. */
+typedef struct td_alloc {
+    void *ptr;
+    size_t size;
+    struct td_alloc *next;
+} td_alloc;
+static td_alloc *td_allocs;
+static pthread_mutex_t td_allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct _ze_driver_handle_t td_driver = {TD_MAGIC_DRIVER};
 static struct _ze_device_handle_t td_device = {TD_MAGIC_DEVICE};
@@ -136,8 +158,10 @@ static void td_count(const char *event)
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    char line[64];
+    char line[320];
     int n = snprintf(line, sizeof line, "%s\n", event);
+    if (n >= (int)sizeof line)
+        n = (int)sizeof line - 1;
     if (write(fd, line, (size_t)n) != n) {
         /* a lost count only makes a test fail, which is what we want */
     }
@@ -343,13 +367,15 @@ static void td_module_free(struct _ze_module_handle_t *m)
     for (uint32_t i = 0; i < m->nkernels; i++)
         free(m->kernels[i]);
     free(m->kernels);
+    free(m->nparams);
     free(m->native);
     m->magic = 0;
     free(m);
 }
 
-/* Checks the SPIR-V header and collects OpEntryPoint names of Kernel entry points.
- * Returns NULL on success, else a static description of what is wrong. */
+/* Checks the SPIR-V header and collects the Kernel entry points: their names (OpEntryPoint)
+ * and parameter counts (OpFunctionParameter after the OpFunction they name). Returns NULL
+ * on success, else a static description of what is wrong. */
 static const char *td_parse_spirv(const uint8_t *buf, size_t len, struct _ze_module_handle_t *m)
 {
     if (len < 20 || len % 4 != 0)
@@ -359,6 +385,7 @@ static const char *td_parse_spirv(const uint8_t *buf, size_t len, struct _ze_mod
     if (magic != 0x07230203u)
         return "not SPIR-V: bad magic number (expected 0x07230203)";
     size_t nwords = len / 4;
+    uint32_t ids[TD_MAX_ARGS];
     for (size_t i = 5; i < nwords;) {
         uint32_t w;
         memcpy(&w, buf + 4 * i, 4);
@@ -370,21 +397,45 @@ static const char *td_parse_spirv(const uint8_t *buf, size_t len, struct _ze_mod
             memcpy(&model, buf + 4 * (i + 1), 4);
             const char *name = (const char *)(buf + 4 * (i + 3));
             size_t maxlen = 4 * (count - 3);
-            if (model == 6 /* Kernel */ && memchr(name, 0, maxlen)) {
+            if (model == 6 /* Kernel */ && memchr(name, 0, maxlen) && m->nkernels < TD_MAX_ARGS) {
                 char **k = realloc(m->kernels, (m->nkernels + 1) * sizeof *k);
                 if (!k)
                     return "out of memory";
                 m->kernels = k;
+                uint32_t *np = realloc(m->nparams, (m->nkernels + 1) * sizeof *np);
+                if (!np)
+                    return "out of memory";
+                m->nparams = np;
                 m->kernels[m->nkernels] = strdup(name);
                 if (!m->kernels[m->nkernels])
                     return "out of memory";
-                m->nkernels++;
+                memcpy(&ids[m->nkernels], buf + 4 * (i + 2), 4);
+                m->nparams[m->nkernels++] = 0;
             }
         }
         i += count;
     }
     if (m->nkernels == 0)
         return "SPIR-V module has no Kernel entry point";
+    int current = -1; /* entry point whose OpFunction we are in */
+    for (size_t i = 5; i < nwords;) {
+        uint32_t w;
+        memcpy(&w, buf + 4 * i, 4);
+        uint32_t count = w >> 16, op = w & 0xffff;
+        if (op == 54 /* OpFunction */ && count >= 5) {
+            uint32_t id;
+            memcpy(&id, buf + 4 * (i + 2), 4);
+            current = -1;
+            for (uint32_t k = 0; k < m->nkernels; k++)
+                if (ids[k] == id)
+                    current = (int)k;
+        } else if (op == 55 /* OpFunctionParameter */ && current >= 0) {
+            m->nparams[current]++;
+        } else {
+            current = -1;
+        }
+        i += count;
+    }
     return NULL;
 }
 
@@ -517,6 +568,7 @@ static ze_result_t ZE_APICALL td_module_create(ze_context_handle_t c, ze_device_
             struct _ze_module_handle_t tmp = {0};
             why = td_parse_spirv(spirv, spirv_len, &tmp);
             m->kernels = tmp.kernels;
+            m->nparams = tmp.nparams;
             m->nkernels = tmp.nkernels;
         }
         if (why) {
@@ -646,6 +698,7 @@ static ze_result_t ZE_APICALL td_kernel_create(ze_module_handle_t m, const ze_ke
                 return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
             }
             k->magic = TD_MAGIC_KERNEL;
+            k->nparams = m->nparams[i];
             *out = k;
             return ZE_RESULT_SUCCESS;
         }
@@ -661,6 +714,173 @@ static ze_result_t ZE_APICALL td_kernel_destroy(ze_kernel_handle_t k)
     free(k->name);
     free(k);
     return ZE_RESULT_SUCCESS;
+}
+
+/* ---- memory, command lists, kernel arguments and launches ------------------------------
+ * Enough to check a launch's plumbing: allocations, copies, group size, every argument set
+ * to a live allocation. The test driver cannot execute kernels: a checked launch is logged
+ * ("launch NAME groups=X,Y,Z local=X,Y,Z args=N") and answered with
+ * ZE_RESULT_ERROR_UNSUPPORTED_FEATURE, so nothing ever looks as if it ran. */
+
+/* The size of the device allocation starting at p, or 0. */
+static size_t td_alloc_size(const void *p)
+{
+    size_t size = 0;
+    pthread_mutex_lock(&td_allocs_lock);
+    for (td_alloc *a = td_allocs; a && !size; a = a->next)
+        if (a->ptr == p)
+            size = a->size;
+    pthread_mutex_unlock(&td_allocs_lock);
+    return size;
+}
+
+static ze_result_t ZE_APICALL td_mem_alloc_device(ze_context_handle_t c,
+                                                  const ze_device_mem_alloc_desc_t *desc,
+                                                  size_t size, size_t align, ze_device_handle_t dev,
+                                                  void **out)
+{
+    if (!c || c->magic != TD_MAGIC_CONTEXT || dev != &td_device)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (!desc || !out)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (size == 0)
+        return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    if (align & (align - 1))
+        return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+    td_alloc *a = calloc(1, sizeof *a);
+    void *p = NULL;
+    if (!a || posix_memalign(&p, align < 64 ? 64 : align, size) != 0) {
+        free(a);
+        return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    memset(p, 0, size);
+    a->ptr = p;
+    a->size = size;
+    pthread_mutex_lock(&td_allocs_lock);
+    a->next = td_allocs;
+    td_allocs = a;
+    pthread_mutex_unlock(&td_allocs_lock);
+    *out = p;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_mem_free(ze_context_handle_t c, void *p)
+{
+    if (!c || c->magic != TD_MAGIC_CONTEXT)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    td_alloc *found = NULL;
+    pthread_mutex_lock(&td_allocs_lock);
+    for (td_alloc **pp = &td_allocs; *pp; pp = &(*pp)->next) {
+        if ((*pp)->ptr == p) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&td_allocs_lock);
+    if (!found)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    free(found->ptr);
+    free(found);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_cmdlist_create_immediate(ze_context_handle_t c,
+                                                          ze_device_handle_t dev,
+                                                          const ze_command_queue_desc_t *desc,
+                                                          ze_command_list_handle_t *out)
+{
+    if (!c || c->magic != TD_MAGIC_CONTEXT || dev != &td_device)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (!desc || !out)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    struct _ze_command_list_handle_t *cl = calloc(1, sizeof *cl);
+    if (!cl)
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+    cl->magic = TD_MAGIC_CMDLIST;
+    *out = cl;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_cmdlist_destroy(ze_command_list_handle_t cl)
+{
+    if (!cl || cl->magic != TD_MAGIC_CMDLIST)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    cl->magic = 0;
+    free(cl);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_cmdlist_copy(ze_command_list_handle_t cl, void *dst,
+                                              const void *src, size_t size, ze_event_handle_t ev,
+                                              uint32_t nwait, ze_event_handle_t *waits)
+{
+    (void)ev;
+    (void)waits;
+    if (!cl || cl->magic != TD_MAGIC_CMDLIST)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (!dst || !src)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (nwait)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    /* At least one side must be device memory of the right size. */
+    size_t d = td_alloc_size(dst), sz = td_alloc_size(src);
+    if ((!d && !sz) || (d && d < size) || (sz && sz < size))
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    memcpy(dst, src, size);
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_kernel_group_size(ze_kernel_handle_t k, uint32_t x, uint32_t y,
+                                                   uint32_t z)
+{
+    if (!k || k->magic != TD_MAGIC_KERNEL)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (!x || !y || !z || (uint64_t)x * y * z > 1024)
+        return ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION;
+    k->group[0] = x;
+    k->group[1] = y;
+    k->group[2] = z;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_kernel_set_arg(ze_kernel_handle_t k, uint32_t idx, size_t size,
+                                                const void *value)
+{
+    if (!k || k->magic != TD_MAGIC_KERNEL)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (idx >= k->nparams || idx >= TD_MAX_ARGS)
+        return ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX;
+    if (size != sizeof(void *) || !value)
+        return ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE;
+    memcpy(&k->args[idx], value, sizeof(void *));
+    k->args_set |= 1ull << idx;
+    return ZE_RESULT_SUCCESS;
+}
+
+static ze_result_t ZE_APICALL td_cmdlist_launch(ze_command_list_handle_t cl, ze_kernel_handle_t k,
+                                                const ze_group_count_t *groups,
+                                                ze_event_handle_t ev, uint32_t nwait,
+                                                ze_event_handle_t *waits)
+{
+    (void)ev;
+    (void)waits;
+    if (!cl || cl->magic != TD_MAGIC_CMDLIST || !k || k->magic != TD_MAGIC_KERNEL)
+        return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    if (!groups)
+        return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+    if (nwait || !k->group[0] || !groups->groupCountX || !groups->groupCountY ||
+        !groups->groupCountZ)
+        return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < k->nparams && i < TD_MAX_ARGS; i++)
+        if (!(k->args_set & (1ull << i)) || !td_alloc_size(k->args[i]))
+            return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    char line[256];
+    snprintf(line, sizeof line, "launch %s groups=%u,%u,%u local=%u,%u,%u args=%u", k->name,
+             groups->groupCountX, groups->groupCountY, groups->groupCountZ, k->group[0],
+             k->group[1], k->group[2], k->nparams);
+    td_count(line);
+    return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;
 }
 
 /* ---- the exported table getters --------------------------------------------------------- */
@@ -760,6 +980,34 @@ ZE_DLLEXPORT ze_result_t ZE_APICALL zeGetKernelProcAddrTable(ze_api_version_t ve
     memset(t, 0, sizeof *t);
     t->pfnCreate = td_kernel_create;
     t->pfnDestroy = td_kernel_destroy;
+    t->pfnSetGroupSize = td_kernel_group_size;
+    t->pfnSetArgumentValue = td_kernel_set_arg;
+    return ZE_RESULT_SUCCESS;
+}
+
+ZE_DLLEXPORT ze_result_t ZE_APICALL zeGetMemProcAddrTable(ze_api_version_t version,
+                                                          ze_mem_dditable_t *t)
+{
+    ze_result_t r = td_check_version(version, t);
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    memset(t, 0, sizeof *t);
+    t->pfnAllocDevice = td_mem_alloc_device;
+    t->pfnFree = td_mem_free;
+    return ZE_RESULT_SUCCESS;
+}
+
+ZE_DLLEXPORT ze_result_t ZE_APICALL zeGetCommandListProcAddrTable(ze_api_version_t version,
+                                                                  ze_command_list_dditable_t *t)
+{
+    ze_result_t r = td_check_version(version, t);
+    if (r != ZE_RESULT_SUCCESS)
+        return r;
+    memset(t, 0, sizeof *t);
+    t->pfnCreateImmediate = td_cmdlist_create_immediate;
+    t->pfnDestroy = td_cmdlist_destroy;
+    t->pfnAppendMemoryCopy = td_cmdlist_copy;
+    t->pfnAppendLaunchKernel = td_cmdlist_launch;
     return ZE_RESULT_SUCCESS;
 }
 
@@ -767,7 +1015,6 @@ ZE_DLLEXPORT ze_result_t ZE_APICALL zeGetKernelProcAddrTable(ze_api_version_t ve
 #define TD_EMPTY_TABLES(X)                                                                         \
     X(zeGetDeviceExpProcAddrTable, ze_device_exp_dditable_t)                                       \
     X(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t)                                 \
-    X(zeGetCommandListProcAddrTable, ze_command_list_dditable_t)                                   \
     X(zeGetImageProcAddrTable, ze_image_dditable_t)                                                \
     X(zeGetImageExpProcAddrTable, ze_image_exp_dditable_t)                                         \
     X(zeGetFenceProcAddrTable, ze_fence_dditable_t)                                                \
@@ -777,7 +1024,6 @@ ZE_DLLEXPORT ze_result_t ZE_APICALL zeGetKernelProcAddrTable(ze_api_version_t ve
     X(zeGetKernelExpProcAddrTable, ze_kernel_exp_dditable_t)                                       \
     X(zeGetSamplerProcAddrTable, ze_sampler_dditable_t)                                            \
     X(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t)                                   \
-    X(zeGetMemProcAddrTable, ze_mem_dditable_t)                                                    \
     X(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t)                                     \
     X(zeGetFabricVertexExpProcAddrTable, ze_fabric_vertex_exp_dditable_t)                          \
     X(zeGetFabricEdgeExpProcAddrTable, ze_fabric_edge_exp_dditable_t)                              \

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# docs/check-guide.sh - replays the recipes of docs/GUIDE.md against the built
+# binaries (kcached on 127.0.0.1 with ephemeral ports, temp cache dirs), so the
+# guide can be re-checked after code changes. Prints one line per check.
+#
+#   docs/check-guide.sh [BUILD_DIR]      (default: build)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$ROOT/build}
+[[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
+export PATH=$BUILD/client:$BUILD/server:$PATH
+for b in kcache kcached; do command -v $b >/dev/null || { echo "missing $b in $BUILD" >&2; exit 1; }; done
+T=$(mktemp -d /tmp/kc-guide.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { # DESCRIPTION COMMAND... : passes when the command exits 0
+    local d=$1
+    shift
+    if "$@" >"$T/last.out" 2>&1; then ok "$d"; else bad "$d (exit $?): $(tail -3 "$T/last.out")"; fi
+}
+start() { # NAME ARGS... -> sets PORT
+    local name=$1
+    shift
+    kcached --listen 127.0.0.1:0 --port-file "$T/$name.port" --log-level warn "$@" >/dev/null 2>"$T/$name.err" &
+    PIDS+=($!)
+    for _ in $(seq 1 500); do [[ -s $T/$name.port ]] && break; sleep 0.01; done
+    PORT=$(cat "$T/$name.port")
+}
+
+# A two-graph manifest (the recipes use examples/manifest.json; same format).
+mkdir -p "$T/zoo"
+ln -s "$ROOT/examples/mlp.json" "$ROOT/examples/attention.json" "$T/zoo/"
+printf '{"format": "kcache-manifest/1", "graphs": ["mlp.json", "attention.json"],\n "targets": [{"device": "cpu", "target": "native"}, {"device": "cpu", "target": "x86-64-v3"}]}\n' >"$T/zoo/manifest.json"
+
+# Tokens (section 5.3).
+W=$(openssl rand -hex 32) R=$(openssl rand -hex 32) A=$(openssl rand -hex 32)
+(umask 077; printf '%s read,write build-host\n%s read       ci\n%s admin      ops\n' "$W" "$R" "$A" >"$T/tokens")
+check "kcached --check-config with tokens" kcached --data "$T/srv" --max-size 100G --tokens "$T/tokens" --anonymous-read --check-config
+start srv --data "$T/srv" --tokens "$T/tokens"
+URL=http://127.0.0.1:$PORT
+
+# Journey 1: build host.
+check "2.1 prewarm --push" env KCACHE_REMOTE="$URL" KCACHE_TOKEN="$W" kcache --cache-dir "$T/host" prewarm "$T/zoo/manifest.json" --push
+check "2.1 push (nothing left)" kcache --cache-dir "$T/host" --remote "$URL" --token "$W" push
+# Journey 2: CI machine.
+check "2.2 pull without a token fails (401)" bash -c "! kcache --cache-dir '$T/ci0' --remote '$URL' pull"
+check "2.2 pull" env KCACHE_REMOTE="$URL" KCACHE_TOKEN="$R" kcache --cache-dir "$T/ci" pull
+check "2.2 compile --require-hit" kcache --cache-dir "$T/ci" compile "$ROOT/examples/mlp.json" --require-hit
+check "2.2 run --check" kcache --cache-dir "$T/ci" run "$ROOT/examples/mlp.json" --check
+check "2.2 pull --tag/--since/--kind" kcache --cache-dir "$T/ci" --remote "$URL" --token "$R" pull --since 7d --kind graph
+# Journey 3: benchmark run from a bundle.
+dev=$(kcache fingerprint | head -1)
+check "2.3 export --device $dev" kcache --cache-dir "$T/host" export "$T/zoo.kcb" --device "$dev"
+check "2.3 import" kcache --cache-dir "$T/bench" import "$T/zoo.kcb"
+check "2.3 compile --offline --require-hit (hit)" kcache --cache-dir "$T/bench" compile "$ROOT/examples/attention.json" --offline --require-hit
+check "2.3 compile --offline --require-hit (miss exits 1)" bash -c "kcache --cache-dir '$T/bench' compile '$ROOT/examples/convnet.json' --offline --require-hit; [ \$? = 1 ]"
+
+# Section 3: local store commands.
+echo hello >"$T/hello.txt"
+K=$(kcache --cache-dir "$T/s" put "$T/hello.txt" --kind blob)
+check "3.1 get" bash -c "[ \"\$(kcache --cache-dir '$T/s' get $K)\" = hello ]"
+check "3.1 has/rm" bash -c "kcache --cache-dir '$T/s' has $K && kcache --cache-dir '$T/s' rm $K && ! kcache --cache-dir '$T/s' has $K"
+check "3.1 stats/gc/verify/ls" bash -c "kcache --cache-dir '$T/ci' stats && kcache --cache-dir '$T/ci' gc --max-size 100K && kcache --cache-dir '$T/ci' verify && kcache --cache-dir '$T/ci' ls --kind graph"
+
+# Section 4: HTTP API.
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+check "4 401 without token" test "$(code "$URL/v1/stats")" = 401
+check "4 200 with read token" test "$(code -H "Authorization: Bearer $R" "$URL/v1/stats")" = 200
+check "4 healthz without token" test "$(code "$URL/healthz")" = 200
+check "4 403 read token PUT" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $R" "$URL/ccache/a/b")" = 403
+check "4 201 write token PUT" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $W" "$URL/ccache/a/b")" = 201
+check "4 200 PUT again" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $W" "$URL/ccache/a/b")" = 200
+check "4 Basic auth (token as password)" test "$(code -u "any:$R" "$URL/ccache/a/b")" = 200
+check "4 Basic auth (token as user)" test "$(code -u "$R:" "$URL/ccache/a/b")" = 200
+check "4 400 bad key" test "$(code -H "Authorization: Bearer $R" "$URL/v1/artifacts/xyz")" = 400
+check "4 405 wrong method" test "$(code -X POST "$URL/healthz")" = 405
+check "4 DELETE needs admin" test "$(code -X DELETE -H "Authorization: Bearer $W" "$URL/v1/artifacts/$(printf 'f%.0s' {1..64})")" = 403
+check "4 missing" bash -c "curl -sf -H 'Authorization: Bearer $R' -d '{\"keys\": [\"$(printf 'e%.0s' {1..64})\"]}' '$URL/v1/artifacts/missing' | grep -q missing"
+check "4 metrics" bash -c "curl -sf -H 'Authorization: Bearer $R' '$URL/metrics' | grep -q kcached_store_entries"
+
+# Section 5.2: eviction and 507.
+start small --data "$T/small" --max-size 1M
+S=http://127.0.0.1:$PORT
+for i in 1 2 3 4 5 6; do head -c 300000 /dev/urandom >"$T/r$i"; curl -s -o /dev/null -X PUT --data-binary @"$T/r$i" "$S/ccache/y/$i"; done
+check "5.2 LRU evicted the oldest" bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' '$S/ccache/y/1') = 404 ] && [ \$(curl -s -o /dev/null -w '%{http_code}' '$S/ccache/y/6') = 200 ]"
+head -c 3000000 /dev/urandom >"$T/big"
+check "5.2 507 when it cannot fit" test "$(code -X PUT --data-binary @"$T/big" "$S/ccache/big")" = 507
+
+# Section 5.4: TLS.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+    -days 365 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
+start tls --data "$T/tls" --tls-cert "$T/cert.pem" --tls-key "$T/key.pem"
+check "5.4 curl --cacert https" curl -sf --cacert "$T/cert.pem" "https://127.0.0.1:$PORT/healthz"
+check "5.4 pull --ca-file" kcache --cache-dir "$T/t1" --remote "https://127.0.0.1:$PORT" pull --ca-file "$T/cert.pem"
+check "5.4 push with KCACHE_CA_FILE" env KCACHE_CA_FILE="$T/cert.pem" kcache --cache-dir "$T/host" --remote "https://127.0.0.1:$PORT" push
+
+# Section 5.7: backups.
+check "5.7 sqlite3 .backup" sqlite3 "$T/srv/kcache.db" ".backup $T/backup.db"
+mkdir -p "$T/restored" && cp "$T/backup.db" "$T/restored/kcache.db"
+check "5.7 verify the copy" kcache --cache-dir "$T/restored" verify
+check "5.7 bundle backup" curl -sf -H "Authorization: Bearer $R" -o "$T/all.kcb" "$URL/v1/bundle"
+check "5.7 bundle restore (POST, idempotent)" bash -c "curl -sf -X POST --data-binary @'$T/all.kcb' -H 'Authorization: Bearer $W' '$URL/v1/bundle' | grep -q '\"imported\":0'"
+
+# Section 6: ccache.
+if command -v ccache >/dev/null && command -v gcc >/dev/null; then
+    n=0
+    for rs in "$URL/ccache|bearer-token=$W" "http://build:$W@127.0.0.1:${URL##*:}/ccache"; do
+        n=$((n + 1))
+        printf 'int guide_f%d(int x) { return x * %d; }\n' "$n" "$n" >"$T/c$n.c"
+        export CCACHE_DIR=$T/ccache$n CCACHE_REMOTE_STORAGE=$rs
+        (cd "$T" && ccache gcc -c "c$n.c" -o "c$n.o")
+        rm -rf "$CCACHE_DIR"
+        (cd "$T" && ccache gcc -c "c$n.c" -o "c$n.o")
+        hits=$(ccache -s -v | awk '/^Remote storage/ {r = 1} r && /Hits/ {print $2; exit}')
+        if [[ $hits = 1 ]]; then ok "6 ccache remote hit (variant $n)"; else bad "6 ccache remote hit (variant $n): $hits"; fi
+    done
+    unset CCACHE_DIR CCACHE_REMOTE_STORAGE
+else
+    echo "skip 6 (ccache or gcc not installed)"
+fi
+
+# Section 7: explain.
+check "7 explain names the differing target" bash -c "kcache --cache-dir '$T/bench' explain '$ROOT/examples/mlp.json' --target x86-64-v2 | grep -q 'device field target'"
+sed 's/"gelu"/"relu"/' "$ROOT/examples/mlp.json" >"$T/mlp_relu.json"
+check "7 explain: the graph itself differs" bash -c "kcache --cache-dir '$T/bench' explain '$T/mlp_relu.json' | grep -q 'the graph itself differs'"
+
+echo "$fails failure(s)"
+[[ $fails = 0 ]]
