@@ -1291,7 +1291,11 @@ static void filter_sql(const kc_filter *f, const char *prefix, char *sql, size_t
         return;
     if (f->kind && *f->kind)
         n += (size_t)snprintf(sql + n, cap - n, " AND %skind = :kind", prefix);
-    if (f->device && *f->device)
+    if (f->device && strchr(f->device, ','))
+        n += (size_t)snprintf(sql + n, cap - n,
+                              " AND instr(',' || :device || ',', ',' || %sdevice || ',') > 0",
+                              prefix);
+    else if (f->device && *f->device)
         n += (size_t)snprintf(sql + n, cap - n, " AND %sdevice = :device", prefix);
     if (f->tag && *f->tag)
         n += (size_t)snprintf(sql + n, cap - n, " AND %stag = :tag", prefix);

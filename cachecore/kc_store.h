@@ -101,7 +101,7 @@ kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err);
 /* Selection for list, export and gc. Empty fields match everything. */
 typedef struct kc_filter {
     const char *kind;
-    const char *device; /* metadata "device" */
+    const char *device; /* metadata "device"; "a,b,c" matches any of the listed ids */
     const char *tag;    /* metadata "tag" */
     int64_t since;      /* created >= since (unix seconds); 0 = any */
 } kc_filter;

@@ -614,8 +614,12 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
                 *created = q.status == 201;
         } else {
             rc = kc_remote_http_error(r, &q, err);
-            if (q.status == 403)
-                atomic_store(&r->no_write, true);
+            /* A token without the write scope: say so once, keep reading. */
+            if (q.status == 403 && !atomic_exchange(&r->no_write, true) && !r->quiet)
+                fprintf(stderr,
+                        "kcache: warning: %s; uploads to %s are off for this process "
+                        "(reads go on)\n",
+                        err ? err->msg : "upload refused (HTTP 403)", r->base);
         }
     }
     kc_rbuf_free(&q.resp);

@@ -95,8 +95,8 @@ typedef void (*kc_remote_progress_fn)(uint64_t done, uint64_t total, uint64_t by
 
 /* GET /v1/bundle?device=...&kind=...&tag=...&since=..., imported into s as it
  * streams (bounded memory; only complete verified artifacts are kept).
- * devices is a NULL-terminated list (NULL = all; several ids = one stream
- * per id, stats summed). st may be NULL. A transfer that breaks mid-stream
+ * devices is a NULL-terminated list (NULL = all); several ids travel in one
+ * request as a comma-separated device filter. st may be NULL. A transfer that breaks mid-stream
  * (server killed) is KC_ERR_REMOTE naming the URL and the artifacts kept;
  * it is not retried once bytes reached the store (pull again: idempotent). */
 kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
@@ -114,10 +114,9 @@ kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
 /* The base URL the handle talks to, without a trailing slash (owned by r). */
 const char *kc_remote_url(const kc_remote *r);
 
-/* The URL kc_remote_pull GETs for one device id (NULL: f->device, or every
- * device) and filter f (may be NULL). malloc'd, caller frees; NULL when out
- * of memory. kc_remote_pull with several device ids makes one such streamed
- * request per id (the server filters on one device per request). */
+/* The URL kc_remote_pull GETs for a device filter (one id or a
+ * comma-separated list; NULL: f->device, or every device) and filter f (may
+ * be NULL). malloc'd, caller frees; NULL when out of memory. */
 char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f);
 
 typedef struct kc_remote_push_stats {

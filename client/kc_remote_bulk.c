@@ -241,19 +241,6 @@ char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
     return u;
 }
 
-/* Progress across several device streams: offsets of the streams before. */
-typedef struct pull_progress {
-    kc_remote_progress_fn fn;
-    void *ctx;
-    uint64_t done0, bytes0;
-} pull_progress;
-
-static void pull_progress_fn(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
-{
-    pull_progress *pp = ctx;
-    pp->fn(pp->done0 + done, total ? pp->done0 + total : 0, pp->bytes0 + bytes, pp->ctx);
-}
-
 /* One streamed GET of url into s. */
 static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_progress_fn progress,
                         void *pctx, kc_bundle_stats *st, kc_err *err)
@@ -351,30 +338,26 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
     kc_bundle_stats total = {0};
     if (st)
         *st = total;
-    /* The server filters on one device per request: one stream per device
-     * (a single stream when one id, or none, is given). */
-    static const char *const no_device[] = {NULL, NULL};
-    const char *const *list = devices && devices[0] ? devices : no_device;
-    size_t ndev = devices && devices[0] ? 0 : 1;
-    if (!ndev)
-        while (list[ndev])
-            ndev++;
-    pull_progress pp = {.fn = progress, .ctx = pctx};
-    kc_code rc = KC_OK;
-    for (size_t i = 0; i < ndev && rc == KC_OK; i++) {
-        char *url = kc_remote_bundle_url(r, list[i], f);
-        if (!url)
-            return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
-        kc_bundle_stats one = {0};
-        rc = pull_one(r, s, url, progress ? pull_progress_fn : NULL, &pp, &one, err);
-        free(url);
-        total.artifacts += one.artifacts;
-        total.imported += one.imported;
-        total.present += one.present;
-        total.bytes += one.bytes;
-        pp.done0 = total.artifacts;
-        pp.bytes0 = total.bytes;
+    /* One streamed request for all of this machine's device ids: the
+     * server's device filter takes a comma-separated list. */
+    size_t cap = 1;
+    for (size_t i = 0; devices && devices[i]; i++)
+        cap += strlen(devices[i]) + 1;
+    char *joined = malloc(cap);
+    if (!joined)
+        return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
+    joined[0] = '\0';
+    for (size_t i = 0; devices && devices[i]; i++) {
+        if (i)
+            strcat(joined, ",");
+        strcat(joined, devices[i]);
     }
+    char *url = kc_remote_bundle_url(r, joined[0] ? joined : NULL, f);
+    free(joined);
+    if (!url)
+        return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
+    kc_code rc = pull_one(r, s, url, progress, pctx, &total, err);
+    free(url);
     if (st)
         *st = total;
     return rc;

@@ -609,13 +609,18 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     if (kc_tiers_get(t, p->graph_key, &rec, NULL, &e) == KC_OK) {
         rc = record_parse(p, &rec, err);
         kc_artifact_free(&rec);
-        if (rc == KC_OK)
+        if (rc == KC_OK) {
             p->graph_hit = true;
-        else {
+        } else {
+            /* a damaged record: forget it, lower again, store a good one */
             free(p->kernels);
             free(p->keys);
             p->kernels = NULL;
             p->keys = NULL;
+            p->n_kernels = 0;
+            kc_store_read_end(t->store);
+            kc_store_delete(t->store, p->graph_key, &e);
+            kc_err_clear(err);
         }
     }
     if (!p->graph_hit) {

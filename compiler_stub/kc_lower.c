@@ -48,16 +48,26 @@ static int sole_reader(const kc_graph *g, int v)
     return -1;
 }
 
-static int add_input(kc_kernel *k, const kc_graph *g, int v)
+/* Appends value v as the kernel's next input, always: the templates of
+ * fixed-arity ops (sdpa, norms, conv2d) read their operands by position, so
+ * sdpa(x, x, x) must still have three inputs. */
+static int add_operand(kc_kernel *k, const kc_graph *g, int v)
 {
-    for (int i = 0; i < k->n_in; i++)
-        if (k->in_value[i] == v)
-            return i;
     if (k->n_in >= KC_KERNEL_MAX_IN)
         return -1;
     k->in_value[k->n_in] = v;
     k->in_shape[k->n_in] = g->values[v].shape;
     return k->n_in++;
+}
+
+/* Returns the input index of value v, adding it once; for operands that
+ * code generation addresses by index (GEMM A/B, fused pointwise leaves). */
+static int add_input(kc_kernel *k, const kc_graph *g, int v)
+{
+    for (int i = 0; i < k->n_in; i++)
+        if (k->in_value[i] == v)
+            return i;
+    return add_operand(k, g, v);
 }
 
 /* Emits the instructions computing value v of group `root` into chain;
@@ -236,8 +246,8 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 k->gemm.b_in = add_input(k, g, m->in[1]);
             } else {
                 k->kind = KC_KK_CONV2D;
-                add_input(k, g, m->in[0]);
-                add_input(k, g, m->in[1]);
+                add_operand(k, g, m->in[0]);
+                add_operand(k, g, m->in[1]);
                 k->conv = (__typeof__(k->conv)){.n = as->dims[0],
                                                 .c = as->dims[1],
                                                 .h = as->dims[2],
@@ -271,7 +281,7 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
         } else {
             k->n_fused = 1;
             for (int i = 0; i < n->n_in; i++)
-                add_input(k, g, n->in[i]);
+                add_operand(k, g, n->in[i]);
             const kc_shape *xs = &g->values[n->in[0]].shape;
             int64_t cols = xs->dims[xs->rank - 1];
             switch (n->op) {

@@ -161,6 +161,22 @@ Test(compile_numerics, fused_patterns_match_reference, .timeout = 240)
     env_close(&e);
 }
 
+Test(compile_numerics, repeated_operands_keep_their_positions, .timeout = 240)
+{
+    env e;
+    env_open(&e);
+    /* self-attention sdpa(x, x, x), a norm whose gamma and beta are one
+     * tensor, and x @ x: each operand is read by position */
+    const char *g =
+        G(T("x", 2, 8, 8), T("gb", 8),
+          NA("sdpa", "\"x\",\"x\",\"x\"", "att", "{\"heads\":2,\"causal\":true}") "," NA(
+              "layernorm", "\"x\",\"gb\",\"gb\"", "ln",
+              "{\"eps\":1e-5}") "," N("matmul", "\"x\",\"x\"", "sq"),
+          "\"att\",\"ln\",\"sq\"");
+    check_graph(&e, g, 3);
+    env_close(&e);
+}
+
 /* Lowers text to one kernel, builds it with implementation impl, runs it and
  * compares with the reference. */
 static void check_variant(env *e, const char *text, const char *impl)
@@ -221,5 +237,47 @@ Test(compile_numerics, onednn_and_tile_variants_agree, .timeout = 240)
                          "\"y\"");
     check_variant(&e, conv, "onednn");
     check_variant(&e, conv, "direct");
+    env_close(&e);
+}
+
+Test(compile_numerics, damaged_graph_record_is_replaced, .timeout = 120)
+{
+    env e;
+    env_open(&e);
+    const char *text = G(T("x", 4, 6), "", N("exp", "\"x\"", "y"), "\"y\"");
+    kc_graph *g = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_graph_parse(text, strlen(text), "<t>", &g, &err), KC_OK, "%s", err.msg);
+    kc_compile_opts o = {.load = true};
+    kc_program *p = NULL;
+    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    char key[KC_KEY_HEX_LEN + 1];
+    memcpy(key, p->graph_key, sizeof key);
+    kc_program_free(p);
+    /* overwrite the record with one binding the kernel to a value that does not exist */
+    cr_assert_eq(kc_store_delete(e.store, key, &err), KC_OK);
+    const char *bad =
+        "{\"format\":\"kcache-graph-record/1\",\"descs\":[{\"kind\":\"pointwise\","
+        "\"dtype\":\"f32\",\"in\":[[4,6]],\"out\":[4,6],\"body\":[[\"exp\",1,0,0,0]]}],"
+        "\"kernels\":[[\""
+        "0000000000000000000000000000000000000000000000000000000000000000"
+        "\",0,[7],9,1]]}";
+    kc_artifact a;
+    cr_assert_eq(kc_artifact_init(&a, key, "graph", NULL, bad, strlen(bad), &err), KC_OK, "%s",
+                 err.msg);
+    cr_assert_eq(kc_store_put(e.store, &a, NULL, &err), KC_OK, "%s", err.msg);
+    kc_artifact_free(&a);
+    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_not(p->graph_hit, "a damaged record must not be used");
+    cr_assert_eq(p->compiled, 0, "the kernel itself is still cached");
+    float **v = kc_values_new(g, 1);
+    cr_assert_eq(kc_program_run(p, v, &err), KC_OK, "%s", err.msg);
+    kc_values_free(g, v);
+    kc_program_free(p);
+    /* and a good record replaced it */
+    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert(p->graph_hit);
+    kc_program_free(p);
+    kc_graph_free(g);
     env_close(&e);
 }

@@ -270,6 +270,14 @@ Test(store, list_filters_by_kind_device_tag_and_since)
     c.n = 0;
     kc_store_list(s, &f, collect_fn, &c, &e);
     cr_assert_eq(c.n, 1);
+    f = (kc_filter){.device = "cpu-b,xpu-1"};
+    c.n = 0;
+    kc_store_list(s, &f, collect_fn, &c, &e);
+    cr_assert_eq(c.n, 2, "a comma-separated device list matches each listed id");
+    f = (kc_filter){.device = "cpu,xpu"};
+    c.n = 0;
+    kc_store_list(s, &f, collect_fn, &c, &e);
+    cr_assert_eq(c.n, 0, "list items match whole ids, not prefixes");
     f = (kc_filter){.since = 2500};
     c.n = 0;
     kc_store_list(s, &f, collect_fn, &c, &e);

@@ -167,7 +167,10 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     s->tiers.store = s->store;
     s->tiers.offline = o->offline;
     if (cli->remote && !o->offline) {
-        kc_remote_opts ro = {.token = cli->token, .quiet = cli->verbosity < 0};
+        /* same CA variable as pull/push, so a private-CA server works here too */
+        const char *ca = getenv("KCACHE_CA_FILE");
+        kc_remote_opts ro = {
+            .token = cli->token, .ca_file = ca && *ca ? ca : NULL, .quiet = cli->verbosity < 0};
         if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;

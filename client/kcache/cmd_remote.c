@@ -197,10 +197,15 @@ static int auto_devices(kc_cli *cli, remote_args *a)
 {
     static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
     int found = 0;
+    /* the state directory `kcache compile` uses caches `cc --version` */
+    char state[4096];
+    snprintf(state, sizeof state, "%s/state", cli->cache_dir);
+    kc_err ignore;
+    const char *state_dir = kc_mkdirs(state, &ignore) == KC_OK ? state : NULL;
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
         if (i > 0 && !kc_cpu_target_runs_here(targets[i]))
             continue;
-        kc_backend_opts bo = {.target = targets[i]};
+        kc_backend_opts bo = {.target = targets[i], .state_dir = state_dir};
         kc_backend *b = NULL;
         kc_device_fp fp = {0};
         kc_err err = {0};
@@ -217,7 +222,7 @@ static int auto_devices(kc_cli *cli, remote_args *a)
     /* the Level Zero device's native binaries, then (only on a machine
      * with such a device) its SPIR-V, which any XPU can finalise */
     for (int spirv = 0; spirv < 2; spirv++) {
-        kc_backend_opts bo = {0};
+        kc_backend_opts bo = {.state_dir = state_dir};
         kc_backend *b = NULL;
         kc_device_fp fp = {0};
         kc_err err = {0};

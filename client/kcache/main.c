@@ -4,34 +4,53 @@
  * ccache, so scripts can append --cache-dir or --json without reordering.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_util.h"
 #include "kcache_cli.h"
 
+/* The synopsis here is what `kcache CMD --help` prints; each command's own
+ * usage error repeats it. */
 static const struct {
     const char *name;
     kc_cmd_fn fn;
     const char *summary;
+    const char *synopsis;
 } commands[] = {
-    {"compile", kc_cmd_compile, "compile a graph through the cache"},
-    {"run", kc_cmd_run, "compile, execute and check a graph against the reference"},
-    {"explain", kc_cmd_explain, "print key ingredients and why a lookup misses"},
-    {"fingerprint", kc_cmd_fingerprint, "print this machine's device fingerprints"},
-    {"put", kc_cmd_put, "store a file as an artifact; prints its key"},
-    {"get", kc_cmd_get, "write an artifact's payload to stdout or -o FILE"},
-    {"has", kc_cmd_has, "exit 0 if a key is stored, 1 if not"},
-    {"rm", kc_cmd_rm, "remove an artifact"},
-    {"ls", kc_cmd_ls, "list artifacts (filters: --kind --device --tag --since)"},
-    {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions"},
-    {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to --max-size"},
-    {"verify", kc_cmd_verify, "check every stored payload against its hash"},
-    {"export", kc_cmd_export, "write a bundle of artifacts to a file"},
-    {"import", kc_cmd_import, "load a bundle file into the store"},
-    {"pull", kc_cmd_pull, "fetch this machine's artifacts from the server"},
-    {"push", kc_cmd_push, "upload artifacts the server lacks"},
-    {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest"},
+    {"compile", kc_cmd_compile, "compile a graph through the cache",
+     "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "
+     "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"},
+    {"run", kc_cmd_run, "compile, execute and check a graph against the reference",
+     "GRAPH [--check] [--iters N] [--seed N] [compile options]"},
+    {"explain", kc_cmd_explain, "print key ingredients and why a lookup misses",
+     "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target T] [--autotune] [--cflags FLAGS] "
+     "[--offline]"},
+    {"fingerprint", kc_cmd_fingerprint, "print this machine's device fingerprints",
+     "[--device cpu|xpu|auto] [--target T] [--cflags FLAGS]"},
+    {"put", kc_cmd_put, "store a file as an artifact; prints its key",
+     "FILE|- --kind K [--key KEY] [--meta JSON]"},
+    {"get", kc_cmd_get, "write an artifact's payload to stdout or -o FILE", "KEY [-o FILE]"},
+    {"has", kc_cmd_has, "exit 0 if a key is stored, 1 if not", "KEY"},
+    {"rm", kc_cmd_rm, "remove artifacts", "KEY..."},
+    {"ls", kc_cmd_ls, "list artifacts", "[--kind K] [--device D] [--tag T] [--since UNIX]"},
+    {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions", ""},
+    {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size",
+     "--max-size SIZE (e.g. 512M, 10G)"},
+    {"verify", kc_cmd_verify, "check every stored payload against its hash", ""},
+    {"export", kc_cmd_export, "write a bundle of artifacts to a file",
+     "BUNDLE [--kind K] [--device ID] [--tag T] [--since UNIX]"},
+    {"import", kc_cmd_import, "load a bundle file into the store", "BUNDLE"},
+    {"pull", kc_cmd_pull, "fetch this machine's artifacts from the server",
+     "[--device auto|all|ID ...] [--tag T] [--kind K] [--since SECONDS|AGE] [--ca-file F] "
+     "[--connect-timeout MS]"},
+    {"push", kc_cmd_push, "upload artifacts the server lacks",
+     "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] [--jobs N] [--ca-file F] "
+     "[--connect-timeout MS]"},
+    {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest",
+     "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T]"},
 };
 
 static void print_help(FILE *out)
@@ -77,7 +96,16 @@ void kc_cli_info(const kc_cli *cli, const char *fmt, ...)
 kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out)
 {
     kc_err err = {0};
-    kc_code rc = kc_store_open(cli->cache_dir, opts, out, &err);
+    kc_store_opts o = opts ? *opts : (kc_store_opts){0};
+    /* Like ccache's max_size: every write path keeps the cache under the
+     * limit by LRU eviction, not only an explicit `kcache gc`. */
+    const char *limit = getenv("KCACHE_MAX_SIZE");
+    if (o.max_size == 0 && limit && *limit && kc_parse_size(limit, &o.max_size, &err) != KC_OK) {
+        kc_err_prefix(&err, "KCACHE_MAX_SIZE");
+        kc_cli_fail(cli, &err);
+        return err.code;
+    }
+    kc_code rc = kc_store_open(cli->cache_dir, &o, out, &err);
     if (rc != KC_OK)
         kc_cli_fail(cli, &err);
     return rc;
@@ -134,6 +162,15 @@ static int take_global_options(kc_cli *cli, int argc, char **argv)
     return out;
 }
 
+/* True when a command's arguments ask for help (before any "--"). */
+static bool wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     kc_cli cli = {.prog = argv[0]};
@@ -169,10 +206,16 @@ int main(int argc, char **argv)
 
     int rc = -1;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (strcmp(argv[1], commands[i].name) == 0) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        if (wants_help(argc - 1, argv + 1)) {
+            printf("usage: kcache %s %s\n\n%s\n", commands[i].name, commands[i].synopsis,
+                   commands[i].summary);
+            rc = KC_EXIT_OK;
+        } else {
             rc = commands[i].fn(&cli, argc - 1, argv + 1);
-            break;
         }
+        break;
     }
     if (rc < 0) {
         fprintf(stderr, "kcache: unknown command '%s' (see kcache --help)\n", argv[1]);

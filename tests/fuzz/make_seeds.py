@@ -2,7 +2,9 @@
 # make_seeds.py - writes the seed corpus in tests/fuzz/corpus/<target>/ from
 # the wire formats documented in cachecore/kc_envelope.h and kc_bundle.h, so
 # the fuzzers start from valid envelopes and bundles. Rerun after a format
-# change; crash inputs found later are added beside these by hand.
+# change. Files named by a SHA-1 beside these are inputs merged in from long
+# runs (`TARGET -merge=1 tests/fuzz/corpus/TARGET build-fuzz/fuzz-corpus/TARGET`);
+# crash inputs are added the same way, named crash-*.
 import hashlib
 import json
 import os
