@@ -235,7 +235,8 @@ static int run_size(const char *base, size_t size, size_t n, result out[6])
     for (size_t i = 0; i < n; i++)
         kc_artifact_free(&arts[i]);
     /* gets, interleaved in rounds of 500 so both stores see the same
-     * background load; kcache get verifies SHA-256 of every payload */
+     * background load; kcache get checks every payload (XXH3-64 of the
+     * stored bytes and the decompressed size, see kc_store.h) */
     double *lat2 = malloc(n * sizeof *lat2);
     double *lat3 = malloc(n * sizeof *lat3);
     double *lat4 = malloc(n * sizeof *lat4);
@@ -423,8 +424,8 @@ int main(int argc, char **argv)
     } sizes[] = {{4096, 20000, "4 KiB"}, {65536, 3000, "64 KiB"}, {1 << 20, 300, "1 MiB"}};
     printf("payload: alternating 64-byte runs of kernel source text and random bytes (~2:1 "
            "with zstd -3)\n");
-    printf("get: kc_store_get decompresses and verifies SHA-256; the directory store only "
-           "reads.\n"
+    printf("get: kc_store_get decompresses and checks XXH3-64 of the stored bytes (SHA-256\n"
+           "in verify); the directory store only reads.\n"
            "get-b: the same gets in read bursts of 64 (kc_store_read_begin/end: one WAL lock).\n"
            "get-z: kc_store_get_zstd (stored frame + XXH3 check, what kcached serves with\n"
            "Content-Encoding: zstd). Every get row is against the same directory read.\n"

@@ -24,7 +24,8 @@
 #define KC_REC_END 0xFF
 #define KC_END_BODY_LEN (8 + KC_SHA256_LEN)
 #define KC_PAGE 64
-#define KC_IMPORT_BATCH 64
+#define KC_IMPORT_BATCH 64               /* artifacts per import transaction, at most */
+#define KC_IMPORT_BATCH_BYTES (8u << 20) /* and envelope bytes per import transaction */
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -363,7 +364,9 @@ struct kc_bundle_import {
     uint64_t unit_start; /* offset where the current unit began */
     uint64_t records;    /* artifact records seen (1-based numbering in messages) */
     kc_bundle_stats st;
-    int batched; /* puts in the open batch */
+    int batched;            /* puts in the open batch */
+    uint64_t batched_bytes; /* envelope bytes of those puts */
+    kc_bundle_stats pend;   /* counts of the open batch: added to st once committed */
     kc_err sticky;
 };
 
@@ -403,10 +406,16 @@ static kc_code end_batch(kc_bundle_import *im, kc_err *err)
     if (!im->batched)
         return KC_OK;
     im->batched = 0;
+    im->batched_bytes = 0;
+    kc_bundle_stats pend = im->pend;
+    memset(&im->pend, 0, sizeof im->pend);
     kc_err e2;
     kc_code code = kc_store__batch_end(im->s, true, &e2);
-    if (code != KC_OK)
+    if (code != KC_OK) /* the batch's artifacts were not stored: not counted */
         return im_fail(im, err, code, "bundle import: committing artifacts: %s", e2.msg);
+    im->st.artifacts += pend.artifacts;
+    im->st.imported += pend.imported;
+    im->st.present += pend.present;
     return KC_OK;
 }
 
@@ -534,12 +543,14 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
                 im, err, code, "bundle byte offset %llu: artifact record %llu cannot be stored: %s",
                 (unsigned long long)im->unit_start, (unsigned long long)im->records, keep.msg);
         }
-        im->st.artifacts++;
+        im->pend.artifacts++;
         if (created)
-            im->st.imported++;
+            im->pend.imported++;
         else
-            im->st.present++;
-        if (im->batched >= KC_IMPORT_BATCH && (code = end_batch(im, err)) != KC_OK)
+            im->pend.present++;
+        im->batched_bytes += im->have;
+        if ((im->batched >= KC_IMPORT_BATCH || im->batched_bytes >= KC_IMPORT_BATCH_BYTES) &&
+            (code = end_batch(im, err)) != KC_OK)
             return code;
         im->state = IM_REC_HDR;
         return expect(im, KC_REC_HDR_LEN, err);

@@ -12,8 +12,14 @@
  * Durability: a put that returned KC_OK survives kill -9 and power loss
  * (synchronous=NORMAL in WAL is durable against process crashes; FULL is used
  * when opts.durable is set). A reader never sees a torn payload: every get
- * verifies the content hash; a mismatch is reported as KC_ERR_CORRUPT, the
- * entry is moved to quarantine and never returned again.
+ * checks the stored bytes against a checksum computed at put time from the
+ * exact frame stored (XXH3-64 over the compressed bytes; much cheaper than
+ * rehashing the payload, and any damaged stored byte changes it) and checks
+ * the decompressed size; a mismatch is reported as KC_ERR_CORRUPT, the entry
+ * is moved to quarantine and never returned again. The SHA-256 of the payload
+ * stays the content address (dedup, envelopes) and is recomputed in full by
+ * kc_store_verify, and on a failed get to name the cause. The check guards
+ * against damage, not against someone rewriting the database on purpose.
  *
  * Access times for LRU are recorded in memory and written in batches (on
  * close, on kc_store_flush, and every few seconds of activity), so a read is
@@ -31,7 +37,8 @@
 typedef struct kc_store kc_store; /* opaque */
 
 typedef struct kc_store_opts {
-    int zstd_level;    /* 0 = default (3) */
+    int zstd_level;    /* 0 = default: 3 for puts, 1 for bundle imports
+                          (kc_bundle_import_*); any other value is used for both */
     uint64_t max_size; /* stored bytes limit; 0 = unlimited. put evicts LRU to stay under */
     bool read_only;    /* open without creating or writing */
     bool durable;      /* synchronous=FULL instead of NORMAL */
@@ -47,12 +54,11 @@ void kc_store_close(kc_store *s);
 
 /* Read bursts: the reads between kc_store_read_begin and kc_store_read_end
  * share one SQLite read snapshot, so they pay the WAL read-lock cost (two
- * fcntl calls) once instead of once per read. For callers that look up many keys at once (a warm compile
- * loading a graph's kernels, an export). Inside a burst, entries written by
- * other processes after it began are not seen, and the handle keeps the WAL
- * from being reset, so keep bursts short; any write on the handle (put,
- * delete, flush, gc, a corrupt entry's quarantine) ends the burst first.
- * Nested begins are no-ops. */
+ * fcntl calls) once instead of once per read. For callers that look up many keys at once (a warm
+ * compile loading a graph's kernels, an export). Inside a burst, entries written by other processes
+ * after it began are not seen, and the handle keeps the WAL from being reset, so keep bursts short;
+ * any write on the handle (put, delete, flush, gc, a corrupt entry's quarantine) ends the burst
+ * first. Nested begins are no-ops. */
 kc_code kc_store_read_begin(kc_store *s, kc_err *err);
 void kc_store_read_end(kc_store *s);
 
@@ -71,12 +77,14 @@ kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *e
 
 /* Decodes and verifies a complete envelope, then stores it. When
  * expected_key is non-NULL, an envelope for another key is KC_ERR_INVALID. */
-kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len,
-                              const char *expected_key, bool *created, kc_err *err);
+kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
+                              bool *created, kc_err *err);
 
-/* Reads and verifies an artifact. KC_ERR_NOT_FOUND on a miss, KC_ERR_CORRUPT
- * if the stored bytes fail their hash (the entry is then quarantined). On
- * success the caller owns *a (kc_artifact_free). Counts a hit or miss. */
+/* Reads and verifies an artifact (the stored-bytes checksum described above).
+ * KC_ERR_NOT_FOUND on a miss, KC_ERR_CORRUPT if the stored bytes fail their
+ * checksum or do not decompress to the recorded size (the entry is then
+ * quarantined). On success the caller owns *a (kc_artifact_free). Counts a
+ * hit or miss. */
 kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err);
 
 /* Like kc_store_get, returning the encoded envelope in a malloc'd buffer. */
@@ -109,9 +117,9 @@ typedef struct kc_filter {
 typedef struct kc_entry_info {
     char key[KC_KEY_HEX_LEN + 1];
     char kind[KC_KIND_MAX + 1];
-    const char *device; /* valid during the callback only; "" if none */
-    const char *tag;    /* valid during the callback only; "" if none */
-    uint64_t size;      /* payload bytes */
+    const char *device;   /* valid during the callback only; "" if none */
+    const char *tag;      /* valid during the callback only; "" if none */
+    uint64_t size;        /* payload bytes */
     uint64_t stored_size; /* compressed payload bytes */
     int64_t created;
     int64_t atime;
@@ -125,10 +133,10 @@ kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx
 
 typedef struct kc_store_stats {
     uint64_t entries;
-    uint64_t blobs;         /* distinct payloads after dedup */
-    uint64_t logical_bytes; /* sum of payload sizes over entries */
-    uint64_t stored_bytes;  /* compressed bytes of distinct payloads */
-    uint64_t file_bytes;    /* database + WAL size on disk */
+    uint64_t blobs;                            /* distinct payloads after dedup */
+    uint64_t logical_bytes;                    /* sum of payload sizes over entries */
+    uint64_t stored_bytes;                     /* compressed bytes of distinct payloads */
+    uint64_t file_bytes;                       /* database + WAL size on disk */
     uint64_t hits, misses, evictions, corrupt; /* cumulative, all processes */
     uint64_t quarantined;
 } kc_store_stats;

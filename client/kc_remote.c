@@ -63,6 +63,8 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     *out = NULL;
     if (!base_url || !*base_url)
         return kc_err_set(err, KC_ERR_INVALID, "remote: empty server URL");
+    if (strchr(base_url, ','))
+        return kc_remote_shard_open(base_url, opts, out, err);
     if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0)
         return kc_err_set(err, KC_ERR_INVALID,
                           "remote URL '%s': must start with http:// or https://", base_url);
@@ -159,6 +161,10 @@ void kc_remote_close(kc_remote *r)
 {
     if (!r)
         return;
+    if (r->shard) {
+        kc_remote_shard_close(r);
+        return;
+    }
     long limit = r->timeout_ms < 10000 ? r->timeout_ms : 10000;
     kc_remote_queue_shutdown(r, limit);
     kc_remote_free_handle(r);
@@ -166,6 +172,8 @@ void kc_remote_close(kc_remote *r)
 
 bool kc_remote_offline(const kc_remote *r)
 {
+    if (r->shard)
+        return kc_remote_shard_offline(r);
     return atomic_load(&((kc_remote *)r)->offline);
 }
 
@@ -548,6 +556,8 @@ static char *artifact_url(kc_remote *r, const char *key)
 kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
 {
     memset(a, 0, sizeof *a);
+    if (r->shard)
+        return kc_remote_shard_get(r, key, a, err);
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
     kc_req q = {
@@ -581,6 +591,8 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
 
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
 {
+    if (r->shard)
+        return kc_remote_shard_has(r, key, err);
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
     kc_req q = {.method = "HEAD", .resp_limit = 4096, .resp_truncate = true};
@@ -630,6 +642,8 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
 kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t len, bool *created,
                       kc_err *err)
 {
+    if (r->shard)
+        return kc_remote_shard_put(r, key, env, len, created, err);
     return kc_remote_put_on(r, r->easy, key, env, len, created, err);
 }
 
@@ -714,6 +728,8 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
     for (size_t i = 0; i < n; i++)
         if (!kc_key_valid(keys[i]))
             return kc_err_set(err, KC_ERR_INVALID, "remote missing: invalid key '%.80s'", keys[i]);
+    if (r->shard)
+        return kc_remote_shard_missing(r, keys, n, missing, err);
     for (size_t off = 0; off < n; off += MISSING_BATCH) {
         size_t m = n - off < MISSING_BATCH ? n - off : MISSING_BATCH;
         kc_code rc = missing_batch(r, keys + off, m, missing + off, err);

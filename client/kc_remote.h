@@ -20,6 +20,25 @@
  * A 401 (wrong token) also switches the handle offline after its
  * one warning; a 403 on upload stops uploads only (reads may still work).
  *
+ * Several servers (client-side sharding): a base_url with commas
+ * ("http://a:7070,http://b:7070,http://c:7070", as --remote or
+ * $KCACHE_REMOTE) opens one handle per server behind the same API; see
+ * kc_shard.h for the list syntax. Each key belongs to one server by
+ * rendezvous hashing, so every client with the same list (in any order)
+ * agrees. get/has/put/put_async go to the key's owner among the servers
+ * still online; when the owner is (or goes) offline they go to the next
+ * online server in kc_shard_rank order (so a dead server costs only its
+ * share: its keys miss, and new ones are written to the next server). Each
+ * server has its own offline switch and warns once. kc_remote_missing,
+ * kc_remote_push and kc_remote_fetch split their keys by owner;
+ * kc_remote_pull pulls from every online server (duplicates are harmless:
+ * the import is idempotent) and, after pulling what it can, fails naming
+ * the first server that failed. kc_remote_offline is true only when every
+ * server is; kc_remote_url returns the list as given; kc_remote_bundle_url
+ * names the first server; flush, close and queue_stats cover all servers
+ * (close within one shared limit). A single URL takes the plain path, with
+ * no extra cost per request.
+ *
  * A kc_remote is not thread-safe except for the background push queue, which
  * has its own worker thread.
  */

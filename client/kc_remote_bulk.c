@@ -215,6 +215,8 @@ static kc_code append_param(CURL *h, char **buf, size_t *len, size_t *cap, bool 
 
 char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
+    if (r->shard) /* several servers: the first one's URL */
+        return kc_remote_bundle_url(r->child[0], device, f);
     char *u = NULL;
     size_t len = 0, cap = 0;
     bool first = true;
@@ -335,6 +337,8 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
 kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err)
 {
+    if (r->shard)
+        return kc_remote_shard_pull(r, s, devices, f, progress, pctx, st, err);
     kc_bundle_stats total = {0};
     if (st)
         *st = total;
@@ -680,6 +684,8 @@ kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size
         if (!kc_key_valid(keys[i]))
             return kc_err_set(err, KC_ERR_INVALID, "remote fetch: invalid key '%.80s'", keys[i]);
     }
+    if (r->shard)
+        return kc_remote_shard_fetch(r, s, keys, n, fetched, nfetched, err);
     fetch_ctx fc = {.r = r, .s = s, .keys = keys, .fetched = fetched};
     xfer_ops ops = {.prepare = fetch_prepare,
                     .finish = fetch_finish,
@@ -700,6 +706,8 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
     if (!ps)
         ps = &local;
     memset(ps, 0, sizeof *ps);
+    if (r->shard)
+        return kc_remote_shard_push(r, s, f, progress, pctx, ps, err);
     if (atomic_load(&r->offline))
         return kc_remote_offline_error(r, "PUT", NULL, err);
     key_list l = {0};
@@ -711,6 +719,17 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
         return rc;
     }
     ps->considered = l.n;
+    rc = kc_remote_push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
+    free(l.keys);
+    return rc;
+}
+
+kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1], size_t n,
+                            kc_remote_progress_fn progress, void *pctx, uint64_t base_done,
+                            uint64_t total, kc_remote_push_stats *ps, kc_err *err)
+{
+    kc_code rc = KC_OK;
+    key_list l = {.keys = keys, .n = n};
     const size_t batch = 1000;
     const char **ptrs = malloc(batch * sizeof *ptrs);
     bool *miss = malloc(batch * sizeof *miss);
@@ -739,18 +758,17 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
                         .ctx = &pc,
                         .what = "upload(s)",
                         .bytes = &pc.bytes};
-        rc = run_parallel(r, nu, &ops, progress, pctx, off + (m - nu), l.n, err);
+        rc = run_parallel(r, nu, &ops, progress, pctx, base_done + off + (m - nu), total, err);
         ps->uploaded += pc.uploaded;
         ps->skipped += pc.present;
         ps->bytes = pc.bytes;
         if (progress && nu == 0)
-            progress(off + m, l.n, ps->bytes, pctx);
+            progress(base_done + off + m, total, ps->bytes, pctx);
     }
 out:
     free(ptrs);
     free(miss);
     free(up);
-    free(l.keys);
     return rc;
 }
 

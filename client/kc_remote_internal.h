@@ -57,8 +57,17 @@ typedef struct kc_qitem {
     size_t len;
 } kc_qitem;
 
+struct kc_shard;
+
 struct kc_remote {
-    char *base; /* no trailing slash */
+    /* Several servers (kc_remote_shard.c): this handle only routes to its
+     * children and every public function hands over to kc_remote_shard_*.
+     * NULL for a single server. */
+    struct kc_shard *shard;
+    kc_remote **child; /* one per server, in kc_shard_url order */
+    size_t nchild;
+
+    char *base; /* no trailing slash; for a shard: the list as given */
     char *ca_file;
     long connect_ms, timeout_ms;
     int concurrency, retries;
@@ -106,6 +115,36 @@ kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *ur
 kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
                          bool *created, kc_err *err);
 void kc_remote_free_handle(kc_remote *r);
+
+/* Uploads keys[0..n) that the server lacks (kc_remote_push_ex without the
+ * listing); progress counts from base_done of total. Adds to *ps. */
+kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1], size_t n,
+                            kc_remote_progress_fn progress, void *pctx, uint64_t base_done,
+                            uint64_t total, kc_remote_push_stats *ps, kc_err *err);
+
+/* ---- sharding over several servers (kc_remote_shard.c) ---- */
+kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_remote **out,
+                             kc_err *err);
+void kc_remote_shard_close(kc_remote *r);
+bool kc_remote_shard_offline(const kc_remote *r);
+kc_code kc_remote_shard_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
+kc_code kc_remote_shard_has(kc_remote *r, const char *key, kc_err *err);
+kc_code kc_remote_shard_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
+                            bool *created, kc_err *err);
+void kc_remote_shard_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
+size_t kc_remote_shard_flush(kc_remote *r, long timeout_ms);
+void kc_remote_shard_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
+                                 uint64_t *dropped);
+kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                kc_err *err);
+kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devices,
+                             const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
+                             kc_bundle_stats *st, kc_err *err);
+kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
+                             kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                             kc_err *err);
+kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                              bool *fetched, size_t *nfetched, kc_err *err);
 
 void kc_remote_queue_init(kc_remote *r);
 /* Flushes for up to limit_ms, aborts what is left, joins the worker. */

@@ -63,6 +63,10 @@ static void *worker(void *arg)
 
 void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
 {
+    if (r && r->shard) {
+        kc_remote_shard_put_async(r, key, env, len);
+        return;
+    }
     if (!r || !kc_key_valid(key) || atomic_load(&r->offline) || atomic_load(&r->no_write))
         return;
     pthread_mutex_lock(&r->q_mu);
@@ -107,6 +111,8 @@ void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size
 
 size_t kc_remote_flush(kc_remote *r, long timeout_ms)
 {
+    if (r && r->shard)
+        return kc_remote_shard_flush(r, timeout_ms);
     if (!r || !r->q_inited)
         return 0;
     struct timespec dl;
@@ -129,6 +135,10 @@ size_t kc_remote_flush(kc_remote *r, long timeout_ms)
 
 void kc_remote_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped)
 {
+    if (r->shard) {
+        kc_remote_shard_queue_stats(r, uploaded, failed, dropped);
+        return;
+    }
     pthread_mutex_lock(&r->q_mu);
     if (uploaded)
         *uploaded = r->q_done;

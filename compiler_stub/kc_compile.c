@@ -478,109 +478,6 @@ static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, 
     return rc;
 }
 
-/* ---- pipelined loading ---------------------------------------------------------- */
-
-/* While the main thread reads kernel artifacts from the store, a second
- * thread loads the ones already read (memfd + dlopen for CPU): the two
- * halves of a warm compile overlap. Slots are consumed in posting order. */
-typedef struct loader {
-    kc_backend *b;
-    kc_program *p;
-    pthread_t th;
-    bool started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int *kernel;       /* slot -> kernel index */
-    uint8_t **payload; /* slot -> payload (owned until loaded) */
-    size_t *len;
-    int posted, next;
-    bool done;
-    kc_code rc;
-    kc_err err;
-} loader;
-
-static void *loader_main(void *arg)
-{
-    loader *L = arg;
-    for (;;) {
-        pthread_mutex_lock(&L->mu);
-        while (L->next == L->posted && !L->done)
-            pthread_cond_wait(&L->cv, &L->mu);
-        if (L->next == L->posted) {
-            pthread_mutex_unlock(&L->mu);
-            return NULL;
-        }
-        int slot = L->next++;
-        pthread_mutex_unlock(&L->mu);
-        int i = L->kernel[slot];
-        if (L->rc == KC_OK) {
-            kc_err e = {0};
-            kc_code rc = L->b->load(L->b, &L->p->kernels[i], L->payload[slot], L->len[slot],
-                                    &L->p->loaded[i], &e);
-            if (rc != KC_OK) {
-                kc_err_prefix(&e, "kernel %s", L->p->keys[i]);
-                L->err = e;
-                L->rc = rc;
-            }
-        }
-        free(L->payload[slot]);
-        L->payload[slot] = NULL;
-    }
-}
-
-static bool loader_start(loader *L, kc_backend *b, kc_program *p, int n)
-{
-    memset(L, 0, sizeof *L);
-    L->b = b;
-    L->p = p;
-    L->kernel = calloc((size_t)n + 1, sizeof(int));
-    L->payload = calloc((size_t)n + 1, sizeof(uint8_t *));
-    L->len = calloc((size_t)n + 1, sizeof(size_t));
-    pthread_mutex_init(&L->mu, NULL);
-    pthread_cond_init(&L->cv, NULL);
-    if (L->kernel && L->payload && L->len && pthread_create(&L->th, NULL, loader_main, L) == 0)
-        L->started = true;
-    return L->started;
-}
-
-/* Hands a payload (ownership included) to the loader. */
-static void loader_post(loader *L, int kernel, uint8_t *payload, size_t len)
-{
-    pthread_mutex_lock(&L->mu);
-    L->kernel[L->posted] = kernel;
-    L->payload[L->posted] = payload;
-    L->len[L->posted] = len;
-    L->posted++;
-    pthread_cond_signal(&L->cv);
-    pthread_mutex_unlock(&L->mu);
-}
-
-/* Waits for every posted load; returns the first error (in *err). */
-static kc_code loader_finish(loader *L, kc_err *err)
-{
-    if (L->started) {
-        pthread_mutex_lock(&L->mu);
-        L->done = true;
-        pthread_cond_signal(&L->cv);
-        pthread_mutex_unlock(&L->mu);
-        pthread_join(L->th, NULL);
-        L->started = false;
-    }
-    for (int s = 0; L->payload && s < L->posted; s++)
-        free(L->payload[s]);
-    free(L->kernel);
-    free(L->payload);
-    free(L->len);
-    L->kernel = NULL;
-    L->payload = NULL;
-    L->len = NULL;
-    pthread_mutex_destroy(&L->mu);
-    pthread_cond_destroy(&L->cv);
-    if (L->rc != KC_OK && err)
-        *err = L->err;
-    return L->rc;
-}
-
 /* ---- the driver ------------------------------------------------------------------ */
 
 kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compile_opts *o,
@@ -645,13 +542,11 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    /* look up every distinct kernel key; CPU hits load on a second thread
-     * (an XPU load may refuse a binary and needs the sequential path) */
+    /* look up every distinct kernel key and load each hit as it is read, in
+     * the record's read snapshot. Loading on a second thread overlapped the
+     * two halves but cost more CPU (thread start, a second malloc arena,
+     * wake-ups) than it hid, and was no faster in wall time on a busy host. */
     int nj = 0;
-    loader L = {0};
-    bool pipelined = o->load && strcmp(b->name, "cpu") == 0 && loader_start(&L, b, p, n);
-    if (!pipelined && L.kernel)
-        loader_finish(&L, NULL);
     for (int i = 0; i < n; i++) {
         p->load_owner[i] = i;
         for (int j = 0; j < i; j++)
@@ -674,11 +569,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         if (o->load) {
             kc_artifact a;
             hrc = kc_tiers_get(t, p->keys[i], &a, &remote, &e);
-            if (hrc == KC_OK && pipelined) {
-                loader_post(&L, i, a.payload, a.payload_len);
-                a.payload = NULL;
-                kc_artifact_free(&a);
-            } else if (hrc == KC_OK) {
+            if (hrc == KC_OK) {
                 hrc = b->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
                 kc_artifact_free(&a);
                 if (hrc == KC_ERR_MISS) {
@@ -688,7 +579,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
                     kc_err_clear(err);
                 } else if (hrc != KC_OK) {
                     rc = kc_err_prefix(err, "kernel %s", p->keys[i]);
-                    goto fail_loader;
+                    goto fail;
                 }
             }
         } else {
@@ -706,7 +597,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
                             "--require-hit: kernel %s (%s, from graph %s) is not cached for %s",
                             p->keys[i], kc_kernel_kind_name(p->kernels[i].kind), g->fp,
                             p->device.id);
-            goto fail_loader;
+            goto fail;
         }
         p->misses++;
         jobs[nj].k = &p->kernels[i];
@@ -714,11 +605,6 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         nj++;
     }
     kc_store_read_end(t->store);
-    if (pipelined && (rc = loader_finish(&L, err)) != KC_OK) {
-        pipelined = false;
-        goto fail;
-    }
-    pipelined = false;
     if (o->verbosity > 0 && nj)
         fprintf(stderr, "kcache: compiling %d kernel%s\n", nj, nj == 1 ? "" : "s");
     double tc = kc_now();
@@ -741,9 +627,6 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     p->seconds = kc_now() - t0;
     *out = p;
     return KC_OK;
-fail_loader:
-    if (pipelined)
-        loader_finish(&L, NULL);
 fail:
     kc_store_read_end(t->store);
     if (jobs)

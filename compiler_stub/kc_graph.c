@@ -477,12 +477,6 @@ static void attrs_text(const kc_node *n, char *buf, size_t cap)
     }
 }
 
-static void value_sig(const kc_value *v, char *buf, size_t cap)
-{
-    char s[128];
-    snprintf(buf, cap, "%s %s", kc_dtype_name(v->dtype), kc_shape_str(&v->shape, s, sizeof s));
-}
-
 static int cmp_hash(const void *a, const void *b)
 {
     return memcmp(a, b, HLEN);
@@ -637,42 +631,122 @@ out:
     return rc;
 }
 
+/* A growable text buffer for the canonical form: it is rendered on every
+ * parse (a warm compile too), so values are appended directly instead of
+ * through stdio formatting, which cost more than the rest of the rendering. */
+typedef struct tbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} tbuf;
+
+static void tb_put(tbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (b->n + n + 1 > cap)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void tb_str(tbuf *b, const char *s)
+{
+    tb_put(b, s, strlen(s));
+}
+
+/* Decimal, exactly as printf("%lld") writes it. */
+static void tb_int(tbuf *b, long long v)
+{
+    char d[24];
+    int i = (int)sizeof d;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        d[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        d[--i] = '-';
+    tb_put(b, d + i, sizeof d - (size_t)i);
+}
+
+/* "f32 [2,3,4]": dtype and shape as kc_shape_str writes it. */
+static void tb_sig(tbuf *b, const kc_value *v)
+{
+    tb_str(b, kc_dtype_name(v->dtype));
+    tb_put(b, " [", 2);
+    for (int i = 0; i < v->shape.rank; i++) {
+        if (i)
+            tb_put(b, ",", 1);
+        tb_int(b, (long long)v->shape.dims[i]);
+    }
+    tb_put(b, "]", 1);
+}
+
 char *kc_graph_canonical_text(const kc_graph *g)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
-    char sig[160], at[160];
-    fprintf(f, "%s\ninputs %d\n", KC_GRAPH_FORMAT, g->n_inputs);
+    tbuf b = {0};
+    char at[160];
+    tb_str(&b, KC_GRAPH_FORMAT "\ninputs ");
+    tb_int(&b, g->n_inputs);
+    tb_put(&b, "\n", 1);
     for (int v = 0; v < g->n_inputs + g->n_params; v++) {
-        if (v == g->n_inputs)
-            fprintf(f, "params %d\n", g->n_params);
-        value_sig(&g->values[v], sig, sizeof sig);
-        fprintf(f, "v%d %s\n", v, sig);
+        if (v == g->n_inputs) {
+            tb_str(&b, "params ");
+            tb_int(&b, g->n_params);
+            tb_put(&b, "\n", 1);
+        }
+        tb_put(&b, "v", 1);
+        tb_int(&b, v);
+        tb_put(&b, " ", 1);
+        tb_sig(&b, &g->values[v]);
+        tb_put(&b, "\n", 1);
     }
     if (g->n_inputs + g->n_params == g->n_inputs)
-        fprintf(f, "params 0\n");
-    fprintf(f, "nodes %d\n", g->n_nodes);
+        tb_str(&b, "params 0\n");
+    tb_str(&b, "nodes ");
+    tb_int(&b, g->n_nodes);
+    tb_put(&b, "\n", 1);
     for (int t = 0; t < g->n_nodes; t++) {
         const kc_node *n = &g->nodes[t];
         attrs_text(n, at, sizeof at);
-        value_sig(&g->values[n->out], sig, sizeof sig);
-        fprintf(f, "v%d = %s(", n->out, kc_op_name(n->op));
-        for (int i = 0; i < n->n_in; i++)
-            fprintf(f, "%sv%d", i ? "," : "", n->in[i]);
-        fprintf(f, ") {%s} %s\n", at, sig);
+        tb_put(&b, "v", 1);
+        tb_int(&b, n->out);
+        tb_put(&b, " = ", 3);
+        tb_str(&b, kc_op_name(n->op));
+        tb_put(&b, "(", 1);
+        for (int i = 0; i < n->n_in; i++) {
+            tb_str(&b, i ? ",v" : "v");
+            tb_int(&b, n->in[i]);
+        }
+        tb_put(&b, ") {", 3);
+        tb_str(&b, at);
+        tb_put(&b, "} ", 2);
+        tb_sig(&b, &g->values[n->out]);
+        tb_put(&b, "\n", 1);
     }
-    fprintf(f, "outputs");
-    for (int o = 0; o < g->n_outputs; o++)
-        fprintf(f, " v%d", g->outputs[o]);
-    fprintf(f, "\n");
-    if (fclose(f) != 0) {
-        free(buf);
+    tb_str(&b, "outputs");
+    for (int o = 0; o < g->n_outputs; o++) {
+        tb_put(&b, " v", 2);
+        tb_int(&b, g->outputs[o]);
+    }
+    tb_put(&b, "\n", 1);
+    if (b.oom) {
+        free(b.p);
         return NULL;
     }
-    return buf;
+    return b.p;
 }
 
 kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_graph **out,

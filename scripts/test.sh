@@ -8,6 +8,7 @@ bash tests/s3/install.sh
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j2)
 bash deploy/check.sh build
+bash docs/check-guide.sh build
 if [ "${KC_SKIP_SANITIZE:-0}" != 1 ]; then
   bash scripts/build.sh build-asan -DKC_SANITIZE=ON
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

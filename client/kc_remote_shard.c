@@ -1,0 +1,479 @@
+/*
+ * kc_remote_shard.c - client-side sharding behind the kc_remote API: a base
+ * URL with commas opens one child handle per server, and each call is routed
+ * by rendezvous hashing (kc_shard.h) over the children still online, so a
+ * dead server costs only its share of keys and each warns once on its own.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_remote_internal.h"
+#include "kc_shard.h"
+#include "kc_util.h"
+
+/* ----------------------------------------------------------- open/close -- */
+
+kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_remote **out,
+                             kc_err *err)
+{
+    *out = NULL;
+    kc_shard *sh = NULL;
+    kc_code rc = kc_shard_parse(list, &sh, err);
+    if (rc != KC_OK)
+        return rc;
+    kc_remote *r = calloc(1, sizeof *r);
+    size_t n = kc_shard_count(sh);
+    if (!r || !(r->base = strdup(list)) || !(r->child = calloc(n, sizeof *r->child))) {
+        if (r)
+            free(r->base);
+        free(r);
+        kc_shard_free(sh);
+        return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", list);
+    }
+    r->shard = sh;
+    r->quiet = opts && opts->quiet;
+    for (size_t i = 0; i < n; i++) {
+        rc = kc_remote_open(kc_shard_url(sh, i), opts, &r->child[i], err);
+        if (rc != KC_OK) {
+            kc_remote_shard_close(r);
+            return rc;
+        }
+        r->nchild++;
+    }
+    *out = r;
+    return KC_OK;
+}
+
+void kc_remote_shard_close(kc_remote *r)
+{
+    /* Every child flushes its queue at the same time, within one shared
+     * limit (as for a single server), not one limit after the other. */
+    long limit = 0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        long t = r->child[i]->timeout_ms < 10000 ? r->child[i]->timeout_ms : 10000;
+        limit = t > limit ? t : limit;
+    }
+    double deadline = kc_now() + (double)limit / 1000.0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        long left = (long)((deadline - kc_now()) * 1000.0);
+        kc_remote_flush(r->child[i], left > 0 ? left : 0);
+    }
+    for (size_t i = 0; i < r->nchild; i++) {
+        long left = (long)((deadline - kc_now()) * 1000.0);
+        kc_remote_queue_shutdown(r->child[i], left > 0 ? left : 0);
+        kc_remote_free_handle(r->child[i]);
+    }
+    free(r->child);
+    kc_shard_free(r->shard);
+    free(r->base);
+    free(r);
+}
+
+static bool child_online(const kc_remote *c)
+{
+    return !atomic_load(&((kc_remote *)c)->offline);
+}
+
+static uint64_t live_mask(const kc_remote *r)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < r->nchild; i++)
+        if (child_online(r->child[i]))
+            m |= UINT64_C(1) << i;
+    return m;
+}
+
+bool kc_remote_shard_offline(const kc_remote *r)
+{
+    return live_mask(r) == 0;
+}
+
+static kc_code all_offline(const kc_remote *r, const char *what, kc_err *err)
+{
+    return kc_err_set(err, KC_ERR_REMOTE,
+                      "%s on %s: every server is offline for this process (see the warnings)", what,
+                      r->base);
+}
+
+/* ------------------------------------------------------ single artifacts -- */
+
+/* Single requests go to the key's owner among the live servers; when the
+ * owner goes offline during the call, to the next live one in rank order.
+ * An answer from a live server (a hit, a miss, an HTTP error) is final. */
+#define SHARD_ROUTE(r, key, call)                                                                  \
+    do {                                                                                           \
+        size_t order_[KC_SHARD_MAX];                                                               \
+        kc_shard_rank((r)->shard, (key), order_);                                                  \
+        for (size_t k_ = 0; k_ < (r)->nchild; k_++) {                                              \
+            kc_remote *c = (r)->child[order_[k_]];                                                 \
+            if (!child_online(c))                                                                  \
+                continue;                                                                          \
+            kc_code rc_ = (call);                                                                  \
+            if (rc_ == KC_OK || child_online(c))                                                   \
+                return rc_;                                                                        \
+        }                                                                                          \
+    } while (0)
+
+kc_code kc_remote_shard_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
+    SHARD_ROUTE(r, key, kc_remote_get(c, key, a, err));
+    return all_offline(r, "GET", err);
+}
+
+kc_code kc_remote_shard_has(kc_remote *r, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
+    SHARD_ROUTE(r, key, kc_remote_has(c, key, err));
+    return all_offline(r, "HEAD", err);
+}
+
+kc_code kc_remote_shard_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
+                            bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
+    SHARD_ROUTE(r, key, kc_remote_put(c, key, env, len, created, err));
+    return all_offline(r, "PUT", err);
+}
+
+void kc_remote_shard_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
+{
+    if (!kc_key_valid(key))
+        return;
+    uint64_t alive = live_mask(r);
+    int i = kc_shard_pick(r->shard, key, alive);
+    if (i >= 0)
+        kc_remote_put_async(r->child[i], key, env, len);
+}
+
+size_t kc_remote_shard_flush(kc_remote *r, long timeout_ms)
+{
+    double deadline = kc_now() + (double)timeout_ms / 1000.0;
+    size_t left = 0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        long ms = (long)((deadline - kc_now()) * 1000.0);
+        left += kc_remote_flush(r->child[i], ms > 0 ? ms : 0);
+    }
+    return left;
+}
+
+void kc_remote_shard_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
+                                 uint64_t *dropped)
+{
+    uint64_t u = 0, f = 0, d = 0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        uint64_t cu = 0, cf = 0, cd = 0;
+        kc_remote_queue_stats(r->child[i], &cu, &cf, &cd);
+        u += cu;
+        f += cf;
+        d += cd;
+    }
+    if (uploaded)
+        *uploaded = u;
+    if (failed)
+        *failed = f;
+    if (dropped)
+        *dropped = d;
+}
+
+/* ---------------------------------------------------- keys split by owner -- */
+
+/* A batch of keys split by owner: round after round, the keys still pending
+ * go to their owner among the live servers; a server that goes offline
+ * during its part leaves its keys pending for the next round (without it). */
+typedef struct split {
+    size_t n;
+    bool *pending;
+    int *owner;
+    size_t *pos; /* positions in the caller's arrays of one child's part */
+    const char **sub;
+    bool *subflag;
+} split;
+
+static kc_code split_init(split *sp, size_t n, const kc_remote *r, const char *what, kc_err *err)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->n = n;
+    size_t c = n ? n : 1;
+    sp->pending = malloc(c * sizeof *sp->pending);
+    sp->owner = malloc(c * sizeof *sp->owner);
+    sp->pos = malloc(c * sizeof *sp->pos);
+    sp->sub = malloc(c * sizeof *sp->sub);
+    sp->subflag = malloc(c * sizeof *sp->subflag);
+    if (!sp->pending || !sp->owner || !sp->pos || !sp->sub || !sp->subflag)
+        return kc_err_set(err, KC_ERR_NOMEM, "%s on %s: out of memory", what, r->base);
+    for (size_t i = 0; i < n; i++)
+        sp->pending[i] = true;
+    return KC_OK;
+}
+
+static void split_free(split *sp)
+{
+    free(sp->pending);
+    free(sp->owner);
+    free(sp->pos);
+    free(sp->sub);
+    free(sp->subflag);
+}
+
+/* Assigns each pending key its owner; false when no server is live. */
+static bool split_assign(split *sp, const kc_remote *r, const char *const *keys)
+{
+    uint64_t alive = live_mask(r);
+    if (!alive)
+        return false;
+    for (size_t i = 0; i < sp->n; i++)
+        if (sp->pending[i])
+            sp->owner[i] = kc_shard_pick(r->shard, keys[i], alive);
+    return true;
+}
+
+/* Gathers child c's pending keys into sp->sub / sp->pos; returns how many. */
+static size_t split_gather(split *sp, const char *const *keys, size_t c)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < sp->n; i++) {
+        if (sp->pending[i] && sp->owner[i] == (int)c) {
+            sp->sub[m] = keys[i];
+            sp->pos[m++] = i;
+        }
+    }
+    return m;
+}
+
+static bool split_any(const split *sp)
+{
+    for (size_t i = 0; i < sp->n; i++)
+        if (sp->pending[i])
+            return true;
+    return false;
+}
+
+kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                kc_err *err)
+{
+    split sp;
+    kc_code rc = split_init(&sp, n, r, "missing query", err);
+    while (rc == KC_OK && split_any(&sp)) {
+        if (!split_assign(&sp, r, keys)) {
+            rc = all_offline(r, "POST /v1/artifacts/missing", err);
+            break;
+        }
+        for (size_t c = 0; c < r->nchild && rc == KC_OK; c++) {
+            size_t m = split_gather(&sp, keys, c);
+            if (m == 0)
+                continue;
+            kc_code crc = kc_remote_missing(r->child[c], sp.sub, m, sp.subflag, err);
+            if (crc == KC_OK) {
+                for (size_t j = 0; j < m; j++) {
+                    missing[sp.pos[j]] = sp.subflag[j];
+                    sp.pending[sp.pos[j]] = false;
+                }
+            } else if (child_online(r->child[c])) {
+                rc = crc; /* a real answer, not a dead server */
+            }
+        }
+    }
+    split_free(&sp);
+    return rc;
+}
+
+kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                              bool *fetched, size_t *nfetched, kc_err *err)
+{
+    split sp;
+    size_t total = 0;
+    kc_err first = {0};
+    kc_code rc = split_init(&sp, n, r, "fetch", err);
+    if (rc != KC_OK) {
+        split_free(&sp);
+        return rc;
+    }
+    while (split_any(&sp)) {
+        if (!split_assign(&sp, r, keys)) {
+            if (first.code == KC_OK)
+                all_offline(r, "fetch", &first);
+            break;
+        }
+        for (size_t c = 0; c < r->nchild; c++) {
+            size_t m = split_gather(&sp, keys, c);
+            if (m == 0)
+                continue;
+            size_t got = 0;
+            kc_err e = {0};
+            kc_code crc = kc_remote_fetch(r->child[c], s, sp.sub, m, sp.subflag, &got, &e);
+            total += got;
+            bool dead = crc != KC_OK && !child_online(r->child[c]);
+            for (size_t j = 0; j < m; j++) {
+                if (fetched && sp.subflag[j])
+                    fetched[sp.pos[j]] = true;
+                /* a dead server's unfetched keys try the next live one */
+                sp.pending[sp.pos[j]] = dead && !sp.subflag[j];
+            }
+            if (crc != KC_OK && !dead && first.code == KC_OK)
+                first = e;
+        }
+    }
+    split_free(&sp);
+    if (nfetched)
+        *nfetched = total;
+    if (first.code != KC_OK) {
+        if (err)
+            *err = first;
+        return first.code;
+    }
+    return KC_OK;
+}
+
+/* ------------------------------------------------------------ pull/push -- */
+
+typedef struct pull_progress {
+    kc_remote_progress_fn fn;
+    void *ctx;
+    uint64_t done, total, bytes; /* of the servers before this one */
+} pull_progress;
+
+static void pull_progress_fn(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
+{
+    pull_progress *pp = ctx;
+    pp->fn(pp->done + done, total ? pp->total + total : 0, pp->bytes + bytes, pp->ctx);
+}
+
+kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devices,
+                             const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
+                             kc_bundle_stats *st, kc_err *err)
+{
+    /* Every server holds a disjoint share (and, after failovers, maybe a few
+     * duplicates, which the idempotent import skips): pull from all. */
+    kc_bundle_stats sum = {0};
+    kc_err first = {0};
+    pull_progress pp = {.fn = progress, .ctx = pctx};
+    size_t pulled = 0;
+    for (size_t c = 0; c < r->nchild; c++) {
+        kc_remote *ch = r->child[c];
+        kc_err e = {0};
+        kc_bundle_stats bs = {0};
+        kc_code crc;
+        if (!child_online(ch))
+            crc = kc_remote_offline_error(ch, "GET", NULL, &e);
+        else
+            crc =
+                kc_remote_pull(ch, s, devices, f, progress ? pull_progress_fn : NULL, &pp, &bs, &e);
+        sum.artifacts += bs.artifacts;
+        sum.imported += bs.imported;
+        sum.present += bs.present;
+        sum.bytes += bs.bytes;
+        pp.done += bs.artifacts;
+        pp.total += bs.artifacts;
+        pp.bytes += bs.bytes;
+        if (crc == KC_OK)
+            pulled++;
+        else if (first.code == KC_OK)
+            first = e;
+    }
+    if (st)
+        *st = sum;
+    if (first.code != KC_OK) {
+        if (err) {
+            *err = first;
+            kc_err_prefix(err, "pulled from %zu of %zu servers; first failure", pulled, r->nchild);
+        }
+        return first.code;
+    }
+    return KC_OK;
+}
+
+typedef struct key_vec {
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    size_t n, cap;
+    bool nomem;
+} key_vec;
+
+static int collect(const kc_entry_info *info, void *ctx)
+{
+    key_vec *v = ctx;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 256;
+        void *p = realloc(v->keys, cap * sizeof *v->keys);
+        if (!p) {
+            v->nomem = true;
+            return 1;
+        }
+        v->keys = p;
+        v->cap = cap;
+    }
+    memcpy(v->keys[v->n++], info->key, KC_KEY_HEX_LEN + 1);
+    return 0;
+}
+
+kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
+                             kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                             kc_err *err)
+{
+    if (kc_remote_shard_offline(r))
+        return all_offline(r, "PUT", err);
+    key_vec v = {0};
+    kc_code rc = kc_store_list(s, f, collect, &v, err);
+    if (rc == KC_OK && v.nomem)
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
+    if (rc != KC_OK) {
+        free(v.keys);
+        return rc;
+    }
+    ps->considered = v.n;
+    const char **ptrs = malloc((v.n ? v.n : 1) * sizeof *ptrs);
+    char(*part)[KC_KEY_HEX_LEN + 1] = malloc((v.n ? v.n : 1) * sizeof *part);
+    split sp;
+    rc = split_init(&sp, v.n, r, "push", err);
+    if (rc == KC_OK && (!ptrs || !part))
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
+    if (rc != KC_OK)
+        goto out;
+    for (size_t i = 0; i < v.n; i++)
+        ptrs[i] = v.keys[i];
+    kc_err first = {0};
+    uint64_t done = 0;
+    while (split_any(&sp)) {
+        if (!split_assign(&sp, r, ptrs)) {
+            if (first.code == KC_OK)
+                all_offline(r, "PUT", &first);
+            break;
+        }
+        for (size_t c = 0; c < r->nchild; c++) {
+            size_t m = split_gather(&sp, ptrs, c);
+            if (m == 0)
+                continue;
+            for (size_t j = 0; j < m; j++)
+                memcpy(part[j], sp.sub[j], KC_KEY_HEX_LEN + 1);
+            kc_err e = {0};
+            kc_code crc =
+                kc_remote_push_keys(r->child[c], s, part, m, progress, pctx, done, v.n, ps, &e);
+            done += m;
+            /* a server that died on the way hands its part to the next
+             * live one (some may be uploaded twice: harmless) */
+            bool dead = crc != KC_OK && !child_online(r->child[c]);
+            for (size_t j = 0; j < m; j++)
+                sp.pending[sp.pos[j]] = dead;
+            if (crc != KC_OK && !dead && first.code == KC_OK)
+                first = e;
+        }
+    }
+    if (first.code != KC_OK) {
+        if (err)
+            *err = first;
+        rc = first.code;
+    }
+out:
+    split_free(&sp);
+    free(ptrs);
+    free(part);
+    free(v.keys);
+    return rc;
+}
