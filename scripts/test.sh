@@ -15,3 +15,4 @@ if [ "${KC_SKIP_SANITIZE:-0}" != 1 ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   (cd build-asan && ctest --output-on-failure -j2)
 fi
+[ "${KC_SKIP_FUZZ:-0}" = 1 ] || bash scripts/fuzz.sh
