@@ -145,8 +145,40 @@ kc_code kc_read_file(const char *path, uint8_t **out, size_t *len, kc_err *err)
     return KC_OK;
 }
 
+/* Writes all of data to fd, retrying short writes and EINTR. */
+static int write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
 kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_err *err)
 {
+    /* A device, FIFO or socket (kcache get -o /dev/null, /dev/stdout) is
+     * written in place: renaming a temp file over it would replace the
+     * device node itself. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return kc_err_errno(err, KC_ERR_IO, errno, "cannot open %s", path);
+        int rc = write_all(fd, data, len);
+        int e = errno;
+        if (close(fd) != 0 && rc == 0) {
+            rc = -1;
+            e = errno;
+        }
+        return rc == 0 ? KC_OK : kc_err_errno(err, KC_ERR_IO, e, "cannot write %s", path);
+    }
     size_t plen = strlen(path) + 32;
     char *tmp = malloc(plen);
     if (!tmp)
@@ -158,22 +190,12 @@ kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_
         free(tmp);
         return rc;
     }
-    const uint8_t *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            return kc_err_errno(err, e == ENOSPC ? KC_ERR_FULL : KC_ERR_IO, e, "cannot write %s",
-                                path);
-        }
-        p += w;
-        left -= (size_t)w;
+    if (write_all(fd, data, len) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return kc_err_errno(err, e == ENOSPC ? KC_ERR_FULL : KC_ERR_IO, e, "cannot write %s", path);
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;

@@ -23,7 +23,9 @@ double kc_now(void);
  * *len excludes the NUL). The error names the path. */
 kc_code kc_read_file(const char *path, uint8_t **out, size_t *len, kc_err *err);
 
-/* Writes a file atomically (PATH.tmp.PID, fsync, rename). */
+/* Writes a file atomically (PATH.tmp.PID, fsync, rename). An existing path
+ * that is not a regular file (a device such as /dev/null, a FIFO) is written
+ * in place instead, so the node itself is never replaced. */
 kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_err *err);
 
 /* mkdir -p. */

@@ -3,6 +3,9 @@
  * binary (KC_TEST_KCACHE): put/get/has/rm/ls/stats/gc/verify/export/import,
  * --json output, exit codes 0/1/2 and errors that name the key or file.
  */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -92,6 +95,38 @@ Test(cli_store, put_get_has_rm_round_trip)
     kc_test_result_free(&r);
     free(in);
     free(out);
+}
+
+Test(cli_store, get_into_a_fifo_writes_through_and_keeps_the_node)
+{
+    /* `kcache get KEY -o /dev/null` must not replace the device with a
+     * file; a FIFO stands in for it here. */
+    char *in = write_input("k2.so", "payload for a pipe\n");
+    kc_test_result r;
+    KC(&r, "put", in, "--kind", "cpu-so");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char key[128];
+    snprintf(key, sizeof key, "%s", r.out);
+    trim(key);
+    kc_test_result_free(&r);
+
+    char *fifo = kc_test_path(dir, "pipe");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int rd = open(fifo, O_RDONLY | O_NONBLOCK); /* a reader, so the writer's open succeeds */
+    cr_assert_geq(rd, 0);
+    KC(&r, "get", key, "-o", fifo);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    char buf[64] = {0};
+    ssize_t n = read(rd, buf, sizeof buf - 1);
+    close(rd);
+    struct stat st;
+    cr_assert_eq(stat(fifo, &st), 0);
+    cr_expect(S_ISFIFO(st.st_mode), "the FIFO was replaced by a regular file");
+    cr_expect_eq(n, 19);
+    cr_expect_str_eq(buf, "payload for a pipe\n");
+    free(fifo);
+    free(in);
 }
 
 Test(cli_store, put_with_explicit_key_and_json_output)
