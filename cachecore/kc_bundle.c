@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "kc_bundle.h"
+#include "kc_bytes.h"
 #include "kc_hash.h"
 #include "kc_store_internal.h"
 
@@ -26,32 +27,6 @@
 #define KC_PAGE 64
 #define KC_IMPORT_BATCH 64               /* artifacts per import transaction, at most */
 #define KC_IMPORT_BATCH_BYTES (8u << 20) /* and envelope bytes per import transaction */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* ---- export ---------------------------------------------------------- */
 
@@ -140,9 +115,9 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle");
     }
     memcpy(c->hdr, KC_BUNDLE_MAGIC, 8);
-    put_u16(c->hdr + 8, KC_BUNDLE_VERSION);
-    put_u16(c->hdr + 10, 0);
-    put_u32(c->hdr + 12, (uint32_t)tlen);
+    kc_put_u16(c->hdr + 8, KC_BUNDLE_VERSION);
+    kc_put_u16(c->hdr + 10, 0);
+    kc_put_u32(c->hdr + 12, (uint32_t)tlen);
     memcpy(c->hdr + KC_BUNDLE_FIXED_LEN, text, tlen);
     free(text);
     c->hdr_len = KC_BUNDLE_FIXED_LEN + tlen;
@@ -181,7 +156,7 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
             return code;
         }
         c->pre[0] = KC_REC_ARTIFACT;
-        put_u64(c->pre + 1, len);
+        kc_put_u64(c->pre + 1, len);
         c->pre_len = KC_REC_HDR_LEN;
         c->pre_pos = 0;
         c->body = env;
@@ -196,8 +171,8 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
         uint8_t digest[KC_SHA256_LEN];
         kc_sha256_final(c->sha, digest);
         c->pre[0] = KC_REC_END;
-        put_u64(c->pre + 1, KC_END_BODY_LEN);
-        put_u64(c->pre + KC_REC_HDR_LEN, c->count);
+        kc_put_u64(c->pre + 1, KC_END_BODY_LEN);
+        kc_put_u64(c->pre + KC_REC_HDR_LEN, c->count);
         memcpy(c->pre + KC_REC_HDR_LEN + 8, digest, KC_SHA256_LEN);
         c->pre_len = KC_REC_HDR_LEN + KC_END_BODY_LEN;
         c->pre_pos = 0;
@@ -439,12 +414,12 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
         if (memcmp(u, KC_BUNDLE_MAGIC, 8) != 0)
             return im_fail(im, err, KC_ERR_INVALID,
                            "not a kcache bundle: bad magic at byte offset 0");
-        uint16_t ver = (uint16_t)get_le(u + 8, 2);
+        uint16_t ver = (uint16_t)kc_get_le(u + 8, 2);
         if (ver != KC_BUNDLE_VERSION)
             return im_fail(im, err, KC_ERR_VERSION,
                            "bundle format version %u is not supported (this build reads %d)", ver,
                            KC_BUNDLE_VERSION);
-        uint32_t h = (uint32_t)get_le(u + 12, 4);
+        uint32_t h = (uint32_t)kc_get_le(u + 12, 4);
         if (h > KC_BUNDLE_HEADER_MAX)
             return im_fail(im, err, KC_ERR_INVALID,
                            "bundle byte offset 12: header length %u exceeds %u", h,
@@ -468,7 +443,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
     }
     case IM_REC_HDR: {
         uint8_t type = u[0];
-        uint64_t len = get_le(u + 1, 8);
+        uint64_t len = kc_get_le(u + 1, 8);
         if (type == KC_REC_END) {
             if (len != KC_END_BODY_LEN)
                 return im_fail(im, err, KC_ERR_INVALID,
@@ -500,7 +475,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
     }
     case IM_REC_BODY: {
         if (im->rec_type == KC_REC_END) {
-            uint64_t count = get_le(u, 8);
+            uint64_t count = kc_get_le(u, 8);
             if (count != im->records)
                 return im_fail(im, err, KC_ERR_CORRUPT,
                                "bundle byte offset %llu: end record counts %llu artifacts, "

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "kc_bytes.h"
 #include "kc_envelope.h"
 
 static const char *const known_kinds[] = {"graph",    "cpu-so",      "spirv", "ze-native",
@@ -21,45 +22,6 @@ int kc_kind_valid(const char *kind)
         if (strcmp(kind, known_kinds[i]) == 0)
             return 1;
     return 0;
-}
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
 }
 
 /* True when meta (len bytes) is a JSON object with no embedded NUL. */
@@ -142,10 +104,10 @@ size_t kc_envelope_write_header(uint8_t *buf, const char *key, const char *kind,
 {
     size_t klen = strlen(kind), mlen = meta ? strlen(meta) : 0;
     memcpy(buf, KC_ENVELOPE_MAGIC, 4);
-    put_u16(buf + 4, KC_ENVELOPE_VERSION);
-    put_u16(buf + 6, (uint16_t)klen);
-    put_u32(buf + 8, (uint32_t)mlen);
-    put_u64(buf + 12, payload_len);
+    kc_put_u16(buf + 4, KC_ENVELOPE_VERSION);
+    kc_put_u16(buf + 6, (uint16_t)klen);
+    kc_put_u32(buf + 8, (uint32_t)mlen);
+    kc_put_u64(buf + 12, payload_len);
     memcpy(buf + 20, payload_sha, KC_SHA256_LEN);
     memcpy(buf + 52, key, KC_KEY_HEX_LEN);
     size_t off = KC_ENVELOPE_FIXED_LEN;
@@ -183,15 +145,15 @@ kc_code kc_envelope_parse_header(const uint8_t *buf, size_t len, kc_envelope_hea
     size_t m = len < 4 ? len : 4;
     if (memcmp(buf, KC_ENVELOPE_MAGIC, m) != 0)
         return kc_err_set(err, KC_ERR_INVALID, "not an artifact envelope (bad magic)");
-    if (len >= 6 && get_u16(buf + 4) != KC_ENVELOPE_VERSION)
+    if (len >= 6 && kc_get_u16(buf + 4) != KC_ENVELOPE_VERSION)
         return kc_err_set(err, KC_ERR_VERSION,
-                          "unsupported envelope version %u (this build reads %d)", get_u16(buf + 4),
-                          KC_ENVELOPE_VERSION);
+                          "unsupported envelope version %u (this build reads %d)",
+                          kc_get_u16(buf + 4), KC_ENVELOPE_VERSION);
     if (len < 12)
         return kc_err_set(err, KC_ERR_TRUNCATED,
                           "envelope truncated in its fixed header (%zu bytes)", len);
-    uint16_t klen = get_u16(buf + 6);
-    uint32_t mlen = get_u32(buf + 8);
+    uint16_t klen = kc_get_u16(buf + 6);
+    uint32_t mlen = kc_get_u32(buf + 8);
     if (klen == 0 || klen > KC_KIND_MAX)
         return kc_err_set(err, KC_ERR_INVALID, "envelope kind length %u out of range 1..%d", klen,
                           KC_KIND_MAX);
@@ -208,7 +170,7 @@ kc_code kc_envelope_parse_header(const uint8_t *buf, size_t len, kc_envelope_hea
     kc_sha256(buf, hlen - KC_SHA256_LEN, sum);
     if (!kc_ct_equal(sum, buf + hlen - KC_SHA256_LEN, KC_SHA256_LEN))
         return kc_err_set(err, KC_ERR_CORRUPT, "envelope header checksum mismatch");
-    uint64_t plen = get_u64(buf + 12);
+    uint64_t plen = kc_get_u64(buf + 12);
     if (plen > KC_PAYLOAD_MAX)
         return kc_err_set(err, KC_ERR_INVALID, "envelope payload length %llu exceeds the maximum",
                           (unsigned long long)plen);

@@ -1296,6 +1296,21 @@ kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
 
 /* ---- list, stats, gc, verify ----------------------------------------- */
 
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+static void entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
+{
+    memset(info, 0, sizeof *info);
+    snprintf(info->key, sizeof info->key, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(info->kind, sizeof info->kind, "%s", (const char *)sqlite3_column_text(st, 1));
+    info->device = (const char *)sqlite3_column_text(st, 2);
+    info->tag = (const char *)sqlite3_column_text(st, 3);
+    info->size = (uint64_t)sqlite3_column_int64(st, 4);
+    info->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+    info->created = sqlite3_column_int64(st, 6);
+    info->atime = sqlite3_column_int64(st, 7) / 1000000;
+}
+
 /* Appends " AND ..." clauses for f to sql and returns the next parameter. */
 static void filter_sql(const kc_filter *f, const char *prefix, char *sql, size_t cap)
 {
@@ -1352,15 +1367,7 @@ kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx
         if (rc != SQLITE_ROW)
             break;
         kc_entry_info info;
-        memset(&info, 0, sizeof info);
-        snprintf(info.key, sizeof info.key, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(info.kind, sizeof info.kind, "%s", (const char *)sqlite3_column_text(st, 1));
-        info.device = (const char *)sqlite3_column_text(st, 2);
-        info.tag = (const char *)sqlite3_column_text(st, 3);
-        info.size = (uint64_t)sqlite3_column_int64(st, 4);
-        info.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
-        info.created = sqlite3_column_int64(st, 6);
-        info.atime = sqlite3_column_int64(st, 7) / 1000000;
+        entry_info_from_row(st, &info);
         if (fn && fn(&info, ctx) != 0) {
             rc = SQLITE_DONE;
             break;
@@ -1535,15 +1542,7 @@ static int report_blob_entries(kc_store *s, int64_t blob, kc_entry_fn fn, void *
         if (!fn)
             continue;
         kc_entry_info info;
-        memset(&info, 0, sizeof info);
-        snprintf(info.key, sizeof info.key, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(info.kind, sizeof info.kind, "%s", (const char *)sqlite3_column_text(st, 1));
-        info.device = (const char *)sqlite3_column_text(st, 2);
-        info.tag = (const char *)sqlite3_column_text(st, 3);
-        info.size = (uint64_t)sqlite3_column_int64(st, 4);
-        info.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
-        info.created = sqlite3_column_int64(st, 6);
-        info.atime = sqlite3_column_int64(st, 7) / 1000000;
+        entry_info_from_row(st, &info);
         fn(&info, ctx);
     }
     sqlite3_finalize(st);

@@ -147,6 +147,41 @@ Test(compile_cache, warm_compile_runs_the_compiler_zero_times)
 }
 
 /* Copies kernels/cpu into DIR/name, appending text to file (if non-NULL). */
+Test(compile_cache, several_graphs_compile_in_one_process)
+{
+    /* the tiny graph and the zoo's MLP: one summary line each, in order;
+     * a second pass over both is all hits; run takes one graph only */
+    char *mlp = kc_test_path(KC_TEST_SOURCE_DIR, "examples/mlp.json");
+    char *cache = kc_test_path(dir, "cache");
+    for (int pass = 0; pass < 2; pass++) {
+        const char *argv[] = {KC_TEST_KCACHE, "--cache-dir", cache, "--json",
+                              "compile",      graph,         mlp,   NULL};
+        kc_test_result r;
+        cr_assert_eq(kc_test_run((char *const *)argv, NULL, 0, 120, &r), 0);
+        cr_assert_eq(r.exit_code, 0, "%s", r.err);
+        char *second = strchr(r.out, '\n');
+        cr_assert_not_null(second, "one JSON line per graph: %s", r.out);
+        *second++ = '\0';
+        json_t *a = json_loads(r.out, 0, NULL), *b = json_loads(second, 0, NULL);
+        cr_assert(a && b, "each line is a JSON summary");
+        cr_expect_str_eq(json_string_value(json_object_get(a, "graph")), graph);
+        cr_expect_str_eq(json_string_value(json_object_get(b, "graph")), mlp);
+        cr_expect_eq(getb(a, "graph_hit"), pass == 1);
+        cr_expect_eq(getb(b, "graph_hit"), pass == 1);
+        if (pass == 1)
+            cr_expect_eq(geti(a, "compiled") + geti(b, "compiled"), 0);
+        json_decref(a);
+        json_decref(b);
+        kc_test_result_free(&r);
+    }
+    int code;
+    json_t *j = kcache_json(&code, NULL, "run", graph, mlp, NULL, NULL, NULL);
+    cr_expect_eq(code, 2, "run takes one graph");
+    json_decref(j);
+    free(cache);
+    free(mlp);
+}
+
 static char *template_copy(const char *name, const char *file, const char *text)
 {
     char *t = kc_test_path(dir, name);

@@ -35,8 +35,12 @@
 #endif
 
 /* Options every compile-family command understands. */
+#define KC_MAX_GRAPHS 256
+
 typedef struct copts {
-    const char *graph;
+    const char *graph;                 /* the first (for most commands, only) graph */
+    const char *graphs[KC_MAX_GRAPHS]; /* compile takes several */
+    int n_graphs;
     const char *device;    /* cpu | xpu | xpu-spirv | auto */
     const char *target;    /* CPU ISA level */
     const char *cflags;    /* extra compiler flags */
@@ -103,15 +107,21 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, const char *
             o->seed = strtoull(v, NULL, 0);
         else if (a[0] == '-' && a[1])
             return kc_cli_usage(cli, argv[0], usage), -1;
-        else if (!o->graph)
-            o->graph = a;
-        else
+        else if (o->n_graphs < KC_MAX_GRAPHS) {
+            if (!o->graph)
+                o->graph = a;
+            o->graphs[o->n_graphs++] = a;
+        } else
             return kc_cli_usage(cli, argv[0], usage), -1;
 #undef OPT
         if (v && !*v)
             return kc_cli_usage(cli, argv[0], usage), -1;
     }
     if ((need_graph && !o->graph) || o->jobs < 0 || o->jobs > 256 || o->iters < 1)
+        return kc_cli_usage(cli, argv[0], usage), -1;
+    /* only compile takes several graphs (one session: one store, one backend
+     * probe, one remote connection for all of them) */
+    if (o->n_graphs > 1 && strcmp(argv[0], "compile") != 0)
         return kc_cli_usage(cli, argv[0], usage), -1;
     return 0;
 }
@@ -315,9 +325,10 @@ static int compile_one(session *s, const copts *o, const char *path, const char 
     return KC_EXIT_OK;
 }
 
-#define COMPILE_USAGE                                                                              \
-    "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "     \
+#define COMPILE_OPTIONS                                                                            \
+    "[--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "           \
     "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"
+#define COMPILE_USAGE "GRAPH... " COMPILE_OPTIONS
 
 int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
 {
@@ -328,17 +339,21 @@ int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
     int rc = session_open(cli, &o, &s);
     if (rc)
         return rc;
-    kc_program *p = NULL;
-    kc_graph *g = NULL;
-    kc_backend *b = NULL;
-    rc = compile_one(&s, &o, o.graph, o.target, false, &p, &g, &b);
-    if (rc == KC_EXIT_OK) {
+    /* several graphs: one summary each (one JSON object per line with
+     * --json); the first failure stops the run */
+    for (int i = 0; i < o.n_graphs && rc == KC_EXIT_OK; i++) {
+        kc_program *p = NULL;
+        kc_graph *g = NULL;
+        kc_backend *b = NULL;
+        rc = compile_one(&s, &o, o.graphs[i], o.target, false, &p, &g, &b);
+        if (rc != KC_EXIT_OK)
+            break;
         if (cli->json) {
-            json_t *j = program_json(o.graph, p);
+            json_t *j = program_json(o.graphs[i], p);
             summary_json(j);
             json_decref(j);
         } else {
-            print_program(cli, o.graph, p);
+            print_program(cli, o.graphs[i], p);
         }
         kc_program_free(p);
         kc_backend_close(b);
@@ -348,7 +363,7 @@ int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
     return rc;
 }
 
-#define RUN_USAGE COMPILE_USAGE " [--check] [--iters N] [--seed N]"
+#define RUN_USAGE "GRAPH " COMPILE_OPTIONS " [--check] [--iters N] [--seed N]"
 
 int kc_cmd_run(kc_cli *cli, int argc, char **argv)
 {

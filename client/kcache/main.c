@@ -20,8 +20,8 @@ static const struct {
     const char *summary;
     const char *synopsis;
 } commands[] = {
-    {"compile", kc_cmd_compile, "compile a graph through the cache",
-     "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "
+    {"compile", kc_cmd_compile, "compile graphs through the cache (one summary per graph)",
+     "GRAPH... [--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "
      "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"},
     {"run", kc_cmd_run, "compile, execute and check a graph against the reference",
      "GRAPH [--check] [--iters N] [--seed N] [compile options]"},
