@@ -147,7 +147,7 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
         kc_err e2;
         uint8_t *env;
         size_t len;
-        kc_code code = kc_store__read_envelope(c->s, key, &env, &len, &e2);
+        kc_code code = kc_store_peek_envelope(c->s, key, &env, &len, &e2);
         if (code == KC_ERR_NOT_FOUND || code == KC_ERR_CORRUPT)
             continue; /* deleted meanwhile, or quarantined: not exported */
         if (code != KC_OK) {

@@ -565,7 +565,9 @@ static void clear_pending(kc_store *s)
 
 kc_code kc_store_flush(kc_store *s, kc_err *err)
 {
-    if (s->opts.read_only || s->batch) {
+    if (s->batch) /* keep them: a flush after the batch writes them */
+        return KC_OK;
+    if (s->opts.read_only) {
         clear_pending(s);
         return KC_OK;
     }
@@ -840,8 +842,11 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *
             sqlite3_bind_int64(st, 2, (sqlite3_int64)a->payload_len);
             sqlite3_bind_int64(st, 3, (sqlite3_int64)zlen);
             sqlite3_bind_int64(st, 4, (sqlite3_int64)xxh);
-            sqlite3_bind_blob64(st, 5, z, zlen, SQLITE_STATIC);
-            rc = step_retry(st);
+            /* SQLite refuses values over SQLITE_LIMIT_LENGTH (1e9 bytes):
+             * report that as too large, not as a NOT NULL failure */
+            rc = sqlite3_bind_blob64(st, 5, z, zlen, SQLITE_STATIC);
+            if (rc == SQLITE_OK)
+                rc = step_retry(st);
             sqlite3_reset(st);
             sqlite3_clear_bindings(st);
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -1225,8 +1230,8 @@ kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_
     return read_entry(s, key, READ_ENVELOPE, true, &o, err);
 }
 
-kc_code kc_store__read_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
-                                kc_err *err)
+kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
+                               kc_err *err)
 {
     *env = NULL;
     *len = 0;

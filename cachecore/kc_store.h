@@ -91,6 +91,12 @@ kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err);
 kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
                               kc_err *err);
 
+/* Like kc_store_get_envelope, for tools that copy the store elsewhere (push,
+ * export): same verification and quarantine, but it counts no hit or miss and
+ * leaves the access time alone, so copying does not skew LRU order. */
+kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
+                               kc_err *err);
+
 /* Returns the envelope as a zstd stream (a small frame holding the header,
  * then the stored payload frame exactly as stored), for serving with
  * Content-Encoding: zstd without recompressing. The stored bytes are checked

@@ -16,11 +16,6 @@
 kc_code kc_store__page(kc_store *s, const kc_filter *f, int64_t after, size_t cap, int64_t *ids,
                        char (*keys)[KC_KEY_HEX_LEN + 1], size_t *n, kc_err *err);
 
-/* Reads and verifies the envelope of key without counting a hit or miss or
- * touching its access time. Corrupt entries are quarantined (KC_ERR_CORRUPT). */
-kc_code kc_store__read_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
-                                kc_err *err);
-
 /* Appends the distinct non-empty device ids of matching entries to arr. */
 kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *err);
 

@@ -594,8 +594,9 @@ static kc_code push_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
 {
     push_ctx *pc = ctx;
     const char *key = pc->keys[idx];
-    /* KC_ERR_NOT_FOUND (evicted meanwhile) skips the key */
-    kc_code rc = kc_store_get_envelope(pc->s, key, &sl->env, &sl->env_len, err);
+    /* KC_ERR_NOT_FOUND (evicted meanwhile) skips the key; a push is not a
+     * use, so it must not count hits or refresh LRU order */
+    kc_code rc = kc_store_peek_envelope(pc->s, key, &sl->env, &sl->env_len, err);
     if (rc != KC_OK)
         return rc;
     if (!(sl->q.url = key_url(pc->r, key)))

@@ -123,6 +123,17 @@ Test(remote_e2e, push_then_pull_on_another_machine_gives_identical_entries)
     cr_assert_eq(json_field(&res, "skipped"), N);
     kc_test_result_free(&res);
 
+    /* copying A to the server is not a use of A's entries */
+    {
+        kc_store *s;
+        kc_err e = {0};
+        kc_store_stats st;
+        cr_assert_eq(kc_store_open(a, NULL, &s, &e), KC_OK, "%s", e.msg);
+        cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK, "%s", e.msg);
+        cr_expect_eq(st.hits, 0, "push counted %llu hits", (unsigned long long)st.hits);
+        kc_store_close(s);
+    }
+
     /* a filtered pull first: only the "odd" half */
     kcache(&res, b, ts.url,
            (const char *[]){"pull", "--device", DEVICE, "--tag", "odd", "--json", NULL});

@@ -82,7 +82,11 @@ static bool parse_since(const char *s, int64_t *out)
         mult = 7 * 86400;
     else
         return false;
-    *out = mult ? (int64_t)time(NULL) - v * mult : v;
+    int64_t now = (int64_t)time(NULL);
+    if (mult && v > now / mult) /* an age older than the epoch: everything */
+        *out = 0;
+    else
+        *out = mult ? now - v * mult : v;
     if (*out < 0)
         *out = 0;
     return true;
