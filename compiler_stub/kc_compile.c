@@ -192,11 +192,20 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
         }
     }
     float *out = malloc(sizeof(float) * (size_t)kc_shape_numel(&k->out_shape));
+    /* a candidate that cannot run (no memory, a failing primitive) must not
+     * be timed as the fastest: it is out of the race */
+    bool ok = out != NULL;
+    for (int i = 0; i < k->n_in; i++)
+        ok = ok && in[i] != NULL;
     double best = 1e30;
-    b->run(b, l, k, (const float *const *)in, out, err); /* warm-up */
-    for (int r = 0; r < 5; r++) {
+    if (ok && b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) /* warm-up */
+        ok = false;
+    for (int r = 0; ok && r < 5; r++) {
         double t0 = kc_now();
-        b->run(b, l, k, (const float *const *)in, out, err);
+        if (b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) {
+            ok = false;
+            break;
+        }
         double dt = kc_now() - t0;
         if (dt < best)
             best = dt;
@@ -207,7 +216,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
         free(in[i]);
     free(out);
     b->unload(b, l);
-    return best;
+    return ok ? best : -1;
 }
 
 /* Sets impl of every GEMM and conv2d kernel from an autotune artifact or a

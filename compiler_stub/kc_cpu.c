@@ -519,11 +519,14 @@ static kc_code cpu_compile(kc_backend *b, const kc_kernel *k, const char *source
     (void)k;
     cpu_impl *c = b->impl;
     *ran_compiler = 0;
+    /* the pid keeps processes that share a work directory (the default is
+     * /tmp) from writing each other's files */
     int seq = atomic_fetch_add(&c->seq, 1);
+    long pid_tag = (long)getpid();
     char src[4096], so[4096], log[4096];
-    snprintf(src, sizeof src, "%s/k-%.16s-%d.c", c->work_dir, name_hint, seq);
-    snprintf(so, sizeof so, "%s/k-%.16s-%d.so", c->work_dir, name_hint, seq);
-    snprintf(log, sizeof log, "%s/k-%.16s-%d.log", c->work_dir, name_hint, seq);
+    snprintf(src, sizeof src, "%s/k-%.16s-%ld-%d.c", c->work_dir, name_hint, pid_tag, seq);
+    snprintf(so, sizeof so, "%s/k-%.16s-%ld-%d.so", c->work_dir, name_hint, pid_tag, seq);
+    snprintf(log, sizeof log, "%s/k-%.16s-%ld-%d.log", c->work_dir, name_hint, pid_tag, seq);
     kc_code rc = kc_write_file_atomic(src, source, strlen(source), err);
     if (rc)
         return rc;
@@ -542,18 +545,28 @@ static kc_code cpu_compile(kc_backend *b, const kc_kernel *k, const char *source
     argv[argc] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
     int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (e != 0)
-        return kc_err_errno(err, KC_ERR_COMPILE, e, "cannot run the C compiler '%s' for %s",
-                            argv[0], src);
+    if (e != 0) {
+        rc = kc_err_errno(err, KC_ERR_COMPILE, e, "cannot run the C compiler '%s' for %s", argv[0],
+                          src);
+        unlink(src);
+        return rc;
+    }
     *ran_compiler = 1;
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    int st = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
         ;
+    if (w < 0) {
+        rc = kc_err_errno(err, KC_ERR_COMPILE, errno, "waiting for %s compiling %s", c->cc, src);
+        unlink(so);
+        unlink(log);
+        return rc;
+    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         uint8_t *msg = NULL;
         size_t ml = 0;

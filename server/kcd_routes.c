@@ -531,6 +531,8 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
                          "X-Kcache-Envelope-Length");
                 snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
             }
+        } else {
+            kcd_hot_drop(x->ctx->hot, x->key); /* gone or corrupt for every client */
         }
     } else {
         uint8_t *env = NULL;
@@ -609,6 +611,9 @@ static void delete_key(kcd_exchange *x, const char *what)
     kc_store *s = ctx_store(x->ctx, &e);
     kcd_hot_drop(x->ctx->hot, x->key);
     kc_code rc = s ? kc_store_delete(s, x->key, &e) : e.code;
+    /* again: a GET on another thread may have re-cached the entry between
+     * the first drop and the delete */
+    kcd_hot_drop(x->ctx->hot, x->key);
     if (rc == KC_OK)
         resp_new(x, 204, CT_TEXT);
     else if (rc == KC_ERR_NOT_FOUND)
@@ -621,7 +626,12 @@ static void get_stats(kcd_exchange *x, bool prometheus)
 {
     kc_err e = {0};
     kc_store *s = ctx_store(x->ctx, &e);
-    kcd_hot_usage(x->ctx->hot, &x->ctx->metrics.mem_entries, &x->ctx->metrics.mem_bytes);
+    /* the gauges are shared by every worker thread: store them atomically,
+     * as the counters are */
+    uint64_t mem_entries = 0, mem_bytes = 0;
+    kcd_hot_usage(x->ctx->hot, &mem_entries, &mem_bytes);
+    __atomic_store_n(&x->ctx->metrics.mem_entries, mem_entries, __ATOMIC_RELAXED);
+    __atomic_store_n(&x->ctx->metrics.mem_bytes, mem_bytes, __ATOMIC_RELAXED);
     kc_store_stats st;
     bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
     if (!have)

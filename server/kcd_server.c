@@ -377,7 +377,8 @@ void kcd_server_stop(kcd_server *srv)
         if (busy)
             kcd_log(KCD_LOG_WARN, "%llu requests still in flight after %u s; closing them",
                     (unsigned long long)busy, srv->grace);
-        MHD_stop_daemon(srv->mhd);
+        MHD_stop_daemon(srv->mhd); /* closes the listen socket it still owns */
+        srv->listen_fd = -1;
     }
     if (srv->listen_fd >= 0)
         close(srv->listen_fd);
