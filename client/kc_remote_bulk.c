@@ -292,6 +292,7 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
         if (pc.irc != KC_OK) {
             rc = kc_err_set(err, pc.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
                             pc.ierr.msg, (unsigned long long)pc.fc.records);
+            kc_bundle_import_finish(pc.im, st, NULL); /* what was kept still counts */
             kc_bundle_import_free(pc.im);
             kc_rbuf_free(&q.resp);
             break;
@@ -327,6 +328,8 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
                     progress(bs.artifacts, pc.total ? pc.total : bs.artifacts, pc.bytes, pctx);
             }
         }
+        if (rc != KC_OK) /* a broken stream: the complete artifacts kept still count */
+            kc_bundle_import_finish(pc.im, st, NULL);
         kc_bundle_import_free(pc.im);
         kc_rbuf_free(&q.resp);
         break;

@@ -441,9 +441,11 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
         }
         return true;
     }
+    /* a declared length is a promise, not bytes: idle uploads must not pin
+     * big buffers, so beyond 1 MiB the buffer grows as bytes really arrive */
     size_t initial = cl > 0 ? (size_t)cl : 64 * 1024;
-    if (initial > 64u << 20) /* grow beyond 64 MiB only as bytes really arrive */
-        initial = 64u << 20;
+    if (initial > 1u << 20)
+        initial = 1u << 20;
     x->buf = malloc(initial ? initial : 1);
     if (!x->buf) {
         resp_error(x, 500, "out of memory for a %zu-byte body", initial);
