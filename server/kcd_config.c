@@ -386,19 +386,29 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
     return KC_OK;
 }
 
+void kcd_config_print_string(void *fp, const char *name, const char *value)
+{
+    const char *v = value ? value : "";
+    size_t n = strlen(v);
+    bool wrap = n > 0 && (isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]) ||
+                          v[0] == '"' || v[0] == '\'' || v[n - 1] == '"' || v[n - 1] == '\'');
+    fprintf(fp, wrap ? "%s = \"%s\"\n" : "%s = %s\n", name, v);
+}
+
 void kcd_config_print(const kcd_config *cfg, void *fp)
 {
     FILE *f = fp;
     for (size_t i = 0; i < NOPTS; i++) {
         const opt_def *o = &kcd_opts[i];
         const void *field = (const char *)cfg + o->off;
+        if (o->type == OPT_STR) {
+            kcd_config_print_string(f, o->name, *(char *const *)field);
+            continue;
+        }
         fprintf(f, "%s = ", o->name);
         switch (o->type) {
-        case OPT_STR: {
-            const char *s = *(char *const *)field;
-            fprintf(f, "%s\n", s ? s : "");
+        case OPT_STR:
             break;
-        }
         case OPT_SIZE:
             fprintf(f, "%llu\n", (unsigned long long)*(const uint64_t *)field);
             break;

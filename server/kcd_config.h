@@ -72,6 +72,12 @@ kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *p
  * --config reads) to f (a FILE *). */
 void kcd_config_print(const kcd_config *cfg, void *f);
 
+/* Prints one `name = value` line to f (a FILE *) so that the config reader
+ * gives value back: a value with leading or trailing blanks or quotes is
+ * wrapped in double quotes (the reader strips one matching pair). NULL
+ * prints as empty. */
+void kcd_config_print_string(void *f, const char *name, const char *value);
+
 /* The --help text. */
 const char *kcd_config_usage(void);
 

@@ -5,6 +5,7 @@
  * a back-off switch so a vanished bucket never holds up the server.
  */
 #include "kcd_s3.h"
+#include "kcd_config.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -412,14 +413,14 @@ void kcd_s3_config_print(const kcd_s3_config *c, void *fp)
     FILE *f = fp;
     if (!kcd_s3_config_enabled(c))
         return;
-    fprintf(f, "s3-endpoint = %s\n", c->endpoint);
-    fprintf(f, "s3-bucket = %s\n", c->bucket ? c->bucket : "");
-    fprintf(f, "s3-region = %s\n", c->region ? c->region : "");
-    fprintf(f, "s3-prefix = %s\n", c->prefix ? c->prefix : "");
+    kcd_config_print_string(f, "s3-endpoint", c->endpoint);
+    kcd_config_print_string(f, "s3-bucket", c->bucket ? c->bucket : "");
+    kcd_config_print_string(f, "s3-region", c->region ? c->region : "");
+    kcd_config_print_string(f, "s3-prefix", c->prefix ? c->prefix : "");
     if (c->credentials_file)
-        fprintf(f, "s3-credentials = %s\n", c->credentials_file);
+        kcd_config_print_string(f, "s3-credentials", c->credentials_file);
     if (c->profile)
-        fprintf(f, "s3-profile = %s\n", c->profile);
+        kcd_config_print_string(f, "s3-profile", c->profile);
     const char *env_key = getenv("AWS_ACCESS_KEY_ID");
     if (!c->credentials_file)
         fprintf(f, "# s3 credentials: %s\n",
@@ -427,7 +428,7 @@ void kcd_s3_config_print(const kcd_s3_config *c, void *fp)
                 : env_key && env_key[0] ? "from the environment (AWS_ACCESS_KEY_ID)"
                                         : "none found (set AWS_ACCESS_KEY_ID)");
     if (c->ca_file)
-        fprintf(f, "s3-ca-file = %s\n", c->ca_file);
+        kcd_config_print_string(f, "s3-ca-file", c->ca_file);
     fprintf(f, "s3-virtual-host = %s\n", c->virtual_host ? "true" : "false");
     fprintf(f, "s3-write-through = %s\n", c->write_through ? "true" : "false");
     fprintf(f, "s3-queue = %u\n", c->queue_max);
