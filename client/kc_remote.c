@@ -542,7 +542,7 @@ kc_code kc_remote_perform(kc_remote *r, CURL *h, kc_req *q, kc_err *err)
     }
 }
 
-static char *artifact_url(kc_remote *r, const char *key)
+char *kc_remote_artifact_url(kc_remote *r, const char *key)
 {
     size_t n = strlen(r->base) + 16 + KC_KEY_HEX_LEN;
     char *u = malloc(n);
@@ -562,7 +562,7 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
         return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
     kc_req q = {
         .method = "GET", .accept_zstd = true, .resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096};
-    if (!(q.url = artifact_url(r, key)))
+    if (!(q.url = kc_remote_artifact_url(r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "remote get %s: out of memory", key);
     kc_code rc = kc_remote_perform(r, r->easy, &q, err);
     if (rc == KC_OK) {
@@ -596,7 +596,7 @@ kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
     kc_req q = {.method = "HEAD", .resp_limit = 4096, .resp_truncate = true};
-    if (!(q.url = artifact_url(r, key)))
+    if (!(q.url = kc_remote_artifact_url(r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "remote has %s: out of memory", key);
     kc_code rc = kc_remote_perform(r, r->easy, &q, err);
     if (rc == KC_OK && q.status != 200)
@@ -617,7 +617,7 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
         return kc_remote_offline_error(r, "PUT", NULL, err);
     kc_req q = {
         .method = "PUT", .body = env, .body_len = len, .resp_limit = 16384, .resp_truncate = true};
-    if (!(q.url = artifact_url(r, key)))
+    if (!(q.url = kc_remote_artifact_url(r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "remote put %s: out of memory", key);
     kc_code rc = kc_remote_perform(r, h, &q, err);
     if (rc == KC_OK) {

@@ -575,15 +575,6 @@ static kc_code run_parallel(kc_remote *r, size_t n, const xfer_ops *ops,
     return KC_OK;
 }
 
-static char *key_url(kc_remote *r, const char *key)
-{
-    size_t n = strlen(r->base) + 16 + KC_KEY_HEX_LEN;
-    char *u = malloc(n);
-    if (u)
-        snprintf(u, n, "%s/v1/artifacts/%s", r->base, key);
-    return u;
-}
-
 /* ------------------------------------------------------------------ push -- */
 
 typedef struct push_ctx {
@@ -602,7 +593,7 @@ static kc_code push_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
     kc_code rc = kc_store_peek_envelope(pc->s, key, &sl->env, &sl->env_len, err);
     if (rc != KC_OK)
         return rc;
-    if (!(sl->q.url = key_url(pc->r, key)))
+    if (!(sl->q.url = kc_remote_artifact_url(pc->r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "push %s: out of memory", key);
     sl->q.method = "PUT";
     sl->q.body = sl->env;
@@ -643,7 +634,7 @@ typedef struct fetch_ctx {
 static kc_code fetch_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
 {
     fetch_ctx *fc = ctx;
-    if (!(sl->q.url = key_url(fc->r, fc->keys[idx])))
+    if (!(sl->q.url = kc_remote_artifact_url(fc->r, fc->keys[idx])))
         return kc_err_set(err, KC_ERR_NOMEM, "fetch %s: out of memory", fc->keys[idx]);
     sl->q.method = "GET";
     sl->q.accept_zstd = true;

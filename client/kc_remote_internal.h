@@ -111,6 +111,9 @@ void kc_remote_backoff(int attempt);
 kc_code kc_remote_perform(kc_remote *r, CURL *h, kc_req *q, kc_err *err);
 /* Error for a non-success status: names method, URL, status, server text. */
 kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err);
+/* BASE/v1/artifacts/KEY, malloc'd (caller frees); NULL when out of memory. */
+char *kc_remote_artifact_url(kc_remote *r, const char *key);
+
 kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err);
 kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
                          bool *created, kc_err *err);
