@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <zstd.h>
 
 #include "kc_bundle.h"
 #include "kc_bytes.h"
@@ -22,6 +23,7 @@
 #define KC_BUNDLE_HEADER_MAX (1u << 20) /* header JSON limit */
 #define KC_REC_HDR_LEN 9                /* type + u64 length */
 #define KC_REC_ARTIFACT 1
+#define KC_REC_STORED 2
 #define KC_REC_END 0xFF
 #define KC_END_BODY_LEN (8 + KC_SHA256_LEN)
 #define KC_PAGE 64
@@ -147,7 +149,7 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
         kc_err e2;
         uint8_t *env;
         size_t len;
-        kc_code code = kc_store_peek_envelope(c->s, key, &env, &len, &e2);
+        kc_code code = kc_store__peek_stored(c->s, key, &env, &len, &e2);
         if (code == KC_ERR_NOT_FOUND || code == KC_ERR_CORRUPT)
             continue; /* deleted meanwhile, or quarantined: not exported */
         if (code != KC_OK) {
@@ -155,7 +157,7 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
                 *err = e2;
             return code;
         }
-        c->pre[0] = KC_REC_ARTIFACT;
+        c->pre[0] = KC_REC_STORED;
         kc_put_u64(c->pre + 1, len);
         c->pre_len = KC_REC_HDR_LEN;
         c->pre_pos = 0;
@@ -335,6 +337,7 @@ struct kc_bundle_import {
     uint8_t *acc;                      /* the unit being gathered */
     size_t have, need, cap;
     uint8_t rec_type;
+    uint16_t version;    /* of the stream, from its fixed header */
     uint64_t off;        /* bytes consumed so far */
     uint64_t unit_start; /* offset where the current unit began */
     uint64_t records;    /* artifact records seen (1-based numbering in messages) */
@@ -405,6 +408,21 @@ static kc_code expect(kc_bundle_import *im, size_t n, kc_err *err)
     return KC_OK;
 }
 
+/* Parses the envelope header at the start of a compressed-artifact record;
+ * the rest of the body is the payload's zstd frame, checked by the store. */
+static kc_code parse_stored(const uint8_t *body, size_t len, kc_envelope_header *h, kc_err *err)
+{
+    kc_code code = kc_envelope_parse_header(body, len, h, err);
+    if (code == KC_ERR_TRUNCATED)
+        return kc_err_set(err, KC_ERR_CORRUPT, "the envelope header is cut short");
+    if (code == KC_OK && h->header_len >= len) {
+        kc_envelope_header_free(h);
+        return kc_err_set(err, KC_ERR_CORRUPT, "%s: no compressed payload after the header",
+                          h->key);
+    }
+    return code;
+}
+
 /* Handles one complete unit in im->acc. */
 static kc_code process_unit(kc_bundle_import *im, kc_err *err)
 {
@@ -415,10 +433,11 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             return im_fail(im, err, KC_ERR_INVALID,
                            "not a kcache bundle: bad magic at byte offset 0");
         uint16_t ver = (uint16_t)kc_get_le(u + 8, 2);
-        if (ver != KC_BUNDLE_VERSION)
+        if (ver < 1 || ver > KC_BUNDLE_VERSION)
             return im_fail(im, err, KC_ERR_VERSION,
-                           "bundle format version %u is not supported (this build reads %d)", ver,
-                           KC_BUNDLE_VERSION);
+                           "bundle format version %u is not supported (this build reads 1 to %d)",
+                           ver, KC_BUNDLE_VERSION);
+        im->version = ver;
         uint32_t h = (uint32_t)kc_get_le(u + 12, 4);
         if (h > KC_BUNDLE_HEADER_MAX)
             return im_fail(im, err, KC_ERR_INVALID,
@@ -451,9 +470,11 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
                                (unsigned long long)im->unit_start, (unsigned long long)len,
                                KC_END_BODY_LEN);
             kc_sha256_final(im->sha, im->stream_sha);
-        } else if (type == KC_REC_ARTIFACT) {
+        } else if (type == KC_REC_ARTIFACT || (type == KC_REC_STORED && im->version >= 2)) {
             uint64_t min = kc_envelope_header_size(1, 0);
-            uint64_t max = kc_envelope_header_size(KC_KIND_MAX, KC_META_MAX) + KC_PAYLOAD_MAX;
+            uint64_t max =
+                kc_envelope_header_size(KC_KIND_MAX, KC_META_MAX) +
+                (type == KC_REC_STORED ? ZSTD_compressBound(KC_PAYLOAD_MAX) : KC_PAYLOAD_MAX);
             if (len < min || len > max)
                 return im_fail(im, err, KC_ERR_INVALID,
                                "bundle byte offset %llu: artifact record %llu has impossible "
@@ -491,9 +512,11 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             return KC_OK;
         }
         im->records++;
-        kc_artifact a;
+        kc_artifact a = {0};
+        kc_envelope_header h = {0};
         kc_err e2;
-        kc_code code = kc_envelope_decode(u, im->have, &a, &e2);
+        kc_code code = im->rec_type == KC_REC_STORED ? parse_stored(u, im->have, &h, &e2)
+                                                     : kc_envelope_decode(u, im->have, &a, &e2);
         if (code != KC_OK)
             return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
                            "bundle byte offset %llu: artifact record %llu is damaged: %s",
@@ -504,19 +527,25 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             code = kc_store__batch_begin(im->s, &e2);
             if (code != KC_OK) {
                 kc_artifact_free(&a);
+                kc_envelope_header_free(&h);
                 return im_fail(im, err, code, "bundle import: %s", e2.msg);
             }
         }
         im->batched++;
         bool created = false;
-        code = kc_store__put_verified(im->s, &a, &created, &e2);
+        if (im->rec_type == KC_REC_STORED)
+            code = kc_store__put_stored(im->s, &h, u + h.header_len, im->have - h.header_len,
+                                        &created, &e2);
+        else
+            code = kc_store__put_verified(im->s, &a, &created, &e2);
         kc_artifact_free(&a);
+        kc_envelope_header_free(&h);
         if (code != KC_OK) {
             kc_err keep = e2;
             end_batch(im, NULL);
-            return im_fail(
-                im, err, code, "bundle byte offset %llu: artifact record %llu cannot be stored: %s",
-                (unsigned long long)im->unit_start, (unsigned long long)im->records, keep.msg);
+            return im_fail(im, err, code, "bundle byte offset %llu: artifact record %llu %s: %s",
+                           (unsigned long long)im->unit_start, (unsigned long long)im->records,
+                           code == KC_ERR_CORRUPT ? "is damaged" : "cannot be stored", keep.msg);
         }
         im->pend.artifacts++;
         if (created)
@@ -628,6 +657,11 @@ kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_er
                        (unsigned long long)im->st.artifacts);
     }
     return KC_OK;
+}
+
+void kc_bundle_import_progress(const kc_bundle_import *im, kc_bundle_stats *st)
+{
+    *st = im->st;
 }
 
 void kc_bundle_import_free(kc_bundle_import *im)

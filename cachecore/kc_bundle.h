@@ -2,13 +2,19 @@
  * kc_bundle.h - bundles: the portable "mega cache". One file or HTTP stream
  * holding many artifacts.
  *
- * Stream format, version 1 (integers little-endian):
+ * Stream format, version 2 (integers little-endian):
  *   "KCBUNDLE" (8) | u16 version | u16 flags | u32 H | H bytes header JSON
  *     (created, producer, filter, device ids the bundle applies to)
  *   records, each: u8 type | u64 length | body
  *     type 1: an artifact envelope (self-checking, see kc_envelope.h)
+ *     type 2: a compressed artifact: the envelope's header (self-checking,
+ *             it carries the payload's length and SHA-256) followed by one
+ *             zstd frame of the payload, exactly as the store keeps it; the
+ *             importer checks the frame against the header's SHA-256 and
+ *             stores it without recompressing
  *     type 0xFF: end; body = u64 artifact count | SHA-256 of every byte
  *                before this record's type byte
+ * Version 1 is the same without type 2; both are read, version 2 written.
  * A stream without a valid end record is truncated.
  *
  * Import policy: each artifact is stored only after its own checksums pass,
@@ -27,7 +33,7 @@
 #include "kc_store.h"
 
 #define KC_BUNDLE_MAGIC "KCBUNDLE"
-#define KC_BUNDLE_VERSION 1
+#define KC_BUNDLE_VERSION 2 /* written; 1 and 2 are read */
 
 /* Sink for bundle bytes. Returns 0 on success, non-zero to abort. */
 typedef int (*kc_bundle_write_fn)(const void *data, size_t len, void *ctx);
@@ -53,8 +59,7 @@ kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
  * open and must not be used by another thread while the cursor is open;
  * entries deleted or found corrupt while streaming are skipped. */
 typedef struct kc_bundle_cursor kc_bundle_cursor;
-kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out,
-                              kc_err *err);
+kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out, kc_err *err);
 /* Fills up to cap bytes; *n == 0 means the bundle is complete. */
 kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n,
                               kc_err *err);
@@ -74,6 +79,10 @@ kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len
  * stream checksum matches. Fills st (may be NULL). Does not free. */
 kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_err *err);
 void kc_bundle_import_free(kc_bundle_import *im);
+
+/* The counts so far: artifacts committed to the store by earlier feeds
+ * (for progress displays). */
+void kc_bundle_import_progress(const kc_bundle_import *im, kc_bundle_stats *st);
 
 /* Imports a bundle file (streaming, bounded memory). */
 kc_code kc_bundle_import_file(kc_store *s, const char *path, kc_bundle_stats *st, kc_err *err);

@@ -45,7 +45,7 @@
 typedef struct kc_artifact {
     char key[KC_KEY_HEX_LEN + 1];
     char kind[KC_KIND_MAX + 1];
-    char *meta;      /* NUL-terminated JSON object text, owned; never NULL after decode */
+    char *meta;       /* NUL-terminated JSON object text, owned; never NULL after decode */
     uint8_t *payload; /* owned */
     size_t payload_len;
     uint8_t payload_sha[KC_SHA256_LEN];
@@ -77,9 +77,8 @@ size_t kc_envelope_header_size(size_t kind_len, size_t meta_len);
 
 /* Writes the header of a (kind, meta, payload_len, payload_sha) into buf,
  * which must hold kc_envelope_header_size() bytes. Returns bytes written. */
-size_t kc_envelope_write_header(uint8_t *buf, const char *key, const char *kind,
-                                const char *meta, uint64_t payload_len,
-                                const uint8_t payload_sha[KC_SHA256_LEN]);
+size_t kc_envelope_write_header(uint8_t *buf, const char *key, const char *kind, const char *meta,
+                                uint64_t payload_len, const uint8_t payload_sha[KC_SHA256_LEN]);
 
 /* Encodes a whole envelope into a malloc'd buffer (*out, *out_len; caller
  * frees with free()). */

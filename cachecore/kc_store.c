@@ -119,8 +119,9 @@ struct kc_store {
     uint64_t hits, misses; /* not yet added to the counters table */
     double last_flush;
     int64_t last_tick_us;
-    bool batch; /* inside kc_store__batch_begin */
-    bool rsnap; /* inside kc_store_read_begin */
+    bool batch;                /* inside kc_store__batch_begin */
+    bool rsnap;                /* inside kc_store_read_begin */
+    uint8_t window[64 * 1024]; /* decompression steps while checking a frame */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -754,8 +755,73 @@ static int evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted
     return rc;
 }
 
-static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *created,
-                        kc_err *err)
+/* Bytes of the blob to insert for a put: the payload compressed here, or a
+ * zstd frame that came compressed (bundle import), accepted only when it is
+ * one frame that decompresses to exactly the payload the artifact's header
+ * describes. The frame is decompressed in small steps into a scratch window
+ * and hashed as it goes, so checking it costs no payload-sized buffer. On
+ * success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
+static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
+                          int level, const void **z, size_t *zlen, bool *owned, uint64_t *xxh,
+                          kc_err *err)
+{
+    *owned = false;
+    if (!frame) {
+        size_t bound = ZSTD_compressBound(a->payload_len);
+        uint8_t *buf = malloc(bound ? bound : 1);
+        if (!buf)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
+        size_t n = ZSTD_compressCCtx(s->cctx, buf, bound, a->payload, a->payload_len, level);
+        if (ZSTD_isError(n)) {
+            free(buf);
+            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key, ZSTD_getErrorName(n));
+        }
+        *z = buf;
+        *zlen = n;
+        *owned = true;
+        *xxh = XXH3_64bits(buf, n);
+        return KC_OK;
+    }
+    unsigned long long fcs = ZSTD_getFrameContentSize(frame, frame_len);
+    if (fcs != (unsigned long long)a->payload_len ||
+        ZSTD_findFrameCompressedSize(frame, frame_len) != frame_len)
+        return kc_err_set(err, KC_ERR_CORRUPT,
+                          "%s: compressed payload is not one zstd frame of %zu bytes", a->key,
+                          a->payload_len);
+    ZSTD_inBuffer in = {frame, frame_len, 0};
+    size_t total = 0, ret = 1;
+    kc_sha256_reset(s->sha);
+    ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+    while (ret != 0 && total <= a->payload_len) {
+        ZSTD_outBuffer out = {s->window, sizeof s->window, 0};
+        ret = ZSTD_decompressStream(s->dctx, &out, &in);
+        if (ZSTD_isError(ret))
+            break;
+        kc_sha256_update(s->sha, s->window, out.pos);
+        total += out.pos;
+        if (ret != 0 && out.pos == 0 && in.pos == in.size)
+            break; /* the frame ends early */
+    }
+    ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+    uint8_t digest[KC_SHA256_LEN];
+    kc_sha256_final(s->sha, digest);
+    if (ZSTD_isError(ret) || ret != 0 || total != a->payload_len)
+        return kc_err_set(err, KC_ERR_CORRUPT, "%s: compressed payload does not decompress%s%s",
+                          a->key, ZSTD_isError(ret) ? ": " : "",
+                          ZSTD_isError(ret) ? ZSTD_getErrorName(ret) : " to its recorded size");
+    if (memcmp(digest, a->payload_sha, KC_SHA256_LEN) != 0)
+        return kc_err_set(err, KC_ERR_CORRUPT, "%s: payload fails its SHA-256", a->key);
+    *z = frame;
+    *zlen = frame_len;
+    *xxh = XXH3_64bits(frame, frame_len);
+    return KC_OK;
+}
+
+/* Stores a. With frame (a->payload then unused), the payload arrives as a
+ * zstd frame and a->payload_sha is checked against it; without, verified
+ * says a->payload_sha is already known to match a->payload. */
+static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const uint8_t *frame,
+                        size_t frame_len, bool *created, kc_err *err)
 {
     if (created)
         *created = false;
@@ -775,7 +841,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *
         return code;
     int level = s->batch ? s->import_level : s->opts.zstd_level;
     uint8_t sha[KC_SHA256_LEN];
-    if (verified)
+    if (verified || frame)
         memcpy(sha, a->payload_sha, sizeof sha);
     else
         store_sha(s, a->payload, a->payload_len, sha);
@@ -789,49 +855,33 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *
     if (rc != SQLITE_OK)
         return db_err(s, err, rc, "looking up");
 
-    void *z = NULL;
+    const void *z = NULL;
     size_t zlen = 0;
+    bool z_owned = false;
     uint64_t xxh = 0;
-    if (blob == 0) {
-        size_t bound = ZSTD_compressBound(a->payload_len);
-        z = malloc(bound ? bound : 1);
-        if (!z)
-            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
-        zlen = ZSTD_compressCCtx(s->cctx, z, bound, a->payload, a->payload_len, level);
-        if (ZSTD_isError(zlen)) {
-            free(z);
-            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key,
-                              ZSTD_getErrorName(zlen));
-        }
-        xxh = XXH3_64bits(z, zlen);
-    }
+    if (blob == 0 &&
+        (code = blob_bytes(s, a, frame, frame_len, level, &z, &zlen, &z_owned, &xxh, err)) != KC_OK)
+        return code;
 
     if ((code = begin_write(s, err)) != KC_OK) {
-        free(z);
+        if (z_owned)
+            free((void *)z);
         return code;
     }
     const char *what = "storing";
     rc = precheck(s, a->key, sha, &exists, &blob);
     if (rc == SQLITE_OK && exists) {
-        free(z);
+        if (z_owned)
+            free((void *)z);
         return commit_write(s, err);
     }
     if (rc == SQLITE_OK && blob == 0 && !z) {
-        /* the blob we saw vanished meanwhile (evicted): compress now */
-        size_t bound = ZSTD_compressBound(a->payload_len);
-        z = malloc(bound ? bound : 1);
-        if (!z) {
+        /* the blob we saw vanished meanwhile (evicted): make it now */
+        code = blob_bytes(s, a, frame, frame_len, level, &z, &zlen, &z_owned, &xxh, err);
+        if (code != KC_OK) {
             rollback_write(s);
-            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
+            return code;
         }
-        zlen = ZSTD_compressCCtx(s->cctx, z, bound, a->payload, a->payload_len, level);
-        if (ZSTD_isError(zlen)) {
-            free(z);
-            rollback_write(s);
-            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key,
-                              ZSTD_getErrorName(zlen));
-        }
-        xxh = XXH3_64bits(z, zlen);
     }
     if (rc == SQLITE_OK && blob == 0) {
         sqlite3_stmt *st = stmt(s, ST_INS_BLOB);
@@ -885,7 +935,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *
             entry_id = sqlite3_last_insert_rowid(s->db);
         }
     }
-    free(z);
+    if (z_owned)
+        free((void *)z);
     if (rc == SQLITE_OK && s->opts.max_size) {
         what = "evicting for";
         uint64_t evicted = 0;
@@ -924,12 +975,22 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool *
 
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, created, err);
+    return put_impl(s, a, false, NULL, 0, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, created, err);
+    return put_impl(s, a, true, NULL, 0, created, err);
+}
+
+kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
+                             size_t frame_len, bool *created, kc_err *err)
+{
+    kc_artifact a = {.meta = h->meta, .payload_len = (size_t)h->payload_len};
+    memcpy(a.key, h->key, sizeof a.key);
+    memcpy(a.kind, h->kind, sizeof a.kind);
+    memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
+    return put_impl(s, &a, true, frame, frame_len, created, err);
 }
 
 kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
@@ -950,7 +1011,7 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, created, err);
+    code = put_impl(s, &a, true, NULL, 0, created, err);
     kc_artifact_free(&a);
     return code;
 }
@@ -1035,7 +1096,9 @@ static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
 
 /* ---- get ------------------------------------------------------------- */
 
-enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD };
+/* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
+ * stored frame); READ_STORED: the header followed by the stored frame. */
+enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED };
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 static size_t raw_frame_bound(size_t n)
@@ -1122,7 +1185,7 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         goto corrupt;
     }
     hlen = kc_envelope_header_size(klen, mlen);
-    if (mode == READ_ZSTD) {
+    if (mode == READ_ZSTD || mode == READ_STORED) {
         if (XXH3_64bits(z, zlen) != xxh) {
             reason = "compressed bytes fail their checksum";
             goto corrupt;
@@ -1132,20 +1195,23 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
             reason = "stored frame does not match its size";
             goto corrupt;
         }
-        uint8_t *hdr = malloc(hlen);
-        buf = hdr ? malloc(raw_frame_bound(hlen) + zlen) : NULL;
+        size_t hz = mode == READ_ZSTD ? raw_frame_bound(hlen) : hlen;
+        uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
+        buf = hdr || mode == READ_STORED ? malloc(hz + zlen) : NULL;
         if (!buf) {
             free(hdr);
             code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
             goto out;
         }
-        kc_envelope_write_header(hdr, key, kind, meta, (uint64_t)size, sha);
-        size_t hz = raw_frame(buf, hdr, hlen);
+        kc_envelope_write_header(hdr ? hdr : buf, key, kind, meta, (uint64_t)size, sha);
+        if (hdr)
+            hz = raw_frame(buf, hdr, hlen);
         free(hdr);
         memcpy(buf + hz, z, zlen);
         *o->buf = buf;
         *o->len = hz + zlen;
-        *o->env_len = hlen + (size_t)size;
+        if (o->env_len)
+            *o->env_len = hlen + (size_t)size;
         buf = NULL;
         goto out;
     }
@@ -1247,6 +1313,15 @@ kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *
     *env_len = 0;
     read_out o = {.buf = zbuf, .len = zlen, .env_len = env_len};
     return read_entry(s, key, READ_ZSTD, true, &o, err);
+}
+
+kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size_t *len,
+                              kc_err *err)
+{
+    *body = NULL;
+    *len = 0;
+    read_out o = {.buf = body, .len = len};
+    return read_entry(s, key, READ_STORED, false, &o, err);
 }
 
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)

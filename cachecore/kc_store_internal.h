@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "kc_envelope.h"
 #include "kc_store.h"
 
 /* Fills up to cap (id, key) pairs of entries matching f with id > after, in
@@ -28,5 +29,22 @@ kc_code kc_store__batch_end(kc_store *s, bool commit, kc_err *err);
 /* Stores an artifact whose payload_sha is already known to match its
  * payload (a decoded envelope); skips rehashing. */
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
+
+/* Reads key's envelope header followed by its stored zstd frame of the
+ * payload (the body of a bundle's compressed-artifact record), without
+ * decompressing and without counting a hit. The frame is checked against
+ * the XXH3-64 recorded at put (KC_ERR_CORRUPT and quarantine if it fails).
+ * *body is malloc'd; the caller frees it. */
+kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size_t *len,
+                              kc_err *err);
+
+/* Stores the artifact described by a verified header h whose payload came
+ * as the zstd frame (frame, frame_len). Nothing is decompressed when the
+ * entry or its payload is already stored; otherwise the frame must be one
+ * frame that decompresses to exactly h->payload_len bytes with SHA-256
+ * h->payload_sha (KC_ERR_CORRUPT naming the key if not), and is then kept
+ * as is, without recompressing. */
+kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
+                             size_t frame_len, bool *created, kc_err *err);
 
 #endif

@@ -408,7 +408,8 @@ static void warn_offline(kc_remote *r, const char *why)
     bool first = !r->warned;
     r->warned = true;
     if (first)
-        snprintf(r->offline_why, sizeof r->offline_why, "%s", why);
+        snprintf(r->offline_why, sizeof r->offline_why, "%.*s", (int)sizeof r->offline_why - 1,
+                 why);
     pthread_mutex_unlock(&r->state_mu);
     atomic_store(&r->offline, true);
     if (first && !r->quiet)

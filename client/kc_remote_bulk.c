@@ -13,62 +13,6 @@
 
 /* ------------------------------------------------------------------ pull -- */
 
-/* Follows the bundle's record framing (kc_bundle.h) alongside the importer,
- * only to count artifacts for the progress display; the importer alone
- * decides what is valid. */
-typedef struct frame_counter {
-    int phase;        /* 0 fixed header, 1 header JSON, 2 record head, 3 record body, 4 done */
-    uint8_t head[16]; /* fixed header or record head being assembled */
-    size_t have;
-    uint64_t skip;
-    uint8_t type;
-    uint64_t records;
-} frame_counter;
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void frames_feed(frame_counter *fc, const uint8_t *p, size_t n)
-{
-    while (n > 0 && fc->phase != 4) {
-        if (fc->phase == 0 || fc->phase == 2) {
-            size_t need = fc->phase == 0 ? 16 : 9;
-            size_t take = need - fc->have < n ? need - fc->have : n;
-            memcpy(fc->head + fc->have, p, take);
-            fc->have += take;
-            p += take;
-            n -= take;
-            if (fc->have < need)
-                return;
-            fc->have = 0;
-            if (fc->phase == 0) {
-                fc->skip = (uint64_t)fc->head[12] | (uint64_t)fc->head[13] << 8 |
-                           (uint64_t)fc->head[14] << 16 | (uint64_t)fc->head[15] << 24;
-                fc->phase = 1;
-            } else {
-                fc->type = fc->head[0];
-                fc->skip = le64(fc->head + 1);
-                fc->phase = 3;
-            }
-        } else {
-            uint64_t take = fc->skip < n ? fc->skip : n;
-            fc->skip -= take;
-            p += take;
-            n -= (size_t)take;
-            if (fc->skip == 0) {
-                if (fc->phase == 3 && fc->type == 1)
-                    fc->records++;
-                fc->phase = (fc->phase == 3 && fc->type == 0xFF) ? 4 : 2;
-            }
-        }
-    }
-}
-
 typedef struct pull_ctx {
     kc_remote *r;
     CURL *h;
@@ -78,7 +22,6 @@ typedef struct pull_ctx {
     int decided; /* 0 unknown, 1 bundle (200), 2 error body */
     kc_rbuf errbody;
     uint64_t bytes;
-    frame_counter fc;
     uint64_t total; /* artifacts announced by the server, 0 unknown */
     kc_remote_progress_fn progress;
     void *pctx;
@@ -103,11 +46,17 @@ static bool pull_flush(pull_ctx *pc)
     if (pc->blen == 0)
         return true;
     pc->irc = kc_bundle_import_feed(pc->im, pc->buf, pc->blen, &pc->ierr);
-    if (pc->irc == KC_OK)
-        frames_feed(&pc->fc, pc->buf, pc->blen);
     pc->blen = 0;
     pc->last_feed = kc_now();
     return pc->irc == KC_OK;
+}
+
+/* Complete artifacts stored so far. */
+static uint64_t pulled(const pull_ctx *pc)
+{
+    kc_bundle_stats st;
+    kc_bundle_import_progress(pc->im, &st);
+    return st.artifacts;
 }
 
 static size_t pull_header(char *buf, size_t size, size_t nitems, void *ctx)
@@ -168,10 +117,11 @@ static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     /* Reported at each completed artifact and at least every 100 ms; the
      * caller throttles its display. */
     if (pc->progress) {
-        if (pc->fc.records != pc->last_records || now - pc->last_report >= 0.1) {
+        uint64_t kept = pulled(pc);
+        if (kept != pc->last_records || now - pc->last_report >= 0.1) {
             pc->last_report = now;
-            pc->last_records = pc->fc.records;
-            pc->progress(pc->fc.records, pc->total, pc->bytes, pc->pctx);
+            pc->last_records = kept;
+            pc->progress(kept, pc->total, pc->bytes, pc->pctx);
         }
     }
     return n;
@@ -291,7 +241,7 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
         pc.errbody = (kc_rbuf){0};
         if (pc.irc != KC_OK) {
             rc = kc_err_set(err, pc.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
-                            pc.ierr.msg, (unsigned long long)pc.fc.records);
+                            pc.ierr.msg, (unsigned long long)pulled(&pc));
             kc_bundle_import_finish(pc.im, st, NULL); /* what was kept still counts */
             kc_bundle_import_free(pc.im);
             kc_rbuf_free(&q.resp);
@@ -312,7 +262,7 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
                                 "%llu complete verified artifact(s), nothing partial; pull "
                                 "again to finish",
                                 url, (unsigned long long)pc.bytes, cerr.msg,
-                                (unsigned long long)pc.fc.records);
+                                (unsigned long long)pulled(&pc));
             else
                 rc = kc_err_set(err, cerr.code, "%s", cerr.msg);
         } else if (q.status != 200) {

@@ -545,7 +545,7 @@ static void s3_note(kcd_s3 *s, bool failed, const char *msg)
         s->backoff_s = S3_BACKOFF_MIN_S;
         s->down_until = 0;
     } else {
-        snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+        snprintf(s->last_error, sizeof s->last_error, "%.*s", (int)sizeof s->last_error - 1, msg);
         if (++s->consecutive_failures >= S3_FAILS_BEFORE_DOWN) {
             s->down_until = kc_now() + s->backoff_s;
             s->backoff_s *= 2;

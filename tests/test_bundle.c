@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #include "kc_bundle.h"
+#include "kc_bytes.h"
 #include "kc_testutil.h"
 
 static char *root;
@@ -105,20 +108,7 @@ static membuf export_all(const kc_filter *f)
  * record i); returns the count. */
 static int record_ends(const membuf *m, size_t *ends, size_t *end_record)
 {
-    size_t off = 16;
-    uint32_t h = (uint32_t)m->p[12] | (uint32_t)m->p[13] << 8 | (uint32_t)m->p[14] << 16 |
-                 (uint32_t)m->p[15] << 24;
-    off += h;
-    int n = 0;
-    while (off < m->n && m->p[off] == 1) {
-        uint64_t len = 0;
-        for (int i = 8; i >= 1; i--)
-            len = len << 8 | m->p[off + (size_t)i];
-        off += 9 + len;
-        ends[n++] = off;
-    }
-    *end_record = off;
-    return n;
+    return kc_test_bundle_records(m->p, m->n, ends, NART, end_record);
 }
 
 static int count_present(kc_store *s)
@@ -364,14 +354,22 @@ Test(bundle, garbage_versions_and_trailing_bytes_are_rejected)
         kc_bundle_import_free(im);
     }
     membuf m = export_all(NULL);
-    m.p[8] = 2; /* version 2 */
+    cr_assert_eq(m.p[8], KC_BUNDLE_VERSION);
+    m.p[8] = KC_BUNDLE_VERSION + 1;
     kc_bundle_import *im;
     cr_assert_eq(kc_bundle_import_begin(dst, &im, &e), KC_OK);
     cr_assert_eq(kc_bundle_import_feed(im, m.p, m.n, &e), KC_ERR_VERSION);
+    cr_assert(strstr(e.msg, "version 3"), "%s", e.msg);
     cr_assert_eq(kc_bundle_import_feed(im, m.p, 1, &e), KC_ERR_VERSION, "errors are sticky");
     cr_assert_eq(kc_bundle_import_finish(im, NULL, &e), KC_ERR_VERSION);
     kc_bundle_import_free(im);
+    /* compressed-artifact records do not exist in version 1 */
     m.p[8] = 1;
+    cr_assert_eq(kc_bundle_import_begin(dst, &im, &e), KC_OK);
+    cr_assert_eq(kc_bundle_import_feed(im, m.p, m.n, &e), KC_ERR_INVALID);
+    cr_assert(strstr(e.msg, "unknown record type 0x02"), "%s", e.msg);
+    kc_bundle_import_free(im);
+    m.p[8] = KC_BUNDLE_VERSION;
     mem_write("x", 1, &m);
     cr_assert_eq(kc_bundle_import_begin(dst, &im, &e), KC_OK);
     cr_assert_eq(kc_bundle_import_feed(im, m.p, m.n, &e), KC_ERR_INVALID);
@@ -390,4 +388,193 @@ Test(bundle, import_of_a_missing_file_names_it)
     cr_assert_eq(kc_bundle_import_file(src, path, &st, &e), KC_ERR_NOT_FOUND);
     cr_assert(strstr(e.msg, "missing.kcb"));
     free(path);
+}
+
+/* A bundle assembled here record by record, the way another producer (or an
+ * older kcache) would write it. */
+typedef struct hand_bundle {
+    membuf m;
+    kc_sha256_ctx *sha;
+    uint64_t count;
+} hand_bundle;
+
+static void hand_begin(hand_bundle *b, uint16_t version)
+{
+    memset(b, 0, sizeof *b);
+    b->sha = kc_sha256_new();
+    uint8_t fixed[16];
+    memcpy(fixed, "KCBUNDLE", 8);
+    kc_put_u16(fixed + 8, version);
+    kc_put_u16(fixed + 10, 0);
+    kc_put_u32(fixed + 12, 2);
+    mem_write(fixed, 16, &b->m);
+    mem_write("{}", 2, &b->m);
+    kc_sha256_update(b->sha, b->m.p, b->m.n);
+}
+
+static void hand_record(hand_bundle *b, uint8_t type, const void *body1, size_t n1,
+                        const void *body2, size_t n2)
+{
+    uint8_t head[9];
+    head[0] = type;
+    kc_put_u64(head + 1, n1 + n2);
+    mem_write(head, 9, &b->m);
+    mem_write(body1, n1, &b->m);
+    if (n2)
+        mem_write(body2, n2, &b->m);
+    kc_sha256_update(b->sha, head, 9);
+    kc_sha256_update(b->sha, body1, n1);
+    if (n2)
+        kc_sha256_update(b->sha, body2, n2);
+    b->count++;
+}
+
+/* A compressed-artifact record for a: its header, then frame (or, when
+ * frame is NULL, a's payload compressed here). */
+static void hand_stored(hand_bundle *b, const kc_artifact *a, const void *frame, size_t flen)
+{
+    size_t hlen = kc_envelope_header_size(strlen(a->kind), strlen(a->meta));
+    uint8_t *hdr = malloc(hlen);
+    kc_envelope_write_header(hdr, a->key, a->kind, a->meta, a->payload_len, a->payload_sha);
+    uint8_t *z = NULL;
+    if (!frame) {
+        size_t bound = ZSTD_compressBound(a->payload_len);
+        z = malloc(bound);
+        flen = ZSTD_compress(z, bound, a->payload, a->payload_len, 1);
+        cr_assert(!ZSTD_isError(flen));
+        frame = z;
+    }
+    hand_record(b, 2, hdr, hlen, frame, flen);
+    free(hdr);
+    free(z);
+}
+
+static void hand_end(hand_bundle *b)
+{
+    uint8_t end[9 + 8 + KC_SHA256_LEN];
+    end[0] = 0xFF;
+    kc_put_u64(end + 1, 8 + KC_SHA256_LEN);
+    kc_put_u64(end + 9, b->count);
+    kc_sha256_final(b->sha, end + 17);
+    kc_sha256_free(b->sha);
+    mem_write(end, sizeof end, &b->m);
+}
+
+static kc_code import_mem(kc_store *dst, const membuf *m, kc_bundle_stats *st, kc_err *e)
+{
+    kc_bundle_import *im;
+    cr_assert_eq(kc_bundle_import_begin(dst, &im, e), KC_OK);
+    kc_code rc = kc_bundle_import_feed(im, m->p, m->n, e);
+    kc_code fin = kc_bundle_import_finish(im, st, rc == KC_OK ? e : NULL);
+    kc_bundle_import_free(im);
+    return rc != KC_OK ? rc : fin;
+}
+
+Test(bundle, version_1_bundles_of_whole_envelopes_still_import)
+{
+    hand_bundle b;
+    hand_begin(&b, 1);
+    kc_err e;
+    for (int i = 0; i < NART; i++) {
+        uint8_t *env;
+        size_t len;
+        cr_assert_eq(kc_store_get_envelope(src, keys[i], &env, &len, &e), KC_OK, "%s", e.msg);
+        hand_record(&b, 1, env, len, NULL, 0);
+        free(env);
+    }
+    hand_end(&b);
+    kc_store *dst = fresh("dst");
+    kc_bundle_stats st;
+    cr_assert_eq(import_mem(dst, &b.m, &st, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(st.imported, NART);
+    for (int i = 0; i < NART; i++)
+        assert_same_as_source(dst, keys[i]);
+    kc_store_close(dst);
+    free(b.m.p);
+}
+
+Test(bundle, compressed_records_are_checked_against_the_header_before_they_are_kept)
+{
+    kc_artifact good, other;
+    make_n(&good, 3);
+    make_n(&other, 4);
+    /* a valid zstd frame of the same length but other bytes */
+    uint8_t *wrong = malloc(good.payload_len);
+    memcpy(wrong, good.payload, good.payload_len);
+    wrong[good.payload_len / 2] ^= 1;
+    size_t bound = ZSTD_compressBound(good.payload_len);
+    uint8_t *wz = malloc(bound);
+    size_t wzlen = ZSTD_compress(wz, bound, wrong, good.payload_len, 1);
+    /* a frame of the right bytes that does not record its size */
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 0);
+    uint8_t *nz = malloc(bound);
+    size_t nzlen = ZSTD_compress2(cc, nz, bound, good.payload, good.payload_len);
+    ZSTD_freeCCtx(cc);
+    cr_assert(!ZSTD_isError(wzlen) && !ZSTD_isError(nzlen));
+    static const struct {
+        const char *why;
+        int which;
+    } cases[] = {
+        {"payload fails its SHA-256", 0},
+        {"is not one zstd frame", 1},
+        {"is not one zstd frame", 2}, /* two frames */
+        {"is not one zstd frame", 3}, /* frame cut short */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        hand_bundle b;
+        hand_begin(&b, KC_BUNDLE_VERSION);
+        hand_stored(&b, &other, NULL, 0);
+        uint8_t *twice = NULL;
+        switch (cases[c].which) {
+        case 0:
+            hand_stored(&b, &good, wz, wzlen);
+            break;
+        case 1:
+            hand_stored(&b, &good, nz, nzlen);
+            break;
+        case 2:
+            twice = malloc(2 * wzlen);
+            memcpy(twice, wz, wzlen);
+            memcpy(twice + wzlen, wz, wzlen);
+            hand_stored(&b, &good, twice, 2 * wzlen);
+            break;
+        default:
+            hand_stored(&b, &good, wz, wzlen - 3);
+        }
+        free(twice);
+        hand_end(&b);
+        kc_store *dst = fresh("dst");
+        kc_err e;
+        kc_bundle_stats st;
+        cr_assert_eq(import_mem(dst, &b.m, &st, &e), KC_ERR_CORRUPT, "case %zu: %s", c, e.msg);
+        cr_assert(strstr(e.msg, "artifact record 2 is damaged"), "%s", e.msg);
+        cr_assert(strstr(e.msg, good.key), "the message names the key: %s", e.msg);
+        cr_assert(strstr(e.msg, cases[c].why), "case %zu: %s", c, e.msg);
+        cr_assert_eq(st.imported, 1, "the record before the damage is kept");
+        cr_assert_eq(kc_store_has(dst, other.key, &e), KC_OK);
+        cr_assert_eq(kc_store_has(dst, good.key, &e), KC_ERR_NOT_FOUND);
+        kc_store_close(dst);
+        free(b.m.p);
+    }
+    /* the same record with the right frame goes in, and reads back */
+    hand_bundle b;
+    hand_begin(&b, KC_BUNDLE_VERSION);
+    hand_stored(&b, &good, NULL, 0);
+    hand_end(&b);
+    kc_store *dst = fresh("dst");
+    kc_err e;
+    cr_assert_eq(import_mem(dst, &b.m, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact back;
+    cr_assert_eq(kc_store_get(dst, good.key, &back, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(back.payload_len, good.payload_len);
+    cr_assert(memcmp(back.payload, good.payload, good.payload_len) == 0);
+    kc_artifact_free(&back);
+    kc_store_close(dst);
+    free(b.m.p);
+    free(wrong);
+    free(wz);
+    free(nz);
+    kc_artifact_free(&good);
+    kc_artifact_free(&other);
 }

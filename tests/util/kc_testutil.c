@@ -256,6 +256,26 @@ void kc_test_fill_random(void *buf, size_t len, uint64_t seed)
     }
 }
 
+static uint64_t le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    while (n-- > 0)
+        v = v << 8 | p[n];
+    return v;
+}
+
+int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, size_t *end_record)
+{
+    size_t off = n >= 16 ? 16 + (size_t)le(p + 12, 4) : n;
+    int count = 0;
+    while (off + 9 <= n && p[off] != 0xFF && count < max) {
+        off += 9 + (size_t)le(p + off + 1, 8);
+        ends[count++] = off;
+    }
+    *end_record = off;
+    return count;
+}
+
 char *kc_test_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;

@@ -53,6 +53,12 @@ int kc_test_write_file(const char *path, const void *data, size_t len);
 /* Deterministic pseudo-random bytes (xorshift) for payloads. */
 void kc_test_fill_random(void *buf, size_t len, uint64_t seed);
 
+/* Walks the records of a bundle held in memory (format in kc_bundle.h):
+ * ends[i] = the byte offset just after artifact record i (up to max), and
+ * *end_record = where the end record begins (or where the walk stopped).
+ * Returns the number of artifact records. */
+int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, size_t *end_record);
+
 /* Joins dir and name into a malloc'd "dir/name". */
 char *kc_test_path(const char *dir, const char *name);
 
