@@ -4,7 +4,9 @@
  * time). The format and the import policy are described in kc_bundle.h.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +14,15 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "kc_bundle.h"
 #include "kc_bytes.h"
+#include "kc_frame.h"
 #include "kc_hash.h"
 #include "kc_store_internal.h"
+#include "kc_util.h"
 
 #define KC_BUNDLE_FIXED_LEN 16          /* magic, version, flags, header length */
 #define KC_BUNDLE_HEADER_MAX (1u << 20) /* header JSON limit */
@@ -25,10 +30,70 @@
 #define KC_REC_ARTIFACT 1
 #define KC_REC_STORED 2
 #define KC_REC_END 0xFF
-#define KC_END_BODY_LEN (8 + KC_SHA256_LEN)
+#define KC_SUM_MAX KC_SHA256_LEN /* longest stream checksum (version 1) */
 #define KC_PAGE 64
 #define KC_IMPORT_BATCH 64               /* artifacts per import transaction, at most */
 #define KC_IMPORT_BATCH_BYTES (8u << 20) /* and envelope bytes per import transaction */
+#define KC_CHECK_THREADS_MAX 8           /* threads checking compressed payloads */
+#define KC_CHECK_PARALLEL_MIN (1u << 20) /* queued bytes worth spreading over threads */
+
+/* ---- the stream checksum ---------------------------------------------- */
+
+/* Version 1 ends with SHA-256 of the stream, version 2 with XXH3-128: every
+ * artifact in it already carries SHA-256 checksums of its header and
+ * payload, so the stream checksum only has to catch accidental damage to the
+ * framing and the header JSON, and SHA-256 over the whole stream cost as much
+ * as verifying the payloads again. Neither is a signature. */
+typedef struct stream_sum {
+    uint16_t version;
+    kc_sha256_ctx *sha;
+    XXH3_state_t *xxh;
+} stream_sum;
+
+static bool sum_init(stream_sum *m, uint16_t version)
+{
+    m->version = version;
+    if (version == 1)
+        return (m->sha = kc_sha256_new()) != NULL;
+    if (!(m->xxh = XXH3_createState()))
+        return false;
+    XXH3_128bits_reset(m->xxh);
+    return true;
+}
+
+static void sum_update(stream_sum *m, const void *data, size_t len)
+{
+    if (m->sha)
+        kc_sha256_update(m->sha, data, len);
+    else if (m->xxh)
+        XXH3_128bits_update(m->xxh, data, len);
+}
+
+/* Length of the checksum a stream of this version ends with. */
+static size_t sum_len(uint16_t version)
+{
+    return version == 1 ? KC_SHA256_LEN : sizeof(XXH128_canonical_t);
+}
+
+static void sum_final(stream_sum *m, uint8_t out[KC_SUM_MAX])
+{
+    if (m->sha) {
+        kc_sha256_final(m->sha, out);
+    } else if (m->xxh) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(m->xxh));
+        memcpy(out, c.digest, sizeof c.digest);
+    }
+}
+
+static void sum_free(stream_sum *m)
+{
+    kc_sha256_free(m->sha);
+    if (m->xxh)
+        XXH3_freeState(m->xxh);
+    m->sha = NULL;
+    m->xxh = NULL;
+}
 
 /* ---- export ---------------------------------------------------------- */
 
@@ -39,7 +104,7 @@ struct kc_bundle_cursor {
     kc_filter f;
     char *kind, *device, *tag; /* owned copies of the filter strings */
     int phase;
-    kc_sha256_ctx *sha;
+    stream_sum sum;
     uint8_t pre[64]; /* pending small bytes (headers, end record) */
     size_t pre_len, pre_pos;
     uint8_t *body; /* pending envelope (owned) */
@@ -71,11 +136,11 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
         c->f.device = c->device = dup_or_null(f->device);
         c->f.tag = c->tag = dup_or_null(f->tag);
     }
-    c->sha = kc_sha256_new();
+    bool sum_ok = sum_init(&c->sum, KC_BUNDLE_VERSION);
     json_t *h = json_object();
     json_t *filter = json_object();
     json_t *devices = json_array();
-    if (!c->sha || !h || !filter || !devices) {
+    if (!sum_ok || !h || !filter || !devices) {
         json_decref(h);
         json_decref(filter);
         json_decref(devices);
@@ -123,7 +188,7 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
     memcpy(c->hdr + KC_BUNDLE_FIXED_LEN, text, tlen);
     free(text);
     c->hdr_len = KC_BUNDLE_FIXED_LEN + tlen;
-    kc_sha256_update(c->sha, c->hdr, c->hdr_len);
+    sum_update(&c->sum, c->hdr, c->hdr_len);
     c->phase = CUR_ENTRIES;
     *out = c;
     return KC_OK;
@@ -164,19 +229,20 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
         c->body = env;
         c->body_len = len;
         c->body_pos = 0;
-        kc_sha256_update(c->sha, c->pre, KC_REC_HDR_LEN);
-        kc_sha256_update(c->sha, env, len);
+        sum_update(&c->sum, c->pre, KC_REC_HDR_LEN);
+        sum_update(&c->sum, env, len);
         c->count++;
         return KC_OK;
     }
     if (c->phase == CUR_END) {
-        uint8_t digest[KC_SHA256_LEN];
-        kc_sha256_final(c->sha, digest);
+        uint8_t digest[KC_SUM_MAX];
+        size_t dlen = sum_len(KC_BUNDLE_VERSION);
+        sum_final(&c->sum, digest);
         c->pre[0] = KC_REC_END;
-        kc_put_u64(c->pre + 1, KC_END_BODY_LEN);
+        kc_put_u64(c->pre + 1, 8 + dlen);
         kc_put_u64(c->pre + KC_REC_HDR_LEN, c->count);
-        memcpy(c->pre + KC_REC_HDR_LEN + 8, digest, KC_SHA256_LEN);
-        c->pre_len = KC_REC_HDR_LEN + KC_END_BODY_LEN;
+        memcpy(c->pre + KC_REC_HDR_LEN + 8, digest, dlen);
+        c->pre_len = KC_REC_HDR_LEN + 8 + dlen;
         c->pre_pos = 0;
         c->phase = CUR_DONE;
     }
@@ -234,7 +300,7 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c)
 {
     if (!c)
         return;
-    kc_sha256_free(c->sha);
+    sum_free(&c->sum);
     free(c->body);
     free(c->hdr);
     free(c->kind);
@@ -278,50 +344,26 @@ kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn,
     return code;
 }
 
-typedef struct file_sink {
-    FILE *f;
-    int errno_value;
-} file_sink;
-
-static int file_write(const void *data, size_t len, void *ctx)
-{
-    file_sink *fs = ctx;
-    if (fwrite(data, 1, len, fs->f) != len) {
-        fs->errno_value = errno ? errno : EIO;
-        return -1;
-    }
-    return 0;
-}
-
+/* The file is a kc_outfile (kc_util.h): a temporary renamed into place
+ * when the export succeeded, removed when it failed (the path keeps what it
+ * held); a device, FIFO or /dev/stdout is written in place. */
 kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
                               kc_bundle_stats *st, kc_err *err)
 {
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    file_sink fs = {fopen(tmp, "wb"), 0};
-    if (!fs.f) {
-        kc_code code = kc_err_errno(err, KC_ERR_IO, errno, "cannot create %s", tmp);
-        free(tmp);
+    kc_outfile *o;
+    kc_code code = kc_outfile_open(path, &o, err);
+    if (code != KC_OK) {
+        if (st)
+            memset(st, 0, sizeof *st);
         return code;
     }
-    kc_code code = kc_bundle_export(s, f, file_write, &fs, st, err);
-    if (code != KC_OK && fs.errno_value)
-        code = kc_err_errno(err, fs.errno_value == ENOSPC ? KC_ERR_FULL : KC_ERR_IO, fs.errno_value,
-                            "writing %s", path);
-    else if (code != KC_OK)
-        kc_err_prefix(err, "exporting to %s", path);
-    if (code == KC_OK && (fflush(fs.f) != 0 || fsync(fileno(fs.f)) != 0))
-        code = kc_err_errno(err, KC_ERR_IO, errno, "writing %s", path);
-    if (fclose(fs.f) != 0 && code == KC_OK)
-        code = kc_err_errno(err, KC_ERR_IO, errno, "writing %s", path);
-    if (code == KC_OK && rename(tmp, path) != 0)
-        code = kc_err_errno(err, KC_ERR_IO, errno, "cannot rename %s to %s", tmp, path);
-    if (code != KC_OK)
-        unlink(tmp);
-    free(tmp);
+    code = kc_bundle_export(s, f, kc_outfile_sink, o, st, err);
+    /* committing after a failed write reports that write's error (a full
+     * disk: KC_ERR_FULL, naming the path) and removes the temporary */
+    if (code == KC_OK || kc_outfile_failed(o))
+        return kc_outfile_commit(o, err);
+    kc_outfile_abort(o);
+    kc_err_prefix(err, "exporting to %s", path);
     return code;
 }
 
@@ -329,12 +371,27 @@ kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
 
 enum { IM_FIXED, IM_HJSON, IM_REC_HDR, IM_REC_BODY, IM_DONE, IM_ERROR };
 
+/* A compressed-artifact record waiting for its payload check. Records are
+ * queued up to one import batch, their frames checked in parallel, then
+ * stored in stream order, so the import policy (everything before the first
+ * damaged record is kept, nothing after) is the same as one at a time. */
+typedef struct queued {
+    uint8_t *body; /* the record body (owned): envelope header, then the frame */
+    size_t len;
+    kc_envelope_header h; /* parsed from body; h.meta owned */
+    uint64_t offset;      /* where the record began, and its number, for messages */
+    uint64_t number;
+    bool wanted; /* new bytes for the store: checked before the put */
+    kc_code code;
+    kc_err err;
+} queued;
+
 struct kc_bundle_import {
     kc_store *s;
     int state;
-    kc_sha256_ctx *sha;
-    uint8_t stream_sha[KC_SHA256_LEN]; /* digest of everything before the end record */
-    uint8_t *acc;                      /* the unit being gathered */
+    stream_sum sum;             /* started once the version is known */
+    uint8_t digest[KC_SUM_MAX]; /* checksum of everything before the end record */
+    uint8_t *acc;               /* the unit being gathered */
     size_t have, need, cap;
     uint8_t rec_type;
     uint16_t version;    /* of the stream, from its fixed header */
@@ -346,16 +403,19 @@ struct kc_bundle_import {
     uint64_t batched_bytes; /* envelope bytes of those puts */
     kc_bundle_stats pend;   /* counts of the open batch: added to st once committed */
     kc_err sticky;
+    queued queue[KC_IMPORT_BATCH];
+    size_t nqueue;
+    uint64_t queue_bytes;
+    kc_frame_checker *checkers[KC_CHECK_THREADS_MAX]; /* made on first use */
+    bool flushing;                                    /* inside flush_queue */
 };
 
 kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err)
 {
     *out = NULL;
     kc_bundle_import *im = calloc(1, sizeof *im);
-    if (!im || !(im->sha = kc_sha256_new())) {
-        free(im);
+    if (!im)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle import");
-    }
     im->s = s;
     im->state = IM_FIXED;
     im->need = KC_BUNDLE_FIXED_LEN;
@@ -365,9 +425,17 @@ kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err)
 
 static kc_code im_fail(kc_bundle_import *im, kc_err *err, kc_code code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+static kc_code flush_queue(kc_bundle_import *im, kc_err *err);
 
+/* Ends the import with an error, after storing the complete records still
+ * queued (they came before the damage). */
 static kc_code im_fail(kc_bundle_import *im, kc_err *err, kc_code code, const char *fmt, ...)
 {
+    if (im->nqueue && !im->flushing) {
+        kc_code fc = flush_queue(im, err);
+        if (fc != KC_OK)
+            return fc;
+    }
     im->sticky.code = code;
     va_list ap;
     va_start(ap, fmt);
@@ -423,6 +491,179 @@ static kc_code parse_stored(const uint8_t *body, size_t len, kc_envelope_header 
     return code;
 }
 
+/* Stores one verified artifact, a (a whole envelope) or h with its frame,
+ * inside the open batch; commits the batch when it is full. */
+static kc_code store_record(kc_bundle_import *im, const kc_artifact *a, const kc_envelope_header *h,
+                            const uint8_t *frame, size_t frame_len, bool frame_checked,
+                            size_t rec_len, uint64_t offset, uint64_t number, kc_err *err)
+{
+    kc_err e2;
+    kc_code code;
+    if (!im->batched && (code = kc_store__batch_begin(im->s, &e2)) != KC_OK)
+        return im_fail(im, err, code, "bundle import: %s", e2.msg);
+    im->batched++;
+    bool created = false;
+    if (h)
+        code = kc_store__put_stored(im->s, h, frame, frame_len, frame_checked, &created, &e2);
+    else
+        code = kc_store__put_verified(im->s, a, &created, &e2);
+    if (code != KC_OK) {
+        kc_err keep = e2;
+        end_batch(im, NULL);
+        return im_fail(im, err, code, "bundle byte offset %llu: artifact record %llu %s: %s",
+                       (unsigned long long)offset, (unsigned long long)number,
+                       code == KC_ERR_CORRUPT ? "is damaged" : "cannot be stored", keep.msg);
+    }
+    im->pend.artifacts++;
+    if (created)
+        im->pend.imported++;
+    else
+        im->pend.present++;
+    im->batched_bytes += rec_len;
+    if (im->batched >= KC_IMPORT_BATCH || im->batched_bytes >= KC_IMPORT_BATCH_BYTES)
+        return end_batch(im, err);
+    return KC_OK;
+}
+
+static void drop_queue(kc_bundle_import *im)
+{
+    for (size_t i = 0; i < im->nqueue; i++) {
+        free(im->queue[i].body);
+        kc_envelope_header_free(&im->queue[i].h);
+    }
+    im->nqueue = 0;
+    im->queue_bytes = 0;
+}
+
+typedef struct check_job {
+    kc_bundle_import *im;
+    atomic_size_t next;
+} check_job;
+
+/* Checks queued frames until none is left; one checker per thread. */
+static void check_some(check_job *job, kc_frame_checker *c)
+{
+    kc_bundle_import *im = job->im;
+    for (size_t i; (i = atomic_fetch_add(&job->next, 1)) < im->nqueue;) {
+        queued *q = &im->queue[i];
+        if (!q->wanted)
+            continue;
+        q->code =
+            c ? kc_frame_check(c, q->h.key, q->body + q->h.header_len, q->len - q->h.header_len,
+                               q->h.payload_len, q->h.payload_sha, &q->err)
+              : kc_err_set(&q->err, KC_ERR_NOMEM, "out of memory checking %s", q->h.key);
+    }
+}
+
+typedef struct check_thread {
+    check_job *job;
+    kc_frame_checker *checker;
+} check_thread;
+
+static void *check_thread_main(void *arg)
+{
+    check_thread *t = arg;
+    check_some(t->job, t->checker);
+    return NULL;
+}
+
+static kc_frame_checker *checker(kc_bundle_import *im, int i)
+{
+    if (!im->checkers[i])
+        im->checkers[i] = kc_frame_checker_new();
+    return im->checkers[i];
+}
+
+/* Checks the frames of the queued records that bring new bytes, on up to
+ * one thread per CPU when there is enough to check. */
+static void check_queue(kc_bundle_import *im)
+{
+    uint64_t wanted_bytes = 0;
+    for (size_t i = 0; i < im->nqueue; i++)
+        if (im->queue[i].wanted)
+            wanted_bytes += im->queue[i].len;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = wanted_bytes < KC_CHECK_PARALLEL_MIN || cpus < 2 ? 1
+                   : cpus > KC_CHECK_THREADS_MAX                    ? KC_CHECK_THREADS_MAX
+                                                                    : (int)cpus;
+    check_job job = {.im = im};
+    atomic_init(&job.next, 0);
+    pthread_t tid[KC_CHECK_THREADS_MAX];
+    check_thread args[KC_CHECK_THREADS_MAX];
+    int started = 0;
+    for (int t = 1; t < nthreads; t++) {
+        args[t] = (check_thread){&job, checker(im, t)};
+        if (!args[t].checker || pthread_create(&tid[t], NULL, check_thread_main, &args[t]) != 0)
+            break; /* fewer helpers: the caller's thread checks the rest */
+        started = t;
+    }
+    check_some(&job, checker(im, 0));
+    for (int t = 1; t <= started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+/* Checks and stores the queued compressed-artifact records, in order. A
+ * damaged one ends the import after the ones before it are committed. */
+static kc_code flush_queue(kc_bundle_import *im, kc_err *err)
+{
+    if (!im->nqueue)
+        return KC_OK;
+    im->flushing = true;
+    kc_err e2;
+    for (size_t i = 0; i < im->nqueue; i++) {
+        queued *q = &im->queue[i];
+        q->code = KC_OK;
+        kc_code code = kc_store__wants_payload(im->s, q->h.key, q->h.payload_sha, &q->wanted, &e2);
+        if (code != KC_OK) {
+            drop_queue(im);
+            end_batch(im, NULL);
+            im->flushing = false;
+            return im_fail(im, err, code, "bundle import: %s", e2.msg);
+        }
+    }
+    check_queue(im);
+    kc_code code = KC_OK;
+    for (size_t i = 0; i < im->nqueue && code == KC_OK; i++) {
+        queued *q = &im->queue[i];
+        if (q->code != KC_OK) {
+            end_batch(im, NULL);
+            code = im_fail(
+                im, err, q->code, "bundle byte offset %llu: artifact record %llu is damaged: %s",
+                (unsigned long long)q->offset, (unsigned long long)q->number, q->err.msg);
+            break;
+        }
+        code = store_record(im, NULL, &q->h, q->body + q->h.header_len, q->len - q->h.header_len,
+                            q->wanted, q->len, q->offset, q->number, err);
+    }
+    drop_queue(im);
+    im->flushing = false;
+    return code;
+}
+
+/* Takes the compressed-artifact record in im->acc into the queue (the
+ * buffer changes hands), flushing the queue when it holds a batch. */
+static kc_code take_stored(kc_bundle_import *im, kc_err *err)
+{
+    kc_err e2;
+    kc_envelope_header h;
+    kc_code code = parse_stored(im->acc, im->have, &h, &e2);
+    if (code != KC_OK)
+        return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
+                       "bundle byte offset %llu: artifact record %llu is damaged: %s",
+                       (unsigned long long)im->unit_start, (unsigned long long)im->records, e2.msg);
+    sum_update(&im->sum, im->acc, im->have);
+    im->queue[im->nqueue++] = (queued){
+        .body = im->acc, .len = im->have, .h = h, .offset = im->unit_start, .number = im->records};
+    im->queue_bytes += im->have;
+    im->acc = NULL;
+    im->cap = 0;
+    if ((im->nqueue == KC_IMPORT_BATCH || im->queue_bytes >= KC_IMPORT_BATCH_BYTES) &&
+        (code = flush_queue(im, err)) != KC_OK)
+        return code;
+    im->state = IM_REC_HDR;
+    return expect(im, KC_REC_HDR_LEN, err);
+}
+
 /* Handles one complete unit in im->acc. */
 static kc_code process_unit(kc_bundle_import *im, kc_err *err)
 {
@@ -438,12 +679,14 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
                            "bundle format version %u is not supported (this build reads 1 to %d)",
                            ver, KC_BUNDLE_VERSION);
         im->version = ver;
+        if (!sum_init(&im->sum, ver))
+            return im_fail(im, err, KC_ERR_NOMEM, "out of memory importing a bundle");
         uint32_t h = (uint32_t)kc_get_le(u + 12, 4);
         if (h > KC_BUNDLE_HEADER_MAX)
             return im_fail(im, err, KC_ERR_INVALID,
                            "bundle byte offset 12: header length %u exceeds %u", h,
                            KC_BUNDLE_HEADER_MAX);
-        kc_sha256_update(im->sha, u, KC_BUNDLE_FIXED_LEN);
+        sum_update(&im->sum, u, KC_BUNDLE_FIXED_LEN);
         im->state = IM_HJSON;
         return expect(im, h, err);
     }
@@ -456,7 +699,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             return im_fail(im, err, KC_ERR_INVALID,
                            "bundle byte offset %llu: header is not a JSON object",
                            (unsigned long long)im->unit_start);
-        kc_sha256_update(im->sha, u, im->have);
+        sum_update(&im->sum, u, im->have);
         im->state = IM_REC_HDR;
         return expect(im, KC_REC_HDR_LEN, err);
     }
@@ -464,12 +707,12 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
         uint8_t type = u[0];
         uint64_t len = kc_get_le(u + 1, 8);
         if (type == KC_REC_END) {
-            if (len != KC_END_BODY_LEN)
+            if (len != 8 + sum_len(im->version))
                 return im_fail(im, err, KC_ERR_INVALID,
-                               "bundle byte offset %llu: end record has length %llu, expected %d",
+                               "bundle byte offset %llu: end record has length %llu, expected %zu",
                                (unsigned long long)im->unit_start, (unsigned long long)len,
-                               KC_END_BODY_LEN);
-            kc_sha256_final(im->sha, im->stream_sha);
+                               8 + sum_len(im->version));
+            sum_final(&im->sum, im->digest);
         } else if (type == KC_REC_ARTIFACT || (type == KC_REC_STORED && im->version >= 2)) {
             uint64_t min = kc_envelope_header_size(1, 0);
             uint64_t max =
@@ -481,7 +724,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
                                "length %llu",
                                (unsigned long long)im->unit_start,
                                (unsigned long long)im->records + 1, (unsigned long long)len);
-            kc_sha256_update(im->sha, u, KC_REC_HDR_LEN);
+            sum_update(&im->sum, u, KC_REC_HDR_LEN);
         } else {
             return im_fail(im, err, KC_ERR_INVALID,
                            "bundle byte offset %llu: unknown record type 0x%02x",
@@ -496,6 +739,9 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
     }
     case IM_REC_BODY: {
         if (im->rec_type == KC_REC_END) {
+            kc_code code = flush_queue(im, err);
+            if (code != KC_OK)
+                return code;
             uint64_t count = kc_get_le(u, 8);
             if (count != im->records)
                 return im_fail(im, err, KC_ERR_CORRUPT,
@@ -503,7 +749,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
                                "the stream held %llu",
                                (unsigned long long)im->unit_start, (unsigned long long)count,
                                (unsigned long long)im->records);
-            if (!kc_ct_equal(u + 8, im->stream_sha, KC_SHA256_LEN))
+            if (memcmp(u + 8, im->digest, sum_len(im->version)) != 0)
                 return im_fail(im, err, KC_ERR_CORRUPT,
                                "bundle byte offset %llu: stream checksum mismatch (the bundle "
                                "was altered; its %llu artifacts each verified individually)",
@@ -512,49 +758,23 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             return KC_OK;
         }
         im->records++;
-        kc_artifact a = {0};
-        kc_envelope_header h = {0};
-        kc_err e2;
-        kc_code code = im->rec_type == KC_REC_STORED ? parse_stored(u, im->have, &h, &e2)
-                                                     : kc_envelope_decode(u, im->have, &a, &e2);
+        if (im->rec_type == KC_REC_STORED)
+            return take_stored(im, err);
+        kc_code code = flush_queue(im, err);
         if (code != KC_OK)
+            return code;
+        kc_artifact a;
+        kc_err e2;
+        if ((code = kc_envelope_decode(u, im->have, &a, &e2)) != KC_OK)
             return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
                            "bundle byte offset %llu: artifact record %llu is damaged: %s",
                            (unsigned long long)im->unit_start, (unsigned long long)im->records,
                            e2.msg);
-        kc_sha256_update(im->sha, u, im->have);
-        if (!im->batched) {
-            code = kc_store__batch_begin(im->s, &e2);
-            if (code != KC_OK) {
-                kc_artifact_free(&a);
-                kc_envelope_header_free(&h);
-                return im_fail(im, err, code, "bundle import: %s", e2.msg);
-            }
-        }
-        im->batched++;
-        bool created = false;
-        if (im->rec_type == KC_REC_STORED)
-            code = kc_store__put_stored(im->s, &h, u + h.header_len, im->have - h.header_len,
-                                        &created, &e2);
-        else
-            code = kc_store__put_verified(im->s, &a, &created, &e2);
+        sum_update(&im->sum, u, im->have);
+        code =
+            store_record(im, &a, NULL, NULL, 0, false, im->have, im->unit_start, im->records, err);
         kc_artifact_free(&a);
-        kc_envelope_header_free(&h);
-        if (code != KC_OK) {
-            kc_err keep = e2;
-            end_batch(im, NULL);
-            return im_fail(im, err, code, "bundle byte offset %llu: artifact record %llu %s: %s",
-                           (unsigned long long)im->unit_start, (unsigned long long)im->records,
-                           code == KC_ERR_CORRUPT ? "is damaged" : "cannot be stored", keep.msg);
-        }
-        im->pend.artifacts++;
-        if (created)
-            im->pend.imported++;
-        else
-            im->pend.present++;
-        im->batched_bytes += im->have;
-        if ((im->batched >= KC_IMPORT_BATCH || im->batched_bytes >= KC_IMPORT_BATCH_BYTES) &&
-            (code = end_batch(im, err)) != KC_OK)
+        if (code != KC_OK)
             return code;
         im->state = IM_REC_HDR;
         return expect(im, KC_REC_HDR_LEN, err);
@@ -584,7 +804,11 @@ kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len
         if (n > len)
             n = len;
         if (im->have + n > im->cap) {
-            size_t c = im->cap ? im->cap : 4096;
+            /* a unit up to 1 MiB gets its whole buffer at once (records
+             * change hands when queued, so this runs once per record);
+             * beyond, the buffer grows with what arrives, so a lying length
+             * never costs more memory than the bytes actually sent */
+            size_t c = im->cap ? im->cap : im->need <= (1u << 20) ? im->need : (1u << 20);
             while (c < im->have + n)
                 c *= 2;
             if (c > im->need)
@@ -635,6 +859,8 @@ static const char *state_name(const kc_bundle_import *im)
 
 kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_err *err)
 {
+    if (im->state != IM_ERROR)
+        flush_queue(im, NULL); /* complete records of a cut stream are kept */
     end_batch(im, NULL);
     if (st)
         *st = im->st;
@@ -669,7 +895,10 @@ void kc_bundle_import_free(kc_bundle_import *im)
     if (!im)
         return;
     end_batch(im, NULL);
-    kc_sha256_free(im->sha);
+    drop_queue(im);
+    for (int i = 0; i < KC_CHECK_THREADS_MAX; i++)
+        kc_frame_checker_free(im->checkers[i]);
+    sum_free(&im->sum);
     free(im->acc);
     free(im);
 }

@@ -12,9 +12,10 @@
  *             zstd frame of the payload, exactly as the store keeps it; the
  *             importer checks the frame against the header's SHA-256 and
  *             stores it without recompressing
- *     type 0xFF: end; body = u64 artifact count | SHA-256 of every byte
- *                before this record's type byte
- * Version 1 is the same without type 2; both are read, version 2 written.
+ *     type 0xFF: end; body = u64 artifact count | XXH3-128 (canonical,
+ *                big-endian) of every byte before this record's type byte
+ * Version 1 is the same without type 2, and ends with SHA-256 instead of
+ * XXH3-128. Both are read; version 2 is written.
  * A stream without a valid end record is truncated.
  *
  * Import policy: each artifact is stored only after its own checksums pass,
@@ -49,7 +50,9 @@ typedef struct kc_bundle_stats {
  * (may be NULL) receives the artifact count and bytes written. */
 kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn, void *ctx,
                          kc_bundle_stats *st, kc_err *err);
-/* Same, to a file (written to PATH.tmp then renamed). */
+/* Same, to a file: a regular file is written to a temporary beside it and
+ * renamed into place only when the export succeeded (kc_outfile in
+ * kc_util.h); a device, FIFO or /dev/stdout is written in place. */
 kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
                               kc_bundle_stats *st, kc_err *err);
 
@@ -67,16 +70,21 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c);
 
 /* Push-style streaming importer: feed bytes as they arrive (from a file, a
  * curl write callback or an HTTP upload). Each artifact is stored once its
- * envelope checksums pass; the artifacts completed within one feed call are
- * committed together before the call returns (no write lock is held while
- * the caller waits for more bytes). Memory: one artifact at a time. Errors
+ * checksums pass, in stream order. Compressed-artifact records are queued
+ * until a batch (64 artifacts or 8 MiB) is complete, the end record arrives
+ * or kc_bundle_import_finish is called, so their payloads can be checked on
+ * several threads (one per CPU, up to 8) before they are stored; the puts of
+ * a feed call are committed before it returns, so no write lock is held
+ * while the caller waits for more bytes. Memory: up to one batch. Errors
  * name the byte offset of the damaged record and what was wrong. After an
  * error, further feeds return the same error. */
 typedef struct kc_bundle_import kc_bundle_import;
 kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err);
 kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len, kc_err *err);
-/* Checks that the end record was seen (KC_ERR_TRUNCATED if not) and that the
- * stream checksum matches. Fills st (may be NULL). Does not free. */
+/* Stores the complete artifacts still queued, then checks that the end
+ * record was seen (KC_ERR_TRUNCATED if not) and that the stream checksum
+ * matches. Fills st (may be NULL). Does not free; freeing without finishing
+ * drops queued artifacts. */
 kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_err *err);
 void kc_bundle_import_free(kc_bundle_import *im);
 

@@ -4,10 +4,16 @@
  * entries mapping keys to blobs, LRU by batched access times, quarantine for
  * corrupt payloads, and counters summed across processes.
  *
- * Schema (user_version 1):
- *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data)  payload = one zstd
- *         frame; xxh = XXH3-64 of data (the check every get makes, and the
- *         zstd passthrough path); refs = entries using it (the blob goes when it reaches 0)
+ * Schema (user_version 2):
+ *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data, pack, off)  payload =
+ *         one zstd frame of zsize bytes, in data (pack = 0) or, from
+ *         KC_PACK_MIN compressed bytes up, at off in pack file `pack`
+ *         (kc_pack.h; data is then empty); xxh = XXH3-64 of the frame (the
+ *         check every get makes, and the zstd passthrough path); refs =
+ *         entries using it (the blob goes when it reaches 0)
+ *   packs(id AUTOINCREMENT, live)  live = bytes of blobs in the pack; an
+ *         emptied pack other than the newest is deleted, row and file (gc
+ *         deletes the newest too)
  *   entries(id, key UNIQUE, kind, device, tag, created, atime, meta, blob)
  *         atime in microseconds since the epoch, created in seconds
  *   quarantine(id, key, kind, meta, sha, size, data, reason, at)
@@ -29,11 +35,19 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "kc_frame.h"
+#include "kc_pack.h"
 #include "kc_store.h"
 #include "kc_store_internal.h"
 #include "kc_util.h"
 
-#define KC_STORE_SCHEMA 1
+#define KC_STORE_SCHEMA 2
+/* Compressed blobs from this size up go to pack files: measured on a bundle
+ * import of 64 KiB artifacts, SQLite's overflow pages cost a write to the WAL
+ * and another at checkpoint, 4 KiB at a time (see docs/bench-notes/pull.md). */
+#define KC_PACK_MIN (16u << 10)
+#define KC_PACK_MAX (256ull << 20) /* default kc_store_opts.pack_max */
+#define KC_DOOMED_MAX 64           /* emptied packs remembered until commit */
 #define KC_BUSY_DEADLINE_S 120.0
 #define KC_TOUCH_MAX 8192
 #define KC_FLUSH_INTERVAL_S 5.0
@@ -63,6 +77,11 @@ enum {
     ST_BLOB_ZSIZE,
     ST_PRECHECK,
     ST_READ_BEGIN,
+    ST_PACK_NEWEST,
+    ST_PACK_NEW,
+    ST_PACK_ADD,
+    ST_PACK_DEL,
+    ST_PACK_EXISTS,
     ST_COUNT
 };
 
@@ -74,18 +93,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RELEASE] = "RELEASE kc_put",
     [ST_ROLLBACK_TO] = "ROLLBACK TO kc_put",
     [ST_ENTRY_EXISTS] = "SELECT 1 FROM entries WHERE key = ?1",
-    [ST_INS_BLOB] =
-        "INSERT INTO blobs(sha, size, zsize, xxh, refs, data) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+    [ST_INS_BLOB] = "INSERT INTO blobs(sha, size, zsize, xxh, refs, data, pack, off) "
+                    "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)",
     [ST_INS_ENTRY] = "INSERT OR IGNORE INTO entries(key, kind, device, tag, created, atime, meta, "
                      "blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_ADD_COUNTER] = "UPDATE counters SET value = value + ?2 WHERE name = ?1",
-    [ST_GET] = "SELECT e.id, e.kind, e.meta, b.id, b.sha, b.size, b.xxh, b.data "
+    [ST_GET] = "SELECT e.id, e.kind, e.meta, b.id, b.sha, b.size, b.xxh, b.data, b.pack, "
+               "b.off, b.zsize "
                "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
     [ST_ENTRY_BY_KEY] = "SELECT id, blob FROM entries WHERE key = ?1",
     [ST_DEL_ENTRY] = "DELETE FROM entries WHERE id = ?1",
     [ST_BLOB_ORPHAN] = "UPDATE blobs SET refs = refs - 1 WHERE id = ?1 RETURNING refs, zsize",
     [ST_BLOB_REF] = "UPDATE blobs SET refs = refs + 1 WHERE id = ?1",
-    [ST_DEL_BLOB] = "DELETE FROM blobs WHERE id = ?1",
+    [ST_DEL_BLOB] = "DELETE FROM blobs WHERE id = ?1 RETURNING pack, zsize",
     [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE id = ?1 AND atime < ?2",
     [ST_LRU] = "SELECT id, blob, key FROM entries WHERE id <> ?1 ORDER BY atime, id LIMIT 64",
     [ST_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
@@ -97,6 +117,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_READ_BEGIN] = "BEGIN DEFERRED",
     [ST_PRECHECK] = "SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1), "
                     "(SELECT id FROM blobs WHERE sha = ?2)",
+    [ST_PACK_NEWEST] = "SELECT COALESCE(MAX(id), 0) FROM packs",
+    [ST_PACK_NEW] = "INSERT INTO packs(live) VALUES (0)",
+    [ST_PACK_ADD] = "UPDATE packs SET live = live + ?2 WHERE id = ?1 RETURNING live",
+    [ST_PACK_DEL] = "DELETE FROM packs WHERE id = ?1",
+    [ST_PACK_EXISTS] = "SELECT 1 FROM packs WHERE id = ?1",
 };
 
 typedef struct kc_touch {
@@ -119,9 +144,12 @@ struct kc_store {
     uint64_t hits, misses; /* not yet added to the counters table */
     double last_flush;
     int64_t last_tick_us;
-    bool batch;                /* inside kc_store__batch_begin */
-    bool rsnap;                /* inside kc_store_read_begin */
-    uint8_t window[64 * 1024]; /* decompression steps while checking a frame */
+    bool batch; /* inside kc_store__batch_begin */
+    bool rsnap; /* inside kc_store_read_begin */
+    kc_packs *packs;
+    int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
+    size_t ndoomed;
+    kc_frame_checker *checker; /* made on first use: compressed payloads received */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -259,6 +287,29 @@ static kc_code begin_write(kc_store *s, kc_err *err)
     return KC_OK;
 }
 
+static bool pack_exists(kc_store *s, int64_t pack)
+{
+    sqlite3_stmt *st = stmt(s, ST_PACK_EXISTS);
+    if (!st)
+        return true;
+    sqlite3_bind_int64(st, 1, pack);
+    int rc = step_retry(st);
+    sqlite3_reset(st);
+    return rc != SQLITE_DONE;
+}
+
+/* Unlinks the packs emptied by the write just committed (those whose row
+ * is really gone: a rolled-back savepoint may have restored one). */
+static void remove_doomed(kc_store *s)
+{
+    for (size_t i = 0; i < s->ndoomed; i++)
+        if (!pack_exists(s, s->doomed[i]))
+            kc_packs_remove(s->packs, s->doomed[i]);
+    s->ndoomed = 0;
+}
+
+static void rollback_write(kc_store *s);
+
 static kc_code commit_write(kc_store *s, kc_err *err)
 {
     int rc;
@@ -266,13 +317,21 @@ static kc_code commit_write(kc_store *s, kc_err *err)
         rc = exec_stmt(s, ST_RELEASE);
         return rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "release savepoint");
     }
+    /* durable: the pack bytes a committed row points at are on disk first */
+    kc_code code = s->opts.durable ? kc_packs_sync(s->packs, err) : KC_OK;
+    if (code != KC_OK) {
+        rollback_write(s);
+        return code;
+    }
     rc = exec_stmt(s, ST_COMMIT);
     if (rc != SQLITE_OK) {
         kc_code c = db_err(s, err, rc, "commit");
         if (!sqlite3_get_autocommit(s->db))
             exec_stmt(s, ST_ROLLBACK);
+        s->ndoomed = 0;
         return c;
     }
+    remove_doomed(s);
     return KC_OK;
 }
 
@@ -285,6 +344,7 @@ static void rollback_write(kc_store *s)
     }
     if (!sqlite3_get_autocommit(s->db))
         exec_stmt(s, ST_ROLLBACK);
+    s->ndoomed = 0;
 }
 
 static int add_counter(kc_store *s, const char *name, int64_t delta)
@@ -322,10 +382,19 @@ static const char schema_v1[] =
     "INSERT OR IGNORE INTO counters(name, value) VALUES ('hits', 0), ('misses', 0),"
     "  ('evictions', 0), ('corrupt', 0), ('stored_bytes', 0);";
 
+/* Version 2: large payloads in pack files; existing inline blobs stay. */
+static const char schema_v2[] =
+    "ALTER TABLE blobs ADD COLUMN pack INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE blobs ADD COLUMN off INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  live INTEGER NOT NULL);";
+
 /* Migration hook: migrations[v] takes a database at user_version v to v+1.
  * Each runs inside the open's write transaction. */
+
 static const char *const migrations[KC_STORE_SCHEMA] = {
     [0] = schema_v1,
+    [1] = schema_v2,
 };
 
 static int exec_retry(sqlite3 *db, const char *sql)
@@ -480,6 +549,10 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
         kc_store_close(s);
         return code;
     }
+    if ((code = kc_packs_open(dir, s->opts.read_only, &s->packs, err)) != KC_OK) {
+        kc_store_close(s);
+        return code;
+    }
     s->cctx = ZSTD_createCCtx();
     s->dctx = ZSTD_createDCtx();
     s->sha = kc_sha256_new();
@@ -524,6 +597,8 @@ void kc_store_close(kc_store *s)
     ZSTD_freeCCtx(s->cctx);
     ZSTD_freeDCtx(s->dctx);
     kc_sha256_free(s->sha);
+    kc_packs_close(s->packs);
+    kc_frame_checker_free(s->checker);
     free(s->touch);
     free(s->dir);
     free(s->db_path);
@@ -665,6 +740,98 @@ static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LE
     return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+/* Adds delta bytes to pack's live count. A pack emptied this way, other than
+ * the newest (the one appends go to), loses its row now and its file once
+ * the write commits. Inside a write txn. */
+static int pack_add(kc_store *s, int64_t pack, int64_t delta)
+{
+    sqlite3_stmt *st = stmt(s, ST_PACK_ADD);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, pack);
+    sqlite3_bind_int64(st, 2, delta);
+    int rc = step_retry(st);
+    int64_t live = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    if (delta >= 0 || live > 0)
+        return SQLITE_OK;
+    int64_t newest = 0;
+    st = stmt(s, ST_PACK_NEWEST);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    rc = step_retry(st);
+    if (rc == SQLITE_ROW)
+        newest = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW)
+        return rc;
+    if (pack >= newest || s->ndoomed == KC_DOOMED_MAX)
+        return SQLITE_OK; /* kept; a full list only delays removal to a later gc */
+    st = stmt(s, ST_PACK_DEL);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, pack);
+    rc = step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    s->doomed[s->ndoomed++] = pack;
+    return SQLITE_OK;
+}
+
+/* Deletes blob's row and releases its bytes in its pack; *zsize receives
+ * its stored size. Inside a write txn. */
+static int delete_blob(kc_store *s, int64_t blob, int64_t *zsize)
+{
+    *zsize = 0;
+    sqlite3_stmt *st = stmt(s, ST_DEL_BLOB);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, blob);
+    int rc = step_retry(st); /* RETURNING: the delete is complete after the first step */
+    int64_t pack = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    if (rc == SQLITE_ROW)
+        *zsize = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    return pack ? pack_add(s, pack, -*zsize) : SQLITE_OK;
+}
+
+/* Appends a blob's frame to the newest pack, or to a new one when that is
+ * full, and counts its bytes there. Inside the write txn that inserts the
+ * blob's row, so the bytes are referenced only if that commits. */
+static kc_code pack_store(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
+                          kc_err *err)
+{
+    int64_t id = 0;
+    sqlite3_stmt *st = stmt(s, ST_PACK_NEWEST);
+    int rc = st ? step_retry(st) : sqlite3_errcode(s->db);
+    if (rc == SQLITE_ROW)
+        id = sqlite3_column_int64(st, 0);
+    if (st)
+        sqlite3_reset(st);
+    if (rc != SQLITE_ROW)
+        return db_err(s, err, rc, "choosing a pack");
+    uint64_t limit = s->opts.pack_max ? s->opts.pack_max : KC_PACK_MAX;
+    bool full = id == 0;
+    kc_code code = id ? kc_packs_append(s->packs, id, z, zlen, limit, off, &full, err) : KC_OK;
+    if (code == KC_OK && full) {
+        if ((rc = exec_stmt(s, ST_PACK_NEW)) != SQLITE_OK)
+            return db_err(s, err, rc, "starting a pack");
+        id = sqlite3_last_insert_rowid(s->db);
+        code = kc_packs_append(s->packs, id, z, zlen, UINT64_MAX, off, &full, err);
+    }
+    if (code != KC_OK)
+        return code;
+    if ((rc = pack_add(s, id, (int64_t)zlen)) != SQLITE_OK)
+        return db_err(s, err, rc, "recording a pack");
+    *pack = id;
+    return KC_OK;
+}
+
 /* Deletes entry id; deletes its blob too when nothing else refers to it.
  * *freed receives the stored bytes released. Inside a write txn. */
 static int drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed)
@@ -690,13 +857,8 @@ static int drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed)
         return rc;
     if (refs > 0)
         return SQLITE_OK;
-    st = stmt(s, ST_DEL_BLOB);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, blob);
-    rc = step_retry(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
+    rc = delete_blob(s, blob, &z);
+    if (rc != SQLITE_OK)
         return rc;
     *freed = z;
     return add_counter(s, "stored_bytes", -z);
@@ -758,12 +920,11 @@ static int evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted
 /* Bytes of the blob to insert for a put: the payload compressed here, or a
  * zstd frame that came compressed (bundle import), accepted only when it is
  * one frame that decompresses to exactly the payload the artifact's header
- * describes. The frame is decompressed in small steps into a scratch window
- * and hashed as it goes, so checking it costs no payload-sized buffer. On
- * success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
+ * describes (kc_frame_check; skipped when the caller already checked it).
+ * On success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
 static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
-                          int level, const void **z, size_t *zlen, bool *owned, uint64_t *xxh,
-                          kc_err *err)
+                          bool frame_checked, int level, const void **z, size_t *zlen, bool *owned,
+                          uint64_t *xxh, kc_err *err)
 {
     *owned = false;
     if (!frame) {
@@ -782,35 +943,14 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
         *xxh = XXH3_64bits(buf, n);
         return KC_OK;
     }
-    unsigned long long fcs = ZSTD_getFrameContentSize(frame, frame_len);
-    if (fcs != (unsigned long long)a->payload_len ||
-        ZSTD_findFrameCompressedSize(frame, frame_len) != frame_len)
-        return kc_err_set(err, KC_ERR_CORRUPT,
-                          "%s: compressed payload is not one zstd frame of %zu bytes", a->key,
-                          a->payload_len);
-    ZSTD_inBuffer in = {frame, frame_len, 0};
-    size_t total = 0, ret = 1;
-    kc_sha256_reset(s->sha);
-    ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
-    while (ret != 0 && total <= a->payload_len) {
-        ZSTD_outBuffer out = {s->window, sizeof s->window, 0};
-        ret = ZSTD_decompressStream(s->dctx, &out, &in);
-        if (ZSTD_isError(ret))
-            break;
-        kc_sha256_update(s->sha, s->window, out.pos);
-        total += out.pos;
-        if (ret != 0 && out.pos == 0 && in.pos == in.size)
-            break; /* the frame ends early */
+    if (!frame_checked) {
+        if (!s->checker && !(s->checker = kc_frame_checker_new()))
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory checking %s", a->key);
+        kc_code code = kc_frame_check(s->checker, a->key, frame, frame_len, a->payload_len,
+                                      a->payload_sha, err);
+        if (code != KC_OK)
+            return code;
     }
-    ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
-    uint8_t digest[KC_SHA256_LEN];
-    kc_sha256_final(s->sha, digest);
-    if (ZSTD_isError(ret) || ret != 0 || total != a->payload_len)
-        return kc_err_set(err, KC_ERR_CORRUPT, "%s: compressed payload does not decompress%s%s",
-                          a->key, ZSTD_isError(ret) ? ": " : "",
-                          ZSTD_isError(ret) ? ZSTD_getErrorName(ret) : " to its recorded size");
-    if (memcmp(digest, a->payload_sha, KC_SHA256_LEN) != 0)
-        return kc_err_set(err, KC_ERR_CORRUPT, "%s: payload fails its SHA-256", a->key);
     *z = frame;
     *zlen = frame_len;
     *xxh = XXH3_64bits(frame, frame_len);
@@ -818,8 +958,9 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
 }
 
 /* Stores a. With frame (a->payload then unused), the payload arrives as a
- * zstd frame and a->payload_sha is checked against it; without, verified
- * says a->payload_sha is already known to match a->payload. */
+ * zstd frame, checked against a->payload_sha unless verified says that was
+ * done; without, verified says a->payload_sha is already known to match
+ * a->payload. */
 static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const uint8_t *frame,
                         size_t frame_len, bool *created, kc_err *err)
 {
@@ -859,8 +1000,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const 
     size_t zlen = 0;
     bool z_owned = false;
     uint64_t xxh = 0;
-    if (blob == 0 &&
-        (code = blob_bytes(s, a, frame, frame_len, level, &z, &zlen, &z_owned, &xxh, err)) != KC_OK)
+    if (blob == 0 && (code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen,
+                                        &z_owned, &xxh, err)) != KC_OK)
         return code;
 
     if ((code = begin_write(s, err)) != KC_OK) {
@@ -877,11 +1018,21 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const 
     }
     if (rc == SQLITE_OK && blob == 0 && !z) {
         /* the blob we saw vanished meanwhile (evicted): make it now */
-        code = blob_bytes(s, a, frame, frame_len, level, &z, &zlen, &z_owned, &xxh, err);
+        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &xxh, err);
         if (code != KC_OK) {
             rollback_write(s);
             return code;
         }
+    }
+    int64_t pack = 0;
+    uint64_t off = 0;
+    if (rc == SQLITE_OK && blob == 0 && zlen >= KC_PACK_MIN &&
+        (code = pack_store(s, z, zlen, &pack, &off, err)) != KC_OK) {
+        if (z_owned)
+            free((void *)z);
+        rollback_write(s);
+        kc_err_prefix(err, "storing %s", a->key);
+        return code;
     }
     if (rc == SQLITE_OK && blob == 0) {
         sqlite3_stmt *st = stmt(s, ST_INS_BLOB);
@@ -894,7 +1045,9 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const 
             sqlite3_bind_int64(st, 4, (sqlite3_int64)xxh);
             /* SQLite refuses values over SQLITE_LIMIT_LENGTH (1e9 bytes):
              * report that as too large, not as a NOT NULL failure */
-            rc = sqlite3_bind_blob64(st, 5, z, zlen, SQLITE_STATIC);
+            rc = sqlite3_bind_blob64(st, 5, pack ? "" : z, pack ? 0 : zlen, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 6, pack);
+            sqlite3_bind_int64(st, 7, (sqlite3_int64)off);
             if (rc == SQLITE_OK)
                 rc = step_retry(st);
             sqlite3_reset(st);
@@ -984,13 +1137,25 @@ kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created,
 }
 
 kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
-                             size_t frame_len, bool *created, kc_err *err)
+                             size_t frame_len, bool frame_checked, bool *created, kc_err *err)
 {
     kc_artifact a = {.meta = h->meta, .payload_len = (size_t)h->payload_len};
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, true, frame, frame_len, created, err);
+    return put_impl(s, &a, frame_checked, frame, frame_len, created, err);
+}
+
+kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
+                                bool *wanted, kc_err *err)
+{
+    bool exists = false;
+    int64_t blob = 0;
+    int rc = precheck(s, key, sha, &exists, &blob);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "looking up");
+    *wanted = !exists && blob == 0;
+    return KC_OK;
 }
 
 kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
@@ -1078,12 +1243,8 @@ static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
         sqlite3_reset(st);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
-    if (rc == SQLITE_OK && (st = stmt(s, ST_DEL_BLOB))) {
-        sqlite3_bind_int64(st, 1, blob);
-        rc = step_retry(st);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
+    if (rc == SQLITE_OK)
+        rc = delete_blob(s, blob, &zsize);
     if (rc == SQLITE_OK)
         rc = add_counter(s, "stored_bytes", -zsize);
     if (rc == SQLITE_OK)
@@ -1134,6 +1295,46 @@ static size_t raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
     return o;
 }
 
+/* The stored frame of a blob row (columns data, pack, off, zsize from
+ * data_col on): its inline bytes, or zsize bytes read from its pack into
+ * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
+ * the pack is damaged; KC_ERR_NOT_FOUND when the pack file does not exist
+ * (removed after the caller's snapshot if its row is gone too, else lost);
+ * other errors (out of memory, a pack that cannot be opened or read) are
+ * not the blob's fault and must not quarantine it. */
+static kc_code blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
+                          size_t *zlen, uint8_t **own, const char **reason, kc_err *err)
+{
+    *own = NULL;
+    int64_t pack = sqlite3_column_int64(row, data_col + 1);
+    int64_t off = sqlite3_column_int64(row, data_col + 2);
+    int64_t zsize = sqlite3_column_int64(row, data_col + 3);
+    if (!pack) {
+        *z = sqlite3_column_blob(row, data_col);
+        *zlen = (size_t)sqlite3_column_bytes(row, data_col);
+        if (*z)
+            return KC_OK;
+        *reason = "malformed row";
+        return KC_ERR_CORRUPT;
+    }
+    if (off < KC_PACK_MAGIC_LEN || zsize <= 0 || (uint64_t)zsize > 2 * KC_PAYLOAD_MAX) {
+        *reason = "malformed row";
+        return KC_ERR_CORRUPT;
+    }
+    if (!(*own = malloc((size_t)zsize)))
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %lld bytes", (long long)zsize);
+    kc_code code = kc_packs_read(s->packs, pack, (uint64_t)off, *own, (size_t)zsize, err);
+    if (code == KC_OK) {
+        *z = *own;
+        *zlen = (size_t)zsize;
+        return KC_OK;
+    }
+    free(*own);
+    *own = NULL;
+    *reason = code == KC_ERR_NOT_FOUND ? "its pack file is missing" : "its pack file is cut short";
+    return code;
+}
+
 typedef struct read_out {
     kc_artifact *a;  /* READ_ARTIFACT */
     uint8_t **buf;   /* READ_ENVELOPE / READ_ZSTD */
@@ -1171,13 +1372,33 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
     int sha_len = sqlite3_column_bytes(st, 4);
     int64_t size = sqlite3_column_int64(st, 5);
     uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
-    const void *z = sqlite3_column_blob(st, 7);
-    size_t zlen = (size_t)sqlite3_column_bytes(st, 7);
     const char *reason = NULL;
     kc_code code = KC_OK;
     uint8_t *buf = NULL;
     uint8_t *payload = NULL;
-    size_t hlen = 0, klen = kind ? strlen(kind) : 0, mlen = meta ? strlen(meta) : 0;
+    uint8_t *zown = NULL;
+    size_t zlen = 0, hlen = 0, klen = kind ? strlen(kind) : 0, mlen = meta ? strlen(meta) : 0;
+    const void *z = NULL;
+    code = blob_frame(s, st, 7, &z, &zlen, &zown, &reason, err);
+    if (code == KC_ERR_NOT_FOUND) {
+        /* a pack emptied and removed by another process after our read:
+         * its row is gone now too (seen once the read ends) */
+        int64_t pack = sqlite3_column_int64(st, 8);
+        sqlite3_reset(st);
+        if (s->rsnap || !pack_exists(s, pack)) {
+            if (count)
+                note_access(s, 0, false);
+            return kc_err_set(err, KC_ERR_NOT_FOUND,
+                              "%s: not in the cache (evicted while being read)", key);
+        }
+        code = KC_ERR_CORRUPT;
+    }
+    if (code == KC_ERR_CORRUPT)
+        goto corrupt;
+    if (code != KC_OK) {
+        kc_err_prefix(err, "reading %s", key);
+        goto out;
+    }
 
     if (!kind || !meta || sha_len != KC_SHA256_LEN || size < 0 || klen == 0 || klen > KC_KIND_MAX ||
         mlen > KC_META_MAX || (uint64_t)size > KC_PAYLOAD_MAX) {
@@ -1270,12 +1491,14 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
 corrupt:
     sqlite3_reset(st);
     free(buf);
+    free(zown);
     quarantine_blob(s, blob, reason);
     return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
                       reason);
 out:
     sqlite3_reset(st);
     free(buf);
+    free(zown);
     if (code == KC_OK && count)
         note_access(s, id, true);
     return code;
@@ -1519,6 +1742,58 @@ static int query_u64(kc_store *s, const char *sql, uint64_t *v)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+static int add_pack_size(int64_t id, uint64_t size, void *ctx)
+{
+    (void)id;
+    *(uint64_t *)ctx += size;
+    return 0;
+}
+
+/* Removes a pack file that no row knows: one emptied by a process that died
+ * before unlinking it, or started by a write that never committed. */
+static int sweep_pack(int64_t id, uint64_t size, void *ctx)
+{
+    (void)size;
+    kc_store *s = ctx;
+    if (!pack_exists(s, id))
+        kc_packs_remove(s->packs, id);
+    return 0;
+}
+
+/* Drops emptied packs that were kept (the newest, or more than one write
+ * could remember), then pack files without a row. Pack ids are never reused
+ * (AUTOINCREMENT), so a reader holding an old row never finds another
+ * pack's bytes under its id. */
+static kc_code sweep_packs(kc_store *s, kc_err *err)
+{
+    kc_code code = begin_write(s, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st;
+    int rc =
+        sqlite3_prepare_v2(s->db, "DELETE FROM packs WHERE live <= 0 RETURNING id", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        while ((rc = step_retry(st)) == SQLITE_ROW)
+            if (s->ndoomed < KC_DOOMED_MAX)
+                s->doomed[s->ndoomed++] = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (rc != SQLITE_DONE) {
+        code = db_err(s, err, rc, "dropping empty packs");
+        rollback_write(s);
+        return code;
+    }
+    if ((code = commit_write(s, err)) != KC_OK)
+        return code;
+    /* under the write lock, so no writer is between starting a pack and
+     * committing its row */
+    if ((code = begin_write(s, err)) != KC_OK)
+        return code;
+    code = kc_packs_each(s->packs, sweep_pack, s, err);
+    rollback_write(s);
+    return code;
+}
+
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -1555,6 +1830,7 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
     snprintf(wal, sizeof wal, "%s-wal", s->db_path);
     if (stat(wal, &sb) == 0)
         out->file_bytes += (uint64_t)sb.st_size;
+    kc_packs_each(s->packs, add_pack_size, &out->file_bytes, NULL);
     return KC_OK;
 }
 
@@ -1597,6 +1873,8 @@ kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *e
         if (met || n == 0)
             break;
     }
+    if ((code = sweep_packs(s, err)) != KC_OK)
+        return code;
     exec_retry(s->db, "PRAGMA wal_checkpoint(TRUNCATE)");
     return KC_OK;
 }
@@ -1638,7 +1916,8 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
     kc_code code = KC_OK;
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db,
-                                "SELECT b.id, b.sha, b.size, b.xxh, b.data, b.refs FROM blobs b "
+                                "SELECT b.id, b.sha, b.size, b.xxh, b.refs, b.data, b.pack, "
+                                "b.off, b.zsize FROM blobs b "
                                 "WHERE b.id > ?1 ORDER BY b.id LIMIT 256",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
@@ -1657,11 +1936,19 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
             int sha_len = sqlite3_column_bytes(st, 1);
             int64_t size = sqlite3_column_int64(st, 2);
             uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 3);
-            const void *z = sqlite3_column_blob(st, 4);
-            size_t zlen = (size_t)sqlite3_column_bytes(st, 4);
-            nchecked += (uint64_t)sqlite3_column_int64(st, 5);
+            nchecked += (uint64_t)sqlite3_column_int64(st, 4);
             const char *reason = NULL;
-            if (sha_len != KC_SHA256_LEN || size < 0 || (uint64_t)size > KC_PAYLOAD_MAX) {
+            size_t zlen = 0;
+            uint8_t *zown = NULL;
+            const void *z = NULL;
+            kc_code fc = blob_frame(s, st, 5, &z, &zlen, &zown, &reason, err);
+            if (fc != KC_OK && fc != KC_ERR_CORRUPT && fc != KC_ERR_NOT_FOUND) {
+                code = fc; /* not the blob's fault: stop, quarantine nothing */
+                goto done;
+            }
+            if (!z) {
+                /* reason set by blob_frame */
+            } else if (sha_len != KC_SHA256_LEN || size < 0 || (uint64_t)size > KC_PAYLOAD_MAX) {
                 reason = "malformed row";
             } else if (XXH3_64bits(z, zlen) != xxh) {
                 reason = "compressed bytes fail their checksum";
@@ -1671,6 +1958,7 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
                     cap = (size_t)size + 1;
                     buf = malloc(cap);
                     if (!buf) {
+                        free(zown);
                         code = kc_err_set(err, KC_ERR_NOMEM, "out of memory verifying");
                         goto done;
                     }
@@ -1685,6 +1973,7 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
                         reason = "payload fails its SHA-256";
                 }
             }
+            free(zown);
             if (reason) {
                 if (nbads == capbads) {
                     capbads = capbads ? capbads * 2 : 16;

@@ -41,7 +41,11 @@ typedef struct kc_store_opts {
                           (kc_bundle_import_*); any other value is used for both */
     uint64_t max_size; /* stored bytes limit; 0 = unlimited. put evicts LRU to stay under */
     bool read_only;    /* open without creating or writing */
-    bool durable;      /* synchronous=FULL instead of NORMAL */
+    bool durable;      /* synchronous=FULL instead of NORMAL, and pack files are
+                          fdatasync'ed before the commit that refers to them */
+    uint64_t pack_max; /* size at which a pack file takes no more appends;
+                          0 = 256 MiB (payloads of 16 KiB compressed and up live
+                          in pack files beside the database) */
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
@@ -142,7 +146,7 @@ typedef struct kc_store_stats {
     uint64_t blobs;                            /* distinct payloads after dedup */
     uint64_t logical_bytes;                    /* sum of payload sizes over entries */
     uint64_t stored_bytes;                     /* compressed bytes of distinct payloads */
-    uint64_t file_bytes;                       /* database + WAL size on disk */
+    uint64_t file_bytes;                       /* database + WAL + pack files on disk */
     uint64_t hits, misses, evictions, corrupt; /* cumulative, all processes */
     uint64_t quarantined;
 } kc_store_stats;

@@ -42,9 +42,15 @@ kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size
  * as the zstd frame (frame, frame_len). Nothing is decompressed when the
  * entry or its payload is already stored; otherwise the frame must be one
  * frame that decompresses to exactly h->payload_len bytes with SHA-256
- * h->payload_sha (KC_ERR_CORRUPT naming the key if not), and is then kept
- * as is, without recompressing. */
+ * h->payload_sha (KC_ERR_CORRUPT naming the key if not; frame_checked: the
+ * caller made that check with kc_frame_check), and is then kept as is,
+ * without recompressing. */
 kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
-                             size_t frame_len, bool *created, kc_err *err);
+                             size_t frame_len, bool frame_checked, bool *created, kc_err *err);
+
+/* *wanted: key is not stored and no stored payload has this SHA-256, so a
+ * put would keep new bytes (the ones worth checking before the put). */
+kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
+                                bool *wanted, kc_err *err);
 
 #endif

@@ -1,9 +1,12 @@
 /*
  * kc_util.c - size parsing and formatting, a monotonic clock, whole-file
- * read, atomic file write and mkdir -p: the small helpers every tool shares.
+ * read, output files that appear whole or not at all (kc_outfile) and
+ * mkdir -p: the small helpers every tool shares.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,72 +148,224 @@ kc_code kc_read_file(const char *path, uint8_t **out, size_t *len, kc_err *err)
     return KC_OK;
 }
 
-/* Writes all of data to fd, retrying short writes and EINTR. */
-static int write_all(int fd, const void *data, size_t len)
+/* ---- kc_outfile ------------------------------------------------------ */
+
+struct kc_outfile {
+    char *path;   /* as the caller named it, for messages */
+    char *target; /* what the rename replaces (path or a symlink's target) */
+    char *tmp;    /* temporary beside target; NULL when written in place */
+    int fd;
+    mode_t mode; /* permission bits to give the new file; 0: leave */
+    bool failed;
+    kc_err first; /* the first write failure */
+};
+
+static kc_code full_or_io(int e)
 {
+#ifdef EDQUOT
+    if (e == EDQUOT)
+        return KC_ERR_FULL;
+#endif
+    return e == ENOSPC ? KC_ERR_FULL : KC_ERR_IO;
+}
+
+/* The descriptor behind /dev/stdout, /dev/stderr, /dev/fd/N or
+ * /proc/self/fd/N; -1 for any other path. */
+static int self_fd(const char *path)
+{
+    if (strcmp(path, "/dev/stdout") == 0)
+        return 1;
+    if (strcmp(path, "/dev/stderr") == 0)
+        return 2;
+    const char *num = NULL;
+    if (strncmp(path, "/dev/fd/", 8) == 0)
+        num = path + 8;
+    else if (strncmp(path, "/proc/self/fd/", 14) == 0)
+        num = path + 14;
+    if (!num || *num < '0' || *num > '9')
+        return -1;
+    char *end;
+    long v = strtol(num, &end, 10);
+    return *end == '\0' && v >= 0 && v < 65536 ? (int)v : -1;
+}
+
+static void outfile_free(kc_outfile *o)
+{
+    free(o->path);
+    free(o->target);
+    free(o->tmp);
+    free(o);
+}
+
+kc_code kc_outfile_open(const char *path, kc_outfile **out, kc_err *err)
+{
+    static atomic_uint seq;
+    *out = NULL;
+    if (!path || !*path)
+        return kc_err_set(err, KC_ERR_INVALID, "empty output path");
+    kc_outfile *o = calloc(1, sizeof *o);
+    if (!o || !(o->path = strdup(path))) {
+        free(o);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    o->fd = -1;
+    struct stat st;
+    int sfd = self_fd(path);
+    int exists = sfd < 0 && stat(path, &st) == 0;
+    if (sfd >= 0 || (exists && !S_ISREG(st.st_mode))) {
+        /* in place: this process's own descriptor, shared with its offset,
+         * or a device, FIFO or socket, written through and never replaced */
+        o->fd = sfd >= 0 ? fcntl(sfd, F_DUPFD_CLOEXEC, 3) : open(path, O_WRONLY | O_CLOEXEC);
+        if (o->fd < 0) {
+            int e = errno;
+            outfile_free(o);
+            return kc_err_errno(err, KC_ERR_IO, e, "cannot open %s", path);
+        }
+        *out = o;
+        return KC_OK;
+    }
+    struct stat lst;
+    if (exists && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+        o->target = realpath(path, NULL); /* replace the file, keep the link */
+    else
+        o->target = strdup(path);
+    size_t tl = o->target ? strlen(o->target) + 48 : 0;
+    if (!o->target || !(o->tmp = malloc(tl))) {
+        outfile_free(o);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    snprintf(o->tmp, tl, "%s.tmp.%ld.%u", o->target, (long)getpid(), atomic_fetch_add(&seq, 1));
+    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        int e = errno;
+        kc_code rc = kc_err_errno(err, full_or_io(e), e, "cannot create %s", o->tmp);
+        outfile_free(o);
+        return rc;
+    }
+    o->mode = exists ? (st.st_mode & 07777) : 0;
+    *out = o;
+    return KC_OK;
+}
+
+/* Keeps the first failure in o and copies it to err; returns its code. */
+static kc_code outfile_fail(kc_outfile *o, kc_err *err, int e, const char *what)
+{
+    if (!o->failed) {
+        o->failed = true;
+        kc_err_errno(&o->first, full_or_io(e), e, "cannot %s %s", what, o->path);
+    }
+    if (err)
+        *err = o->first;
+    return o->first.code;
+}
+
+kc_code kc_outfile_write(kc_outfile *o, const void *data, size_t len, kc_err *err)
+{
+    if (o->failed)
+        return outfile_fail(o, err, 0, "write");
     const uint8_t *p = data;
     while (len > 0) {
-        ssize_t w = write(fd, p, len);
+        ssize_t w = write(o->fd, p, len);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
-            return -1;
+            return outfile_fail(o, err, errno, "write");
+        if (w == 0)
+            return outfile_fail(o, err, EIO, "write");
         p += w;
         len -= (size_t)w;
     }
-    return 0;
+    return KC_OK;
+}
+
+int kc_outfile_sink(const void *data, size_t len, void *ctx)
+{
+    return kc_outfile_write(ctx, data, len, NULL) == KC_OK ? 0 : -1;
+}
+
+int kc_outfile_failed(const kc_outfile *o)
+{
+    return o->failed;
+}
+
+/* fsync of the directory holding path, so a rename survives a crash; best
+ * effort (some file systems refuse to sync a directory). */
+static void sync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+kc_code kc_outfile_commit(kc_outfile *o, kc_err *err)
+{
+    if (o->failed) {
+        kc_code rc = outfile_fail(o, err, 0, "write");
+        kc_outfile_abort(o);
+        return rc;
+    }
+    if (!o->tmp) {
+        int rc = close(o->fd);
+        int e = errno;
+        o->fd = -1;
+        kc_code code = KC_OK;
+        if (rc != 0 && e != EINTR)
+            code = outfile_fail(o, err, e, "write");
+        outfile_free(o);
+        return code;
+    }
+    if (o->mode)
+        (void)fchmod(o->fd, o->mode); /* best effort: a file we may not own */
+    if (fsync(o->fd) != 0) {
+        kc_code rc = outfile_fail(o, err, errno, "write");
+        kc_outfile_abort(o);
+        return rc;
+    }
+    int crc = close(o->fd);
+    int e = errno;
+    o->fd = -1;
+    if (crc != 0 && e != EINTR) {
+        kc_code rc = outfile_fail(o, err, e, "write");
+        kc_outfile_abort(o);
+        return rc;
+    }
+    if (rename(o->tmp, o->target) != 0) {
+        e = errno;
+        kc_code rc = kc_err_errno(err, KC_ERR_IO, e, "cannot rename %s into place", o->path);
+        kc_outfile_abort(o);
+        return rc;
+    }
+    sync_parent(o->target);
+    outfile_free(o);
+    return KC_OK;
+}
+
+void kc_outfile_abort(kc_outfile *o)
+{
+    if (!o)
+        return;
+    if (o->fd >= 0)
+        close(o->fd);
+    if (o->tmp)
+        unlink(o->tmp);
+    outfile_free(o);
 }
 
 kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_err *err)
 {
-    /* A device, FIFO or socket (kcache get -o /dev/null, /dev/stdout) is
-     * written in place: renaming a temp file over it would replace the
-     * device node itself. */
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-            return kc_err_errno(err, KC_ERR_IO, errno, "cannot open %s", path);
-        int rc = write_all(fd, data, len);
-        int e = errno;
-        if (close(fd) != 0 && rc == 0) {
-            rc = -1;
-            e = errno;
-        }
-        return rc == 0 ? KC_OK : kc_err_errno(err, KC_ERR_IO, e, "cannot write %s", path);
-    }
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp)
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        kc_code rc = kc_err_errno(err, KC_ERR_IO, errno, "cannot create %s", tmp);
-        free(tmp);
+    kc_outfile *o;
+    kc_code rc = kc_outfile_open(path, &o, err);
+    if (rc != KC_OK)
         return rc;
-    }
-    if (write_all(fd, data, len) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return kc_err_errno(err, e == ENOSPC ? KC_ERR_FULL : KC_ERR_IO, e, "cannot write %s", path);
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
-        return kc_err_errno(err, KC_ERR_IO, e, "cannot write %s", path);
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
-        return kc_err_errno(err, KC_ERR_IO, e, "cannot rename %s into place", path);
-    }
-    free(tmp);
-    return KC_OK;
+    kc_outfile_write(o, data, len, NULL); /* a failure is reported by commit */
+    return kc_outfile_commit(o, err);
 }
 
 kc_code kc_mkdirs(const char *path, kc_err *err)

@@ -23,9 +23,58 @@ double kc_now(void);
  * *len excludes the NUL). The error names the path. */
 kc_code kc_read_file(const char *path, uint8_t **out, size_t *len, kc_err *err);
 
-/* Writes a file atomically (PATH.tmp.PID, fsync, rename). An existing path
- * that is not a regular file (a device such as /dev/null, a FIFO) is written
- * in place instead, so the node itself is never replaced. */
+/* ---- output files that appear whole or not at all ----
+ *
+ * kc_outfile is the one way kcache writes a file the user names (get -o,
+ * export, a port file): open, write any number of times, then commit or
+ * abort.
+ *
+ * - A regular file (or a path that does not exist yet) is written to a
+ *   temporary PATH.tmp.PID.N beside it, fsync'd, and renamed over PATH on
+ *   commit, so readers see the old file or the whole new one, never a part.
+ *   A symlink to a regular file is followed: its target is replaced and the
+ *   link kept. A replaced file keeps its permission bits.
+ * - An existing path that is not a regular file (a character device such
+ *   as /dev/null, a FIFO, a socket) is written in place: renaming over it
+ *   would replace the node itself. /dev/stdout, /dev/stderr, /dev/fd/N and
+ *   /proc/self/fd/N write to that descriptor of this process (a dup, at
+ *   its offset), whether the shell made it a file or a pipe. Opening a FIFO
+ *   waits for its reader. Written bytes cannot be taken back here: abort
+ *   only stops writing.
+ *
+ * Errors name PATH; a full disk or quota (ENOSPC, EDQUOT), at write, fsync
+ * or close, is KC_ERR_FULL, other failures KC_ERR_IO. After a failed write
+ * the handle refuses further writes and commit reports that first failure.
+ * Not thread-safe per handle; separate handles may write the same path
+ * concurrently (the last commit wins). */
+typedef struct kc_outfile kc_outfile;
+
+/* Opens PATH for writing; *out is owned by the caller until
+ * kc_outfile_commit or kc_outfile_abort, exactly one of which must be
+ * called. On failure *out is NULL and nothing was created. */
+kc_code kc_outfile_open(const char *path, kc_outfile **out, kc_err *err);
+
+/* Appends len bytes. On failure the error is also kept in o (see above). */
+kc_code kc_outfile_write(kc_outfile *o, const void *data, size_t len, kc_err *err);
+
+/* kc_outfile_write as a writer callback (the kc_bundle_write_fn shape):
+ * ctx is the kc_outfile; returns 0, or -1 with the error kept in o. */
+int kc_outfile_sink(const void *data, size_t len, void *ctx);
+
+/* True once a write on o has failed. */
+int kc_outfile_failed(const kc_outfile *o);
+
+/* Finishes the file: for a regular file fsync, rename into place and sync
+ * the directory; in place, close. When an earlier write failed, reports
+ * that error and removes the temporary file instead. Frees o always. */
+kc_code kc_outfile_commit(kc_outfile *o, kc_err *err);
+
+/* Gives up: closes and removes the temporary file, leaving PATH as it was
+ * (in place: what was written stays written). Frees o; NULL is a no-op. */
+void kc_outfile_abort(kc_outfile *o);
+
+/* Writes a whole file with kc_outfile (atomically for regular files, in
+ * place for devices and FIFOs; errors as above). */
 kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_err *err);
 
 /* mkdir -p. */

@@ -190,7 +190,7 @@ void kc_rbuf_free(kc_rbuf *b)
     memset(b, 0, sizeof *b);
 }
 
-static size_t rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
+size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
 {
     kc_rbuf *b = ctx;
     size_t n = size * nmemb;
@@ -224,36 +224,50 @@ static size_t rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     return size * nmemb;
 }
 
-static int xfer_abort(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+/* Seconds a plain request may go without moving a byte: about one connect
+ * timeout, whole seconds (curl's low-speed window for GETs). */
+static long stall_seconds(const kc_remote *r)
 {
-    (void)dt;
-    (void)dn;
-    (void)ut;
-    (void)un;
-    kc_remote *r = ctx;
-    return atomic_load(&r->abort_all) ? 1 : 0;
+    long stall = (r->connect_ms + 999) / 1000;
+    return stall > 0 ? stall : 1;
 }
 
-/* Stall check of a stream: before the first body byte the server gets about
- * one connect timeout (a hung server costs no more), afterwards
- * timeout_ms/2 between bytes (a busy server may pause mid-bundle). */
-static int xfer_stream(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+/* Stall watch, on every request (curl calls it at least once a second, even
+ * when nothing moves). A byte sent or received is progress.
+ * - A stream (bundle pull) has no overall limit: before the first body byte
+ *   the server gets about one connect timeout (a hung server costs no more),
+ *   afterwards timeout_ms/2 between bytes (a busy server may pause
+ *   mid-bundle).
+ * - An upload (PUT, POST) may go stall_seconds without a byte either way,
+ *   plus time for the server to check and store a large body. curl's own
+ *   low-speed check cannot do this: it averages bytes sent and received over
+ *   the last 5 s, so after the body went out a silent server looked busy
+ *   for 5 s more (a PUT to a hung server took ~7 s, a GET 1 s).
+ * - Other requests (GET, HEAD) rely on curl's low-speed check alone. */
+static int xfer_watch(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     (void)dt;
     (void)ut;
-    (void)un;
     kc_req *q = ctx;
     kc_remote *r = q->owner;
     if (atomic_load(&r->abort_all))
         return 1;
+    if (!q->stream && q->body_len == 0)
+        return 0;
     double now = kc_now();
-    if (dn != q->last_dn || q->last_move == 0) {
+    if (q->last_move == 0 || dn != q->last_dn || un != q->last_up) {
         q->last_dn = dn;
+        q->last_up = un;
         q->last_move = now;
         return 0;
     }
-    double limit = dn == 0 ? (double)r->connect_ms / 1000.0 + 1.0 : (double)r->timeout_ms / 2000.0;
-    if (now - q->last_move > limit) {
+    double limit;
+    if (q->stream)
+        limit = dn == 0 ? (double)r->connect_ms / 1000.0 + 1.0 : (double)r->timeout_ms / 2000.0;
+    else
+        limit = (double)stall_seconds(r) + (double)q->body_len / (32.0 * 1024 * 1024);
+    /* curl's ticks are about a second apart: allow for their jitter */
+    if (now - q->last_move + 0.05 >= limit) {
         q->stalled = limit;
         return 1;
     }
@@ -278,26 +292,24 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
         curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
     /* A server that accepts the connection and then says nothing is as good
      * as dead: a request that moves no byte for about one connect timeout is
-     * abandoned (curl checks once a second), so a hung server costs one
-     * connect timeout, not the whole-request limit. */
-    long stall = (r->connect_ms + 999) / 1000;
+     * abandoned (curl's low-speed check, once a second, and xfer_watch), so
+     * a hung server costs one connect timeout, not the whole-request limit. */
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_watch);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
     q->owner = r;
+    q->last_move = 0;
+    q->last_dn = 0;
+    q->last_up = 0;
+    q->stalled = 0;
     if (q->stream) {
-        /* A bundle may take minutes: no overall limit; xfer_stream watches
+        /* A bundle may take minutes: no overall limit; xfer_watch looks
          * for a stalled server instead. */
-        q->last_move = 0;
-        q->last_dn = 0;
-        q->stalled = 0;
         curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_stream);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
     } else {
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, r->timeout_ms);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall > 0 ? stall : 1L);
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_abort);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall_seconds(r));
     }
     if (q->accept_zstd)
         curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "zstd");
@@ -305,7 +317,7 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, q->write_fn);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, q->write_ctx);
     } else {
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rbuf_write);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kc_rbuf_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &q->resp);
     }
     const char *m = q->method;
@@ -459,6 +471,22 @@ kc_outcome kc_remote_classify(kc_remote *r, CURL *h, kc_req *q, CURLcode cc, int
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     q->status = status;
     char why[CURL_ERROR_SIZE + 128];
+    if (cc == CURLE_ABORTED_BY_CALLBACK && q->stalled > 0) {
+        /* xfer_watch gave up on a silent server: a timeout, in its words */
+        if (q->last_dn > 0 || q->stream)
+            snprintf(q->errbuf, sizeof q->errbuf, "no data from the server for %.0f s%s",
+                     q->stalled, q->last_dn > 0 ? " in the middle of the response" : "");
+        else if (q->last_up < (curl_off_t)q->body_len)
+            snprintf(q->errbuf, sizeof q->errbuf,
+                     "the server took no more of the request body for %.1f s (%lld of %zu "
+                     "bytes sent)",
+                     q->stalled, (long long)q->last_up, q->body_len);
+        else
+            snprintf(q->errbuf, sizeof q->errbuf,
+                     "no answer from the server within %.1f s after the request was sent",
+                     q->stalled);
+        cc = CURLE_OPERATION_TIMEDOUT;
+    }
     if (cc == CURLE_OK) {
         if (status_retryable(status)) {
             if (attempt < r->retries)

@@ -13,12 +13,145 @@
 
 /* ------------------------------------------------------------------ pull -- */
 
+/* Bytes handed to the importer at once. libcurl delivers a chunked response
+ * in the server's chunk sizes (often 16-32 KiB); the importer commits once
+ * per feed, so coalescing into larger feeds means fewer, larger store
+ * transactions (7x faster on small artifacts). Data never waits longer than
+ * 100 ms here. */
+#define PULL_FEED_CHUNK (1u << 20)
+/* Filled chunks waiting for the importer: the download runs ahead of the
+ * import by at most this many, so memory stays bounded. */
+#define PULL_QUEUE 4
+
+/* The importer runs on its own thread, fed chunk by chunk, so receiving
+ * (and the server's sending) overlaps checking and storing. The store is
+ * used only by that thread until it is joined. */
+typedef struct feeder {
+    pthread_mutex_t mu;
+    pthread_cond_t changed;
+    uint8_t *full[PULL_QUEUE]; /* chunks to import, oldest first */
+    size_t full_len[PULL_QUEUE];
+    size_t head, count;
+    uint8_t *spare[PULL_QUEUE + 1]; /* empty chunks for the download side */
+    size_t nspare;
+    bool eof;
+    kc_bundle_import *im;
+    kc_code irc; /* the import's first error, once */
+    kc_err ierr;
+    uint64_t kept; /* complete artifacts stored so far */
+    pthread_t tid;
+    bool started;
+} feeder;
+
+static void *feeder_main(void *arg)
+{
+    feeder *fd = arg;
+    pthread_mutex_lock(&fd->mu);
+    for (;;) {
+        while (!fd->count && !fd->eof)
+            pthread_cond_wait(&fd->changed, &fd->mu);
+        if (!fd->count)
+            break;
+        uint8_t *chunk = fd->full[fd->head];
+        size_t len = fd->full_len[fd->head];
+        bool ok = fd->irc == KC_OK;
+        pthread_mutex_unlock(&fd->mu);
+        kc_err e = {0};
+        kc_code rc = ok ? kc_bundle_import_feed(fd->im, chunk, len, &e) : KC_OK;
+        kc_bundle_stats st;
+        kc_bundle_import_progress(fd->im, &st);
+        pthread_mutex_lock(&fd->mu);
+        if (rc != KC_OK && fd->irc == KC_OK) {
+            fd->irc = rc;
+            fd->ierr = e;
+        }
+        fd->kept = st.artifacts;
+        fd->head = (fd->head + 1) % PULL_QUEUE;
+        fd->count--;
+        fd->spare[fd->nspare++] = chunk;
+        pthread_cond_broadcast(&fd->changed);
+    }
+    pthread_mutex_unlock(&fd->mu);
+    return NULL;
+}
+
+static void feeder_free_chunks(feeder *fd)
+{
+    for (size_t i = 0; i < fd->nspare; i++)
+        free(fd->spare[i]);
+    fd->nspare = 0;
+}
+
+/* Starts the importer thread over im with PULL_QUEUE + 1 chunks; *first
+ * receives the first one to fill. */
+static kc_code feeder_start(feeder *fd, kc_bundle_import *im, uint8_t **first, kc_err *err)
+{
+    memset(fd, 0, sizeof *fd);
+    fd->im = im;
+    for (size_t i = 0; i < PULL_QUEUE + 1; i++) {
+        if (!(fd->spare[i] = malloc(PULL_FEED_CHUNK))) {
+            feeder_free_chunks(fd);
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory for the pull buffers");
+        }
+        fd->nspare++;
+    }
+    *first = fd->spare[--fd->nspare];
+    pthread_mutex_init(&fd->mu, NULL);
+    pthread_cond_init(&fd->changed, NULL);
+    if (pthread_create(&fd->tid, NULL, feeder_main, fd) != 0) {
+        free(*first);
+        *first = NULL;
+        pthread_mutex_destroy(&fd->mu);
+        pthread_cond_destroy(&fd->changed);
+        feeder_free_chunks(fd);
+        return kc_err_set(err, KC_ERR_NOMEM, "cannot start the pull's importer thread");
+    }
+    fd->started = true;
+    return KC_OK;
+}
+
+/* Queues a filled chunk (waiting while the importer is PULL_QUEUE chunks
+ * behind) and returns an empty one, or NULL once the import has failed. */
+static uint8_t *feeder_push(feeder *fd, uint8_t *chunk, size_t len)
+{
+    pthread_mutex_lock(&fd->mu);
+    while (fd->count == PULL_QUEUE && fd->irc == KC_OK)
+        pthread_cond_wait(&fd->changed, &fd->mu);
+    uint8_t *empty = NULL;
+    if (fd->irc == KC_OK) {
+        fd->full[(fd->head + fd->count) % PULL_QUEUE] = chunk;
+        fd->full_len[(fd->head + fd->count) % PULL_QUEUE] = len;
+        fd->count++;
+        empty = fd->spare[--fd->nspare];
+        pthread_cond_broadcast(&fd->changed);
+    } else {
+        fd->spare[fd->nspare++] = chunk;
+    }
+    pthread_mutex_unlock(&fd->mu);
+    return empty;
+}
+
+/* Imports what is queued, stops the thread; afterwards irc/ierr/kept are
+ * final and the store is the caller's again. */
+static void feeder_stop(feeder *fd)
+{
+    if (!fd->started)
+        return;
+    pthread_mutex_lock(&fd->mu);
+    fd->eof = true;
+    pthread_cond_broadcast(&fd->changed);
+    pthread_mutex_unlock(&fd->mu);
+    pthread_join(fd->tid, NULL);
+    pthread_mutex_destroy(&fd->mu);
+    pthread_cond_destroy(&fd->changed);
+    feeder_free_chunks(fd);
+    fd->started = false;
+}
+
 typedef struct pull_ctx {
     kc_remote *r;
     CURL *h;
-    kc_bundle_import *im;
-    kc_code irc;
-    kc_err ierr;
+    feeder fd;
     int decided; /* 0 unknown, 1 bundle (200), 2 error body */
     kc_rbuf errbody;
     uint64_t bytes;
@@ -27,36 +160,30 @@ typedef struct pull_ctx {
     void *pctx;
     double last_report;
     uint64_t last_records;
-    uint8_t *buf; /* PULL_FEED_CHUNK bytes not yet fed */
+    uint8_t *buf; /* the chunk being filled: blen bytes not yet queued */
     size_t blen;
     double last_feed;
 } pull_ctx;
 
-/* Bytes handed to the importer at once. libcurl delivers a chunked response
- * in the server's chunk sizes (often 16-32 KiB); the importer commits once
- * per feed, so coalescing into larger feeds means fewer, larger store
- * transactions (7x faster on small artifacts). Data never waits longer than
- * 100 ms here. */
-#define PULL_FEED_CHUNK (1u << 20)
-
-/* Feeds the coalesced bytes to the importer; false on an import error
- * (pc->irc, pc->ierr). */
+/* Hands the filled part of the chunk to the importer; false once the import
+ * has failed (then fd.irc, fd.ierr say why). */
 static bool pull_flush(pull_ctx *pc)
 {
     if (pc->blen == 0)
         return true;
-    pc->irc = kc_bundle_import_feed(pc->im, pc->buf, pc->blen, &pc->ierr);
+    pc->buf = feeder_push(&pc->fd, pc->buf, pc->blen);
     pc->blen = 0;
     pc->last_feed = kc_now();
-    return pc->irc == KC_OK;
+    return pc->buf != NULL;
 }
 
 /* Complete artifacts stored so far. */
-static uint64_t pulled(const pull_ctx *pc)
+static uint64_t pulled(pull_ctx *pc)
 {
-    kc_bundle_stats st;
-    kc_bundle_import_progress(pc->im, &st);
-    return st.artifacts;
+    pthread_mutex_lock(&pc->fd.mu);
+    uint64_t n = pc->fd.kept;
+    pthread_mutex_unlock(&pc->fd.mu);
+    return n;
 }
 
 static size_t pull_header(char *buf, size_t size, size_t nitems, void *ctx)
@@ -79,24 +206,14 @@ static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         pc->decided = status == 200 ? 1 : 2;
     }
     if (pc->decided == 2) {
+        /* the server's error text, capped; out of memory loses only it */
         pc->errbody.limit = 16384;
         pc->errbody.truncate_ok = true;
-        size_t room = pc->errbody.len < 16384 ? 16384 - pc->errbody.len : 0;
-        size_t take = n < room ? n : room;
-        if (take) {
-            if (pc->errbody.len + take + 1 > pc->errbody.cap) {
-                uint8_t *p = realloc(pc->errbody.data, 16385);
-                if (!p)
-                    return n;
-                pc->errbody.data = p;
-                pc->errbody.cap = 16385;
-            }
-            memcpy(pc->errbody.data + pc->errbody.len, ptr, take);
-            pc->errbody.len += take;
-            pc->errbody.data[pc->errbody.len] = 0;
-        }
+        kc_rbuf_write(ptr, 1, n, &pc->errbody);
         return n;
     }
+    if (!pc->buf)
+        return 0; /* the import failed: abort the transfer (CURLE_WRITE_ERROR) */
     pc->bytes += n;
     const char *src = ptr;
     size_t left = n;
@@ -109,7 +226,7 @@ static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         src += take;
         left -= take;
         if (pc->blen == PULL_FEED_CHUNK && !pull_flush(pc))
-            return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+            return 0;
     }
     double now = kc_now();
     if (pc->blen && now - pc->last_feed >= 0.1 && !pull_flush(pc))
@@ -202,16 +319,15 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
     kc_code rc = KC_OK;
     for (int attempt = 0;; attempt++) {
         pull_ctx pc = {.r = r, .h = r->easy, .progress = progress, .pctx = pctx};
-        if (!(pc.buf = malloc(PULL_FEED_CHUNK))) {
-            rc = kc_err_set(err, KC_ERR_NOMEM, "pulling %s: out of memory", url);
+        kc_bundle_import *im;
+        if ((rc = kc_bundle_import_begin(s, &im, err)) != KC_OK)
+            break;
+        if ((rc = feeder_start(&pc.fd, im, &pc.buf, err)) != KC_OK) {
+            kc_bundle_import_free(im);
+            kc_err_prefix(err, "pulling %s", url);
             break;
         }
         pc.last_feed = kc_now();
-        rc = kc_bundle_import_begin(s, &pc.im, err);
-        if (rc != KC_OK) {
-            free(pc.buf);
-            break;
-        }
         kc_req q = {.method = "GET",
                     .url = (char *)url,
                     .accept_zstd = true,
@@ -221,66 +337,57 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
         kc_remote_setup(r, r->easy, &q);
         curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, pull_header);
         curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, &pc);
-        CURLcode cc = curl_easy_perform(r->easy);
-        if (cc == CURLE_ABORTED_BY_CALLBACK && q.stalled > 0) {
-            /* a stalled server is a timeout, with its own words */
-            snprintf(q.errbuf, sizeof q.errbuf, "no data from the server for %.0f s%s", q.stalled,
-                     pc.bytes ? " in the middle of the bundle" : "");
-            cc = CURLE_OPERATION_TIMEDOUT;
-        }
+        CURLcode cc = curl_easy_perform(r->easy); /* a stall: see kc_remote_classify */
         /* Whatever arrived is imported, also from a broken transfer: its
          * complete artifacts are kept, a partial one is dropped. */
-        if (pc.decided == 1 && pc.irc == KC_OK)
+        if (pc.decided == 1 && pc.buf)
             pull_flush(&pc);
         free(pc.buf);
         pc.buf = NULL;
+        feeder_stop(&pc.fd);
         /* Once bytes reached the importer a retry would start a new stream;
          * report the break instead and let the user pull again (idempotent). */
         q.no_retry = pc.bytes > 0;
         q.resp = pc.errbody;
         pc.errbody = (kc_rbuf){0};
-        if (pc.irc != KC_OK) {
-            rc = kc_err_set(err, pc.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
-                            pc.ierr.msg, (unsigned long long)pulled(&pc));
-            kc_bundle_import_finish(pc.im, st, NULL); /* what was kept still counts */
-            kc_bundle_import_free(pc.im);
-            kc_rbuf_free(&q.resp);
-            break;
-        }
         kc_err cerr = {0};
-        kc_outcome o = kc_remote_classify(r, r->easy, &q, cc, attempt, &cerr);
+        kc_outcome o = pc.fd.irc != KC_OK ? KC_OUT_FAIL
+                                          : kc_remote_classify(r, r->easy, &q, cc, attempt, &cerr);
         if (o == KC_OUT_RETRY) {
-            kc_bundle_import_free(pc.im);
+            kc_bundle_import_free(im);
             kc_rbuf_free(&q.resp);
             kc_remote_backoff(attempt);
             continue;
         }
-        if (o == KC_OUT_FAIL) {
+        /* finish stores what the importer still queued; a stream that did
+         * not end cleanly keeps its complete artifacts and says how many */
+        kc_bundle_stats bs = {0};
+        kc_err ferr = {0};
+        kc_code frc = kc_bundle_import_finish(im, &bs, &ferr);
+        if (pc.fd.irc != KC_OK) {
+            rc = kc_err_set(err, pc.fd.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
+                            pc.fd.ierr.msg, (unsigned long long)bs.artifacts);
+        } else if (o == KC_OUT_FAIL) {
             if (pc.bytes > 0)
                 rc = kc_err_set(err, KC_ERR_REMOTE,
                                 "pulling %s: the transfer broke after %llu bytes (%s); kept "
                                 "%llu complete verified artifact(s), nothing partial; pull "
                                 "again to finish",
                                 url, (unsigned long long)pc.bytes, cerr.msg,
-                                (unsigned long long)pulled(&pc));
+                                (unsigned long long)bs.artifacts);
             else
                 rc = kc_err_set(err, cerr.code, "%s", cerr.msg);
         } else if (q.status != 200) {
             rc = kc_remote_http_error(r, &q, err);
-        } else {
-            kc_bundle_stats bs = {0};
-            rc = kc_bundle_import_finish(pc.im, &bs, err);
-            if (rc != KC_OK) {
-                kc_err_prefix(err, "pulling %s", url);
-            } else {
-                *st = bs;
-                if (progress)
-                    progress(bs.artifacts, pc.total ? pc.total : bs.artifacts, pc.bytes, pctx);
-            }
+        } else if ((rc = frc) != KC_OK) {
+            if (err)
+                *err = ferr;
+            kc_err_prefix(err, "pulling %s", url);
+        } else if (progress) {
+            progress(bs.artifacts, pc.total ? pc.total : bs.artifacts, pc.bytes, pctx);
         }
-        if (rc != KC_OK) /* a broken stream: the complete artifacts kept still count */
-            kc_bundle_import_finish(pc.im, st, NULL);
-        kc_bundle_import_free(pc.im);
+        *st = bs; /* a broken stream: the complete artifacts kept still count */
+        kc_bundle_import_free(im);
         kc_rbuf_free(&q.resp);
         break;
     }
@@ -320,17 +427,11 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
     return rc;
 }
 
-/* ------------------------------------------------------------------ push -- */
-
-typedef struct key_list {
-    char (*keys)[KC_KEY_HEX_LEN + 1];
-    size_t n, cap;
-    bool nomem;
-} key_list;
+/* --------------------------------------------------- keys to push -- */
 
 static int collect_key(const kc_entry_info *info, void *ctx)
 {
-    key_list *l = ctx;
+    kc_key_list *l = ctx;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
         void *p = realloc(l->keys, cap * sizeof *l->keys);
@@ -343,6 +444,19 @@ static int collect_key(const kc_entry_info *info, void *ctx)
     }
     memcpy(l->keys[l->n++], info->key, KC_KEY_HEX_LEN + 1);
     return 0;
+}
+
+kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err)
+{
+    memset(l, 0, sizeof *l);
+    kc_code rc = kc_store_list(s, f, collect_key, l, err);
+    if (rc == KC_OK && l->nomem)
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
+    if (rc != KC_OK) {
+        free(l->keys);
+        memset(l, 0, sizeof *l);
+    }
+    return rc;
 }
 
 /* ----------------------------------------------- the parallel engine -- */
@@ -655,14 +769,10 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
         return kc_remote_shard_push(r, s, f, progress, pctx, ps, err);
     if (atomic_load(&r->offline))
         return kc_remote_offline_error(r, "PUT", NULL, err);
-    key_list l = {0};
-    kc_code rc = kc_store_list(s, f, collect_key, &l, err);
-    if (rc == KC_OK && l.nomem)
-        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
-    if (rc != KC_OK) {
-        free(l.keys);
+    kc_key_list l;
+    kc_code rc = kc_remote_list_keys(s, f, &l, err);
+    if (rc != KC_OK)
         return rc;
-    }
     ps->considered = l.n;
     rc = kc_remote_push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
     free(l.keys);
@@ -674,7 +784,6 @@ kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_L
                             uint64_t total, kc_remote_push_stats *ps, kc_err *err)
 {
     kc_code rc = KC_OK;
-    key_list l = {.keys = keys, .n = n};
     const size_t batch = 1000;
     const char **ptrs = malloc(batch * sizeof *ptrs);
     bool *miss = malloc(batch * sizeof *miss);
@@ -683,10 +792,10 @@ kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_L
         rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory");
         goto out;
     }
-    for (size_t off = 0; off < l.n && rc == KC_OK; off += batch) {
-        size_t m = l.n - off < batch ? l.n - off : batch;
+    for (size_t off = 0; off < n && rc == KC_OK; off += batch) {
+        size_t m = n - off < batch ? n - off : batch;
         for (size_t i = 0; i < m; i++)
-            ptrs[i] = l.keys[off + i];
+            ptrs[i] = keys[off + i];
         rc = kc_remote_missing(r, ptrs, m, miss, err);
         if (rc != KC_OK)
             break;

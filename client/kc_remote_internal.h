@@ -43,11 +43,12 @@ typedef struct kc_req {
     kc_rbuf resp;
     long status;
     char errbuf[CURL_ERROR_SIZE];
-    /* stream stall check (kc_remote_setup) */
+    /* stall watch (kc_remote_setup; streams and uploads) */
     kc_remote *owner;
-    double last_move;
-    curl_off_t last_dn;
-    double stalled; /* > 0: aborted after this many silent seconds */
+    double last_move;   /* when a byte last moved either way */
+    curl_off_t last_dn; /* response body bytes received by then */
+    curl_off_t last_up; /* request body bytes sent by then */
+    double stalled;     /* > 0: aborted after this many silent seconds */
 } kc_req;
 
 typedef struct kc_qitem {
@@ -99,6 +100,10 @@ struct kc_remote {
 typedef enum { KC_OUT_DONE, KC_OUT_RETRY, KC_OUT_FAIL } kc_outcome;
 
 void kc_rbuf_free(kc_rbuf *b);
+/* A curl write callback appending to the kc_rbuf ctx (NUL-terminated);
+ * past b->limit it drops the rest (truncate_ok) or fails the transfer, and
+ * out of memory fails it; both set b->overflow. */
+size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx);
 /* Resets h and sets every option for q. */
 void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q);
 /* Decides what a finished transfer means: done (an HTTP answer the caller
@@ -118,6 +123,19 @@ kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *ur
 kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
                          bool *created, kc_err *err);
 void kc_remote_free_handle(kc_remote *r);
+
+/* The keys of a store listing, in listing order: keys is malloc'd (the
+ * caller frees it), n of them. */
+typedef struct kc_key_list {
+    char (*keys)[KC_KEY_HEX_LEN + 1];
+    size_t n, cap;
+    bool nomem; /* growing failed: the listing stopped */
+} kc_key_list;
+
+/* Lists the keys of s matching f (NULL: all) into *l (zeroed first). On
+ * failure (the store's error, or KC_ERR_NOMEM naming the push) l holds
+ * nothing to free. */
+kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err);
 
 /* Uploads keys[0..n) that the server lacks (kc_remote_push_ex without the
  * listing); progress counts from base_done of total. Adds to *ps. */

@@ -256,80 +256,95 @@ static bool split_any(const split *sp)
     return false;
 }
 
-kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                                kc_err *err)
-{
-    split sp;
-    kc_code rc = split_init(&sp, n, r, "missing query", err);
-    while (rc == KC_OK && split_any(&sp)) {
-        if (!split_assign(&sp, r, keys)) {
-            rc = all_offline(r, "POST /v1/artifacts/missing", err);
-            break;
-        }
-        for (size_t c = 0; c < r->nchild && rc == KC_OK; c++) {
-            size_t m = split_gather(&sp, keys, c);
-            if (m == 0)
-                continue;
-            kc_code crc = kc_remote_missing(r->child[c], sp.sub, m, sp.subflag, err);
-            if (crc == KC_OK) {
-                for (size_t j = 0; j < m; j++) {
-                    missing[sp.pos[j]] = sp.subflag[j];
-                    sp.pending[sp.pos[j]] = false;
-                }
-            } else if (child_online(r->child[c])) {
-                rc = crc; /* a real answer, not a dead server */
-            }
-        }
-    }
-    split_free(&sp);
-    return rc;
-}
+/* One server's part of a split call: keys sp->sub[0..m), at sp->pos[j] in
+ * the caller's arrays. Sets sp->subflag[j] (cleared before) for each key it
+ * settled even if it then fails. */
+typedef kc_code (*split_part_fn)(void *ctx, kc_remote *child, split *sp, size_t m, kc_err *err);
 
-kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                              bool *fetched, size_t *nfetched, kc_err *err)
+/* Runs part over keys split by owner, round after round, until every key is
+ * settled. A server that goes offline during its part hands its unsettled
+ * keys to the next round (without it); any other failure is final for its
+ * part and the first one is reported after every part ran (stop_at_error:
+ * at once). No live server left: the "every server is offline" error. */
+static kc_code split_run(kc_remote *r, const char *const *keys, size_t n, const char *what,
+                         bool stop_at_error, split_part_fn part, void *ctx, kc_err *err)
 {
     split sp;
-    size_t total = 0;
     kc_err first = {0};
-    kc_code rc = split_init(&sp, n, r, "fetch", err);
-    if (rc != KC_OK) {
-        split_free(&sp);
-        return rc;
-    }
-    while (split_any(&sp)) {
+    kc_code rc = split_init(&sp, n, r, what, err);
+    while (rc == KC_OK && split_any(&sp) && !(stop_at_error && first.code != KC_OK)) {
         if (!split_assign(&sp, r, keys)) {
             if (first.code == KC_OK)
-                all_offline(r, "fetch", &first);
+                all_offline(r, what, &first);
             break;
         }
-        for (size_t c = 0; c < r->nchild; c++) {
+        for (size_t c = 0; c < r->nchild && !(stop_at_error && first.code != KC_OK); c++) {
             size_t m = split_gather(&sp, keys, c);
             if (m == 0)
                 continue;
-            size_t got = 0;
+            memset(sp.subflag, 0, m * sizeof *sp.subflag);
             kc_err e = {0};
-            kc_code crc = kc_remote_fetch(r->child[c], s, sp.sub, m, sp.subflag, &got, &e);
-            total += got;
+            kc_code crc = part(ctx, r->child[c], &sp, m, &e);
             bool dead = crc != KC_OK && !child_online(r->child[c]);
-            for (size_t j = 0; j < m; j++) {
-                if (fetched && sp.subflag[j])
-                    fetched[sp.pos[j]] = true;
-                /* a dead server's unfetched keys try the next live one */
+            for (size_t j = 0; j < m; j++)
                 sp.pending[sp.pos[j]] = dead && !sp.subflag[j];
-            }
             if (crc != KC_OK && !dead && first.code == KC_OK)
                 first = e;
         }
     }
     split_free(&sp);
-    if (nfetched)
-        *nfetched = total;
-    if (first.code != KC_OK) {
+    if (rc == KC_OK && first.code != KC_OK) {
         if (err)
             *err = first;
-        return first.code;
+        rc = first.code;
     }
-    return KC_OK;
+    return rc;
+}
+
+static kc_code missing_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_err *err)
+{
+    bool *missing = ctx;
+    kc_code rc = kc_remote_missing(child, sp->sub, m, sp->subflag, err);
+    for (size_t j = 0; j < m; j++) {
+        if (rc == KC_OK)
+            missing[sp->pos[j]] = sp->subflag[j];
+        sp->subflag[j] = rc == KC_OK; /* an answer settles every key */
+    }
+    return rc;
+}
+
+kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                kc_err *err)
+{
+    return split_run(r, keys, n, "POST /v1/artifacts/missing", true, missing_part, missing, err);
+}
+
+typedef struct fetch_parts {
+    kc_store *s;
+    bool *fetched;
+    size_t total;
+} fetch_parts;
+
+static kc_code fetch_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_err *err)
+{
+    fetch_parts *fp = ctx;
+    size_t got = 0;
+    kc_code rc = kc_remote_fetch(child, fp->s, sp->sub, m, sp->subflag, &got, err);
+    fp->total += got;
+    for (size_t j = 0; j < m; j++)
+        if (fp->fetched && sp->subflag[j])
+            fp->fetched[sp->pos[j]] = true;
+    return rc; /* a dead server's unfetched keys try the next live one */
+}
+
+kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                              bool *fetched, size_t *nfetched, kc_err *err)
+{
+    fetch_parts fp = {.s = s, .fetched = fetched};
+    kc_code rc = split_run(r, keys, n, "fetch", false, fetch_part, &fp, err);
+    if (nfetched)
+        *nfetched = fp.total;
+    return rc;
 }
 
 /* ------------------------------------------------------------ pull/push -- */
@@ -390,27 +405,26 @@ kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devic
     return KC_OK;
 }
 
-typedef struct key_vec {
-    char (*keys)[KC_KEY_HEX_LEN + 1];
-    size_t n, cap;
-    bool nomem;
-} key_vec;
+typedef struct push_parts {
+    kc_store *s;
+    char (*part)[KC_KEY_HEX_LEN + 1]; /* room for every key */
+    kc_remote_progress_fn progress;
+    void *pctx;
+    uint64_t done, total;
+    kc_remote_push_stats *ps;
+} push_parts;
 
-static int collect(const kc_entry_info *info, void *ctx)
+static kc_code push_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_err *err)
 {
-    key_vec *v = ctx;
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        void *p = realloc(v->keys, cap * sizeof *v->keys);
-        if (!p) {
-            v->nomem = true;
-            return 1;
-        }
-        v->keys = p;
-        v->cap = cap;
-    }
-    memcpy(v->keys[v->n++], info->key, KC_KEY_HEX_LEN + 1);
-    return 0;
+    push_parts *pp = ctx;
+    for (size_t j = 0; j < m; j++)
+        memcpy(pp->part[j], sp->sub[j], KC_KEY_HEX_LEN + 1);
+    kc_code rc = kc_remote_push_keys(child, pp->s, pp->part, m, pp->progress, pp->pctx, pp->done,
+                                     pp->total, pp->ps, err);
+    pp->done += m;
+    /* nothing is settled for a server that died on the way: its part goes
+     * to the next live one (some may be uploaded twice: harmless) */
+    return rc;
 }
 
 kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
@@ -419,61 +433,27 @@ kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
 {
     if (kc_remote_shard_offline(r))
         return all_offline(r, "PUT", err);
-    key_vec v = {0};
-    kc_code rc = kc_store_list(s, f, collect, &v, err);
-    if (rc == KC_OK && v.nomem)
-        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
-    if (rc != KC_OK) {
-        free(v.keys);
+    kc_key_list v;
+    kc_code rc = kc_remote_list_keys(s, f, &v, err);
+    if (rc != KC_OK)
         return rc;
-    }
     ps->considered = v.n;
     const char **ptrs = malloc((v.n ? v.n : 1) * sizeof *ptrs);
-    char(*part)[KC_KEY_HEX_LEN + 1] = malloc((v.n ? v.n : 1) * sizeof *part);
-    split sp;
-    rc = split_init(&sp, v.n, r, "push", err);
-    if (rc == KC_OK && (!ptrs || !part))
+    push_parts pp = {.s = s,
+                     .part = malloc((v.n ? v.n : 1) * sizeof *pp.part),
+                     .progress = progress,
+                     .pctx = pctx,
+                     .total = v.n,
+                     .ps = ps};
+    if (!ptrs || !pp.part) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
-    if (rc != KC_OK)
-        goto out;
-    for (size_t i = 0; i < v.n; i++)
-        ptrs[i] = v.keys[i];
-    kc_err first = {0};
-    uint64_t done = 0;
-    while (split_any(&sp)) {
-        if (!split_assign(&sp, r, ptrs)) {
-            if (first.code == KC_OK)
-                all_offline(r, "PUT", &first);
-            break;
-        }
-        for (size_t c = 0; c < r->nchild; c++) {
-            size_t m = split_gather(&sp, ptrs, c);
-            if (m == 0)
-                continue;
-            for (size_t j = 0; j < m; j++)
-                memcpy(part[j], sp.sub[j], KC_KEY_HEX_LEN + 1);
-            kc_err e = {0};
-            kc_code crc =
-                kc_remote_push_keys(r->child[c], s, part, m, progress, pctx, done, v.n, ps, &e);
-            done += m;
-            /* a server that died on the way hands its part to the next
-             * live one (some may be uploaded twice: harmless) */
-            bool dead = crc != KC_OK && !child_online(r->child[c]);
-            for (size_t j = 0; j < m; j++)
-                sp.pending[sp.pos[j]] = dead;
-            if (crc != KC_OK && !dead && first.code == KC_OK)
-                first = e;
-        }
+    } else {
+        for (size_t i = 0; i < v.n; i++)
+            ptrs[i] = v.keys[i];
+        rc = split_run(r, ptrs, v.n, "PUT", false, push_part, &pp, err);
     }
-    if (first.code != KC_OK) {
-        if (err)
-            *err = first;
-        rc = first.code;
-    }
-out:
-    split_free(&sp);
     free(ptrs);
-    free(part);
+    free(pp.part);
     free(v.keys);
     return rc;
 }

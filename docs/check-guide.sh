@@ -102,9 +102,10 @@ check "5.4 pull --ca-file" kcache --cache-dir "$T/t1" --remote "https://127.0.0.
 check "5.4 push with KCACHE_CA_FILE" env KCACHE_CA_FILE="$T/cert.pem" kcache --cache-dir "$T/host" --remote "https://127.0.0.1:$PORT" push
 
 # Section 5.7: backups.
-check "5.7 sqlite3 .backup" sqlite3 "$T/srv/kcache.db" ".backup $T/backup.db"
-mkdir -p "$T/restored" && cp "$T/backup.db" "$T/restored/kcache.db"
-check "5.7 verify the copy" kcache --cache-dir "$T/restored" verify
+mkdir -p "$T/backup"
+check "5.7 sqlite3 .backup" sqlite3 "$T/srv/kcache.db" ".backup $T/backup/kcache.db"
+check "5.7 copy the packs after it" bash -c "[ ! -d '$T/srv/packs' ] || cp -r '$T/srv/packs' '$T/backup/'"
+check "5.7 verify the copy" bash -c "kcache --cache-dir '$T/backup' verify | grep -q ': 0 corrupt'"
 check "5.7 bundle backup" curl -sf -H "Authorization: Bearer $R" -o "$T/all.kcb" "$URL/v1/bundle"
 check "5.7 bundle restore (POST, idempotent)" bash -c "curl -sf -X POST --data-binary @'$T/all.kcb' -H 'Authorization: Bearer $W' '$URL/v1/bundle' | grep -q '\"imported\":0'"
 

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash tests/s3/install.sh
+bash scripts/check-format.sh
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j2)
 bash deploy/check.sh build

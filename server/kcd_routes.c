@@ -483,6 +483,90 @@ static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
     return true;
 }
 
+/* The other half of get_hot: answers 200 with body (taken over), read from
+ * the store or the S3 tier, and keeps a copy in the memory cache. */
+static void put_hot(kcd_exchange *x, int ns, const char *ctype, uint8_t *body, size_t len)
+{
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    if (body)
+        kcd_hot_put(x->ctx->hot, ns, x->key, body, len, kc_now());
+    resp_take(x, 200, ctype, body, len);
+    if (x->resp && ns == KCD_HOT_ENVELOPE)
+        x->resp->vary = "Accept-Encoding";
+}
+
+/* Reads x->key's body out of a store: an envelope, or a ccache payload. */
+typedef kc_code (*hot_fetch_fn)(kc_store *s, const char *key, uint8_t **out, size_t *len,
+                                kc_err *e);
+
+static kc_code fetch_payload(kc_store *s, const char *key, uint8_t **out, size_t *len, kc_err *e)
+{
+    kc_artifact a = {0};
+    kc_code rc = kc_store_get(s, key, &a, e);
+    if (rc != KC_OK)
+        return rc;
+    *out = a.payload ? a.payload : malloc(1); /* an empty payload is still a hit */
+    *len = a.payload_len;
+    a.payload = NULL;
+    kc_artifact_free(&a);
+    return KC_OK;
+}
+
+/* The read path of GET/HEAD on artifacts and ccache entries: the memory
+ * cache, else fetch from this thread's store, keeping what it returns.
+ * True when answered (a hit, or the store could not be opened). False on a
+ * store miss or error: the key is dropped from the memory cache (gone or
+ * corrupt for every client), *rc and *e say why, *sp is the store, and the
+ * caller answers. */
+static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn fetch,
+                       kc_store **sp, kc_code *rc, kc_err *e)
+{
+    if (get_hot(x, ns, ctype))
+        return true;
+    kc_store *s = *sp = ctx_store(x->ctx, e);
+    if (!s) {
+        resp_store_error(x, e);
+        return true;
+    }
+    uint8_t *body = NULL;
+    size_t len = 0;
+    *rc = fetch(s, x->key, &body, &len, e);
+    if (*rc == KC_OK) {
+        put_hot(x, ns, ctype, body, len);
+        return true;
+    }
+    kcd_hot_drop(x->ctx->hot, x->key);
+    return false;
+}
+
+/* GET with Accept-Encoding: zstd: the stored frame as is, never from (nor
+ * into) the memory cache, which holds decoded envelopes. Same contract as
+ * get_cached. */
+static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
+{
+    kc_store *s = *sp = ctx_store(x->ctx, e);
+    if (!s) {
+        resp_store_error(x, e);
+        return true;
+    }
+    uint8_t *z = NULL;
+    size_t zlen = 0, envlen = 0;
+    *rc = kc_store_get_zstd(s, x->key, &z, &zlen, &envlen, e);
+    if (*rc != KC_OK) {
+        kcd_hot_drop(x->ctx->hot, x->key);
+        return false;
+    }
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    resp_take(x, 200, CT_ENVELOPE, z, zlen);
+    if (x->resp) {
+        x->resp->vary = "Accept-Encoding";
+        x->resp->content_encoding = "zstd";
+        snprintf(x->resp->extra_name, sizeof x->resp->extra_name, "X-Kcache-Envelope-Length");
+        snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
+    }
+    return true;
+}
+
 /* Local miss with an S3 tier: fetch the (verified) envelope from the bucket,
  * keep it locally, answer with it. False when the bucket has nothing usable. */
 static bool read_through(kcd_exchange *x, kc_store *s)
@@ -501,65 +585,28 @@ static bool read_through(kcd_exchange *x, kc_store *s)
         /* Served anyway (kcd_s3_get checked it); only the local copy failed. */
         kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->key, e.msg);
     }
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
-    kcd_hot_put(x->ctx->hot, KCD_HOT_ENVELOPE, x->key, env, len, kc_now());
-    resp_take(x, 200, CT_ENVELOPE, env, len);
-    if (x->resp)
-        x->resp->vary = "Accept-Encoding";
+    put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, len);
     return true;
 }
 
 static void get_artifact(kcd_exchange *x, const kcd_request *req)
 {
-    bool zstd = accepts_zstd(hdr(req, "Accept-Encoding"));
-    if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
-        return;
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
-    if (!s) {
-        resp_store_error(x, &e);
+    kc_store *s = NULL;
+    kc_code rc = KC_OK;
+    bool answered =
+        accepts_zstd(hdr(req, "Accept-Encoding"))
+            ? get_zstd(x, &s, &rc, &e)
+            : get_cached(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, kc_store_get_envelope, &s, &rc, &e);
+    if (answered)
         return;
-    }
-    kc_code rc;
-    if (zstd) {
-        uint8_t *z = NULL;
-        size_t zlen = 0, envlen = 0;
-        rc = kc_store_get_zstd(s, x->key, &z, &zlen, &envlen, &e);
-        if (rc == KC_OK) {
-            resp_take(x, 200, CT_ENVELOPE, z, zlen);
-            if (x->resp) {
-                x->resp->content_encoding = "zstd";
-                snprintf(x->resp->extra_name, sizeof x->resp->extra_name,
-                         "X-Kcache-Envelope-Length");
-                snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
-            }
-        } else {
-            kcd_hot_drop(x->ctx->hot, x->key); /* gone or corrupt for every client */
-        }
-    } else {
-        uint8_t *env = NULL;
-        size_t len = 0;
-        rc = kc_store_get_envelope(s, x->key, &env, &len, &e);
-        if (rc == KC_OK) {
-            kcd_hot_put(x->ctx->hot, KCD_HOT_ENVELOPE, x->key, env, len, kc_now());
-            resp_take(x, 200, CT_ENVELOPE, env, len);
-        } else
-            kcd_hot_drop(x->ctx->hot, x->key);
-    }
     if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
         return;
-    if (rc == KC_OK) {
-        kcd_metrics_add(&x->ctx->metrics.hits, 1);
-        if (x->resp)
-            x->resp->vary = "Accept-Encoding";
-        return;
-    }
-    if (rc == KC_ERR_NOT_FOUND)
+    if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT)
         kcd_metrics_add(&x->ctx->metrics.misses, 1);
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
-        kcd_metrics_add(&x->ctx->metrics.misses, 1);
         kcd_log(KCD_LOG_WARN, "corrupt entry %s quarantined: %s", x->key, e.msg);
         resp_error(x, 404, "artifact %s not found (stored copy was corrupt)", x->key);
         return;
@@ -569,31 +616,12 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
 
 static void get_ccache(kcd_exchange *x)
 {
-    if (get_hot(x, KCD_HOT_CCACHE, CT_BIN))
-        return;
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
-    if (!s) {
-        resp_store_error(x, &e);
+    kc_store *s = NULL;
+    kc_code rc = KC_OK;
+    if (get_cached(x, KCD_HOT_CCACHE, CT_BIN, fetch_payload, &s, &rc, &e))
         return;
-    }
-    kc_artifact a = {0};
-    kc_code rc = kc_store_get(s, x->key, &a, &e);
-    if (rc == KC_OK) {
-        kcd_metrics_add(&x->ctx->metrics.hits, 1);
-        uint8_t *p = a.payload;
-        size_t n = a.payload_len;
-        a.payload = NULL;
-        kc_artifact_free(&a);
-        if (!p)
-            p = malloc(1);
-        if (p)
-            kcd_hot_put(x->ctx->hot, KCD_HOT_CCACHE, x->key, p, n, kc_now());
-        resp_take(x, 200, CT_BIN, p, n);
-        return;
-    }
     kcd_metrics_add(&x->ctx->metrics.misses, 1);
-    kcd_hot_drop(x->ctx->hot, x->key);
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "kc_bundle.h"
@@ -394,14 +395,27 @@ Test(bundle, import_of_a_missing_file_names_it)
  * older kcache) would write it. */
 typedef struct hand_bundle {
     membuf m;
-    kc_sha256_ctx *sha;
+    uint16_t version;
+    kc_sha256_ctx *sha; /* version 1 stream checksum */
+    XXH3_state_t *xxh;  /* version 2 */
     uint64_t count;
 } hand_bundle;
+
+static void hand_sum(hand_bundle *b, const void *data, size_t len)
+{
+    if (b->version == 1)
+        kc_sha256_update(b->sha, data, len);
+    else
+        XXH3_128bits_update(b->xxh, data, len);
+}
 
 static void hand_begin(hand_bundle *b, uint16_t version)
 {
     memset(b, 0, sizeof *b);
+    b->version = version;
     b->sha = kc_sha256_new();
+    b->xxh = XXH3_createState();
+    XXH3_128bits_reset(b->xxh);
     uint8_t fixed[16];
     memcpy(fixed, "KCBUNDLE", 8);
     kc_put_u16(fixed + 8, version);
@@ -409,7 +423,7 @@ static void hand_begin(hand_bundle *b, uint16_t version)
     kc_put_u32(fixed + 12, 2);
     mem_write(fixed, 16, &b->m);
     mem_write("{}", 2, &b->m);
-    kc_sha256_update(b->sha, b->m.p, b->m.n);
+    hand_sum(b, b->m.p, b->m.n);
 }
 
 static void hand_record(hand_bundle *b, uint8_t type, const void *body1, size_t n1,
@@ -422,10 +436,10 @@ static void hand_record(hand_bundle *b, uint8_t type, const void *body1, size_t 
     mem_write(body1, n1, &b->m);
     if (n2)
         mem_write(body2, n2, &b->m);
-    kc_sha256_update(b->sha, head, 9);
-    kc_sha256_update(b->sha, body1, n1);
+    hand_sum(b, head, 9);
+    hand_sum(b, body1, n1);
     if (n2)
-        kc_sha256_update(b->sha, body2, n2);
+        hand_sum(b, body2, n2);
     b->count++;
 }
 
@@ -452,12 +466,20 @@ static void hand_stored(hand_bundle *b, const kc_artifact *a, const void *frame,
 static void hand_end(hand_bundle *b)
 {
     uint8_t end[9 + 8 + KC_SHA256_LEN];
+    size_t dlen = b->version == 1 ? KC_SHA256_LEN : 16;
     end[0] = 0xFF;
-    kc_put_u64(end + 1, 8 + KC_SHA256_LEN);
+    kc_put_u64(end + 1, 8 + dlen);
     kc_put_u64(end + 9, b->count);
-    kc_sha256_final(b->sha, end + 17);
+    if (b->version == 1) {
+        kc_sha256_final(b->sha, end + 17);
+    } else {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(b->xxh));
+        memcpy(end + 17, c.digest, 16);
+    }
     kc_sha256_free(b->sha);
-    mem_write(end, sizeof end, &b->m);
+    XXH3_freeState(b->xxh);
+    mem_write(end, 17 + dlen, &b->m);
 }
 
 static kc_code import_mem(kc_store *dst, const membuf *m, kc_bundle_stats *st, kc_err *e)

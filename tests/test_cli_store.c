@@ -330,3 +330,32 @@ Test(cli_store, put_reads_stdin_for_dash)
     cr_assert_str_eq(r.out, "from stdin");
     kc_test_result_free(&r);
 }
+
+Test(cli_store, export_to_stdout_pipes_into_import_from_stdin)
+{
+    for (int i = 0; i < 3; i++) {
+        char name[16], text[200];
+        snprintf(name, sizeof name, "p%d", i);
+        snprintf(text, sizeof text, "piped artifact %d %0100d", i, i);
+        char *in = write_input(name, text);
+        kc_test_result r;
+        KC(&r, "put", in, "--kind", "cpu-so");
+        cr_assert_eq(r.exit_code, 0, "%s", r.err);
+        kc_test_result_free(&r);
+        free(in);
+    }
+    kc_test_result ex;
+    KC(&ex, "export", "-");
+    cr_assert_eq(ex.exit_code, 0, "%s", ex.err);
+    cr_assert(ex.out_len > 8 && !memcmp(ex.out, "KCBUNDLE", 8), "the bundle is on stdout");
+    cr_assert(strstr(ex.err, "exported 3 artifacts"), "the report is on stderr: %s", ex.err);
+    char *argv[] = {KC_TEST_KCACHE, "--cache-dir", cache2, "--json", "import", "-", NULL};
+    kc_test_result im;
+    cr_assert_eq(kc_test_run(argv, ex.out, ex.out_len, 60, &im), 0);
+    cr_assert_eq(im.exit_code, 0, "%s", im.err);
+    json_t *j = json_loads(im.out, 0, NULL);
+    cr_assert_eq(json_integer_value(json_object_get(j, "imported")), 3, "%s", im.out);
+    json_decref(j);
+    kc_test_result_free(&ex);
+    kc_test_result_free(&im);
+}

@@ -37,6 +37,7 @@ typedef enum mb_mode {
     MB_TRICKLE,         /* a valid answer, one byte every 100 ms */
     MB_KEYED_FLIPPED,   /* an envelope for the key asked, one payload bit flipped */
     MB_KEYED_TRUNCATED, /* an envelope for the key asked, cut 100 bytes short */
+    MB_STALL_UPLOADS,   /* POST answered with body (then close), anything else: MB_STALL */
 } mb_mode;
 
 static const char *const mode_name[] = {"reset",        "close",     "stall",     "garbage",
@@ -197,6 +198,21 @@ static void *conn_main(void *arg)
         case MB_KEYED_FLIPPED:
         case MB_KEYED_TRUNCATED:
             break;
+        case MB_STALL_UPLOADS:
+            if (strncmp(line, "POST ", 5) == 0) {
+                snprintf(head, sizeof head,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                         s->body_len);
+                send_all(c->fd, head, strlen(head));
+                send_all(c->fd, s->body, s->body_len);
+                goto done;
+            }
+            while (wait_readable(s, c->fd, 100000)) {
+                if (recv(c->fd, junk, sizeof junk, 0) <= 0)
+                    break;
+            }
+            goto done;
         case MB_TRICKLE:
             snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n",
                      s->body_len);
@@ -629,4 +645,150 @@ Test(fault_client, compile_survives_truncated_envelopes, .timeout = 120)
 Test(fault_client, compile_survives_500, .timeout = 120)
 {
     compile_survives(MB_ERROR_500);
+}
+
+/* ---- uploads to a hung server -------------------------------------------
+ * A server that takes the whole request and never answers must cost an
+ * upload no more than a download: about one connect timeout of silence
+ * after the body went out, then one warning and the remote is off. The
+ * measured time is printed (no assertion on it beyond a sanity bound). */
+
+/* The client as kcache opens it (default overall limit of 60 s, which
+ * must not be what ends the wait), with a 1 s connect timeout. */
+static kc_remote *open_default_remote(const mb_server *s)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", s->port);
+    kc_remote_opts o = {.connect_timeout_ms = 1000, .retries = 1, .quiet = true};
+    kc_remote *r = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_remote_open(url, &o, &r, &err), KC_OK, "%s", err.msg);
+    return r;
+}
+
+static void expect_hung_error(const char *what, kc_code rc, const kc_err *err, const char *url,
+                              double dt)
+{
+    fprintf(stderr, "hung server: %-28s gave up after %5.2f s (connect timeout 1.0 s): %s\n", what,
+            dt, err->msg);
+    cr_expect_eq(rc, KC_ERR_REMOTE, "%s: got %s (%s)", what, kc_code_name(rc), err->msg);
+    cr_expect(strstr(err->msg, url) != NULL, "%s: the error does not name %s: %s", what, url,
+              err->msg);
+    cr_expect_lt(dt, 15.0, "%s took %.1f s", what, dt);
+}
+
+Test(fault_client, put_to_a_hung_server_times_out_and_goes_offline)
+{
+    char key[65];
+    size_t env_len;
+    uint8_t *env = make_envelope("hung-put", 256 * 1024, key, &env_len);
+    mb_server s;
+    mb_start(&s, MB_STALL, NULL, 0);
+    kc_remote *r = open_default_remote(&s);
+    char url[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/artifacts/%s", s.port, key);
+    kc_err err = {0};
+    double t0 = now_s();
+    kc_code rc = kc_remote_put(r, key, env, env_len, NULL, &err);
+    double dt = now_s() - t0;
+    expect_hung_error("PUT 256 KiB", rc, &err, url, dt);
+    cr_expect(kc_remote_offline(r), "the remote tier is still on after a hung upload");
+    /* switched off: the next call fails at once, without a request */
+    int before = atomic_load(&s.requests);
+    kc_err e2 = {0};
+    cr_expect_neq(kc_remote_put(r, key, env, env_len, NULL, &e2), KC_OK);
+    cr_expect(strstr(e2.msg, "offline") != NULL, "%s", e2.msg);
+    cr_expect_eq(atomic_load(&s.requests), before);
+    kc_remote_close(r);
+    mb_stop(&s);
+    free(env);
+}
+
+Test(fault_client, get_from_a_hung_server_times_out)
+{
+    char key[65];
+    kc_sha256_hex("hung-get", 8, key);
+    mb_server s;
+    mb_start(&s, MB_STALL, NULL, 0);
+    kc_remote *r = open_default_remote(&s);
+    char url[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/artifacts/%s", s.port, key);
+    kc_artifact a;
+    kc_err err = {0};
+    double t0 = now_s();
+    kc_code rc = kc_remote_get(r, key, &a, &err);
+    double dt = now_s() - t0;
+    expect_hung_error("GET", rc, &err, url, dt);
+    cr_expect(kc_remote_offline(r));
+    kc_remote_close(r);
+    mb_stop(&s);
+}
+
+Test(fault_client, missing_query_to_a_hung_server_times_out)
+{
+    enum { N = 2000 }; /* two POST batches' worth; the first one hangs */
+    char(*keys)[65] = malloc(N * sizeof *keys);
+    const char **ptrs = malloc(N * sizeof *ptrs);
+    bool *miss = malloc(N * sizeof *miss);
+    for (int i = 0; i < N; i++) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "hung-missing-%d", i);
+        kc_sha256_hex(seed, strlen(seed), keys[i]);
+        ptrs[i] = keys[i];
+    }
+    mb_server s;
+    mb_start(&s, MB_STALL, NULL, 0);
+    kc_remote *r = open_default_remote(&s);
+    char url[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/artifacts/missing", s.port);
+    kc_err err = {0};
+    double t0 = now_s();
+    kc_code rc = kc_remote_missing(r, ptrs, N, miss, &err);
+    double dt = now_s() - t0;
+    expect_hung_error("POST missing (1000 keys)", rc, &err, url, dt);
+    cr_expect(kc_remote_offline(r));
+    kc_remote_close(r);
+    mb_stop(&s);
+    free(keys);
+    free(ptrs);
+    free(miss);
+}
+
+/* push: the server answers which keys it lacks, then hangs on every PUT of
+ * the parallel (curl multi) upload. */
+Test(fault_client, push_to_a_server_that_hangs_on_uploads_times_out)
+{
+    enum { N = 3 };
+    char *dir = kc_test_mkdtemp("fault-push-hung");
+    kc_store *st = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_store_open(dir, NULL, &st, &err), KC_OK, "%s", err.msg);
+    char body[512] = "{\"missing\":[";
+    for (int i = 0; i < N; i++) {
+        char seed[32], key[65];
+        size_t len;
+        snprintf(seed, sizeof seed, "hung-push-%d", i);
+        uint8_t *env = make_envelope(seed, 64 * 1024, key, &len);
+        cr_assert_eq(kc_store_put_envelope(st, env, len, key, NULL, &err), KC_OK, "%s", err.msg);
+        free(env);
+        snprintf(body + strlen(body), sizeof body - strlen(body), "%s\"%s\"", i ? "," : "", key);
+    }
+    snprintf(body + strlen(body), sizeof body - strlen(body), "]}");
+    mb_server s;
+    mb_start(&s, MB_STALL_UPLOADS, (const uint8_t *)body, strlen(body));
+    kc_remote *r = open_default_remote(&s);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/artifacts/", s.port);
+    kc_remote_push_stats ps = {0};
+    double t0 = now_s();
+    kc_code rc = kc_remote_push_ex(r, st, NULL, NULL, NULL, &ps, &err);
+    double dt = now_s() - t0;
+    expect_hung_error("push: 3 parallel PUTs 64 KiB", rc, &err, url, dt);
+    cr_expect_eq(ps.uploaded, 0);
+    cr_expect(kc_remote_offline(r));
+    kc_remote_close(r);
+    mb_stop(&s);
+    kc_store_close(st);
+    kc_test_rmtree(dir);
+    free(dir);
 }

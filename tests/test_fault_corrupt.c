@@ -1,12 +1,13 @@
 /*
  * test_fault_corrupt.c - on-disk corruption is detected and never served:
- * bytes are flipped inside stored payloads in kcached's database file (the
+ * bytes are flipped inside stored payloads in kcached's database and pack files (the
  * payloads are incompressible, so zstd keeps them verbatim and they can be
  * found on disk). Plain GETs, zstd GETs and ccache GETs of damaged entries
  * must not answer 200, intact entries still must, /metrics counts the
  * detections, and `kcache verify` finds damage nobody had read yet.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +39,28 @@ static int flip_on_disk(const char *path, const uint8_t *needle, size_t n)
     return hits;
 }
 
+/* Large payloads live in pack files (DIR/packs), small ones in the
+ * database or its WAL: all are searched. */
 static int corrupt_payload(const char *data_dir, const uint8_t *payload_part, size_t n)
 {
     char *db = kc_test_path(data_dir, "kcache.db");
     char *wal = kc_test_path(data_dir, "kcache.db-wal");
+    char *packs = kc_test_path(data_dir, "packs");
     int hits = flip_on_disk(db, payload_part, n) + flip_on_disk(wal, payload_part, n);
+    DIR *d = opendir(packs);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!strstr(de->d_name, ".kcp"))
+            continue;
+        char *pack = kc_test_path(packs, de->d_name);
+        hits += flip_on_disk(pack, payload_part, n);
+        free(pack);
+    }
+    if (d)
+        closedir(d);
     free(db);
     free(wal);
+    free(packs);
     return hits;
 }
 

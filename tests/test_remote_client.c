@@ -757,3 +757,33 @@ Test(remote_client, pull_from_hung_server_costs_one_connect_timeout)
     kc_test_rmtree(tmp);
     free(tmp);
 }
+
+/* A server that never reads: the upload stops moving once the kernel's
+ * buffers are full, and the stall watch ends it after about one connect
+ * timeout (plus a little per MiB of body), not the 60 s whole-request limit
+ * and not curl's low-speed average, which counts the bytes sent first. */
+Test(remote_client, upload_to_a_server_that_stops_reading_times_out)
+{
+    fake *f = fake_start(NULL, NULL, true); /* accepts in the kernel, never reads */
+    char url[64];
+    fake_url(f, url, sizeof url);
+    kc_remote *r;
+    kc_err err = {0};
+    kc_remote_opts o = {.connect_timeout_ms = 1000, .quiet = true}; /* timeout_ms: 60 s */
+    cr_assert_eq(kc_remote_open(url, &o, &r, &err), KC_OK);
+    size_t len = 32u << 20; /* far more than loopback socket buffers hold */
+    uint8_t *body = calloc(1, len);
+    cr_assert_not_null(body);
+    double t0 = kc_now();
+    kc_code rc = kc_remote_put(r, KEY1, body, len, NULL, &err);
+    double dt = kc_now() - t0;
+    cr_log_info("upload to a server that stops reading gave up after %.2f s: %s", dt, err.msg);
+    cr_assert_eq(rc, KC_ERR_REMOTE, "%s", err.msg);
+    cr_assert(strstr(err.msg, KEY1) && strstr(err.msg, url), "names the URL: %s", err.msg);
+    cr_assert(strstr(err.msg, "request body"), "ended by the stall watch: %s", err.msg);
+    cr_assert(kc_remote_offline(r), "a server that stops reading switches the handle off");
+    cr_assert_lt(dt, 15.0, "took %.1f s", dt);
+    free(body);
+    kc_remote_close(r);
+    fake_stop(f, true);
+}

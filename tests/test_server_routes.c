@@ -262,3 +262,81 @@ Test(server_routes, random_requests_never_crash)
         cr_expect_gt(seen[want[i]], 0, "no %d answer in the walk", want[i]);
     free(env);
 }
+
+/* GET through the memory cache, for both namespaces (artifacts and ccache
+ * entries share one read path in kcd_routes.c): the first GET reads the store
+ * and fills the cache, the second is answered from it; zstd GETs bypass it;
+ * DELETE empties it. Hits, memory hits and misses are counted the same way. */
+static kcd_response *get_with(const char *path, const char *accept_encoding)
+{
+    kcd_kv h = {"Accept-Encoding", accept_encoding};
+    kcd_response *r = kcd_handle(ctx, "GET", path, accept_encoding ? &h : NULL,
+                                 accept_encoding ? 1 : 0, NULL, 0, NULL, 0);
+    cr_assert_not_null(r);
+    return r;
+}
+
+static void expect_cached_reads(const char *path, const void *body, size_t len, const char *ctype,
+                                const char *vary)
+{
+    kcd_metrics *m = kcd_ctx_metrics(ctx);
+    uint64_t hits = m->hits, mem = m->mem_hits, misses = m->misses;
+    for (int i = 0; i < 2; i++) {
+        kcd_response *r = get_with(path, NULL);
+        cr_expect_eq(r->status, 200, "%s GET %d", path, i);
+        cr_expect_str_eq(r->content_type, ctype);
+        cr_expect(r->body_len == len && (len == 0 || !memcmp(r->body, body, len)), "%s GET %d",
+                  path, i);
+        cr_expect((r->blob != NULL) == (i == 1), "%s GET %d: from the memory cache only the second",
+                  path, i);
+        if (vary)
+            cr_expect(r->vary && !strcmp(r->vary, vary), "%s GET %d: Vary", path, i);
+        else
+            cr_expect_null(r->vary, "%s GET %d: no Vary", path, i);
+        kcd_response_free(r);
+    }
+    cr_expect_eq(m->hits - hits, 2, "%s: two hits", path);
+    cr_expect_eq(m->mem_hits - mem, 1, "%s: one of them from memory", path);
+    cr_expect_eq(m->misses - misses, 0);
+
+    cr_expect_eq(status("DELETE", path, NULL, 0), 204);
+    misses = m->misses;
+    mem = m->mem_hits;
+    cr_expect_eq(status("GET", path, NULL, 0), 404, "%s: DELETE also empties the memory cache",
+                 path);
+    cr_expect_eq(m->misses - misses, 1, "%s: a miss", path);
+    cr_expect_eq(m->mem_hits - mem, 0);
+}
+
+Test(server_routes, memory_cache_read_path_is_shared_by_artifacts_and_ccache)
+{
+    char key[65], path[128];
+    size_t len;
+    uint8_t *env = envelope("routes-hot", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_assert_eq(status("PUT", path, env, len), 201);
+
+    /* zstd: the stored frame, never through the memory cache */
+    kcd_metrics *m = kcd_ctx_metrics(ctx);
+    uint64_t mem = m->mem_hits, hits = m->hits;
+    for (int i = 0; i < 2; i++) {
+        kcd_response *r = get_with(path, "zstd");
+        cr_expect_eq(r->status, 200);
+        cr_expect(r->content_encoding && !strcmp(r->content_encoding, "zstd"));
+        cr_expect_null(r->blob);
+        cr_expect_str_eq(r->extra_name, "X-Kcache-Envelope-Length");
+        kcd_response_free(r);
+    }
+    cr_expect_eq(m->mem_hits, mem);
+    cr_expect_eq(m->hits - hits, 2);
+
+    expect_cached_reads(path, env, len, "application/vnd.kcache.envelope", "Accept-Encoding");
+    free(env);
+
+    const char blob[] = "ccache result bytes";
+    cr_assert_eq(status("PUT", "/ccache/ab/cdef", blob, sizeof blob - 1), 201);
+    expect_cached_reads("/ccache/ab/cdef", blob, sizeof blob - 1, "application/octet-stream", NULL);
+    /* an empty payload is a hit like any other */
+    cr_assert_eq(status("PUT", "/ccache/empty", NULL, 0), 201);
+    expect_cached_reads("/ccache/empty", NULL, 0, "application/octet-stream", NULL);
+}

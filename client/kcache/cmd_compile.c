@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "kc_backend.h"
+#include "kc_cli_opts.h"
 #include "kc_compile.h"
 #include "kc_cpu.h"
 #include "kc_graph.h"
@@ -48,7 +50,7 @@ typedef struct copts {
     const char *tag;
     bool autotune, require_hit, offline, check, push;
     int jobs, iters;
-    unsigned long long seed;
+    uint64_t seed;
 } copts;
 
 /* An open session: store, tiers, scratch directory. */
@@ -62,67 +64,38 @@ typedef struct session {
     bool keep_work;
 } session;
 
-static const char *value_of(int argc, char **argv, int *i)
-{
-    return *i + 1 < argc ? argv[++*i] : NULL;
-}
-
-/* Parses options; positional arguments go to o->graph. Returns -1 after a
- * usage message. */
-static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, const char *usage,
-                      bool need_graph)
+/* Parses the options every compile-family command understands; the
+ * arguments (graphs, or the manifest) go to o->graph / o->graphs. Returns -1
+ * after a usage message. Only compile takes several graphs (one session: one
+ * store, one backend probe, one remote connection for all of them). */
+static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_graph)
 {
     memset(o, 0, sizeof *o);
     o->device = "cpu";
     o->iters = 1;
     o->seed = 42;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-#define OPT(name) (strcmp(a, name) == 0 && ((v = value_of(argc, argv, &i)) || (v = "", 0) || 1))
-        if (strcmp(a, "--autotune") == 0)
-            o->autotune = true;
-        else if (strcmp(a, "--require-hit") == 0)
-            o->require_hit = true;
-        else if (strcmp(a, "--offline") == 0)
-            o->offline = true;
-        else if (strcmp(a, "--check") == 0)
-            o->check = true;
-        else if (strcmp(a, "--push") == 0)
-            o->push = true;
-        else if (OPT("--device"))
-            o->device = v;
-        else if (OPT("--target"))
-            o->target = v;
-        else if (OPT("--cflags"))
-            o->cflags = v;
-        else if (OPT("--templates"))
-            o->templates = v;
-        else if (OPT("--tag"))
-            o->tag = v;
-        else if (OPT("--jobs") || OPT("-j"))
-            o->jobs = atoi(v);
-        else if (OPT("--iters"))
-            o->iters = atoi(v);
-        else if (OPT("--seed"))
-            o->seed = strtoull(v, NULL, 0);
-        else if (a[0] == '-' && a[1])
-            return kc_cli_usage(cli, argv[0], usage), -1;
-        else if (o->n_graphs < KC_MAX_GRAPHS) {
-            if (!o->graph)
-                o->graph = a;
-            o->graphs[o->n_graphs++] = a;
-        } else
-            return kc_cli_usage(cli, argv[0], usage), -1;
-#undef OPT
-        if (v && !*v)
-            return kc_cli_usage(cli, argv[0], usage), -1;
-    }
-    if ((need_graph && !o->graph) || o->jobs < 0 || o->jobs > 256 || o->iters < 1)
-        return kc_cli_usage(cli, argv[0], usage), -1;
-    /* only compile takes several graphs (one session: one store, one backend
-     * probe, one remote connection for all of them) */
-    if (o->n_graphs > 1 && strcmp(argv[0], "compile") != 0)
-        return kc_cli_usage(cli, argv[0], usage), -1;
+    const kc_opt opts[] = {{"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0},
+                           {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0},
+                           {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0},
+                           {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0},
+                           {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0},
+                           {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0},
+                           {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0},
+                           {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0},
+                           {"--templates", NULL, KC_OPT_STRING, &o->templates, 0, 0},
+                           {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0},
+                           {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256},
+                           {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX},
+                           {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0},
+                           {0}};
+    bool several = strcmp(argv[0], "compile") == 0;
+    int n = kc_opts_parse(cli, argc, argv, opts, need_graph ? 1 : 0, several ? KC_MAX_GRAPHS : 1);
+    if (n < 0)
+        return -1;
+    o->n_graphs = n;
+    for (int i = 0; i < n; i++)
+        o->graphs[i] = argv[1 + i];
+    o->graph = n ? o->graphs[0] : NULL;
     return 0;
 }
 
@@ -293,17 +266,32 @@ static void print_program(const kc_cli *cli, const char *path, const kc_program 
            p->compiled, p->autotuned ? ", autotuned " : "", p->autotuned ? "yes" : "", p->seconds);
 }
 
-/* Loads the graph, opens a backend and compiles. */
+/* What compile_one hands back: the program and the graph and backend it
+ * borrows from, freed together by compiled_free. */
+typedef struct compiled_graph {
+    kc_program *p;
+    kc_graph *g;
+    kc_backend *b;
+} compiled_graph;
+
+static void compiled_free(compiled_graph *c)
+{
+    kc_program_free(c->p);
+    kc_backend_close(c->b);
+    kc_graph_free(c->g);
+    memset(c, 0, sizeof *c);
+}
+
+/* Loads the graph, opens a backend and compiles into *out (all NULL after a
+ * failure, which is printed). */
 static int compile_one(session *s, const copts *o, const char *path, const char *target, bool load,
-                       kc_program **out, kc_graph **gout, kc_backend **bout)
+                       compiled_graph *out)
 {
     kc_err err = {0};
-    kc_graph *g = NULL;
-    kc_backend *b = NULL;
-    if (kc_graph_load(path, &g, &err) != KC_OK)
-        return kc_cli_fail(s->cli, &err);
-    if (open_backend(o, s, target, &b, &err) != KC_OK) {
-        kc_graph_free(g);
+    memset(out, 0, sizeof *out);
+    if (kc_graph_load(path, &out->g, &err) != KC_OK ||
+        open_backend(o, s, target, &out->b, &err) != KC_OK) {
+        compiled_free(out);
         return kc_cli_fail(s->cli, &err);
     }
     kc_compile_opts co = {.autotune = o->autotune,
@@ -312,28 +300,21 @@ static int compile_one(session *s, const copts *o, const char *path, const char 
                           .jobs = o->jobs,
                           .tag = o->tag,
                           .verbosity = s->cli->verbosity};
-    kc_code rc = kc_compile(b, &s->tiers, g, &co, out, &err);
+    kc_code rc = kc_compile(out->b, &s->tiers, out->g, &co, &out->p, &err);
     if (rc != KC_OK) {
         if (rc == KC_ERR_COMPILE)
             s->keep_work = true;
-        kc_backend_close(b);
-        kc_graph_free(g);
+        out->p = NULL;
+        compiled_free(out);
         return kc_cli_fail(s->cli, &err);
     }
-    *gout = g;
-    *bout = b;
     return KC_EXIT_OK;
 }
-
-#define COMPILE_OPTIONS                                                                            \
-    "[--device cpu|xpu|xpu-spirv|auto] [--target native|x86-64-v2|x86-64-v3|x86-64-v4] "           \
-    "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"
-#define COMPILE_USAGE "GRAPH... " COMPILE_OPTIONS
 
 int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
 {
     copts o;
-    if (parse_opts(cli, argc, argv, &o, COMPILE_USAGE, true) < 0)
+    if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
     session s;
     int rc = session_open(cli, &o, &s);
@@ -342,33 +323,27 @@ int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
     /* several graphs: one summary each (one JSON object per line with
      * --json); the first failure stops the run */
     for (int i = 0; i < o.n_graphs && rc == KC_EXIT_OK; i++) {
-        kc_program *p = NULL;
-        kc_graph *g = NULL;
-        kc_backend *b = NULL;
-        rc = compile_one(&s, &o, o.graphs[i], o.target, false, &p, &g, &b);
+        compiled_graph c;
+        rc = compile_one(&s, &o, o.graphs[i], o.target, false, &c);
         if (rc != KC_EXIT_OK)
             break;
         if (cli->json) {
-            json_t *j = program_json(o.graphs[i], p);
+            json_t *j = program_json(o.graphs[i], c.p);
             summary_json(j);
             json_decref(j);
         } else {
-            print_program(cli, o.graphs[i], p);
+            print_program(cli, o.graphs[i], c.p);
         }
-        kc_program_free(p);
-        kc_backend_close(b);
-        kc_graph_free(g);
+        compiled_free(&c);
     }
     session_close(&s);
     return rc;
 }
 
-#define RUN_USAGE "GRAPH " COMPILE_OPTIONS " [--check] [--iters N] [--seed N]"
-
 int kc_cmd_run(kc_cli *cli, int argc, char **argv)
 {
     copts o;
-    if (parse_opts(cli, argc, argv, &o, RUN_USAGE, true) < 0)
+    if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
     if (o.target && strcmp(o.device, "cpu") == 0 && !kc_cpu_target_runs_here(o.target)) {
         kc_err e;
@@ -380,14 +355,14 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     int rc = session_open(cli, &o, &s);
     if (rc)
         return rc;
-    kc_program *p = NULL;
-    kc_graph *g = NULL;
-    kc_backend *b = NULL;
-    rc = compile_one(&s, &o, o.graph, o.target, true, &p, &g, &b);
+    compiled_graph c;
+    rc = compile_one(&s, &o, o.graph, o.target, true, &c);
     if (rc) {
         session_close(&s);
         return rc;
     }
+    kc_program *p = c.p;
+    kc_graph *g = c.g;
     kc_err err = {0};
     float **vals = kc_values_new(g, o.seed), **ref = NULL;
     json_t *outs = json_array();
@@ -453,9 +428,7 @@ done:
     json_decref(outs);
     kc_values_free(g, vals);
     kc_values_free(g, ref);
-    kc_program_free(p);
-    kc_backend_close(b);
-    kc_graph_free(g);
+    compiled_free(&c);
     session_close(&s);
     return rc;
 }
@@ -528,14 +501,10 @@ static void diff_device(const char *mine, json_t *theirs)
     json_decref(a);
 }
 
-#define EXPLAIN_USAGE                                                                              \
-    "GRAPH [--device cpu|xpu|xpu-spirv|auto] [--target T] [--autotune] [--cflags FLAGS] "          \
-    "[--offline]"
-
 int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
 {
     copts o;
-    if (parse_opts(cli, argc, argv, &o, EXPLAIN_USAGE, true) < 0)
+    if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
     session s;
     int rc = session_open(cli, &o, &s);
@@ -631,8 +600,7 @@ done:
 int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
 {
     copts o;
-    if (parse_opts(cli, argc, argv, &o, "[--target T] [--cflags FLAGS] [--device cpu|xpu|auto]",
-                   false) < 0)
+    if (parse_opts(cli, argc, argv, &o, false) < 0)
         return KC_EXIT_USAGE;
     static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
     json_t *all = json_array();
@@ -696,12 +664,10 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
 
 /* ---- prewarm ------------------------------------------------------------------- */
 
-#define PREWARM_USAGE "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T]"
-
 int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
 {
     copts o;
-    if (parse_opts(cli, argc, argv, &o, PREWARM_USAGE, true) < 0)
+    if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
     json_error_t je;
     json_t *m = json_load_file(o.graph, 0, &je);
@@ -758,14 +724,13 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
                 snprintf(path, sizeof path, "%s", rel);
             else
                 snprintf(path, sizeof path, "%s/%s", mdir, rel);
-            kc_program *p = NULL;
-            kc_graph *g = NULL;
-            kc_backend *b = NULL;
+            compiled_graph c;
             total++;
-            if (compile_one(&s, &to, path, target, false, &p, &g, &b) != KC_EXIT_OK) {
+            if (compile_one(&s, &to, path, target, false, &c) != KC_EXIT_OK) {
                 failed++;
                 continue;
             }
+            const kc_program *p = c.p;
             if (!cli->json)
                 print_program(cli, path, p);
             json_array_append_new(results, program_json(path, p));
@@ -779,9 +744,7 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
                 seen || strcmp(json_string_value(d), p->device.id) == 0;
             if (!seen)
                 json_array_append_new(devices, json_string(p->device.id));
-            kc_program_free(p);
-            kc_backend_close(b);
-            kc_graph_free(g);
+            compiled_free(&c);
         }
     }
     double secs = kc_now() - t0;

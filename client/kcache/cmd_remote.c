@@ -4,6 +4,7 @@
  * add option parsing, a progress line on a terminal and a --json summary.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <jansson.h>
 
 #include "kc_backend.h"
+#include "kc_cli_opts.h"
 #include "kc_cpu.h"
 #include "kc_remote.h"
 #include "kc_util.h"
@@ -59,39 +61,6 @@ static void progress_end(progress_state *ps)
     ps->shown = false;
 }
 
-/* --since: unix seconds, or an age such as 30m, 12h, 7d, 2w. */
-static bool parse_since(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || v < 0)
-        return false;
-    long long mult = 0;
-    if (*end == '\0')
-        mult = 0;
-    else if (strcmp(end, "s") == 0)
-        mult = 1;
-    else if (strcmp(end, "m") == 0)
-        mult = 60;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600;
-    else if (strcmp(end, "d") == 0)
-        mult = 86400;
-    else if (strcmp(end, "w") == 0)
-        mult = 7 * 86400;
-    else
-        return false;
-    int64_t now = (int64_t)time(NULL);
-    if (mult && v > now / mult) /* an age older than the epoch: everything */
-        *out = 0;
-    else
-        *out = mult ? now - v * mult : v;
-    if (*out < 0)
-        *out = 0;
-    return true;
-}
-
 typedef struct remote_args {
     kc_filter f;
     const char *devices[65];
@@ -102,79 +71,65 @@ typedef struct remote_args {
     bool device_all;  /* --device all: no device filter */
     int jobs;
     const char *ca_file;
-    long connect_ms;
+    int connect_ms;
 } remote_args;
 
+/* One --device value (or, for pull, an argument after --device ID): auto,
+ * all, or ids; pull splits a comma list. -1 after a usage error. */
+static int take_device(kc_cli *cli, const char *cmd, bool pull, remote_args *a, const char *v)
+{
+    if (strcmp(v, "auto") == 0) {
+        a->device_auto = true;
+        return 0;
+    }
+    if (strcmp(v, "all") == 0) {
+        a->device_all = true;
+        return 0;
+    }
+    if (!pull) {
+        a->f.device = v;
+        return 0;
+    }
+    char *copy = strdup(v);
+    if (!copy || a->nowned == 64) {
+        free(copy);
+        return kc_opts_error(cli, cmd, "too many --device values"), -1;
+    }
+    a->owned[a->nowned++] = copy;
+    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (a->ndevices == 64)
+            return kc_opts_error(cli, cmd, "at most 64 devices"), -1;
+        a->devices[a->ndevices++] = t;
+    }
+    return 0;
+}
+
 /* Parses the options shared by pull and push. Returns -1 on a usage error. */
-static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a,
-                      const char *usage)
+static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a)
 {
     memset(a, 0, sizeof *a);
     a->ca_file = getenv("KCACHE_CA_FILE");
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(o, "--device") == 0 || strcmp(o, "--tag") == 0 ||
-                     strcmp(o, "--kind") == 0 || strcmp(o, "--since") == 0 ||
-                     strcmp(o, "--jobs") == 0 || strcmp(o, "-j") == 0 ||
-                     strcmp(o, "--ca-file") == 0 || strcmp(o, "--connect-timeout") == 0;
-        if (!takes) {
-            if (pull && o[0] != '-' && a->ndevices > 0) {
-                v = o; /* more ids after --device ID */
-                o = "--device";
-                i--;
-            } else {
-                return kc_cli_usage(cli, argv[0], usage), -1;
-            }
-        }
-        if (!v)
-            return kc_cli_usage(cli, argv[0], usage), -1;
-        i++;
-        if (strcmp(o, "--device") == 0) {
-            if (strcmp(v, "auto") == 0) {
-                a->device_auto = true;
-                continue;
-            }
-            if (strcmp(v, "all") == 0) {
-                a->device_all = true;
-                continue;
-            }
-            if (!pull) {
-                a->f.device = v;
-                continue;
-            }
-            /* A comma list splits into several ids. */
-            char *copy = strdup(v);
-            if (!copy || a->nowned == 64) {
-                free(copy);
-                return kc_cli_usage(cli, argv[0], "too many --device values"), -1;
-            }
-            a->owned[a->nowned++] = copy;
-            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t;
-                 t = strtok_r(NULL, ",", &save)) {
-                if (a->ndevices == 64)
-                    return kc_cli_usage(cli, argv[0], "at most 64 devices"), -1;
-                a->devices[a->ndevices++] = t;
-            }
-        } else if (strcmp(o, "--tag") == 0) {
-            a->f.tag = v;
-        } else if (strcmp(o, "--kind") == 0) {
-            a->f.kind = v;
-        } else if (strcmp(o, "--since") == 0) {
-            if (!parse_since(v, &a->f.since))
-                return kc_cli_usage(cli, argv[0], "--since wants unix seconds or an age (7d)"), -1;
-        } else if (strcmp(o, "--jobs") == 0 || strcmp(o, "-j") == 0) {
-            a->jobs = atoi(v);
-            if (a->jobs < 1 || a->jobs > 64)
-                return kc_cli_usage(cli, argv[0], "--jobs wants 1..64"), -1;
-        } else if (strcmp(o, "--ca-file") == 0) {
-            a->ca_file = v;
-        } else if (strcmp(o, "--connect-timeout") == 0) {
-            a->connect_ms = atol(v);
-            if (a->connect_ms < 1)
-                return kc_cli_usage(cli, argv[0], "--connect-timeout wants milliseconds"), -1;
-        }
-    }
+    kc_opt_list devices = {0};
+    const kc_opt opts[] = {{"--device", NULL, KC_OPT_LIST, &devices, 0, 0},
+                           {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0},
+                           {"--kind", NULL, KC_OPT_STRING, &a->f.kind, 0, 0},
+                           {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0},
+                           {"--jobs", "-j", KC_OPT_INT, &a->jobs, 1, 64},
+                           {"--ca-file", NULL, KC_OPT_STRING, &a->ca_file, 0, 0},
+                           {"--connect-timeout", NULL, KC_OPT_INT, &a->connect_ms, 1, INT_MAX},
+                           {0}};
+    int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
+    if (nargs < 0)
+        return -1;
+    for (int i = 0; i < devices.n; i++)
+        if (take_device(cli, argv[0], pull, a, devices.v[i]) < 0)
+            return -1;
+    /* pull --device ID ID...: the arguments are more ids */
+    if (nargs > 0 && a->ndevices == 0)
+        return kc_opts_error(cli, argv[0], "unexpected argument '%s'", argv[1]), -1;
+    for (int i = 1; i <= nargs; i++)
+        if (take_device(cli, argv[0], pull, a, argv[i]) < 0)
+            return -1;
     return 0;
 }
 
@@ -252,9 +207,13 @@ static void free_args(remote_args *a)
     a->nowned = 0;
 }
 
-static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **out)
+/* Opens the server(s) of --remote, then the local store; on failure prints
+ * why, closes what was opened and returns the exit code. */
+static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_store **s)
 {
     kc_err err = {0};
+    *r = NULL;
+    *s = NULL;
     if (!cli->remote) {
         kc_err_set(&err, KC_ERR_INVALID, "no server: give --remote URL or set $KCACHE_REMOTE");
         return kc_cli_fail(cli, &err);
@@ -264,8 +223,13 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **out)
                         .concurrency = a->jobs,
                         .connect_timeout_ms = a->connect_ms,
                         .quiet = true};
-    if (kc_remote_open(cli->remote, &o, out, &err) != KC_OK)
+    if (kc_remote_open(cli->remote, &o, r, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
+    if (kc_cli_open_store(cli, NULL, s) != KC_OK) {
+        kc_remote_close(*r);
+        *r = NULL;
+        return KC_EXIT_FAIL;
+    }
     return KC_EXIT_OK;
 }
 
@@ -283,11 +247,8 @@ static int pull_with(kc_cli *cli, remote_args *ap);
 
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
 {
-    static const char usage[] =
-        "[--device auto|all|ID ...] [--tag T] [--kind K] [--since SECONDS|AGE] [--ca-file F] "
-        "[--connect-timeout MS]";
     remote_args a;
-    if (parse_args(cli, argc, argv, true, &a, usage) < 0) {
+    if (parse_args(cli, argc, argv, true, &a) < 0) {
         free_args(&a);
         return KC_EXIT_USAGE;
     }
@@ -308,15 +269,11 @@ static int pull_with(kc_cli *cli, remote_args *ap)
         ap->ndevices = 0;
     ap->devices[ap->ndevices] = NULL;
     const char *const *devices = ap->ndevices ? ap->devices : NULL;
-    kc_remote *r = NULL;
-    int rc = open_remote(cli, ap, &r);
+    kc_remote *r;
+    kc_store *s;
+    int rc = open_remote(cli, ap, &r, &s);
     if (rc != KC_EXIT_OK)
         return rc;
-    kc_store *s = NULL;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK) {
-        kc_remote_close(r);
-        return KC_EXIT_FAIL;
-    }
     progress_state ps = {.verb = "pull", .start = kc_now()};
     bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
     kc_bundle_stats st = {0};
@@ -376,20 +333,14 @@ static int pull_with(kc_cli *cli, remote_args *ap)
 
 int kc_cmd_push(kc_cli *cli, int argc, char **argv)
 {
-    static const char usage[] = "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] "
-                                "[--jobs N] [--ca-file F] [--connect-timeout MS]";
     remote_args a;
-    if (parse_args(cli, argc, argv, false, &a, usage) < 0)
+    if (parse_args(cli, argc, argv, false, &a) < 0)
         return KC_EXIT_USAGE;
-    kc_remote *r = NULL;
-    int rc = open_remote(cli, &a, &r);
+    kc_remote *r;
+    kc_store *s;
+    int rc = open_remote(cli, &a, &r, &s);
     if (rc != KC_EXIT_OK)
         return rc;
-    kc_store *s = NULL;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK) {
-        kc_remote_close(r);
-        return KC_EXIT_FAIL;
-    }
     progress_state ps = {.verb = "push", .start = kc_now()};
     bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
     kc_remote_push_stats st = {0};

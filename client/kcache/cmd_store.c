@@ -1,87 +1,52 @@
 /*
  * cmd_store.c - the local store commands of kcache: put, get, has, rm, ls,
- * stats, gc, verify, export, import. Each parses its own arguments, opens the
- * store of --cache-dir and prints text (or JSON with --json) on stdout;
- * errors go to stderr naming the key or file, with exit 1 (2 for usage).
+ * stats, gc, verify, export, import. Each parses its arguments with
+ * kc_opts_parse (kc_cli_opts.h), opens the store of --cache-dir and prints
+ * text (or JSON with --json) on stdout; errors go to stderr naming the key
+ * or file, with exit 1 (2 for usage).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "kc_bundle.h"
 #include "kc_hash.h"
+#include "kc_cli_opts.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
 
-/* ---- argument helpers ------------------------------------------------- */
-
-/* Matches --name VALUE or --name=VALUE at argv[*i]; advances *i past the
- * value. Returns 1 on a match (value in *out), 0 if no match, -1 if the
- * value is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *out = argv[++*i];
-    return 1;
-}
-
-typedef struct filter_args {
-    kc_filter f;
-    const char *bad; /* set when an option value is malformed */
-} filter_args;
-
-/* Consumes a filter option at argv[*i]; 1 if taken, 0 if not, -1 on error. */
-static int take_filter(int argc, char **argv, int *i, filter_args *fa)
-{
-    const char *v;
-    int r;
-    if ((r = opt_value(argc, argv, i, "--kind", &fa->f.kind)) != 0)
-        return r;
-    if ((r = opt_value(argc, argv, i, "--device", &fa->f.device)) != 0)
-        return r;
-    if ((r = opt_value(argc, argv, i, "--tag", &fa->f.tag)) != 0)
-        return r;
-    if ((r = opt_value(argc, argv, i, "--since", &v)) != 0) {
-        if (r < 0)
-            return r;
-        char *end;
-        errno = 0;
-        long long t = strtoll(v, &end, 10);
-        if (errno || *end || end == v || t < 0) {
-            fa->bad = v;
-            return -1;
-        }
-        fa->f.since = t;
-        return 1;
-    }
-    return 0;
-}
-
-static int print_json(json_t *j)
+static int print_json_to(FILE *out, json_t *j)
 {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     if (!s)
         return KC_EXIT_FAIL;
-    puts(s);
+    fprintf(out, "%s\n", s);
     free(s);
     return KC_EXIT_OK;
+}
+
+static int print_json(json_t *j)
+{
+    return print_json_to(stdout, j);
+}
+
+/* True when path names this process's standard output (so a report printed
+ * there would land inside the bundle). */
+static bool is_stdout(const char *path)
+{
+    struct stat a, b;
+    return !strcmp(path, "/dev/stdout") || (stat(path, &a) == 0 && fstat(STDOUT_FILENO, &b) == 0 &&
+                                            a.st_dev == b.st_dev && a.st_ino == b.st_ino);
 }
 
 static json_t *filter_json(const kc_filter *f)
@@ -100,28 +65,18 @@ static json_t *filter_json(const kc_filter *f)
 
 /* ---- put / get / has / rm -------------------------------------------- */
 
-static const char put_usage[] = "FILE|- --kind K [--key KEY] [--meta JSON]";
-
 int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 {
-    const char *file = NULL, *kind = NULL, *key = NULL, *meta = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if ((r = opt_value(argc, argv, &i, "--kind", &kind)) ||
-            (r = opt_value(argc, argv, &i, "--key", &key)) ||
-            (r = opt_value(argc, argv, &i, "--meta", &meta))) {
-            if (r < 0)
-                return kc_cli_usage(cli, argv[0], put_usage);
-            continue;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return kc_cli_usage(cli, argv[0], put_usage);
-        if (file)
-            return kc_cli_usage(cli, argv[0], put_usage);
-        file = argv[i];
-    }
-    if (!file || !kind)
-        return kc_cli_usage(cli, argv[0], put_usage);
+    const char *kind = NULL, *key = NULL, *meta = NULL;
+    const kc_opt opts[] = {{"--kind", NULL, KC_OPT_STRING, &kind, 0, 0},
+                           {"--key", NULL, KC_OPT_STRING, &key, 0, 0},
+                           {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0},
+                           {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
+        return KC_EXIT_USAGE;
+    const char *file = argv[1];
+    if (!kind)
+        return kc_opts_error(cli, argv[0], "--kind is required");
     kc_err err = {0};
     if (!kc_kind_valid(kind)) {
         kc_err_set(&err, KC_ERR_INVALID,
@@ -177,25 +132,13 @@ int kc_cmd_put(kc_cli *cli, int argc, char **argv)
     return KC_EXIT_OK;
 }
 
-static const char get_usage[] = "KEY [-o FILE]";
-
 int kc_cmd_get(kc_cli *cli, int argc, char **argv)
 {
-    const char *key = NULL, *outp = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if ((r = opt_value(argc, argv, &i, "-o", &outp)) ||
-            (r = opt_value(argc, argv, &i, "--output", &outp))) {
-            if (r < 0)
-                return kc_cli_usage(cli, argv[0], get_usage);
-            continue;
-        }
-        if (argv[i][0] == '-' || key)
-            return kc_cli_usage(cli, argv[0], get_usage);
-        key = argv[i];
-    }
-    if (!key)
-        return kc_cli_usage(cli, argv[0], get_usage);
+    const char *outp = NULL;
+    const kc_opt opts[] = {{"--output", "-o", KC_OPT_STRING, &outp, 0, 0}, {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
+        return KC_EXIT_USAGE;
+    const char *key = argv[1];
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
@@ -232,10 +175,13 @@ int kc_cmd_get(kc_cli *cli, int argc, char **argv)
     return code;
 }
 
+/* For the commands without options: only their arguments. */
+static const kc_opt no_opts[] = {{0}};
+
 int kc_cmd_has(kc_cli *cli, int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-')
-        return kc_cli_usage(cli, argv[0], "KEY");
+    if (kc_opts_parse(cli, argc, argv, no_opts, 1, 1) < 0)
+        return KC_EXIT_USAGE;
     kc_err err = {0};
     kc_store_opts o = {.read_only = true};
     kc_store *s;
@@ -267,13 +213,14 @@ int kc_cmd_has(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_rm(kc_cli *cli, int argc, char **argv)
 {
-    if (argc < 2)
-        return kc_cli_usage(cli, argv[0], "KEY...");
+    int nkeys = kc_opts_parse(cli, argc, argv, no_opts, 1, INT_MAX);
+    if (nkeys < 0)
+        return KC_EXIT_USAGE;
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
     int code = KC_EXIT_OK;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i <= nkeys; i++) {
         kc_err err = {0};
         if (kc_store_delete(s, argv[i], &err) != KC_OK)
             code = kc_cli_fail(cli, &err);
@@ -325,21 +272,18 @@ static int ls_one(const kc_entry_info *e, void *ctx)
     return 0;
 }
 
-static const char ls_usage[] = "[--kind K] [--device D] [--tag T] [--since UNIX]";
-
 int kc_cmd_ls(kc_cli *cli, int argc, char **argv)
 {
-    filter_args fa = {0};
-    for (int i = 1; i < argc; i++) {
-        if (take_filter(argc, argv, &i, &fa) != 1)
-            return kc_cli_usage(cli, argv[0], ls_usage);
-    }
+    kc_filter f = {0};
+    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
+        return KC_EXIT_USAGE;
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
     ls_ctx c = {.json = cli->json, .arr = cli->json ? json_array() : NULL};
-    kc_code rc = kc_store_list(s, &fa.f, ls_one, &c, &err);
+    kc_code rc = kc_store_list(s, &f, ls_one, &c, &err);
     kc_store_close(s);
     if (rc != KC_OK) {
         json_decref(c.arr);
@@ -353,8 +297,8 @@ int kc_cmd_ls(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
 {
-    if (argc != 1)
-        return kc_cli_usage(cli, argv[0], "");
+    if (kc_opts_parse(cli, argc, argv, no_opts, 0, 0) < 0)
+        return KC_EXIT_USAGE;
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
@@ -402,20 +346,18 @@ int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_gc(kc_cli *cli, int argc, char **argv)
 {
-    const char *size = getenv("KCACHE_MAX_SIZE");
-    for (int i = 1; i < argc; i++) {
-        int r = opt_value(argc, argv, &i, "--max-size", &size);
-        if (r != 1)
-            return kc_cli_usage(cli, argv[0], "--max-size SIZE (e.g. 512M, 10G)");
-    }
-    if (!size || !*size)
-        return kc_cli_usage(cli, argv[0], "--max-size SIZE (e.g. 512M, 10G)");
-    kc_err err = {0};
-    uint64_t max;
-    if (kc_parse_size(size, &max, &err) != KC_OK) {
-        kc_err_prefix(&err, "--max-size");
-        kc_cli_fail(cli, &err);
+    uint64_t max = UINT64_MAX; /* not given: $KCACHE_MAX_SIZE */
+    const kc_opt opts[] = {{"--max-size", NULL, KC_OPT_SIZE, &max, 0, 0}, {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
         return KC_EXIT_USAGE;
+    kc_err err = {0};
+    if (max == UINT64_MAX) {
+        const char *env = getenv("KCACHE_MAX_SIZE");
+        if (!env || !*env)
+            return kc_opts_error(cli, argv[0], "--max-size is required (or set KCACHE_MAX_SIZE)");
+        if (kc_parse_size(env, &max, &err) != KC_OK)
+            return kc_opts_error(cli, argv[0], "bad value '%s' for KCACHE_MAX_SIZE: %s", env,
+                                 err.msg);
     }
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
@@ -460,8 +402,8 @@ static int verify_bad(const kc_entry_info *e, void *ctx)
 
 int kc_cmd_verify(kc_cli *cli, int argc, char **argv)
 {
-    if (argc != 1)
-        return kc_cli_usage(cli, argv[0], "");
+    if (kc_opts_parse(cli, argc, argv, no_opts, 0, 0) < 0)
+        return KC_EXIT_USAGE;
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
@@ -492,29 +434,22 @@ int kc_cmd_verify(kc_cli *cli, int argc, char **argv)
 
 /* ---- export / import -------------------------------------------------- */
 
-static const char export_usage[] = "BUNDLE [--kind K] [--device ID] [--tag T] [--since UNIX]";
-
 int kc_cmd_export(kc_cli *cli, int argc, char **argv)
 {
-    filter_args fa = {0};
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = take_filter(argc, argv, &i, &fa);
-        if (r == 1)
-            continue;
-        if (r < 0 || argv[i][0] == '-' || path)
-            return kc_cli_usage(cli, argv[0], export_usage);
-        path = argv[i];
-    }
-    if (!path)
-        return kc_cli_usage(cli, argv[0], export_usage);
+    kc_filter f = {0};
+    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
+        return KC_EXIT_USAGE;
+    const char *path = strcmp(argv[1], "-") ? argv[1] : "/dev/stdout";
+    /* a bundle written to standard output gets its report on stderr */
+    FILE *report = is_stdout(path) ? stderr : stdout;
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
     kc_bundle_stats st;
     double t0 = kc_now();
-    kc_code rc = kc_bundle_export_file(s, &fa.f, path, &st, &err);
+    kc_code rc = kc_bundle_export_file(s, &f, path, &st, &err);
     double dt = kc_now() - t0;
     kc_store_close(s);
     if (rc != KC_OK)
@@ -524,21 +459,21 @@ int kc_cmd_export(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "bundle", json_string(path));
         json_object_set_new(j, "artifacts", json_integer((json_int_t)st.artifacts));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
-        json_object_set_new(j, "filter", filter_json(&fa.f));
+        json_object_set_new(j, "filter", filter_json(&f));
         json_object_set_new(j, "seconds", json_real(dt));
-        return print_json(j);
+        return print_json_to(report, j);
     }
     char b[32];
-    printf("exported %" PRIu64 " artifacts to %s (%s) in %.2f s\n", st.artifacts, path,
-           kc_format_size(st.bytes, b, sizeof b), dt);
+    fprintf(report, "exported %" PRIu64 " artifacts to %s (%s) in %.2f s\n", st.artifacts, path,
+            kc_format_size(st.bytes, b, sizeof b), dt);
     return KC_EXIT_OK;
 }
 
 int kc_cmd_import(kc_cli *cli, int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-')
-        return kc_cli_usage(cli, argv[0], "BUNDLE");
-    const char *path = argv[1];
+    if (kc_opts_parse(cli, argc, argv, no_opts, 1, 1) < 0)
+        return KC_EXIT_USAGE;
+    const char *path = strcmp(argv[1], "-") ? argv[1] : "/dev/stdin";
     kc_err err = {0};
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)

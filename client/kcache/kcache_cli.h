@@ -22,6 +22,7 @@ typedef struct kc_cli {
     bool json;             /* --json: machine-readable output on stdout */
     int verbosity;         /* -q: -1, default 0, -v: 1 (repeatable) */
     const char *prog;      /* argv[0] for messages */
+    const char *synopsis;  /* the running command's usage line (main.c's table) */
 } kc_cli;
 
 /* A command receives argv with the global options removed; argv[0] is the
@@ -30,7 +31,9 @@ typedef int (*kc_cmd_fn)(kc_cli *cli, int argc, char **argv);
 
 /* Prints "kcache: <msg>" to stderr and returns KC_EXIT_FAIL. */
 int kc_cli_fail(const kc_cli *cli, const kc_err *err);
-/* Prints "kcache CMD: usage: ..." to stderr and returns KC_EXIT_USAGE. */
+/* Prints "kcache CMD: usage: kcache CMD USAGE" to stderr and returns
+ * KC_EXIT_USAGE; usage NULL means cli->synopsis. Commands parse their options
+ * with kc_opts_parse (kc_cli_opts.h), which reports usage errors itself. */
 int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage);
 /* Opens the store of cli->cache_dir; on failure prints the error. */
 kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out);

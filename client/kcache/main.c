@@ -35,13 +35,13 @@ static const struct {
     {"get", kc_cmd_get, "write an artifact's payload to stdout or -o FILE", "KEY [-o FILE]"},
     {"has", kc_cmd_has, "exit 0 if a key is stored, 1 if not", "KEY"},
     {"rm", kc_cmd_rm, "remove artifacts", "KEY..."},
-    {"ls", kc_cmd_ls, "list artifacts", "[--kind K] [--device D] [--tag T] [--since UNIX]"},
+    {"ls", kc_cmd_ls, "list artifacts", "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE]"},
     {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions", ""},
     {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size",
      "--max-size SIZE (e.g. 512M, 10G)"},
     {"verify", kc_cmd_verify, "check every stored payload against its hash", ""},
     {"export", kc_cmd_export, "write a bundle of artifacts to a file",
-     "BUNDLE [--kind K] [--device ID] [--tag T] [--since UNIX]"},
+     "BUNDLE [--kind K] [--device ID] [--tag T] [--since SECONDS|AGE]"},
     {"import", kc_cmd_import, "load a bundle file into the store", "BUNDLE"},
     {"pull", kc_cmd_pull, "fetch this machine's artifacts from the server",
      "[--device auto|all|ID ...] [--tag T] [--kind K] [--since SECONDS|AGE] [--ca-file F] "
@@ -79,8 +79,9 @@ int kc_cli_fail(const kc_cli *cli, const kc_err *err)
 
 int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage)
 {
-    (void)cli;
-    fprintf(stderr, "kcache %s: usage: kcache %s %s\n", cmd, cmd, usage);
+    if (!usage)
+        usage = cli->synopsis ? cli->synopsis : "";
+    fprintf(stderr, "kcache %s: usage: kcache %s%s%s\n", cmd, cmd, *usage ? " " : "", usage);
     return KC_EXIT_USAGE;
 }
 
@@ -214,6 +215,7 @@ int main(int argc, char **argv)
                    commands[i].summary);
             rc = KC_EXIT_OK;
         } else {
+            cli.synopsis = commands[i].synopsis;
             rc = commands[i].fn(&cli, argc - 1, argv + 1);
         }
         break;

@@ -4,7 +4,10 @@
 # the fuzzers start from valid envelopes and bundles. Rerun after a format
 # change. Files named by a SHA-1 beside these are inputs merged in from long
 # runs (`TARGET -merge=1 tests/fuzz/corpus/TARGET build-fuzz/fuzz-corpus/TARGET`);
-# crash inputs are added the same way, named crash-*.
+# crash inputs are added the same way, named crash-*. The bundles written here
+# are version 1 (whole envelopes); fuzz_bundle/v2-*.kcb are version 2 bundles
+# (compressed-artifact records) written by `kcache export`, since Python's
+# standard library has no zstd.
 import hashlib
 import json
 import os
