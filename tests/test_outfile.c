@@ -1,5 +1,5 @@
 /*
- * test_clientfix_outfile.c - kc_outfile (kc_util.h), the one way kcache writes
+ * test_outfile.c - kc_outfile (kc_util.h), the one way kcache writes
  * a file the user names: a regular file appears whole or not at all (no
  * temporary left, a failed write leaves the old file), while a FIFO, a device
  * or /dev/fd/N is written in place and never replaced - for

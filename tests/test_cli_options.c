@@ -1,5 +1,5 @@
 /*
- * test_clipar_cli.c - every kcache command parses its options the same way
+ * test_cli_options.c - every kcache command parses its options the same way
  * (client/kcache/kc_cli_opts.c), checked through the real binary: unknown
  * options, missing and bad values are usage errors (exit 2) naming what is
  * wrong, and ages (--since 7d) and sizes (10G) mean the same everywhere.
@@ -17,7 +17,7 @@ static char *dir, *cache;
 
 static void setup(void)
 {
-    dir = kc_test_mkdtemp("clipar");
+    dir = kc_test_mkdtemp("cliopts");
     cr_assert_not_null(dir);
     cache = kc_test_path(dir, "cache");
     unsetenv("KCACHE_DIR");
