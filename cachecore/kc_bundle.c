@@ -21,6 +21,7 @@
 #include "kc_bytes.h"
 #include "kc_frame.h"
 #include "kc_hash.h"
+#include "kc_sign.h"
 #include "kc_store_internal.h"
 #include "kc_util.h"
 
@@ -105,7 +106,8 @@ struct kc_bundle_cursor {
     char *kind, *device, *tag; /* owned copies of the filter strings */
     int phase;
     stream_sum sum;
-    uint8_t pre[64]; /* pending small bytes (headers, end record) */
+    const kc_signer *signer; /* signs each artifact on the way out; may be NULL */
+    uint8_t pre[64];         /* pending small bytes (headers, end record) */
     size_t pre_len, pre_pos;
     uint8_t *body; /* pending envelope (owned) */
     size_t body_len, body_pos;
@@ -217,6 +219,12 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
         kc_code code = kc_store__peek_stored(c->s, key, &env, &len, &e2);
         if (code == KC_ERR_NOT_FOUND || code == KC_ERR_CORRUPT)
             continue; /* deleted meanwhile, or quarantined: not exported */
+        if (code == KC_OK && c->signer) {
+            uint8_t *signed_body;
+            code = kc_sign_header(c->signer, env, len, &signed_body, &len, &e2);
+            free(env);
+            env = code == KC_OK ? signed_body : NULL;
+        }
         if (code != KC_OK) {
             if (err)
                 *err = e2;
@@ -309,8 +317,13 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c)
     free(c);
 }
 
-kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn, void *ctx,
-                         kc_bundle_stats *st, kc_err *err)
+void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer)
+{
+    c->signer = signer;
+}
+
+static kc_code export_signed(kc_store *s, const kc_filter *f, const kc_signer *signer,
+                             kc_bundle_write_fn fn, void *ctx, kc_bundle_stats *st, kc_err *err)
 {
     if (st)
         memset(st, 0, sizeof *st);
@@ -318,6 +331,7 @@ kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn,
     kc_code code = kc_bundle_cursor_open(s, f, &c, err);
     if (code != KC_OK)
         return code;
+    c->signer = signer;
     size_t cap = 1 << 20;
     uint8_t *buf = malloc(cap);
     if (!buf) {
@@ -347,8 +361,20 @@ kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn,
 /* The file is a kc_outfile (kc_util.h): a temporary renamed into place
  * when the export succeeded, removed when it failed (the path keeps what it
  * held); a device, FIFO or /dev/stdout is written in place. */
+kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn, void *ctx,
+                         kc_bundle_stats *st, kc_err *err)
+{
+    return export_signed(s, f, NULL, fn, ctx, st, err);
+}
+
 kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
                               kc_bundle_stats *st, kc_err *err)
+{
+    return kc_bundle_export_file_signed(s, f, NULL, path, st, err);
+}
+
+kc_code kc_bundle_export_file_signed(kc_store *s, const kc_filter *f, const kc_signer *signer,
+                                     const char *path, kc_bundle_stats *st, kc_err *err)
 {
     kc_outfile *o;
     kc_code code = kc_outfile_open(path, &o, err);
@@ -357,7 +383,7 @@ kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
             memset(st, 0, sizeof *st);
         return code;
     }
-    code = kc_bundle_export(s, f, kc_outfile_sink, o, st, err);
+    code = export_signed(s, f, signer, kc_outfile_sink, o, st, err);
     /* committing after a failed write reports that write's error (a full
      * disk: KC_ERR_FULL, naming the path) and removes the temporary */
     if (code == KC_OK || kc_outfile_failed(o))
@@ -462,6 +488,7 @@ static kc_code end_batch(kc_bundle_import *im, kc_err *err)
     im->st.artifacts += pend.artifacts;
     im->st.imported += pend.imported;
     im->st.present += pend.present;
+    im->st.refused += pend.refused;
     return KC_OK;
 }
 
@@ -507,6 +534,11 @@ static kc_code store_record(kc_bundle_import *im, const kc_artifact *a, const kc
         code = kc_store__put_stored(im->s, h, frame, frame_len, frame_checked, &created, &e2);
     else
         code = kc_store__put_verified(im->s, a, &created, &e2);
+    if (code == KC_ERR_UNTRUSTED) { /* refused: the import goes on without it */
+        im->pend.artifacts++;
+        im->pend.refused++;
+        return KC_OK;
+    }
     if (code != KC_OK) {
         kc_err keep = e2;
         end_batch(im, NULL);

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "kc_error.h"
+#include "kc_sign.h"
 #include "kc_store.h"
 
 #define KC_BUNDLE_MAGIC "KCBUNDLE"
@@ -43,6 +44,8 @@ typedef struct kc_bundle_stats {
     uint64_t artifacts; /* artifacts written or read */
     uint64_t imported;  /* new entries stored */
     uint64_t present;   /* already in the store */
+    uint64_t refused;   /* not stored: not signed by a key the store trusts
+                           (kc_store_opts.trust); the import goes on */
     uint64_t bytes;     /* bundle bytes processed */
 } kc_bundle_stats;
 
@@ -55,6 +58,10 @@ kc_code kc_bundle_export(kc_store *s, const kc_filter *f, kc_bundle_write_fn fn,
  * kc_util.h); a device, FIFO or /dev/stdout is written in place. */
 kc_code kc_bundle_export_file(kc_store *s, const kc_filter *f, const char *path,
                               kc_bundle_stats *st, kc_err *err);
+/* Same, each artifact signed by signer on the way out (kc_sign.h; the store
+ * is not changed). signer may be NULL. */
+kc_code kc_bundle_export_file_signed(kc_store *s, const kc_filter *f, const kc_signer *signer,
+                                     const char *path, kc_bundle_stats *st, kc_err *err);
 
 /* Pull-style export cursor, for servers that stream a bundle in chunks
  * without holding it in memory: it pages through matching entries by rowid,
@@ -67,6 +74,9 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
 kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n,
                               kc_err *err);
 void kc_bundle_cursor_close(kc_bundle_cursor *c);
+/* Signs each artifact the cursor emits from now on (signer not owned; it
+ * must outlive the cursor). */
+void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer);
 
 /* Push-style streaming importer: feed bytes as they arrive (from a file, a
  * curl write callback or an HTTP upload). Each artifact is stored once its

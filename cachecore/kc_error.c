@@ -101,6 +101,8 @@ const char *kc_code_name(kc_code code)
         return "unsupported";
     case KC_ERR_MISS:
         return "miss";
+    case KC_ERR_UNTRUSTED:
+        return "untrusted";
     }
     return "unknown";
 }

@@ -27,6 +27,7 @@ typedef enum kc_code {
     KC_ERR_COMPILE,     /* the kernel compiler or a toolchain failed */
     KC_ERR_UNSUPPORTED, /* feature/device not available on this machine */
     KC_ERR_MISS,        /* a required cache hit did not happen (--require-hit) */
+    KC_ERR_UNTRUSTED,   /* not signed by a trusted key (kc_sign.h) */
 } kc_code;
 
 #define KC_ERR_MSG_MAX 1024

@@ -3,7 +3,8 @@
  * (length and SHA-256) without a payload-sized buffer: the frame is
  * decompressed in 64 KiB steps and hashed as it goes. The store checks
  * compressed payloads it receives with it; the bundle importer runs several
- * checkers in parallel, one per thread.
+ * checkers in parallel, one per thread. Internal to cachecore; not
+ * installed (deploy/install.cmake).
  */
 #ifndef KC_FRAME_H
 #define KC_FRAME_H

@@ -37,6 +37,7 @@
 
 #include "kc_frame.h"
 #include "kc_pack.h"
+#include "kc_sign.h"
 #include "kc_store.h"
 #include "kc_store_internal.h"
 #include "kc_util.h"
@@ -961,8 +962,8 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
  * zstd frame, checked against a->payload_sha unless verified says that was
  * done; without, verified says a->payload_sha is already known to match
  * a->payload. */
-static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const uint8_t *frame,
-                        size_t frame_len, bool *created, kc_err *err)
+static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
+                        const uint8_t *frame, size_t frame_len, bool *created, kc_err *err)
 {
     if (created)
         *created = false;
@@ -995,6 +996,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const 
         return KC_OK;
     if (rc != SQLITE_OK)
         return db_err(s, err, rc, "looking up");
+    if (foreign && (code = kc_store_trusts(s, a, err)) != KC_OK)
+        return code;
 
     const void *z = NULL;
     size_t zlen = 0;
@@ -1126,14 +1129,22 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, const 
     return KC_OK;
 }
 
+kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
+{
+    if (!s->opts.trust)
+        return KC_OK;
+    return kc_trust_check(s->opts.trust, a->key, a->kind, a->payload_len, a->payload_sha, a->meta,
+                          err);
+}
+
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, NULL, 0, created, err);
+    return put_impl(s, a, false, false, NULL, 0, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, NULL, 0, created, err);
+    return put_impl(s, a, true, true, NULL, 0, created, err);
 }
 
 kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
@@ -1143,7 +1154,7 @@ kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uin
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, frame, frame_len, created, err);
+    return put_impl(s, &a, frame_checked, true, frame, frame_len, created, err);
 }
 
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
@@ -1176,7 +1187,7 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, NULL, 0, created, err);
+    code = put_impl(s, &a, true, true, NULL, 0, created, err);
     kc_artifact_free(&a);
     return code;
 }

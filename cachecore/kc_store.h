@@ -46,12 +46,24 @@ typedef struct kc_store_opts {
     uint64_t pack_max; /* size at which a pack file takes no more appends;
                           0 = 256 MiB (payloads of 16 KiB compressed and up live
                           in pack files beside the database) */
+    const struct kc_trust *trust; /* kc_sign.h; when set, artifacts that come from
+                          outside (kc_store_put_envelope, bundle imports) are
+                          stored only when signed by one of its keys, else
+                          KC_ERR_UNTRUSTED; kc_store_put (this machine's own
+                          compiles) is not checked. Not owned: it must outlive
+                          the store handle. */
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
  * with mode 0755 if missing. opts may be NULL for defaults. Runs schema
  * migrations. On success *out owns a handle: kc_store_close frees it. */
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err);
+
+/* KC_OK when the store has no trust policy (kc_store_opts.trust) or a is
+ * signed by one of its keys; else KC_ERR_UNTRUSTED saying why. For
+ * artifacts that arrive by other paths than the store's own (a remote GET
+ * that the caller writes back with kc_store_put). */
+kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err);
 
 /* Flushes batched access times and statistics, then closes. NULL is a no-op. */
 void kc_store_close(kc_store *s);

@@ -81,6 +81,7 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
         r->concurrency = 64;
     r->retries = o.retries > 0 ? o.retries : (o.retries < 0 ? 0 : 2);
     r->quiet = o.quiet;
+    r->signer = o.signer;
     r->base = strdup(base_url);
     if (!r->base)
         goto nomem;
@@ -635,6 +636,20 @@ kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
     return rc;
 }
 
+kc_code kc_remote_upload_body(kc_remote *r, const uint8_t *env, size_t len, const uint8_t **body,
+                              size_t *body_len, uint8_t **owned, kc_err *err)
+{
+    *owned = NULL;
+    *body = env;
+    *body_len = len;
+    if (!r->signer)
+        return KC_OK;
+    kc_code rc = kc_sign_header(r->signer, env, len, owned, body_len, err);
+    if (rc == KC_OK)
+        *body = *owned;
+    return rc;
+}
+
 kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
                          bool *created, kc_err *err)
 {
@@ -644,11 +659,19 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
         return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
     if (atomic_load(&r->no_write))
         return kc_remote_offline_error(r, "PUT", NULL, err);
+    uint8_t *signed_env;
+    kc_code rc = kc_remote_upload_body(r, env, len, &env, &len, &signed_env, err);
+    if (rc != KC_OK) {
+        kc_err_prefix(err, "remote put %s", key);
+        return rc;
+    }
     kc_req q = {
         .method = "PUT", .body = env, .body_len = len, .resp_limit = 16384, .resp_truncate = true};
-    if (!(q.url = kc_remote_artifact_url(r, key)))
+    if (!(q.url = kc_remote_artifact_url(r, key))) {
+        free(signed_env);
         return kc_err_set(err, KC_ERR_NOMEM, "remote put %s: out of memory", key);
-    kc_code rc = kc_remote_perform(r, h, &q, err);
+    }
+    rc = kc_remote_perform(r, h, &q, err);
     if (rc == KC_OK) {
         if (q.status == 201 || q.status == 200) {
             if (created)
@@ -665,6 +688,7 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
     }
     kc_rbuf_free(&q.resp);
     free(q.url);
+    free(signed_env);
     return rc;
 }
 

@@ -52,6 +52,7 @@
 #include "kc_bundle.h"
 #include "kc_envelope.h"
 #include "kc_error.h"
+#include "kc_sign.h"
 #include "kc_store.h"
 
 typedef struct kc_remote kc_remote; /* opaque */
@@ -64,6 +65,9 @@ typedef struct kc_remote_opts {
     int concurrency;         /* parallel transfers; 0 = 8 */
     int retries;             /* retries of idempotent requests on 5xx/timeouts; 0 = 2, <0 = none */
     bool quiet;              /* no warning on stderr when going offline */
+    const kc_signer *signer; /* signs every artifact this handle uploads (push,
+                                put, background queue; kc_sign.h); NULL = as
+                                stored. Not owned: it must outlive the handle */
 } kc_remote_opts;
 
 /* Creates a client for base_url (e.g. "http://127.0.0.1:7070"; http:// or

@@ -657,6 +657,17 @@ static kc_code push_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
     kc_code rc = kc_store_peek_envelope(pc->s, key, &sl->env, &sl->env_len, err);
     if (rc != KC_OK)
         return rc;
+    const uint8_t *body;
+    uint8_t *signed_env;
+    rc = kc_remote_upload_body(pc->r, sl->env, sl->env_len, &body, &sl->env_len, &signed_env, err);
+    if (rc != KC_OK) {
+        kc_err_prefix(err, "push %s", key);
+        return rc;
+    }
+    if (signed_env) {
+        free(sl->env);
+        sl->env = signed_env;
+    }
     if (!(sl->q.url = kc_remote_artifact_url(pc->r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "push %s: out of memory", key);
     sl->q.method = "PUT";

@@ -78,6 +78,7 @@ struct kc_remote {
     pthread_mutex_t share_mu[KC_REMOTE_SHARE_LOCKS];
     CURL *easy; /* the calling thread's kept-alive handle */
 
+    const kc_signer *signer;  /* kc_remote_opts.signer */
     pthread_mutex_t state_mu; /* guards warned, offline_why */
     bool warned;
     char offline_why[512];
@@ -120,6 +121,10 @@ kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err);
 char *kc_remote_artifact_url(kc_remote *r, const char *key);
 
 kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err);
+/* The envelope to upload: env itself, or (with a signer) a signed copy in
+ * *owned that the caller frees. */
+kc_code kc_remote_upload_body(kc_remote *r, const uint8_t *env, size_t len, const uint8_t **body,
+                              size_t *body_len, uint8_t **owned, kc_err *err);
 kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *env, size_t len,
                          bool *created, kc_err *err);
 void kc_remote_free_handle(kc_remote *r);

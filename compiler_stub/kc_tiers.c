@@ -22,6 +22,12 @@ kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_re
         return kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache", key);
     kc_err rerr = {0};
     rc = kc_remote_get(t->remote, key, a, &rerr);
+    if (rc == KC_OK && kc_store_trusts(t->store, a, &rerr) != KC_OK) {
+        /* the store trusts only signed artifacts: this one is compiled here */
+        kc_artifact_free(a);
+        t->untrusted++;
+        rc = KC_ERR_UNTRUSTED;
+    }
     if (rc != KC_OK)
         return kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache (%s)", key,
                           rerr.msg);

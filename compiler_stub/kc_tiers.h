@@ -19,6 +19,7 @@ typedef struct kc_tiers {
     bool offline;      /* never touch the remote */
     int remote_hits;   /* artifacts fetched from the remote */
     int pushed;        /* artifacts queued for upload */
+    int untrusted;     /* remote hits refused: not signed by a trusted key */
 } kc_tiers;
 
 /* Reads key: local store, else remote (stored locally on a hit). On success

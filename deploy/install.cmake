@@ -6,10 +6,11 @@ include(GNUInstallDirs)
 install(TARGETS kcache kcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS kccore kcremote kccompiler ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
-# Public headers: everything of cachecore/ but its *_internal.h, the client
-# library and the sharding helper, all under include/kcache/.
+# Public headers: everything of cachecore/ but its *_internal.h and the
+# store's own parts (pack files, frame checks), the client library and the
+# sharding helper, all under include/kcache/.
 file(GLOB KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/cachecore/*.h)
-list(FILTER KC_PUBLIC_HEADERS EXCLUDE REGEX "_internal\\.h$")
+list(FILTER KC_PUBLIC_HEADERS EXCLUDE REGEX "(_internal|kc_pack|kc_frame)\\.h$")
 list(APPEND KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/client/kc_remote.h)
 if(EXISTS ${PROJECT_SOURCE_DIR}/client/kc_shard.h)
   list(APPEND KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/client/kc_shard.h)

@@ -101,13 +101,24 @@ check "5.4 curl --cacert https" curl -sf --cacert "$T/cert.pem" "https://127.0.0
 check "5.4 pull --ca-file" kcache --cache-dir "$T/t1" --remote "https://127.0.0.1:$PORT" pull --ca-file "$T/cert.pem"
 check "5.4 push with KCACHE_CA_FILE" env KCACHE_CA_FILE="$T/cert.pem" kcache --cache-dir "$T/host" --remote "https://127.0.0.1:$PORT" push
 
-# Section 5.7: backups.
+# Section 5.6: signed artifacts.
+check "5.6 openssl genpkey ed25519" openssl genpkey -algorithm ed25519 -out "$T/sign.pem"
+check "5.6 openssl pkey -pubout" openssl pkey -in "$T/sign.pem" -pubout -out "$T/trusted.pem"
+start signed --data "$T/signed-srv" --trusted-keys "$T/trusted.pem"
+SURL=http://127.0.0.1:$PORT
+check "5.6 unsigned push is refused (422)" bash -c "! kcache --cache-dir '$T/host' --remote '$SURL' push 2>'$T/unsigned.err' && grep -q 'HTTP 422' '$T/unsigned.err'"
+check "5.6 push --sign-key" kcache --sign-key "$T/sign.pem" --cache-dir "$T/host" --remote "$SURL" push
+check "5.6 pull --trusted-keys" kcache --trusted-keys "$T/trusted.pem" --cache-dir "$T/signed-ci" --remote "$SURL" pull
+check "5.6 compile --require-hit from signed artifacts" kcache --cache-dir "$T/signed-ci" compile "$ROOT/examples/mlp.json" --require-hit
+check "5.6 unsigned bundle: import refuses, exit 1" bash -c "! kcache --trusted-keys '$T/trusted.pem' --cache-dir '$T/signed-ci2' import '$T/zoo.kcb' 2>'$T/refused.err' && grep -q 'refused' '$T/refused.err'"
+
+# Section 5.8: backups.
 mkdir -p "$T/backup"
-check "5.7 sqlite3 .backup" sqlite3 "$T/srv/kcache.db" ".backup $T/backup/kcache.db"
-check "5.7 copy the packs after it" bash -c "[ ! -d '$T/srv/packs' ] || cp -r '$T/srv/packs' '$T/backup/'"
-check "5.7 verify the copy" bash -c "kcache --cache-dir '$T/backup' verify | grep -q ': 0 corrupt'"
-check "5.7 bundle backup" curl -sf -H "Authorization: Bearer $R" -o "$T/all.kcb" "$URL/v1/bundle"
-check "5.7 bundle restore (POST, idempotent)" bash -c "curl -sf -X POST --data-binary @'$T/all.kcb' -H 'Authorization: Bearer $W' '$URL/v1/bundle' | grep -q '\"imported\":0'"
+check "5.8 sqlite3 .backup" sqlite3 "$T/srv/kcache.db" ".backup $T/backup/kcache.db"
+check "5.8 copy the packs after it" bash -c "[ ! -d '$T/srv/packs' ] || cp -r '$T/srv/packs' '$T/backup/'"
+check "5.8 verify the copy" bash -c "kcache --cache-dir '$T/backup' verify | grep -q ': 0 corrupt'"
+check "5.8 bundle backup" curl -sf -H "Authorization: Bearer $R" -o "$T/all.kcb" "$URL/v1/bundle"
+check "5.8 bundle restore (POST, idempotent)" bash -c "curl -sf -X POST --data-binary @'$T/all.kcb' -H 'Authorization: Bearer $W' '$URL/v1/bundle' | grep -q '\"imported\":0'"
 
 # Section 6: ccache.
 if command -v ccache >/dev/null && command -v gcc >/dev/null; then

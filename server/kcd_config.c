@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "kc_sign.h"
 #include "kc_util.h"
 #include "kcd_auth.h"
 #include "kcd_log.h"
@@ -38,6 +39,8 @@ static const opt_def kcd_opts[] = {
     {"anonymous-read", OPT_BOOL, OFF(anonymous_read), "allow reads without a token"},
     {"tls-cert", OPT_STR, OFF(tls_cert), "PEM certificate: serve HTTPS"},
     {"tls-key", OPT_STR, OFF(tls_key), "PEM private key for --tls-cert"},
+    {"trusted-keys", OPT_STR, OFF(trusted_keys),
+     "PEM Ed25519 public keys: refuse uploads not signed by one (422)"},
     {"threads", OPT_UINT, OFF(threads), "worker threads (0 = one per CPU)"},
     {"timeout", OPT_UINT, OFF(timeout), "idle connection timeout, seconds"},
     {"max-connections", OPT_UINT, OFF(max_connections), "concurrent connection limit"},
@@ -69,6 +72,7 @@ void kcd_config_free(kcd_config *cfg)
     free(cfg->data);
     free(cfg->tokens);
     free(cfg->tls_cert);
+    free(cfg->trusted_keys);
     free(cfg->tls_key);
     free(cfg->port_file);
     free(cfg->config);
@@ -369,6 +373,14 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot read --tls-cert %s", cfg->tls_cert);
     if (cfg->tls_key && access(cfg->tls_key, R_OK) != 0)
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot read --tls-key %s", cfg->tls_key);
+    if (cfg->trusted_keys) {
+        kc_trust *t;
+        if ((rc = kc_trust_load(cfg->trusted_keys, &t, err)) != KC_OK) {
+            kc_err_prefix(err, "--trusted-keys");
+            return rc;
+        }
+        kc_trust_free(t);
+    }
     if (cfg->max_blob == 0)
         return kc_err_set(err, KC_ERR_INVALID, "--max-blob must be positive");
     if (cfg->timeout == 0)

@@ -20,6 +20,7 @@
 #include "kc_bundle.h"
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_sign.h"
 #include "kc_store.h"
 #include "kc_util.h"
 #include "kcd_auth.h"
@@ -41,6 +42,7 @@
 struct kcd_ctx {
     char *data;
     kc_store_opts sopts;
+    kc_trust *trust; /* --trusted-keys: sopts.trust */
     uint64_t max_blob;
     kcd_auth *auth;
     kcd_hot *hot; /* NULL when --memory-cache 0 */
@@ -80,6 +82,9 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
                                KCD_HOT_REFRESH_S);
     }
     kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
+    if (rc == KC_OK && cfg->trusted_keys &&
+        (rc = kc_trust_load(cfg->trusted_keys, &ctx->trust, err)) == KC_OK)
+        ctx->sopts.trust = ctx->trust;
     if (rc == KC_OK) {
         kc_store *s = NULL;
         rc = kc_store_open(ctx->data, &ctx->sopts, &s, err);
@@ -109,6 +114,7 @@ void kcd_ctx_free(kcd_ctx *ctx)
         kcd_tls.store = NULL;
     }
     kcd_auth_free(ctx->auth);
+    kc_trust_free(ctx->trust);
     kcd_hot_free(ctx->hot);
     kcd_s3_close(ctx->s3, ctx->s3_drain_ms); /* drains queued uploads */
     pthread_mutex_destroy(&ctx->lock);
@@ -287,6 +293,8 @@ static int status_for(kc_code c)
         return 507;
     case KC_ERR_AUTH:
         return 403;
+    case KC_ERR_UNTRUSTED: /* well-formed, refused for its content: not the token's fault */
+        return 422;
     default:
         return 500;
     }
@@ -901,7 +909,13 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
     kc_err e = {0};
     kc_store *s = ctx_store(x->ctx, &e);
     bool created = false;
-    kc_code rc = s ? kc_store_put(s, a, &created, &e) : e.code;
+    /* the envelope was checked while it streamed in; --trusted-keys also
+     * wants it signed (ccache's opaque blobs cannot be, and are not asked) */
+    kc_code rc = s ? KC_OK : e.code;
+    if (rc == KC_OK && x->body == BODY_ARTIFACT)
+        rc = kc_store_trusts(s, a, &e);
+    if (rc == KC_OK)
+        rc = kc_store_put(s, a, &created, &e);
     if (rc == KC_OK && x->ctx->s3 && x->body == BODY_ARTIFACT) {
         /* The whole envelope is in x->buf. Queued (or written through); a
          * failure there never undoes the local store. */
@@ -1023,9 +1037,9 @@ static void end_bundle(kcd_exchange *x)
         resp_store_error(x, &e);
         return;
     }
-    json_t *o = json_pack("{s:I,s:I,s:I,s:I}", "artifacts", (json_int_t)st.artifacts, "imported",
-                          (json_int_t)st.imported, "present", (json_int_t)st.present, "bytes",
-                          (json_int_t)st.bytes);
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I}", "artifacts", (json_int_t)st.artifacts,
+                          "imported", (json_int_t)st.imported, "present", (json_int_t)st.present,
+                          "refused", (json_int_t)st.refused, "bytes", (json_int_t)st.bytes);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!text) {

@@ -152,8 +152,10 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (cli->remote && !o->offline) {
         /* same CA variable as pull/push, so a private-CA server works here too */
         const char *ca = getenv("KCACHE_CA_FILE");
-        kc_remote_opts ro = {
-            .token = cli->token, .ca_file = ca && *ca ? ca : NULL, .quiet = cli->verbosity < 0};
+        kc_remote_opts ro = {.token = cli->token,
+                             .ca_file = ca && *ca ? ca : NULL,
+                             .quiet = cli->verbosity < 0,
+                             .signer = cli->signer};
         if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
@@ -182,6 +184,11 @@ static void rm_tree_shallow(const char *dir)
 
 static void session_close(session *s)
 {
+    if (s->tiers.untrusted)
+        fprintf(stderr,
+                "kcache: warning: %d artifact(s) from %s refused: not signed by a trusted key "
+                "(--trusted-keys); compiled here instead\n",
+                s->tiers.untrusted, s->cli->remote);
     if (s->remote) {
         size_t left = kc_tiers_flush(&s->tiers, 10000);
         if (left)

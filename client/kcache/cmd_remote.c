@@ -222,7 +222,8 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
                         .ca_file = a->ca_file,
                         .concurrency = a->jobs,
                         .connect_timeout_ms = a->connect_ms,
-                        .quiet = true};
+                        .quiet = true,
+                        .signer = cli->signer};
     if (kc_remote_open(cli->remote, &o, r, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
     if (kc_cli_open_store(cli, NULL, s) != KC_OK) {
@@ -244,6 +245,19 @@ static void print_json(json_t *o)
 }
 
 static int pull_with(kc_cli *cli, remote_args *ap);
+
+/* Artifacts refused for want of a trusted signature fail the command (a
+ * security signal), after everything trusted was stored. */
+static int refused_report(uint64_t refused)
+{
+    if (!refused)
+        return KC_EXIT_OK;
+    fprintf(stderr,
+            "kcache: refused %llu artifact(s) not signed by a trusted key (--trusted-keys); "
+            "everything else was stored\n",
+            (unsigned long long)refused);
+    return KC_EXIT_FAIL;
+}
 
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
 {
@@ -299,9 +313,10 @@ static int pull_with(kc_cli *cli, remote_args *ap)
     }
     double rate = secs > 0 ? (double)st.bytes / secs : 0;
     if (cli->json) {
-        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:f,s:f}", "ok", 1, "remote",
-                              kc_remote_url(r), "artifacts", (json_int_t)st.artifacts, "imported",
-                              (json_int_t)st.imported, "present", (json_int_t)st.present, "bytes",
+        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "ok", st.refused == 0,
+                              "remote", kc_remote_url(r), "artifacts", (json_int_t)st.artifacts,
+                              "imported", (json_int_t)st.imported, "present",
+                              (json_int_t)st.present, "refused", (json_int_t)st.refused, "bytes",
                               (json_int_t)st.bytes, "seconds", secs, "bytes_per_sec", rate);
         json_t *dv = json_array();
         for (int k = 0; k < ap->ndevices; k++)
@@ -328,7 +343,7 @@ static int pull_with(kc_cli *cli, remote_args *ap)
         }
     }
     kc_remote_close(r);
-    return KC_EXIT_OK;
+    return refused_report(st.refused);
 }
 
 int kc_cmd_push(kc_cli *cli, int argc, char **argv)

@@ -449,7 +449,7 @@ int kc_cmd_export(kc_cli *cli, int argc, char **argv)
         return KC_EXIT_FAIL;
     kc_bundle_stats st;
     double t0 = kc_now();
-    kc_code rc = kc_bundle_export_file(s, &f, path, &st, &err);
+    kc_code rc = kc_bundle_export_file_signed(s, &f, cli->signer, path, &st, &err);
     double dt = kc_now() - t0;
     kc_store_close(s);
     if (rc != KC_OK)
@@ -489,9 +489,10 @@ int kc_cmd_import(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "artifacts", json_integer((json_int_t)st.artifacts));
         json_object_set_new(j, "imported", json_integer((json_int_t)st.imported));
         json_object_set_new(j, "present", json_integer((json_int_t)st.present));
+        json_object_set_new(j, "refused", json_integer((json_int_t)st.refused));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
         json_object_set_new(j, "seconds", json_real(dt));
-        json_object_set_new(j, "ok", json_boolean(rc == KC_OK));
+        json_object_set_new(j, "ok", json_boolean(rc == KC_OK && st.refused == 0));
         if (rc != KC_OK)
             json_object_set_new(j, "error", json_string(err.msg));
         print_json(j);
@@ -507,6 +508,13 @@ int kc_cmd_import(kc_cli *cli, int argc, char **argv)
                         "kcache: kept %" PRIu64 " complete, verified artifacts from before the "
                         "damage\n",
                         st.artifacts);
+        return KC_EXIT_FAIL;
+    }
+    if (st.refused) {
+        fprintf(stderr,
+                "kcache: refused %" PRIu64 " artifact(s) of %s not signed by a trusted key "
+                "(--trusted-keys); everything else was stored\n",
+                st.refused, path);
         return KC_EXIT_FAIL;
     }
     return KC_EXIT_OK;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "kc_error.h"
+#include "kc_sign.h"
 #include "kc_store.h"
 
 /* Exit codes (DESIGN §5). */
@@ -19,6 +20,9 @@ typedef struct kc_cli {
     const char *cache_dir; /* --cache-dir, else kc_store_default_dir() */
     const char *remote;    /* --remote or $KCACHE_REMOTE; NULL = none */
     const char *token;     /* --token or $KCACHE_TOKEN; NULL = none */
+    kc_signer *signer;     /* --sign-key or $KCACHE_SIGN_KEY: signs uploads and exports */
+    kc_trust *trust;       /* --trusted-keys or $KCACHE_TRUSTED_KEYS: what the store accepts
+                              from outside (pull, import, remote hits) */
     bool json;             /* --json: machine-readable output on stdout */
     int verbosity;         /* -q: -1, default 0, -v: 1 (repeatable) */
     const char *prog;      /* argv[0] for messages */
@@ -35,7 +39,8 @@ int kc_cli_fail(const kc_cli *cli, const kc_err *err);
  * KC_EXIT_USAGE; usage NULL means cli->synopsis. Commands parse their options
  * with kc_opts_parse (kc_cli_opts.h), which reports usage errors itself. */
 int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage);
-/* Opens the store of cli->cache_dir; on failure prints the error. */
+/* Opens the store of cli->cache_dir (with cli->trust as its trust policy
+ * unless opts sets one); on failure prints the error. */
 kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out);
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -62,6 +62,10 @@ static void print_help(FILE *out)
                  "  --remote URL[,URL...]  kcached server(s); several = client-side sharding\n"
                  "                   by rendezvous hashing (default $KCACHE_REMOTE)\n"
                  "  --token T        bearer token (default $KCACHE_TOKEN)\n"
+                 "  --sign-key PEM   sign every artifact uploaded or exported with this\n"
+                 "                   Ed25519 key (default $KCACHE_SIGN_KEY)\n"
+                 "  --trusted-keys PEM  accept artifacts from a server or bundle only when\n"
+                 "                   signed by one of these public keys ($KCACHE_TRUSTED_KEYS)\n"
                  "  --json           machine-readable output\n"
                  "  -q, -v           quieter, more verbose\n"
                  "  --help, --version\n\ncommands:\n");
@@ -99,6 +103,8 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
 {
     kc_err err = {0};
     kc_store_opts o = opts ? *opts : (kc_store_opts){0};
+    if (!o.trust)
+        o.trust = cli->trust;
     /* Like ccache's max_size: every write path keeps the cache under the
      * limit by LRU eviction, not only an explicit `kcache gc`. */
     const char *limit = getenv("KCACHE_MAX_SIZE");
@@ -113,9 +119,13 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
     return rc;
 }
 
+typedef struct key_paths {
+    const char *sign_key, *trusted_keys;
+} key_paths;
+
 /* Removes global options from argv (in place); returns the new argc, or -1
  * after printing a usage error. */
-static int take_global_options(kc_cli *cli, int argc, char **argv)
+static int take_global_options(kc_cli *cli, key_paths *keys, int argc, char **argv)
 {
     int out = 1;
     for (int i = 1; i < argc; i++) {
@@ -146,6 +156,10 @@ static int take_global_options(kc_cli *cli, int argc, char **argv)
             target = &cli->remote;
         else if (strncmp(a, "--token", n = 7) == 0)
             target = &cli->token;
+        else if (strncmp(a, "--sign-key", n = 10) == 0)
+            target = &keys->sign_key;
+        else if (strncmp(a, "--trusted-keys", n = 14) == 0)
+            target = &keys->trusted_keys;
         if (target && a[n] == '=') {
             value = a + n + 1;
         } else if (target && a[n] == '\0') {
@@ -181,7 +195,8 @@ int main(int argc, char **argv)
     if (cli.remote && !*cli.remote)
         cli.remote = NULL;
 
-    argc = take_global_options(&cli, argc, argv);
+    key_paths keys = {getenv("KCACHE_SIGN_KEY"), getenv("KCACHE_TRUSTED_KEYS")};
+    argc = take_global_options(&cli, &keys, argc, argv);
     if (argc < 0)
         return KC_EXIT_USAGE;
     if (argc < 2) {
@@ -206,6 +221,18 @@ int main(int argc, char **argv)
         return KC_EXIT_FAIL;
     }
 
+    /* keys are read once, up front: a bad key file fails before any work */
+    kc_err kerr = {0};
+    if ((keys.sign_key && *keys.sign_key &&
+         kc_signer_load(keys.sign_key, &cli.signer, &kerr) != KC_OK) ||
+        (keys.trusted_keys && *keys.trusted_keys &&
+         kc_trust_load(keys.trusted_keys, &cli.trust, &kerr) != KC_OK)) {
+        kc_cli_fail(&cli, &kerr);
+        kc_signer_free(cli.signer);
+        free(default_dir);
+        return KC_EXIT_FAIL;
+    }
+
     int rc = -1;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
@@ -224,6 +251,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kcache: unknown command '%s' (see kcache --help)\n", argv[1]);
         rc = KC_EXIT_USAGE;
     }
+    kc_signer_free(cli.signer);
+    kc_trust_free(cli.trust);
     free(default_dir);
     return rc;
 }
