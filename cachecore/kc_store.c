@@ -1147,14 +1147,20 @@ kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created,
     return put_impl(s, a, true, true, NULL, 0, created, err);
 }
 
+const struct kc_trust *kc_store__trust(const kc_store *s)
+{
+    return s->opts.trust;
+}
+
 kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
-                             size_t frame_len, bool frame_checked, bool *created, kc_err *err)
+                             size_t frame_len, bool frame_checked, bool trust_checked,
+                             bool *created, kc_err *err)
 {
     kc_artifact a = {.meta = h->meta, .payload_len = (size_t)h->payload_len};
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, true, frame, frame_len, created, err);
+    return put_impl(s, &a, frame_checked, !trust_checked, frame, frame_len, created, err);
 }
 
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],

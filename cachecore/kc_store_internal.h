@@ -44,9 +44,15 @@ kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size
  * frame that decompresses to exactly h->payload_len bytes with SHA-256
  * h->payload_sha (KC_ERR_CORRUPT naming the key if not; frame_checked: the
  * caller made that check with kc_frame_check), and is then kept as is,
- * without recompressing. */
+ * without recompressing. With a trust policy (kc_store_opts.trust) the
+ * artifact must be signed by a trusted key (KC_ERR_UNTRUSTED) unless
+ * trust_checked says the caller verified that with kc_trust_check. */
 kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
-                             size_t frame_len, bool frame_checked, bool *created, kc_err *err);
+                             size_t frame_len, bool frame_checked, bool trust_checked,
+                             bool *created, kc_err *err);
+
+/* The store's trust policy (kc_store_opts.trust), or NULL. */
+const struct kc_trust *kc_store__trust(const kc_store *s);
 
 /* *wanted: key is not stored and no stored payload has this SHA-256, so a
  * put would keep new bytes (the ones worth checking before the put). */
