@@ -1851,6 +1851,132 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
     return KC_OK;
 }
 
+typedef struct pack_list {
+    int64_t id[256];
+    uint64_t size[256];
+    size_t n;
+} pack_list;
+
+static int list_pack(int64_t id, uint64_t size, void *ctx)
+{
+    pack_list *l = ctx;
+    if (l->n < sizeof l->id / sizeof l->id[0]) {
+        l->id[l->n] = id;
+        l->size[l->n++] = size;
+    }
+    return 0;
+}
+
+static int64_t query_i64(kc_store *s, const char *sql, int64_t arg, int *rc)
+{
+    sqlite3_stmt *st;
+    int64_t v = -1;
+    *rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (*rc != SQLITE_OK)
+        return v;
+    if (sqlite3_bind_parameter_count(st) > 0)
+        sqlite3_bind_int64(st, 1, arg);
+    *rc = step_retry(st);
+    if (*rc == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    *rc = *rc == SQLITE_ROW || *rc == SQLITE_DONE ? SQLITE_OK : *rc;
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Moves the blobs of pack `pack` to the newest pack, 64 per transaction
+ * (other writers wait at most that long); the pack, once empty, goes when
+ * the last of those commits. Blobs that cannot be read stay where they are
+ * (a read of them reports the damage). */
+static kc_code move_pack(kc_store *s, int64_t pack, kc_err *err)
+{
+    int64_t after = 0;
+    for (;;) {
+        kc_code code = begin_write(s, err);
+        if (code != KC_OK)
+            return code;
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(s->db,
+                                    "SELECT id, off, zsize FROM blobs WHERE pack = ?1 AND id > ?2 "
+                                    "ORDER BY id LIMIT 64",
+                                    -1, &st, NULL);
+        int64_t ids[64], offs[64], sizes[64];
+        int n = 0;
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_int64(st, 1, pack);
+            sqlite3_bind_int64(st, 2, after);
+            while ((rc = step_retry(st)) == SQLITE_ROW && n < 64) {
+                ids[n] = sqlite3_column_int64(st, 0);
+                offs[n] = sqlite3_column_int64(st, 1);
+                sizes[n++] = sqlite3_column_int64(st, 2);
+            }
+            sqlite3_finalize(st);
+            rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+        }
+        for (int i = 0; i < n && rc == SQLITE_OK && code == KC_OK; i++) {
+            after = ids[i];
+            uint8_t *buf = sizes[i] > 0 ? malloc((size_t)sizes[i]) : NULL;
+            kc_err e;
+            if (!buf || offs[i] < KC_PACK_MAGIC_LEN ||
+                kc_packs_read(s->packs, pack, (uint64_t)offs[i], buf, (size_t)sizes[i], &e) !=
+                    KC_OK) {
+                free(buf);
+                continue;
+            }
+            int64_t np = 0;
+            uint64_t noff = 0;
+            code = pack_store(s, buf, (size_t)sizes[i], &np, &noff, err);
+            free(buf);
+            if (code != KC_OK)
+                break;
+            sqlite3_stmt *up;
+            rc = sqlite3_prepare_v2(s->db, "UPDATE blobs SET pack = ?2, off = ?3 WHERE id = ?1", -1,
+                                    &up, NULL);
+            if (rc == SQLITE_OK) {
+                sqlite3_bind_int64(up, 1, ids[i]);
+                sqlite3_bind_int64(up, 2, np);
+                sqlite3_bind_int64(up, 3, (sqlite3_int64)noff);
+                rc = step_retry(up);
+                rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+                sqlite3_finalize(up);
+            }
+            if (rc == SQLITE_OK)
+                rc = pack_add(s, pack, -sizes[i]);
+        }
+        if (code == KC_OK && rc != SQLITE_OK)
+            code = db_err(s, err, rc, "compacting a pack");
+        if (code != KC_OK) {
+            rollback_write(s);
+            return code;
+        }
+        if ((code = commit_write(s, err)) != KC_OK)
+            return code;
+        if (n < 64)
+            return KC_OK;
+    }
+}
+
+/* Compacts the packs that are more than half dead: a hot entry kept alive
+ * by LRU would otherwise pin a whole 256 MiB pack of evicted neighbours. */
+static kc_code compact_packs(kc_store *s, kc_err *err)
+{
+    pack_list l = {.n = 0};
+    kc_code code = kc_packs_each(s->packs, list_pack, &l, err);
+    int rc = SQLITE_OK;
+    int64_t newest =
+        code == KC_OK ? query_i64(s, "SELECT COALESCE(MAX(id), 0) FROM packs", 0, &rc) : 0;
+    for (size_t i = 0; i < l.n && code == KC_OK && rc == SQLITE_OK; i++) {
+        if (l.id[i] >= newest || l.size[i] <= KC_PACK_MAGIC_LEN)
+            continue;
+        int64_t live = query_i64(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &rc);
+        if (rc == SQLITE_OK && live >= 0 && (uint64_t)live * 2 < l.size[i] - KC_PACK_MAGIC_LEN)
+            code = move_pack(s, l.id[i], err);
+    }
+    if (code == KC_OK && rc != SQLITE_OK)
+        code = db_err(s, err, rc, "compacting packs");
+    return code;
+}
+
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err)
 {
     uint64_t total = 0;
@@ -1890,7 +2016,7 @@ kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *e
         if (met || n == 0)
             break;
     }
-    if ((code = sweep_packs(s, err)) != KC_OK)
+    if ((code = compact_packs(s, err)) != KC_OK || (code = sweep_packs(s, err)) != KC_OK)
         return code;
     exec_retry(s->db, "PRAGMA wal_checkpoint(TRUNCATE)");
     return KC_OK;

@@ -167,7 +167,10 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
 
 /* Evicts least-recently-used entries until stored bytes <= max_size, in short
  * transactions so other writers are not blocked for long; also empties the
- * quarantine. *evicted (may be NULL) receives the number of entries removed. */
+ * quarantine, moves the payloads of pack files that are more than half
+ * dead into the newest pack (so their files can go) and removes pack files
+ * no entry uses. *evicted (may be NULL) receives the number of entries
+ * removed. */
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err);
 
 /* Full scan: decompresses and hashes every payload. Corrupt entries are

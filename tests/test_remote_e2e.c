@@ -72,19 +72,7 @@ static uint64_t count_entries(const char *dir)
  * NULL-terminated args. */
 static void kcache(kc_test_result *res, const char *dir, const char *url, const char *const *args)
 {
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = KC_TEST_KCACHE;
-    argv[n++] = "--cache-dir";
-    argv[n++] = dir;
-    if (url) {
-        argv[n++] = "--remote";
-        argv[n++] = url;
-    }
-    for (; *args && n < 31; args++)
-        argv[n++] = *args;
-    argv[n] = NULL;
-    cr_assert_eq(kc_test_run((char *const *)argv, NULL, 0, 60, res), 0);
+    cr_assert_eq(kc_test_kcache(res, KC_TEST_KCACHE, dir, url, args), 0);
 }
 
 static json_int_t json_field(const kc_test_result *res, const char *name)

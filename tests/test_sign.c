@@ -258,19 +258,7 @@ Test(sign, a_trusting_store_refuses_unsigned_arrivals_and_bundles_count_them)
 /* kcache --cache-dir DIR [--remote URL] ARGS...; NULL-terminated. */
 static void kcache(kc_test_result *r, const char *dir, const char *url, const char *const *args)
 {
-    const char *argv[24];
-    int n = 0;
-    argv[n++] = KC_TEST_KCACHE;
-    argv[n++] = "--cache-dir";
-    argv[n++] = dir;
-    if (url) {
-        argv[n++] = "--remote";
-        argv[n++] = url;
-    }
-    for (int i = 0; args[i]; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    cr_assert_eq(kc_test_run((char *const *)argv, NULL, 0, 120, r), 0);
+    cr_assert_eq(kc_test_kcache(r, KC_TEST_KCACHE, dir, url, args), 0);
 }
 
 Test(sign, push_signed_then_pull_only_what_a_trusted_key_signed)

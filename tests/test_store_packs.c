@@ -364,3 +364,40 @@ Test(packs, a_reader_whose_snapshot_predates_a_removal_gets_a_miss)
     kc_store_close(reader);
     kc_store_close(writer);
 }
+
+Test(packs, gc_compacts_packs_that_are_mostly_dead)
+{
+    kc_store_opts o = {.pack_max = 350 * 1024};
+    kc_store *s = open_store(&o);
+    enum { N = 12 };
+    kc_artifact a[N];
+    for (int i = 0; i < N; i++) {
+        make(&a[i], 300 + (uint64_t)i, BIG);
+        put(s, &a[i]);
+    }
+    int before = packs_on_disk(NULL, 0);
+    cr_assert_eq(before, 4, "three 100 KiB payloads per 350 KiB pack: %d packs", before);
+    /* keep one payload in three: every pack is two thirds dead, none empty */
+    kc_err e;
+    for (int i = 0; i < N; i++)
+        if (i % 3)
+            cr_assert_eq(kc_store_delete(s, a[i].key, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(packs_on_disk(NULL, 0), 4, "no pack emptied by the deletes");
+    uint64_t evicted = 1;
+    cr_assert_eq(kc_store_gc(s, 1ull << 40, &evicted, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(evicted, 0, "gc under the limit evicts nothing");
+    int after = packs_on_disk(NULL, 0);
+    cr_assert_leq(after, 2, "%d pack files left for 4 live payloads", after);
+    for (int i = 0; i < N; i += 3)
+        assert_reads_back(s, &a[i]);
+    uint64_t checked, bad;
+    cr_assert_eq(kc_store_verify(s, NULL, NULL, &checked, &bad, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(checked, 4);
+    cr_assert_eq(bad, 0);
+    kc_store_stats st;
+    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
+    cr_assert_lt(st.file_bytes, 8u << 20, "%llu", (unsigned long long)st.file_bytes);
+    for (int i = 0; i < N; i++)
+        kc_artifact_free(&a[i]);
+    kc_store_close(s);
+}

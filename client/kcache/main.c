@@ -37,7 +37,7 @@ static const struct {
     {"rm", kc_cmd_rm, "remove artifacts", "KEY..."},
     {"ls", kc_cmd_ls, "list artifacts", "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE]"},
     {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions", ""},
-    {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size",
+    {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size; compact pack files",
      "--max-size SIZE (e.g. 512M, 10G)"},
     {"verify", kc_cmd_verify, "check every stored payload against its hash", ""},
     {"export", kc_cmd_export, "write a bundle of artifacts to a file",

@@ -256,6 +256,24 @@ void kc_test_fill_random(void *buf, size_t len, uint64_t seed)
     }
 }
 
+int kc_test_kcache(kc_test_result *r, const char *kcache_bin, const char *dir, const char *url,
+                   const char *const *args)
+{
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = kcache_bin;
+    argv[n++] = "--cache-dir";
+    argv[n++] = dir;
+    if (url) {
+        argv[n++] = "--remote";
+        argv[n++] = url;
+    }
+    for (; *args && n < 31; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    return kc_test_run((char *const *)argv, NULL, 0, 120, r);
+}
+
 static uint64_t le(const uint8_t *p, int n)
 {
     uint64_t v = 0;

@@ -43,6 +43,12 @@ int kc_test_runl(kc_test_result *r, const char *arg0, ...) __attribute__((sentin
 
 void kc_test_result_free(kc_test_result *r);
 
+/* Runs the kcache binary at kcache_bin with --cache-dir dir, --remote url
+ * (url may be NULL) and the NULL-terminated args (at most 24), like
+ * kc_test_run with a 120 s limit. Returns what kc_test_run returns. */
+int kc_test_kcache(kc_test_result *r, const char *kcache_bin, const char *dir, const char *url,
+                   const char *const *args);
+
 /* Reads a whole file (NUL-terminated, *len excludes the NUL; len may be
  * NULL). Returns malloc'd bytes or NULL. */
 char *kc_test_read_file(const char *path, size_t *len);
