@@ -1977,6 +1977,14 @@ static kc_code compact_packs(kc_store *s, kc_err *err)
     return code;
 }
 
+kc_code kc_store_compact(kc_store *s, kc_err *err)
+{
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_IO, "store %s is open read-only", s->db_path);
+    kc_code code = compact_packs(s, err);
+    return code == KC_OK ? sweep_packs(s, err) : code;
+}
+
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err)
 {
     uint64_t total = 0;
@@ -2016,7 +2024,7 @@ kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *e
         if (met || n == 0)
             break;
     }
-    if ((code = compact_packs(s, err)) != KC_OK || (code = sweep_packs(s, err)) != KC_OK)
+    if ((code = kc_store_compact(s, err)) != KC_OK)
         return code;
     exec_retry(s->db, "PRAGMA wal_checkpoint(TRUNCATE)");
     return KC_OK;

@@ -173,6 +173,13 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
  * removed. */
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err);
 
+/* The pack-file part of kc_store_gc alone, for a server's periodic upkeep:
+ * moves the payloads of packs that are more than half dead into the newest
+ * pack and removes pack files nothing uses; evicts nothing, keeps the
+ * quarantine. Safe beside other processes (short transactions); a reader
+ * whose snapshot predates a move may see a miss. */
+kc_code kc_store_compact(kc_store *s, kc_err *err);
+
 /* Full scan: decompresses and hashes every payload. Corrupt entries are
  * quarantined and reported through fn (may be NULL). *checked receives the
  * number of entries whose payload was checked, *bad the number quarantined

@@ -45,6 +45,8 @@ static const opt_def kcd_opts[] = {
     {"timeout", OPT_UINT, OFF(timeout), "idle connection timeout, seconds"},
     {"max-connections", OPT_UINT, OFF(max_connections), "concurrent connection limit"},
     {"grace", OPT_UINT, OFF(grace), "seconds in-flight requests get on SIGTERM"},
+    {"compact-interval", OPT_UINT, OFF(compact_interval),
+     "seconds between compactions of mostly-dead pack files (0 = never)"},
     {"log-level", OPT_LEVEL, OFF(log_level), "error, warn, info (access log) or debug"},
     {"port-file", OPT_STR, OFF(port_file), "write the bound port to FILE once listening"},
 };
@@ -60,6 +62,7 @@ void kcd_config_defaults(kcd_config *cfg)
     cfg->timeout = 60;
     cfg->max_connections = 4096;
     cfg->grace = 30;
+    cfg->compact_interval = 3600;
     cfg->log_level = KCD_LOG_INFO;
     kcd_s3_config_defaults(&cfg->s3);
 }

@@ -23,9 +23,10 @@ typedef struct kcd_config {
     bool anonymous_read;   /* reads without a token when tokens are configured */
     char *tls_cert;        /* PEM certificate (chain) file; with tls_key enables HTTPS */
     char *trusted_keys;    /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
-    char *tls_key;         /* PEM private key file */
-    unsigned threads;      /* MHD worker threads; 0 = one per online CPU */
-    unsigned timeout;      /* idle connection timeout, seconds */
+    unsigned compact_interval; /* seconds between pack-file upkeep runs; 0 = never */
+    char *tls_key;             /* PEM private key file */
+    unsigned threads;          /* MHD worker threads; 0 = one per online CPU */
+    unsigned timeout;          /* idle connection timeout, seconds */
     unsigned max_connections;
     unsigned grace;    /* seconds to let in-flight requests finish on SIGTERM */
     int log_level;     /* kcd_log_level */

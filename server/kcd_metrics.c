@@ -112,6 +112,8 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
     GAUGE("memory_cache_entries", "Entries in the in-memory hot cache.", ld(&m->mem_entries));
     GAUGE("memory_cache_bytes", "Bytes in the in-memory hot cache.", ld(&m->mem_bytes));
     COUNTER("store_errors_total", "Store operations that failed (500).", ld(&m->store_errors));
+    COUNTER("compactions_total", "Periodic pack-file upkeep runs that completed.",
+            ld(&m->compactions));
     if (st) {
         GAUGE("store_entries", "Entries in the store.", st->entries);
         GAUGE("store_blobs", "Distinct payloads after deduplication.", st->blobs);

@@ -40,8 +40,9 @@ const char *kcd_route_name(kcd_route r);
 typedef struct kcd_metrics {
     uint64_t requests[KCD_R_COUNT][KCD_STATUS_SLOTS];
     uint64_t hits, misses, bytes_in, bytes_out, corrupt, store_errors;
-    uint64_t mem_hits;                        /* hits answered from the memory cache */
-    uint64_t mem_entries, mem_bytes;          /* memory cache gauges, set before rendering */
+    uint64_t compactions;            /* periodic pack-file upkeep runs (--compact-interval) */
+    uint64_t mem_hits;               /* hits answered from the memory cache */
+    uint64_t mem_entries, mem_bytes; /* memory cache gauges, set before rendering */
     uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
     uint64_t lat_sum_us, lat_count;
     double started; /* kc_now() at creation */

@@ -122,6 +122,17 @@ void kcd_ctx_free(kcd_ctx *ctx)
     free(ctx);
 }
 
+kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
+{
+    kc_store *s;
+    kc_code rc = kc_store_open(ctx->data, &ctx->sopts, &s, err);
+    if (rc == KC_OK)
+        rc = kc_store_compact(s, err);
+    kc_store_close(s);
+    kcd_metrics_add(rc == KC_OK ? &ctx->metrics.compactions : &ctx->metrics.store_errors, 1);
+    return rc;
+}
+
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
 {
     return &ctx->metrics;

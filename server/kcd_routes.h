@@ -50,6 +50,10 @@ void kcd_ctx_free(kcd_ctx *ctx);
 /* The context's counters (lives as long as the context). */
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx);
 
+/* Store upkeep (kc_store_compact) on a handle of its own; counted in
+ * /metrics (kcached_compactions_total). For the server's upkeep thread. */
+kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
+
 /* Header or query-argument lookup supplied by the caller: returns the value
  * (valid for the request's lifetime) or NULL. Header names are matched
  * case-insensitively. */

@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,77 @@ struct kcd_server {
     bool tls;
     uint64_t active; /* requests begun and not yet completed */
     char *tls_cert, *tls_key;
+    /* store upkeep: a thread that compacts pack files every interval */
+    unsigned compact_interval;
+    pthread_t upkeep;
+    bool upkeep_started, upkeep_stop;
+    pthread_mutex_t upkeep_mu;
+    pthread_cond_t upkeep_wake;
 };
+
+/* Every compact_interval seconds: kc_store_compact, so entries kept alive
+ * by reads cannot pin whole pack files of evicted neighbours on a server
+ * that nobody runs `kcache gc` on. Sleeps on a condition variable so that
+ * shutdown does not wait for the interval. */
+static void *upkeep_main(void *arg)
+{
+    kcd_server *srv = arg;
+    pthread_mutex_lock(&srv->upkeep_mu);
+    while (!srv->upkeep_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += srv->compact_interval;
+        int rc = 0;
+        while (!srv->upkeep_stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&srv->upkeep_wake, &srv->upkeep_mu, &until);
+        if (srv->upkeep_stop)
+            break;
+        pthread_mutex_unlock(&srv->upkeep_mu);
+        kc_err e = {0};
+        double t0 = kc_now();
+        if (kcd_ctx_compact(srv->ctx, &e) != KC_OK)
+            kcd_log(KCD_LOG_WARN, "pack-file upkeep failed: %s", e.msg);
+        else
+            kcd_log(KCD_LOG_DEBUG, "pack-file upkeep done in %.3f s", kc_now() - t0);
+        pthread_mutex_lock(&srv->upkeep_mu);
+    }
+    pthread_mutex_unlock(&srv->upkeep_mu);
+    return NULL;
+}
+
+static kc_code upkeep_start(kcd_server *srv, unsigned interval, kc_err *err)
+{
+    srv->compact_interval = interval;
+    if (!interval)
+        return KC_OK;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->upkeep_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&srv->upkeep_mu, NULL);
+    if (pthread_create(&srv->upkeep, NULL, upkeep_main, srv) != 0) {
+        pthread_cond_destroy(&srv->upkeep_wake);
+        pthread_mutex_destroy(&srv->upkeep_mu);
+        return kc_err_set(err, KC_ERR_NOMEM, "cannot start the store upkeep thread");
+    }
+    srv->upkeep_started = true;
+    return KC_OK;
+}
+
+static void upkeep_stop(kcd_server *srv)
+{
+    if (!srv->upkeep_started)
+        return;
+    pthread_mutex_lock(&srv->upkeep_mu);
+    srv->upkeep_stop = true;
+    pthread_cond_signal(&srv->upkeep_wake);
+    pthread_mutex_unlock(&srv->upkeep_mu);
+    pthread_join(srv->upkeep, NULL); /* an upkeep run in progress finishes first */
+    pthread_cond_destroy(&srv->upkeep_wake);
+    pthread_mutex_destroy(&srv->upkeep_mu);
+    srv->upkeep_started = false;
+}
 
 typedef struct conn_state {
     kcd_exchange *x;
@@ -336,6 +407,8 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
                         tls ? " (check --tls-cert/--tls-key)" : "");
         goto fail;
     }
+    if ((rc = upkeep_start(srv, cfg->compact_interval, err)) != KC_OK)
+        goto fail;
     if (cfg->port_file) {
         char line[16];
         int n = snprintf(line, sizeof line, "%u\n", srv->port);
@@ -361,6 +434,7 @@ void kcd_server_stop(kcd_server *srv)
 {
     if (!srv)
         return;
+    upkeep_stop(srv);
     if (srv->mhd) {
         MHD_socket lfd = MHD_quiesce_daemon(srv->mhd); /* stop accepting */
         if (lfd != MHD_INVALID_SOCKET) {
