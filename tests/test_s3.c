@@ -423,8 +423,35 @@ Test(s3_tier, many_threads_share_one_tier, .timeout = 60)
     kc_s3server_stop(&srv);
 }
 
+static size_t count_bytes(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    (void)ptr;
+    *(size_t *)ctx += size * nmemb;
+    return size * nmemb;
+}
+
+/* Bytes a signed GET of the object returns now (0 on any failure). */
+static size_t raw_len(const char *url)
+{
+    CURL *h = curl_easy_init();
+    size_t n = 0;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+    curl_easy_setopt(h, CURLOPT_USERPWD, KC_S3SERVER_KEY ":" KC_S3SERVER_SECRET);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, count_bytes);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &n);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    long status = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    return status == 200 ? n : 0;
+}
+
 /* PUTs raw bytes at an object path, signed like kcd_s3 does, bypassing its
- * checks. Returns the HTTP status. */
+ * checks. Returns the HTTP status once the object reads back whole: s3rver
+ * rewrites an object file in place, so an overwrite read at once could
+ * come back empty on a busy machine. */
 static long raw_put(const char *endpoint, const char *path, const void *data, size_t len)
 {
     CURL *h = curl_easy_init();
@@ -446,6 +473,8 @@ static long raw_put(const char *endpoint, const char *path, const void *data, si
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
+    for (int i = 0; status == 200 && i < 100 && raw_len(url) != len; i++)
+        usleep(20 * 1000);
     return status;
 }
 
