@@ -741,6 +741,18 @@ static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LE
     return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+/* The id of the newest pack, the one appends go to (0: none yet). */
+static int newest_pack(kc_store *s, int64_t *id)
+{
+    sqlite3_stmt *st = stmt(s, ST_PACK_NEWEST);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    int rc = step_retry(st);
+    *id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
 /* Adds delta bytes to pack's live count. A pack emptied this way, other than
  * the newest (the one appends go to), loses its row now and its file once
  * the write commits. Inside a write txn. */
@@ -758,15 +770,8 @@ static int pack_add(kc_store *s, int64_t pack, int64_t delta)
         return rc;
     if (delta >= 0 || live > 0)
         return SQLITE_OK;
-    int64_t newest = 0;
-    st = stmt(s, ST_PACK_NEWEST);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    rc = step_retry(st);
-    if (rc == SQLITE_ROW)
-        newest = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW)
+    int64_t newest;
+    if ((rc = newest_pack(s, &newest)) != SQLITE_OK)
         return rc;
     if (pack >= newest || s->ndoomed == KC_DOOMED_MAX)
         return SQLITE_OK; /* kept; a full list only delays removal to a later gc */
@@ -807,14 +812,9 @@ static int delete_blob(kc_store *s, int64_t blob, int64_t *zsize)
 static kc_code pack_store(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
                           kc_err *err)
 {
-    int64_t id = 0;
-    sqlite3_stmt *st = stmt(s, ST_PACK_NEWEST);
-    int rc = st ? step_retry(st) : sqlite3_errcode(s->db);
-    if (rc == SQLITE_ROW)
-        id = sqlite3_column_int64(st, 0);
-    if (st)
-        sqlite3_reset(st);
-    if (rc != SQLITE_ROW)
+    int64_t id;
+    int rc = newest_pack(s, &id);
+    if (rc != SQLITE_OK)
         return db_err(s, err, rc, "choosing a pack");
     uint64_t limit = s->opts.pack_max ? s->opts.pack_max : KC_PACK_MAX;
     bool full = id == 0;
@@ -1013,7 +1013,10 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return code;
     }
     const char *what = "storing";
-    rc = precheck(s, a->key, sha, &exists, &blob);
+    /* outside a batch another writer may have come between the first look
+     * and the lock; inside one, the lock was already held for that look */
+    if (!s->batch)
+        rc = precheck(s, a->key, sha, &exists, &blob);
     if (rc == SQLITE_OK && exists) {
         if (z_owned)
             free((void *)z);
@@ -1747,16 +1750,25 @@ kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *
     return rc == SQLITE_DONE ? KC_OK : db_err(s, err, rc, "listing devices");
 }
 
-static int query_u64(kc_store *s, const char *sql, uint64_t *v)
+/* One value of a one-row query (0 when there is no row); arg is bound to
+ * ?1 when the query has a parameter. */
+static int query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK)
         return rc;
+    if (sqlite3_bind_parameter_count(st) > 0)
+        sqlite3_bind_int64(st, 1, arg);
     rc = step_retry(st);
     *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int query_u64(kc_store *s, const char *sql, uint64_t *v)
+{
+    return query_u64_arg(s, sql, 0, v);
 }
 
 static int add_pack_size(int64_t id, uint64_t size, void *ctx)
@@ -1867,52 +1879,36 @@ static int list_pack(int64_t id, uint64_t size, void *ctx)
     return 0;
 }
 
-static int64_t query_i64(kc_store *s, const char *sql, int64_t arg, int *rc)
-{
-    sqlite3_stmt *st;
-    int64_t v = -1;
-    *rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-    if (*rc != SQLITE_OK)
-        return v;
-    if (sqlite3_bind_parameter_count(st) > 0)
-        sqlite3_bind_int64(st, 1, arg);
-    *rc = step_retry(st);
-    if (*rc == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    *rc = *rc == SQLITE_ROW || *rc == SQLITE_DONE ? SQLITE_OK : *rc;
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* Moves the blobs of pack `pack` to the newest pack, 64 per transaction
  * (other writers wait at most that long); the pack, once empty, goes when
  * the last of those commits. Blobs that cannot be read stay where they are
  * (a read of them reports the damage). */
 static kc_code move_pack(kc_store *s, int64_t pack, kc_err *err)
 {
+    sqlite3_stmt *sel = NULL, *up = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT id, off, zsize FROM blobs WHERE pack = ?1 AND id > ?2 "
+                                "ORDER BY id LIMIT 64",
+                                -1, &sel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(s->db, "UPDATE blobs SET pack = ?2, off = ?3 WHERE id = ?1", -1,
+                                &up, NULL);
+    kc_code code = rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "compacting a pack");
     int64_t after = 0;
-    for (;;) {
-        kc_code code = begin_write(s, err);
-        if (code != KC_OK)
-            return code;
-        sqlite3_stmt *st;
-        int rc = sqlite3_prepare_v2(s->db,
-                                    "SELECT id, off, zsize FROM blobs WHERE pack = ?1 AND id > ?2 "
-                                    "ORDER BY id LIMIT 64",
-                                    -1, &st, NULL);
+    for (int n = 64; code == KC_OK && n == 64;) {
+        if ((code = begin_write(s, err)) != KC_OK)
+            break;
         int64_t ids[64], offs[64], sizes[64];
-        int n = 0;
-        if (rc == SQLITE_OK) {
-            sqlite3_bind_int64(st, 1, pack);
-            sqlite3_bind_int64(st, 2, after);
-            while ((rc = step_retry(st)) == SQLITE_ROW && n < 64) {
-                ids[n] = sqlite3_column_int64(st, 0);
-                offs[n] = sqlite3_column_int64(st, 1);
-                sizes[n++] = sqlite3_column_int64(st, 2);
-            }
-            sqlite3_finalize(st);
-            rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+        n = 0;
+        sqlite3_bind_int64(sel, 1, pack);
+        sqlite3_bind_int64(sel, 2, after);
+        while ((rc = step_retry(sel)) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(sel, 0);
+            offs[n] = sqlite3_column_int64(sel, 1);
+            sizes[n++] = sqlite3_column_int64(sel, 2);
         }
+        sqlite3_reset(sel);
+        rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
         for (int i = 0; i < n && rc == SQLITE_OK && code == KC_OK; i++) {
             after = ids[i];
             uint8_t *buf = sizes[i] > 0 ? malloc((size_t)sizes[i]) : NULL;
@@ -1929,31 +1925,25 @@ static kc_code move_pack(kc_store *s, int64_t pack, kc_err *err)
             free(buf);
             if (code != KC_OK)
                 break;
-            sqlite3_stmt *up;
-            rc = sqlite3_prepare_v2(s->db, "UPDATE blobs SET pack = ?2, off = ?3 WHERE id = ?1", -1,
-                                    &up, NULL);
-            if (rc == SQLITE_OK) {
-                sqlite3_bind_int64(up, 1, ids[i]);
-                sqlite3_bind_int64(up, 2, np);
-                sqlite3_bind_int64(up, 3, (sqlite3_int64)noff);
-                rc = step_retry(up);
-                rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-                sqlite3_finalize(up);
-            }
+            sqlite3_bind_int64(up, 1, ids[i]);
+            sqlite3_bind_int64(up, 2, np);
+            sqlite3_bind_int64(up, 3, (sqlite3_int64)noff);
+            rc = step_retry(up);
+            sqlite3_reset(up);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
             if (rc == SQLITE_OK)
                 rc = pack_add(s, pack, -sizes[i]);
         }
         if (code == KC_OK && rc != SQLITE_OK)
             code = db_err(s, err, rc, "compacting a pack");
-        if (code != KC_OK) {
+        if (code != KC_OK)
             rollback_write(s);
-            return code;
-        }
-        if ((code = commit_write(s, err)) != KC_OK)
-            return code;
-        if (n < 64)
-            return KC_OK;
+        else
+            code = commit_write(s, err);
     }
+    sqlite3_finalize(sel);
+    sqlite3_finalize(up);
+    return code;
 }
 
 /* Compacts the packs that are more than half dead: a hot entry kept alive
@@ -1962,14 +1952,14 @@ static kc_code compact_packs(kc_store *s, kc_err *err)
 {
     pack_list l = {.n = 0};
     kc_code code = kc_packs_each(s->packs, list_pack, &l, err);
-    int rc = SQLITE_OK;
-    int64_t newest =
-        code == KC_OK ? query_i64(s, "SELECT COALESCE(MAX(id), 0) FROM packs", 0, &rc) : 0;
+    int64_t newest = 0;
+    int rc = code == KC_OK ? newest_pack(s, &newest) : SQLITE_OK;
     for (size_t i = 0; i < l.n && code == KC_OK && rc == SQLITE_OK; i++) {
-        if (l.id[i] >= newest || l.size[i] <= KC_PACK_MAGIC_LEN)
-            continue;
-        int64_t live = query_i64(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &rc);
-        if (rc == SQLITE_OK && live >= 0 && (uint64_t)live * 2 < l.size[i] - KC_PACK_MAGIC_LEN)
+        if (l.id[i] >= newest || l.size[i] <= KC_PACK_MAGIC_LEN || !pack_exists(s, l.id[i]))
+            continue; /* the newest takes appends; a file without a row is swept */
+        uint64_t live = 0;
+        rc = query_u64_arg(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &live);
+        if (rc == SQLITE_OK && live * 2 < l.size[i] - KC_PACK_MAGIC_LEN)
             code = move_pack(s, l.id[i], err);
     }
     if (code == KC_OK && rc != SQLITE_OK)
