@@ -517,6 +517,17 @@ static kc_code parse_stored(const uint8_t *body, size_t len, kc_envelope_header 
     return code;
 }
 
+/* Ends the import at artifact record number (which began at offset): its
+ * bytes do not check out. A record cut short inside a complete record is
+ * damage, not truncation of the stream. */
+static kc_code fail_damaged(kc_bundle_import *im, kc_err *err, kc_code code, uint64_t offset,
+                            uint64_t number, const char *why)
+{
+    return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
+                   "bundle byte offset %llu: artifact record %llu is damaged: %s",
+                   (unsigned long long)offset, (unsigned long long)number, why);
+}
+
 /* Stores one verified artifact, a (a whole envelope) or h with its frame,
  * inside the open batch; commits the batch when it is full. frame_checked:
  * the frame, and with a trust policy the signature, were checked already
@@ -673,9 +684,7 @@ static kc_code flush_queue(kc_bundle_import *im, kc_err *err)
         }
         if (q->code != KC_OK) {
             end_batch(im, NULL);
-            code = im_fail(
-                im, err, q->code, "bundle byte offset %llu: artifact record %llu is damaged: %s",
-                (unsigned long long)q->offset, (unsigned long long)q->number, q->err.msg);
+            code = fail_damaged(im, err, q->code, q->offset, q->number, q->err.msg);
             break;
         }
         code = store_record(im, NULL, &q->h, q->body + q->h.header_len, q->len - q->h.header_len,
@@ -694,9 +703,7 @@ static kc_code take_stored(kc_bundle_import *im, kc_err *err)
     kc_envelope_header h;
     kc_code code = parse_stored(im->acc, im->have, &h, &e2);
     if (code != KC_OK)
-        return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
-                       "bundle byte offset %llu: artifact record %llu is damaged: %s",
-                       (unsigned long long)im->unit_start, (unsigned long long)im->records, e2.msg);
+        return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
     sum_update(&im->sum, im->acc, im->have);
     im->queue[im->nqueue++] = (queued){
         .body = im->acc, .len = im->have, .h = h, .offset = im->unit_start, .number = im->records};
@@ -812,10 +819,7 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
         kc_artifact a;
         kc_err e2;
         if ((code = kc_envelope_decode(u, im->have, &a, &e2)) != KC_OK)
-            return im_fail(im, err, code == KC_ERR_TRUNCATED ? KC_ERR_CORRUPT : code,
-                           "bundle byte offset %llu: artifact record %llu is damaged: %s",
-                           (unsigned long long)im->unit_start, (unsigned long long)im->records,
-                           e2.msg);
+            return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
         sum_update(&im->sum, u, im->have);
         code =
             store_record(im, &a, NULL, NULL, 0, false, im->have, im->unit_start, im->records, err);

@@ -246,19 +246,6 @@ static void print_json(json_t *o)
 
 static int pull_with(kc_cli *cli, remote_args *ap);
 
-/* Artifacts refused for want of a trusted signature fail the command (a
- * security signal), after everything trusted was stored. */
-static int refused_report(uint64_t refused)
-{
-    if (!refused)
-        return KC_EXIT_OK;
-    fprintf(stderr,
-            "kcache: refused %llu artifact(s) not signed by a trusted key (--trusted-keys); "
-            "everything else was stored\n",
-            (unsigned long long)refused);
-    return KC_EXIT_FAIL;
-}
-
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
 {
     remote_args a;
@@ -343,7 +330,7 @@ static int pull_with(kc_cli *cli, remote_args *ap)
         }
     }
     kc_remote_close(r);
-    return refused_report(st.refused);
+    return kc_cli_refused(st.refused, NULL);
 }
 
 int kc_cmd_push(kc_cli *cli, int argc, char **argv)

@@ -510,12 +510,5 @@ int kc_cmd_import(kc_cli *cli, int argc, char **argv)
                         st.artifacts);
         return KC_EXIT_FAIL;
     }
-    if (st.refused) {
-        fprintf(stderr,
-                "kcache: refused %" PRIu64 " artifact(s) of %s not signed by a trusted key "
-                "(--trusted-keys); everything else was stored\n",
-                st.refused, path);
-        return KC_EXIT_FAIL;
-    }
-    return KC_EXIT_OK;
+    return kc_cli_refused(st.refused, path);
 }

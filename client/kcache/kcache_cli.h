@@ -7,6 +7,7 @@
 #define KCACHE_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kc_error.h"
@@ -42,6 +43,11 @@ int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage);
 /* Opens the store of cli->cache_dir (with cli->trust as its trust policy
  * unless opts sets one); on failure prints the error. */
 kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out);
+/* Artifacts refused for want of a trusted signature (pull, import) fail the
+ * command, a security signal, after everything trusted was stored: prints
+ * how many (of source, when not NULL) and returns KC_EXIT_FAIL; KC_EXIT_OK
+ * when refused is 0. */
+int kc_cli_refused(uint64_t refused, const char *source);
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

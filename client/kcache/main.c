@@ -89,6 +89,17 @@ int kc_cli_usage(const kc_cli *cli, const char *cmd, const char *usage)
     return KC_EXIT_USAGE;
 }
 
+int kc_cli_refused(uint64_t refused, const char *source)
+{
+    if (!refused)
+        return KC_EXIT_OK;
+    fprintf(stderr,
+            "kcache: refused %llu artifact(s)%s%s not signed by a trusted key (--trusted-keys); "
+            "everything else was stored\n",
+            (unsigned long long)refused, source ? " of " : "", source ? source : "");
+    return KC_EXIT_FAIL;
+}
+
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...)
 {
     if (cli->verbosity < 0)
