@@ -25,6 +25,7 @@
 #include "kc_cpu.h"
 #include "kc_hash.h"
 #include "kc_templates.h"
+#include "kc_toolid.h"
 #include "kc_util.h"
 
 extern char **environ;
@@ -45,6 +46,8 @@ typedef struct cpu_impl {
     char cc_ident[256]; /* first line of cc --version */
     char cc_id[16];     /* gcc / clang / cc */
     char cc_version[32];
+    char cc_prog[256]; /* $CC's first word: the program that runs */
+    kc_toolid tool;    /* cc_prog resolved, and its content hash */
     char compiler_fp[KC_KEY_HEX_LEN + 1];
     char *dev_json;
     char dev_id[128];
@@ -135,37 +138,13 @@ bool kc_cpu_target_runs_here(const char *target)
     return true;
 }
 
-/* Resolves the compiler binary (PATH lookup, symlinks followed) and builds a
- * key from its real path, size, mtime and $CC: the probe cache's name. */
-static bool compiler_stamp(const cpu_impl *c, char out[KC_KEY_HEX_LEN + 1])
+/* The probe cache's name: $CC's words and the resolved compiler's stamp
+ * (path, size, mtime, ctime, inode; see kc_toolid.h). */
+static void compiler_stamp(const cpu_impl *c, char out[KC_KEY_HEX_LEN + 1])
 {
-    char prog[256];
-    snprintf(prog, sizeof prog, "%.*s", (int)strcspn(c->cc, " "), c->cc);
-    char found[4096] = "";
-    if (strchr(prog, '/')) {
-        snprintf(found, sizeof found, "%s", prog);
-    } else {
-        const char *path = getenv("PATH");
-        char *copy = strdup(path ? path : "/usr/bin:/bin");
-        for (char *save = NULL, *d = strtok_r(copy, ":", &save); d && !found[0];
-             d = strtok_r(NULL, ":", &save)) {
-            char cand[4096];
-            snprintf(cand, sizeof cand, "%s/%s", d, prog);
-            if (access(cand, X_OK) == 0)
-                snprintf(found, sizeof found, "%s", cand);
-        }
-        free(copy);
-    }
-    char real[4096];
-    struct stat st;
-    if (!found[0] || !realpath(found, real) || stat(real, &st) != 0)
-        return false;
-    char buf[8192];
-    int n = snprintf(buf, sizeof buf, "cc-probe/1\n%s\n%s\n%lld\n%lld.%09ld\n%lld", c->cc, real,
-                     (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                     (long long)st.st_ino);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "cc-probe/2\n%s\n%s", c->cc, c->tool.stamp);
     kc_sha256_hex(buf, (size_t)n, out);
-    return true;
 }
 
 /* Runs `cc --version` once (or reads the cached answer for the same
@@ -175,7 +154,14 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
     char stamp[KC_KEY_HEX_LEN + 1], cache[4096] = "";
     char line[256] = "";
     bool fsf = false;
-    if (state_dir && compiler_stamp(c, stamp)) {
+    kc_code rc = kc_toolid_get(c->cc_prog, state_dir, &c->tool, err);
+    if (rc) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return kc_err_set(err, rc, "the C compiler '%s' (from $CC) cannot be used: %s", c->cc, why);
+    }
+    if (state_dir) {
+        compiler_stamp(c, stamp);
         snprintf(cache, sizeof cache, "%s/cc-probe-%.24s.txt", state_dir, stamp);
         FILE *f = fopen(cache, "r");
         if (f) {
@@ -250,6 +236,10 @@ static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
     json_object_set_new(o, "compiler", json_string(c->cc_ident));
     json_object_set_new(o, "compiler_id", json_string(c->cc_id));
     json_object_set_new(o, "compiler_version", json_string(c->cc_version));
+    /* every word of $CC (e.g. "cc -include x.h", "cc -O0") and the executable's bytes:
+     * the --version banner alone does not tell a wrapper or extra flags apart */
+    json_object_set_new(o, "compiler_command", json_string(c->cc));
+    json_object_set_new(o, "compiler_sha256", json_string(c->tool.sha256));
     json_object_set_new(o, "flags", json_string(c->flags));
     json_object_set_new(o, "onednn_version", json_string(dver));
     json_object_set_new(o, "onednn_isa",
@@ -725,8 +715,25 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");
     c->verbosity = o.verbosity;
+    /* $CC's words, joined by single spaces (the argv compile runs and the key's text) */
     const char *cc = getenv("CC");
-    snprintf(c->cc, sizeof c->cc, "%s", cc && *cc ? cc : "cc");
+    cc = cc && cc[strspn(cc, " \t")] ? cc : "cc";
+    size_t ccn = 0;
+    for (const char *p = cc; *p;) {
+        p += strspn(p, " \t\n");
+        size_t w = strcspn(p, " \t\n");
+        if (w == 0)
+            break;
+        if (ccn + w + 2 > sizeof c->cc) {
+            cpu_destroy(b);
+            return kc_err_set(err, KC_ERR_INVALID, "$CC is too long (%zu bytes at most)",
+                              sizeof c->cc - 1);
+        }
+        ccn +=
+            (size_t)snprintf(c->cc + ccn, sizeof c->cc - ccn, "%s%.*s", ccn ? " " : "", (int)w, p);
+        p += w;
+    }
+    snprintf(c->cc_prog, sizeof c->cc_prog, "%.*s", (int)strcspn(c->cc, " "), c->cc);
     snprintf(c->march, sizeof c->march, "%s", march);
     snprintf(c->flags, sizeof c->flags,
              "-O3 -march=%s -fPIC -shared -fno-math-errno -fvisibility=hidden -s "

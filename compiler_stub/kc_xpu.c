@@ -21,6 +21,7 @@
 
 #include <level_zero/ze_api.h>
 
+#include "kc_toolid.h"
 #include "kc_util.h"
 
 extern char **environ;
@@ -419,14 +420,21 @@ kc_code kc_xpu_toolchain_fingerprint(char hex[KC_KEY_HEX_LEN + 1], char **json, 
     if (c != KC_OK)
         return c;
     char cv[1024], sv[1024];
+    kc_toolid cid, sid;
     c = kc_xpu_tool_version(&t, clang, cv, sizeof cv, err);
     if (c == KC_OK)
         c = kc_xpu_tool_version(&t, spirv, sv, sizeof sv, err);
     kc_xpu_tmp_remove(&t);
+    /* the executables' bytes too: a wrapper printing the same banner is another tool */
+    if (c == KC_OK)
+        c = kc_toolid_get(clang, NULL, &cid, err);
+    if (c == KC_OK)
+        c = kc_toolid_get(spirv, NULL, &sid, err);
     if (c != KC_OK)
         return c;
-    json_t *o = json_pack("{s:s, s:s, s:s}", "clang", cv, "llvm_spirv", sv, "clang_flags",
-                          KC_XPU_CLANG_FLAGS_TEXT);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "clang", cv, "llvm_spirv", sv, "clang_flags",
+                          KC_XPU_CLANG_FLAGS_TEXT, "clang_sha256", cid.sha256, "llvm_spirv_sha256",
+                          sid.sha256);
     char *canon = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     if (!canon)
@@ -443,26 +451,9 @@ kc_code kc_xpu_toolchain_fingerprint(char hex[KC_KEY_HEX_LEN + 1], char **json, 
  * (looked up in $PATH when it has no slash, symlinks resolved). */
 static kc_code kc_xpu_tool_stat(const char *tool, char *out, size_t cap, size_t *o, kc_err *err)
 {
-    char found[4096] = "";
-    if (strchr(tool, '/')) {
-        snprintf(found, sizeof found, "%s", tool);
-    } else {
-        const char *path = getenv("PATH");
-        char *copy = strdup(path && *path ? path : "/usr/bin:/bin");
-        if (!copy)
-            return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-        char *save = NULL;
-        for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-            snprintf(found, sizeof found, "%s/%s", *d ? d : ".", tool);
-            if (access(found, X_OK) == 0)
-                break;
-            found[0] = 0;
-        }
-        free(copy);
-    }
     char real[4096];
     struct stat st;
-    if (!found[0] || !realpath(found, real) || stat(real, &st) != 0)
+    if (kc_toolid_resolve(tool, real, &st, err) != KC_OK)
         return kc_err_set(err, KC_ERR_UNSUPPORTED, "cannot find %s in $PATH (install %s)", tool,
                           tool);
     int n = snprintf(out + *o, cap - *o,
@@ -484,7 +475,7 @@ kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN
     if (!s)
         return kc_xpu_toolchain_fingerprint(hex, json, err);
     char probe[10000];
-    size_t o = (size_t)snprintf(probe, sizeof probe, "kind=xpu-toolchain-probe/1\nflags=%s\n",
+    size_t o = (size_t)snprintf(probe, sizeof probe, "kind=xpu-toolchain-probe/2\nflags=%s\n",
                                 KC_XPU_CLANG_FLAGS_TEXT);
     kc_code c = kc_xpu_tool_stat(kc_xpu_tool("KC_CLANG", "clang-14"), probe, sizeof probe, &o, err);
     if (c == KC_OK)

@@ -479,6 +479,20 @@ static int scan_graph(const kc_entry_info *info, void *ctx)
     return 0;
 }
 
+/* Plain words for the device-fingerprint fields a user changes by hand. */
+static const char *device_field_words(const char *field)
+{
+    static const char *const names[][2] = {
+        {"compiler_command", "compiler command line ($CC)"},
+        {"compiler_sha256", "compiler executable (SHA-256 of its bytes)"},
+        {"toolchain", "XPU toolchain (clang-14/llvm-spirv-14 version, executables or flags)"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(field, names[i][0]) == 0)
+            return names[i][1];
+    return NULL;
+}
+
 static void diff_device(const char *mine, json_t *theirs)
 {
     json_t *a = json_loads(mine, 0, NULL);
@@ -494,8 +508,13 @@ static void diff_device(const char *mine, json_t *theirs)
         if (!json_equal(v, w)) {
             char *s1 = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
             char *s2 = w ? json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-            printf("    device field %-16s here %s, there %s\n", k, s1 ? s1 : "?",
-                   s2 ? s2 : "(absent)");
+            const char *what = device_field_words(k);
+            if (what && json_is_string(v) && json_is_string(w))
+                printf("    %s differs: '%s' vs '%s' (here vs there)\n", what, json_string_value(v),
+                       json_string_value(w));
+            else
+                printf("    device field %-16s here %s, there %s\n", k, s1 ? s1 : "?",
+                       s2 ? s2 : "(absent)");
             free(s1);
             free(s2);
         }
