@@ -3,6 +3,7 @@
  * kc_envelope.h for the wire format). The decoder checks every length before
  * trusting it and both checksums before returning anything.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,17 +12,23 @@
 #include "kc_bytes.h"
 #include "kc_envelope.h"
 
-static const char *const known_kinds[] = {"graph",    "cpu-so",      "spirv", "ze-native",
-                                          "autotune", "onednn-blob", "blob"};
+/* A kind: [a-z0-9][a-z0-9._-]{0,31} (1..KC_KIND_MAX characters). */
+static int kind_chars_ok(const uint8_t *k, size_t n)
+{
+    if (n == 0 || n > KC_KIND_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = k[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
+            return 0;
+    }
+    return 1;
+}
 
 int kc_kind_valid(const char *kind)
 {
-    if (!kind)
-        return 0;
-    for (size_t i = 0; i < sizeof known_kinds / sizeof known_kinds[0]; i++)
-        if (strcmp(kind, known_kinds[i]) == 0)
-            return 1;
-    return 0;
+    return kind && kind_chars_ok((const uint8_t *)kind, strnlen(kind, KC_KIND_MAX + 1));
 }
 
 /* True when meta (len bytes) is a JSON object with no embedded NUL. */
@@ -36,19 +43,6 @@ static int meta_is_object(const char *meta, size_t len)
     return ok;
 }
 
-/* Kinds on the wire: 1..KC_KIND_MAX characters of [a-z0-9-]. */
-static int kind_chars_ok(const uint8_t *k, size_t n)
-{
-    if (n == 0 || n > KC_KIND_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = k[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
-            return 0;
-    }
-    return 1;
-}
-
 kc_code kc_artifact_init(kc_artifact *a, const char *key, const char *kind, const char *meta,
                          const void *payload, size_t payload_len, kc_err *err)
 {
@@ -56,8 +50,8 @@ kc_code kc_artifact_init(kc_artifact *a, const char *key, const char *kind, cons
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
                           key ? key : "(null)");
-    if (!kind || !kind_chars_ok((const uint8_t *)kind, strlen(kind)))
-        return kc_err_set(err, KC_ERR_INVALID, "invalid kind '%.40s' for key %s",
+    if (!kc_kind_valid(kind))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid kind '%.40s' for key %s (" KC_KIND_RULE ")",
                           kind ? kind : "(null)", key);
     if (!meta)
         meta = "{}";
@@ -181,7 +175,8 @@ kc_code kc_envelope_parse_header(const uint8_t *buf, size_t len, kc_envelope_hea
         return kc_err_set(err, KC_ERR_INVALID, "envelope carries an invalid key");
     const uint8_t *kind = buf + KC_ENVELOPE_FIXED_LEN;
     if (!kind_chars_ok(kind, klen))
-        return kc_err_set(err, KC_ERR_INVALID, "envelope for %s carries an invalid kind", key);
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "envelope for %s carries an invalid kind (" KC_KIND_RULE ")", key);
     const char *meta = (const char *)kind + klen;
     if (mlen && !meta_is_object(meta, mlen))
         return kc_err_set(err, KC_ERR_INVALID, "envelope for %s: metadata is not a JSON object",

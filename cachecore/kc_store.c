@@ -971,7 +971,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
                           a->key);
     if (!kc_kind_valid(a->kind))
-        return kc_err_set(err, KC_ERR_INVALID, "unknown kind '%s' for key %s", a->kind, a->key);
+        return kc_err_set(err, KC_ERR_INVALID, "invalid kind '%.40s' for key %s (" KC_KIND_RULE ")",
+                          a->kind, a->key);
     if ((uint64_t)a->payload_len > KC_PAYLOAD_MAX)
         return kc_err_set(err, KC_ERR_TOO_LARGE, "payload of %s is too large", a->key);
     if (s->opts.read_only)

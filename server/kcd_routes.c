@@ -755,7 +755,7 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
     if (f.tag && !*f.tag)
         f.tag = NULL;
     if (f.kind && !kc_kind_valid(f.kind)) {
-        resp_error(x, 400, "unknown kind '%.40s'", f.kind);
+        resp_error(x, 400, "invalid kind '%.40s' (" KC_KIND_RULE ")", f.kind);
         return;
     }
     if (since && *since) {
@@ -838,7 +838,7 @@ static bool feed_artifact(kcd_exchange *x)
             return false;
         }
         if (!kc_kind_valid(x->hdr.kind)) {
-            resp_error(x, 400, "unknown artifact kind '%s'", x->hdr.kind);
+            resp_error(x, 400, "invalid artifact kind '%s' (" KC_KIND_RULE ")", x->hdr.kind);
             return false;
         }
         uint64_t total = x->hdr.header_len + x->hdr.payload_len;

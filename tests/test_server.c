@@ -390,7 +390,7 @@ Test(server, bundle_stream_round_trip)
     cr_expect(strstr((char *)r.body, want) != NULL, "%s want %s", r.body, want);
     kc_http_result_free(&r);
     kc_http_result_free(&bun);
-    cr_expect_eq(req(&a, "GET", "/v1/bundle?kind=nonsense", NULL, 0, NULL), 400);
+    cr_expect_eq(req(&a, "GET", "/v1/bundle?kind=Non%20sense", NULL, 0, NULL), 400);
     cr_expect_eq(req(&a, "GET", "/v1/bundle?since=yesterday", NULL, 0, NULL), 400);
     finish(&d);
     for (int i = 0; i < N; i++)

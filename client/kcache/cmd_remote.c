@@ -112,7 +112,7 @@ static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args
     kc_opt_list devices = {0};
     const kc_opt opts[] = {{"--device", NULL, KC_OPT_LIST, &devices, 0, 0},
                            {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0},
-                           {"--kind", NULL, KC_OPT_STRING, &a->f.kind, 0, 0},
+                           {"--kind", NULL, KC_OPT_KIND, &a->f.kind, 0, 0},
                            {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0},
                            {"--jobs", "-j", KC_OPT_INT, &a->jobs, 1, 64},
                            {"--ca-file", NULL, KC_OPT_STRING, &a->ca_file, 0, 0},

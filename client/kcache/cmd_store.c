@@ -68,7 +68,7 @@ static json_t *filter_json(const kc_filter *f)
 int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 {
     const char *kind = NULL, *key = NULL, *meta = NULL;
-    const kc_opt opts[] = {{"--kind", NULL, KC_OPT_STRING, &kind, 0, 0},
+    const kc_opt opts[] = {{"--kind", NULL, KC_OPT_KIND, &kind, 0, 0},
                            {"--key", NULL, KC_OPT_STRING, &key, 0, 0},
                            {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0},
                            {0}};
@@ -78,13 +78,6 @@ int kc_cmd_put(kc_cli *cli, int argc, char **argv)
     if (!kind)
         return kc_opts_error(cli, argv[0], "--kind is required");
     kc_err err = {0};
-    if (!kc_kind_valid(kind)) {
-        kc_err_set(&err, KC_ERR_INVALID,
-                   "unknown kind '%s' (known: graph, cpu-so, spirv, ze-native, autotune, "
-                   "onednn-blob, blob)",
-                   kind);
-        return kc_cli_fail(cli, &err);
-    }
     if (key && !kc_key_valid(key)) {
         kc_err_set(&err, KC_ERR_INVALID, "invalid key '%s' (need 64 lowercase hex)", key);
         return kc_cli_fail(cli, &err);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kc_envelope.h"
 #include "kc_util.h"
 
 static void vreport(const kc_cli *cli, const char *cmd, const char *fmt, va_list ap)
@@ -92,6 +93,11 @@ static kc_code parse_u64(const char *text, uint64_t *out, kc_err *err)
 static kc_code set_value(const kc_opt *o, const char *value, kc_err *err)
 {
     switch (o->kind) {
+    case KC_OPT_KIND:
+        if (!kc_kind_valid(value))
+            return kc_err_set(err, KC_ERR_INVALID, "invalid kind '%.40s' (" KC_KIND_RULE ")",
+                              value);
+        /* fall through */
     case KC_OPT_STRING:
         *(const char **)o->out = value;
         return KC_OK;

@@ -18,6 +18,7 @@ typedef enum kc_opt_kind {
     KC_OPT_END = 0, /* terminates a table */
     KC_OPT_FLAG,    /* no value; bool * set to true */
     KC_OPT_STRING,  /* const char * (points into argv); the last one given wins */
+    KC_OPT_KIND,    /* const char *: an artifact kind, checked with kc_kind_valid */
     KC_OPT_LIST,    /* kc_opt_list *: every value given, in order */
     KC_OPT_INT,     /* int *: decimal integer within [min, max] */
     KC_OPT_U64,     /* uint64_t *: unsigned integer, decimal or 0x hex */
@@ -48,7 +49,7 @@ typedef struct kc_opt {
 /* The filter options of ls, export and push, writing into a kc_filter *f:
  * --kind K, --device D, --tag T, --since SECONDS|AGE. */
 #define KC_OPTS_FILTER(f)                                                                          \
-    {"--kind", NULL, KC_OPT_STRING, &(f)->kind, 0, 0},                                             \
+    {"--kind", NULL, KC_OPT_KIND, &(f)->kind, 0, 0},                                               \
         {"--device", NULL, KC_OPT_STRING, &(f)->device, 0, 0},                                     \
         {"--tag", NULL, KC_OPT_STRING, &(f)->tag, 0, 0},                                           \
     {                                                                                              \
