@@ -7,6 +7,9 @@ bash scripts/setup.sh
 bash tests/s3/install.sh
 bash scripts/check-format.sh
 bash scripts/build.sh build
+# every header and library the build used comes from a package setup.sh installs
+bash scripts/check-deps.sh build
+bash scripts/check-deps.sh --self-test build
 (cd build && ctest --output-on-failure -j2)
 bash deploy/check.sh build
 bash docs/check-guide.sh build

@@ -1,0 +1,45 @@
+# cmake/kc_deps.cmake - every system dependency is found through these helpers,
+# which name the Debian package to install when something is missing, so a fresh
+# machine fails at configure time ("install opencl-c-headers"), not halfway
+# through the build. scripts/setup.sh installs all of them; scripts/check-deps.sh
+# checks after a build that nothing used comes from a package setup.sh omits.
+
+set(KC_DEPS_HINT "bash scripts/setup.sh installs every package kcache needs")
+
+# kc_require_pkg(PREFIX MODULE DEBIAN_PACKAGE): pkg_check_modules with an
+# IMPORTED_TARGET PkgConfig::PREFIX (a macro so PREFIX_* stay in the caller's scope).
+macro(kc_require_pkg prefix module debpkg)
+  pkg_check_modules(${prefix} QUIET IMPORTED_TARGET GLOBAL ${module})
+  if(NOT ${prefix}_FOUND)
+    message(FATAL_ERROR "pkg-config module '${module}' not found: install the Debian package "
+      "${debpkg} (${KC_DEPS_HINT})")
+  endif()
+endmacro()
+
+# kc_require_library(VAR NAME DEBIAN_PACKAGE): find_library(VAR NAME) or fail.
+function(kc_require_library var name debpkg)
+  find_library(${var} ${name})
+  if(NOT ${var})
+    message(FATAL_ERROR "library '${name}' not found: install the Debian package ${debpkg} "
+      "(${KC_DEPS_HINT})")
+  endif()
+endfunction()
+
+# kc_require_header(VAR HEADER DEBIAN_PACKAGE): find_path(VAR HEADER) or fail.
+function(kc_require_header var header debpkg)
+  find_path(${var} ${header})
+  if(NOT ${var})
+    message(FATAL_ERROR "header <${header}> not found: install the Debian package ${debpkg} "
+      "(${KC_DEPS_HINT})")
+  endif()
+endfunction()
+
+# kc_require_program(VAR NAME DEBIAN_PACKAGE): find_program(VAR NAME) or fail
+# (the toolchain programs the backends and tests run).
+function(kc_require_program var name debpkg)
+  find_program(${var} ${name})
+  if(NOT ${var})
+    message(FATAL_ERROR "program '${name}' not found: install the Debian package ${debpkg} "
+      "(${KC_DEPS_HINT})")
+  endif()
+endfunction()
