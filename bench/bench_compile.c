@@ -3,7 +3,7 @@
  * compile (empty cache: lowering + cc for every kernel), a warm compile
  * (local hits: graph record + kernel artifacts from the store, loaded with
  * memfd + dlopen), and the floor: merely dlopen-ing the same shared objects
- * from files. Goals (DESIGN §7): warm >= 100x faster than cold, warm within
+ * from files. Goals (docs/DESIGN.md §7): warm >= 100x faster than cold, warm within
  * 3x of the floor.
  *
  * usage: bench_compile [MANIFEST] [--reps N] [--target T]

@@ -1,6 +1,6 @@
 /*
  * bench_pull.c - `kcache pull` against its anchor: a plain `curl` download of
- * the same bundle bytes from the same kcached (DESIGN §7: pull >= 0.8x curl's
+ * the same bundle bytes from the same kcached (docs/DESIGN.md §7: pull >= 0.8x curl's
  * bytes/s). Optionally, with --kcache and --graph, the "fresh machine" case:
  * pull + warm compile against a cold compile. Prints a table; asserts nothing.
  *

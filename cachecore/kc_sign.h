@@ -1,6 +1,6 @@
 /*
- * kc_sign.h - artifact signing (DESIGN §4: "optional signing (Ed25519 via
- * OpenSSL) lets a puller refuse artifacts not signed by a trusted key").
+ * kc_sign.h - artifact signing (docs/DESIGN.md §8: a puller can refuse
+ * artifacts not signed by a trusted key; Ed25519 via OpenSSL).
  *
  * A build host signs each artifact it publishes; the signature travels in
  * the artifact's metadata, so it survives the store, the server and bundles

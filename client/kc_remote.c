@@ -1,5 +1,5 @@
 /*
- * kc_remote.c - the libcurl client of kcached (DESIGN §6): single requests on
+ * kc_remote.c - the libcurl client of kcached (docs/DESIGN.md §6): single requests on
  * one kept-alive easy handle, parallel uploads on a curl multi, a streamed
  * bundle pull fed straight into the store's importer, the offline switch and
  * the background push queue (kc_remote_queue.c holds the worker thread).

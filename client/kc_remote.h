@@ -1,5 +1,5 @@
 /*
- * kc_remote.h - the libcurl client of a kcached server (DESIGN §6), used by
+ * kc_remote.h - the libcurl client of a kcached server (docs/DESIGN.md §6), used by
  * the kcache tool and by the compiler's remote tier.
  *
  * A kc_remote keeps its connections alive between requests and runs parallel

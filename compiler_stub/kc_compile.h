@@ -1,5 +1,5 @@
 /*
- * kc_compile.h - compiling a graph through the cache (DESIGN §3): the graph
+ * kc_compile.h - compiling a graph through the cache (docs/DESIGN.md §3): the graph
  * record (graph fp x device -> kernel list + autotune choices) lets a warm
  * compile skip lowering and the compiler; kernel artifacts are shared between
  * graphs; misses compile in parallel; --autotune decisions are artifacts too.

@@ -1,6 +1,6 @@
 /*
  * kc_graph.h - the graph IR ("kcache-graph/1" JSON): parsing, validation and
- * the canonical graph fingerprint (DESIGN §3).
+ * the canonical graph fingerprint (docs/DESIGN.md §3).
  *
  * After kc_graph_parse succeeds, values and nodes are renumbered into the
  * canonical order that the fingerprint is computed over: value ids are the

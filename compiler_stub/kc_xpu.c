@@ -141,7 +141,7 @@ static kc_code kc_xpu_fill_info(kc_xpu *x, kc_err *err)
     in->has_ip_version = want_ip && ip.ipVersion != 0;
     in->ip_version = in->has_ip_version ? ip.ipVersion : 0;
     /* The IP version's low 14 bits are the stepping (revision); Level Zero 1.4 has no
-     * other revision field, and the device UUID is off limits (DESIGN §3). */
+     * other revision field, and the device UUID is off limits (docs/DESIGN.md §3). */
     in->revision = in->has_ip_version ? (ip.ipVersion & 0x3fffu) : 0;
     in->driver_version = drp.driverVersion;
     in->api_version = (uint32_t)api;

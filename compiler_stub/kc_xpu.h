@@ -35,7 +35,7 @@ typedef struct kc_xpu kc_xpu;
 /* A Level Zero module (compiled program) on a kc_xpu. Opaque. */
 typedef struct kc_xpu_module kc_xpu_module;
 
-/* What decides whether a native binary is valid on a device (DESIGN §3), plus
+/* What decides whether a native binary is valid on a device (docs/DESIGN.md §3), plus
  * the name for humans. Never the driver UUID or the PCI location. */
 typedef struct kc_xpu_info {
     char name[256];          /* device name, informational only (not in the fingerprint) */

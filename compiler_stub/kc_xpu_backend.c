@@ -341,7 +341,7 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
     if (c == KC_OK && !spirv_only)
         c = kc_xpu_probe(&xb->x, err);
     if (c == KC_OK && opts && opts->verbosity > 0) {
-        /* DESIGN: where oneDNN finds no GPU engine, say so once in verbose output. */
+        /* docs/DESIGN.md: where oneDNN finds no GPU engine, say so once in verbose output. */
         kc_xpu_onednn *o = NULL;
         kc_err e;
         if (kc_xpu_onednn_open(&o, &e) != KC_OK)

@@ -449,7 +449,7 @@ const char *kcd_config_usage(void)
     size_t n = (size_t)snprintf(
         buf, sizeof buf,
         "usage: kcached [--config FILE] [--check-config] [options]\n"
-        "Serves a kcache store over HTTP (DESIGN.md section 6).\n\noptions (config file key "
+        "Serves a kcache store over HTTP (docs/DESIGN.md §6).\n\noptions (config file key "
         "without dashes; environment KCACHED_NAME, e.g. KCACHED_MAX_SIZE):\n");
     for (size_t i = 0; i < NOPTS && n < sizeof buf; i++)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "  --%-16s %s\n", kcd_opts[i].name,

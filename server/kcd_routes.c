@@ -1,5 +1,5 @@
 /*
- * kcd_routes.c - the HTTP API of DESIGN.md section 6 as plain functions:
+ * kcd_routes.c - the HTTP API of docs/DESIGN.md §6 as plain functions:
  * routing, auth decisions, key and path validation, streamed upload
  * checking, and the store calls behind each route. No socket code here; see
  * kcd_routes.h for the exchange life cycle and kcd_server.c for the glue.
@@ -285,7 +285,7 @@ static void resp_text(kcd_exchange *x, int status, const char *ctype, const char
     resp_take(x, status, ctype, s, s ? strlen(s) : 0);
 }
 
-/* Maps a store error onto the HTTP status of DESIGN section 6. */
+/* Maps a store error onto the HTTP status of docs/DESIGN.md §6. */
 static int status_for(kc_code c)
 {
     switch (c) {

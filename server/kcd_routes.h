@@ -1,7 +1,7 @@
 /*
  * kcd_routes.h - kcached's request handling, independent of the socket
  * layer: routing, auth, key validation, the store calls and the responses of
- * DESIGN.md section 6. kcd_server.c is a thin libmicrohttpd adapter around
+ * docs/DESIGN.md §6. kcd_server.c is a thin libmicrohttpd adapter around
  * it; fuzz targets and unit tests call it directly (kcd_handle).
  *
  * A request is an exchange: kcd_exchange_begin() sees the method, path and

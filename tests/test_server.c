@@ -1,5 +1,5 @@
 /*
- * test_server.c - kcached's HTTP contract (DESIGN.md section 6) tested from
+ * test_server.c - kcached's HTTP contract (docs/DESIGN.md §6) tested from
  * the outside: a real kcached on loopback (kc_testserver), libcurl as the
  * client, one scenario per test.
  */

@@ -14,7 +14,7 @@
 #include "kc_sign.h"
 #include "kc_store.h"
 
-/* Exit codes (DESIGN §5). */
+/* Exit codes (docs/DESIGN.md §5). */
 enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };
 
 typedef struct kc_cli {
