@@ -40,6 +40,21 @@ TestSuite(open_kinds, .init = setup, .fini = teardown, .timeout = 120);
 
 #define KC(r, c, ...) kc_test_runl(r, KC_TEST_KCACHE, "--cache-dir", c, __VA_ARGS__, NULL)
 
+/* Writes text to dir/name and runs `kcache put` of it with kind into c;
+ * key (65 bytes) receives the printed key. Returns the file's path (free it). */
+static char *put_file(const char *c, const char *name, const char *text, const char *kind,
+                      char key[65])
+{
+    char *in = kc_test_path(dir, name);
+    cr_assert_eq(kc_test_write_file(in, text, strlen(text)), 0);
+    kc_test_result r;
+    KC(&r, c, "put", in, "--kind", kind);
+    cr_assert_eq(r.exit_code, 0, "put --kind %s: %s", kind, r.err);
+    snprintf(key, 65, "%.64s", r.out);
+    kc_test_result_free(&r);
+    return in;
+}
+
 static const char *const good[] = {
     "test", "exe", "0", "triton.cubin", "my_tool-v2.1", "abcdefghijklmnopqrstuvwxyz012345"};
 static const char *const bad[] = {"",
@@ -85,14 +100,9 @@ Test(open_kinds, the_rule_is_checked_in_the_library)
 
 Test(open_kinds, cli_put_ls_export_import_with_an_own_kind)
 {
-    char *in = kc_test_path(dir, "artifact.bin");
-    cr_assert_eq(kc_test_write_file(in, "some tool's output\n", 19), 0);
+    char key[65];
+    char *in = put_file(cache, "artifact.bin", "some tool's output\n", "test", key);
     kc_test_result r;
-    KC(&r, cache, "put", in, "--kind", "test");
-    cr_assert_eq(r.exit_code, 0, "put --kind test: %s", r.err);
-    char key[128];
-    snprintf(key, sizeof key, "%.64s", r.out);
-    kc_test_result_free(&r);
     KC(&r, cache, "put", in, "--kind", "blob", "--key",
        "00000000000000000000000000000000000000000000000000000000000000aa");
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
@@ -126,12 +136,9 @@ Test(open_kinds, cli_put_ls_export_import_with_an_own_kind)
 
 Test(open_kinds, cli_refuses_invalid_kinds_with_the_rule)
 {
-    char *in = kc_test_path(dir, "artifact.bin");
-    cr_assert_eq(kc_test_write_file(in, "kept\n", 5), 0);
+    char kept[65];
+    char *in = put_file(cache, "artifact.bin", "kept\n", "kept", kept);
     kc_test_result r;
-    KC(&r, cache, "put", in, "--kind", "kept");
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    kc_test_result_free(&r);
     const char *cmds[][2] = {{"put", "Test"}, {"put", "../x"}, {"ls", "-bad"},
                              {"export", "A"}, {"push", "a b"}, {"pull", "é"}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -150,8 +157,8 @@ Test(open_kinds, cli_refuses_invalid_kinds_with_the_rule)
         kc_test_result_free(&r);
         free(bundle);
     }
-    KC(&r, cache, "--json", "ls", "--kind", "kept");
-    cr_expect(strstr(r.out, "\"kept\""), "the stored entry is gone: %s", r.out);
+    KC(&r, cache, "has", kept);
+    cr_expect_eq(r.exit_code, 0, "the stored entry is gone");
     kc_test_result_free(&r);
     free(in);
 }
@@ -218,13 +225,8 @@ Test(open_kinds, kcached_stores_serves_and_filters_open_kinds)
     cr_expect_eq(r.exit_code, 0, "pull --kind my.tool_1 did not bring %s", key);
     kc_test_result_free(&r);
     /* and push --kind sends an own kind up */
-    char *in = kc_test_path(dir, "up.bin");
-    cr_assert_eq(kc_test_write_file(in, "pushed\n", 7), 0);
-    KC(&r, cache, "put", in, "--kind", "test");
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
     char up[65];
-    snprintf(up, sizeof up, "%.64s", r.out);
-    kc_test_result_free(&r);
+    char *in = put_file(cache, "up.bin", "pushed\n", "test", up);
     KC(&r, cache, "--remote", ts.url, "push", "--kind", "test");
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
     kc_test_result_free(&r);
