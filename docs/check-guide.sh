@@ -67,6 +67,8 @@ echo hello >"$T/hello.txt"
 K=$(kcache --cache-dir "$T/s" put "$T/hello.txt" --kind blob)
 check "3.1 get" bash -c "[ \"\$(kcache --cache-dir '$T/s' get $K)\" = hello ]"
 check "3.1 has/rm" bash -c "kcache --cache-dir '$T/s' has $K && kcache --cache-dir '$T/s' rm $K && ! kcache --cache-dir '$T/s' has $K"
+check "1 open kinds: put --kind triton.cubin, ls --kind" bash -c "kcache --cache-dir '$T/s' put '$T/hello.txt' --kind triton.cubin && kcache --cache-dir '$T/s' ls --kind triton.cubin | grep -q triton.cubin"
+check "1 an invalid kind exits 2" bash -c "kcache --cache-dir '$T/s' put '$T/hello.txt' --kind Triton 2>/dev/null; [ \$? = 2 ]"
 check "3.1 stats/gc/verify/ls" bash -c "kcache --cache-dir '$T/ci' stats && kcache --cache-dir '$T/ci' gc --max-size 100K && kcache --cache-dir '$T/ci' verify && kcache --cache-dir '$T/ci' ls --kind graph"
 
 # Section 4: HTTP API.

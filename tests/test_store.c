@@ -217,9 +217,10 @@ Test(store, misses_name_the_key_and_bad_keys_are_rejected)
     cr_assert_eq(kc_store_has(s, "ABC", &e), KC_ERR_INVALID);
     kc_artifact a;
     make(&a, 1, 10, "blob", NULL);
-    strcpy(a.kind, "exe");
+    strcpy(a.kind, "Exe!"); /* kinds are open, but [a-z0-9][a-z0-9._-]{0,31} */
     bool created;
     cr_assert_eq(kc_store_put(s, &a, &created, &e), KC_ERR_INVALID);
+    cr_assert(strstr(e.msg, "Exe!"), "%s", e.msg);
     kc_artifact_free(&a);
 }
 
