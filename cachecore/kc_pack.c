@@ -88,12 +88,12 @@ static kc_code slot_for(kc_packs *p, int64_t id, bool create, pack_fd **out, kc_
     char path[4096];
     pack_path(p, id, path, sizeof path);
     if (create) {
-        kc_code code = kc_mkdirs(p->dir, err);
+        kc_code code = kc_mkdirs_mode(p->dir, 0700, err);
         if (code != KC_OK)
             return code;
     }
     int flags = p->read_only ? O_RDONLY : O_RDWR;
-    int fd = open(path, flags | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    int fd = open(path, flags | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
     if (fd < 0)
         return errno == ENOENT ? kc_err_errno(err, KC_ERR_NOT_FOUND, errno, "pack %s", path)
                                : io_error(err, errno, "cannot open", path);

@@ -5,12 +5,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -197,9 +197,38 @@ static void outfile_free(kc_outfile *o)
     free(o);
 }
 
+/* Creates a temporary beside target with a random name (TARGET.tmp.
+ * followed by 12 random hex digits), O_EXCL|O_NOFOLLOW: a name planted in
+ * advance (a file or a symlink) is never opened, another name is tried. */
+static int open_temp(kc_outfile *o, int *err_no)
+{
+    size_t tl = strlen(o->target) + 32;
+    if (!(o->tmp = malloc(tl))) {
+        *err_no = ENOMEM;
+        return -1;
+    }
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint8_t rnd[6];
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+            *err_no = errno ? errno : EIO;
+            return -1;
+        }
+        snprintf(o->tmp, tl, "%s.tmp.%02x%02x%02x%02x%02x%02x", o->target, rnd[0], rnd[1], rnd[2],
+                 rnd[3], rnd[4], rnd[5]);
+        int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            return fd;
+        if (errno != EEXIST && errno != ELOOP) {
+            *err_no = errno;
+            return -1;
+        }
+    }
+    *err_no = EEXIST;
+    return -1;
+}
+
 kc_code kc_outfile_open(const char *path, kc_outfile **out, kc_err *err)
 {
-    static atomic_uint seq;
     *out = NULL;
     if (!path || !*path)
         return kc_err_set(err, KC_ERR_INVALID, "empty output path");
@@ -209,13 +238,25 @@ kc_code kc_outfile_open(const char *path, kc_outfile **out, kc_err *err)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
     }
     o->fd = -1;
-    struct stat st;
+    struct stat st, lst;
     int sfd = self_fd(path);
+    /* A final-component symlink is followed only when this user owns it: in
+     * a shared directory (/tmp) another user's link would redirect the write
+     * to whatever file it names. */
+    bool is_link = sfd < 0 && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    if (is_link && lst.st_uid != geteuid()) {
+        outfile_free(o);
+        return kc_err_set(err, KC_ERR_IO,
+                          "refusing to write %s: it is a symbolic link owned by another user "
+                          "(uid %ld)",
+                          path, (long)lst.st_uid);
+    }
     int exists = sfd < 0 && stat(path, &st) == 0;
     if (sfd >= 0 || (exists && !S_ISREG(st.st_mode))) {
         /* in place: this process's own descriptor, shared with its offset,
          * or a device, FIFO or socket, written through and never replaced */
-        o->fd = sfd >= 0 ? fcntl(sfd, F_DUPFD_CLOEXEC, 3) : open(path, O_WRONLY | O_CLOEXEC);
+        o->fd = sfd >= 0 ? fcntl(sfd, F_DUPFD_CLOEXEC, 3)
+                         : open(path, O_WRONLY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
         if (o->fd < 0) {
             int e = errno;
             outfile_free(o);
@@ -224,21 +265,20 @@ kc_code kc_outfile_open(const char *path, kc_outfile **out, kc_err *err)
         *out = o;
         return KC_OK;
     }
-    struct stat lst;
-    if (exists && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
-        o->target = realpath(path, NULL); /* replace the file, keep the link */
+    if (is_link && exists)
+        o->target = realpath(path, NULL); /* our own link: replace its file, keep the link */
     else
         o->target = strdup(path);
-    size_t tl = o->target ? strlen(o->target) + 48 : 0;
-    if (!o->target || !(o->tmp = malloc(tl))) {
+    if (!o->target) {
         outfile_free(o);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path);
     }
-    snprintf(o->tmp, tl, "%s.tmp.%ld.%u", o->target, (long)getpid(), atomic_fetch_add(&seq, 1));
-    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int e = 0;
+    o->fd = open_temp(o, &e);
     if (o->fd < 0) {
-        int e = errno;
-        kc_code rc = kc_err_errno(err, full_or_io(e), e, "cannot create %s", o->tmp);
+        kc_code rc = e == ENOMEM ? kc_err_set(err, KC_ERR_NOMEM, "out of memory writing %s", path)
+                                 : kc_err_errno(err, full_or_io(e), e,
+                                                "cannot create a temporary file beside %s", path);
         outfile_free(o);
         return rc;
     }
@@ -370,17 +410,26 @@ kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_
 
 kc_code kc_mkdirs(const char *path, kc_err *err)
 {
+    return kc_mkdirs_mode(path, 0755, err);
+}
+
+kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err)
+{
     size_t n = strlen(path);
     if (n == 0)
         return kc_err_set(err, KC_ERR_INVALID, "empty directory path");
     char *p = strdup(path);
     if (!p)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory creating %s", path);
+    bool made_last = false;
     for (size_t i = 1; i <= n; i++) {
         if (p[i] == '/' || p[i] == '\0') {
             char c = p[i];
             p[i] = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            bool last = c == '\0' || p[i + strspn(p + i + 1, "/") + 1] == '\0';
+            if (mkdir(p, last ? (mode_t)mode : 0755) == 0) {
+                made_last = last;
+            } else if (errno != EEXIST) {
                 kc_code rc = kc_err_errno(err, KC_ERR_IO, errno, "cannot create directory %s", p);
                 free(p);
                 return rc;
@@ -392,5 +441,8 @@ kc_code kc_mkdirs(const char *path, kc_err *err)
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return kc_err_set(err, KC_ERR_IO, "%s exists and is not a directory", path);
+    /* exactly mode, whatever the umask took away */
+    if (made_last && chmod(path, (mode_t)mode) != 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "cannot set the mode of %s", path);
     return KC_OK;
 }

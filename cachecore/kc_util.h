@@ -30,10 +30,15 @@ kc_code kc_read_file(const char *path, uint8_t **out, size_t *len, kc_err *err);
  * abort.
  *
  * - A regular file (or a path that does not exist yet) is written to a
- *   temporary PATH.tmp.PID.N beside it, fsync'd, and renamed over PATH on
- *   commit, so readers see the old file or the whole new one, never a part.
- *   A symlink to a regular file is followed: its target is replaced and the
- *   link kept. A replaced file keeps its permission bits.
+ *   temporary PATH.tmp.<12 random hex digits> beside it, created with
+ *   O_EXCL|O_NOFOLLOW (a name planted in advance, file or symlink, is never
+ *   opened), fsync'd, and renamed over PATH on commit, so readers see the
+ *   old file or the whole new one, never a part. A symlink to a regular
+ *   file is followed only when this user (euid) owns the link: its target
+ *   is replaced and the link kept. A final-component symlink owned by
+ *   anyone else is refused (KC_ERR_IO naming PATH), as another user's link
+ *   in a shared directory would redirect the write. A replaced file keeps
+ *   its permission bits.
  * - An existing path that is not a regular file (a character device such
  *   as /dev/null, a FIFO, a socket) is written in place: renaming over it
  *   would replace the node itself. /dev/stdout, /dev/stderr, /dev/fd/N and
@@ -77,7 +82,12 @@ void kc_outfile_abort(kc_outfile *o);
  * place for devices and FIFOs; errors as above). */
 kc_code kc_write_file_atomic(const char *path, const void *data, size_t len, kc_err *err);
 
-/* mkdir -p. */
+/* mkdir -p (new directories 0755 less the umask). */
 kc_code kc_mkdirs(const char *path, kc_err *err);
+
+/* mkdir -p whose last directory, when created here, gets exactly mode
+ * (e.g. 0700 for a cache: set with chmod, whatever the umask); parents
+ * are made as by kc_mkdirs. An existing directory keeps its mode. */
+kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err);
 
 #endif
