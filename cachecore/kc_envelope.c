@@ -31,6 +31,27 @@ int kc_kind_valid(const char *kind)
     return kind && kind_chars_ok((const uint8_t *)kind, strnlen(kind, KC_KIND_MAX + 1));
 }
 
+kc_code kc_tag_check(const char *tag, kc_err *err)
+{
+    static const char extra[] = "._+@/:=-";
+    size_t n = tag ? strlen(tag) : 0;
+    if (n == 0 || n > KC_TAG_MAX)
+        return kc_err_set(err, KC_ERR_INVALID, "tag of %zu characters: a tag has 1 to %d", n,
+                          KC_TAG_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)tag[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            (c && strchr(extra, c)))
+            continue;
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "tag '%.*s': character %zu (0x%02x) is not allowed (tags use "
+                          "A-Z a-z 0-9 and %s)",
+                          (int)(n < 80 ? n : 80), c >= 32 && c < 127 ? tag : "(not printable)",
+                          i + 1, c, extra);
+    }
+    return KC_OK;
+}
+
 /* True when meta (len bytes) is a JSON object with no embedded NUL. */
 static int meta_is_object(const char *meta, size_t len)
 {

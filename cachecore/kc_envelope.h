@@ -71,6 +71,13 @@ typedef struct kc_envelope_header {
     "a kind is 1-32 characters of a-z, 0-9, '.', '_' or '-', starting with a-z or 0-9"
 int kc_kind_valid(const char *kind);
 
+/* Tags ("tag" metadata, --tag): 1..KC_TAG_MAX characters from
+ * [A-Za-z0-9._+@/:=-], so a tag can never be JSON, shell or URL syntax
+ * (a git branch name with other characters must be mapped first).
+ * KC_OK, or KC_ERR_INVALID with a message naming the tag and the rule. */
+#define KC_TAG_MAX 128
+kc_code kc_tag_check(const char *tag, kc_err *err);
+
 /* Builds an artifact from parts; copies everything. meta may be NULL ("{}").
  * The payload digest is computed here. Returns KC_ERR_INVALID for a bad key,
  * kind or meta that is not a JSON object. Caller frees with kc_artifact_free. */

@@ -14,13 +14,21 @@
  *   packs(id AUTOINCREMENT, live)  live = bytes of blobs in the pack; an
  *         emptied pack other than the newest is deleted, row and file (gc
  *         deletes the newest too)
- *   entries(id, key UNIQUE, kind, device, tag, created, atime, meta, blob)
- *         atime in microseconds since the epoch, created in seconds
+ *   entries(id, key UNIQUE, kind, device, tag, created, atime, meta, blob,
+ *         origin, sig)  atime in microseconds since the epoch, created in
+ *         seconds; origin (version 3) = where the entry came from: 'local'
+ *         (kc_store_put: compiled here), 'remote' (kc_store_put_from,
+ *         kc_store_put_envelope: a server's answer or upload), 'import'
+ *         (bundles, pulls) or 'unknown' (rows older than version 3, treated
+ *         as local: see kc_store.h); sig = 'none', 'signed' (a signature not
+ *         checked when stored), 'verified' (checked against the trust keys
+ *         of the put) or 'unknown' (older rows)
  *   quarantine(id, key, kind, meta, sha, size, data, reason, at)
  *   counters(name PRIMARY KEY, value)  hits, misses, evictions, corrupt,
  *         stored_bytes (sum of blobs.zsize, kept in step with every change)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +50,7 @@
 #include "kc_store_internal.h"
 #include "kc_util.h"
 
-#define KC_STORE_SCHEMA 2
+#define KC_STORE_SCHEMA 3
 /* Compressed blobs from this size up go to pack files: measured on a bundle
  * import of 64 KiB artifacts, SQLite's overflow pages cost a write to the WAL
  * and another at checkpoint, 4 KiB at a time (see docs/bench-notes/pull.md). */
@@ -97,10 +105,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_INS_BLOB] = "INSERT INTO blobs(sha, size, zsize, xxh, refs, data, pack, off) "
                     "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)",
     [ST_INS_ENTRY] = "INSERT OR IGNORE INTO entries(key, kind, device, tag, created, atime, meta, "
-                     "blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     "blob, origin, sig) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_ADD_COUNTER] = "UPDATE counters SET value = value + ?2 WHERE name = ?1",
     [ST_GET] = "SELECT e.id, e.kind, e.meta, b.id, b.sha, b.size, b.xxh, b.data, b.pack, "
-               "b.off, b.zsize "
+               "b.off, b.zsize, e.origin "
                "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
     [ST_ENTRY_BY_KEY] = "SELECT id, blob FROM entries WHERE key = ?1",
     [ST_DEL_ENTRY] = "DELETE FROM entries WHERE id = ?1",
@@ -143,6 +151,7 @@ struct kc_store {
     kc_touch *touch;
     size_t ntouch;
     uint64_t hits, misses; /* not yet added to the counters table */
+    uint64_t untrusted;    /* loads refused for want of a trusted signature, ditto */
     double last_flush;
     int64_t last_tick_us;
     bool batch; /* inside kc_store__batch_begin */
@@ -390,12 +399,22 @@ static const char schema_v2[] =
     "CREATE TABLE IF NOT EXISTS packs(id INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  live INTEGER NOT NULL);";
 
+/* Version 3: each entry's origin and signature state (issue 14). Rows
+ * stored before are 'unknown': they are loaded as local compiles were (a
+ * store cannot tell a write-back from a compile after the fact), and
+ * `kcache verify --trusted-keys` names the unsigned ones. */
+static const char schema_v3[] =
+    "ALTER TABLE entries ADD COLUMN origin TEXT NOT NULL DEFAULT 'unknown';"
+    "ALTER TABLE entries ADD COLUMN sig TEXT NOT NULL DEFAULT 'unknown';"
+    "INSERT OR IGNORE INTO counters(name, value) VALUES ('untrusted', 0);";
+
 /* Migration hook: migrations[v] takes a database at user_version v to v+1.
  * Each runs inside the open's write transaction. */
 
 static const char *const migrations[KC_STORE_SCHEMA] = {
     [0] = schema_v1,
     [1] = schema_v2,
+    [2] = schema_v3,
 };
 
 static int exec_retry(sqlite3 *db, const char *sql)
@@ -482,6 +501,20 @@ char *kc_store_default_dir(void)
     return NULL;
 }
 
+/* Creates the database file 0600 before SQLite does (SQLite would make it
+ * 0644 less the umask; its -wal and -shm files copy the database's mode). */
+static kc_code private_db_file(const char *path, kc_err *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno == EEXIST ? KC_OK
+                               : kc_err_errno(err, KC_ERR_IO, errno, "cannot create %s", path);
+    int rc = fchmod(fd, 0600);
+    int e = errno;
+    close(fd);
+    return rc == 0 ? KC_OK : kc_err_errno(err, KC_ERR_IO, e, "cannot set the mode of %s", path);
+}
+
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err)
 {
     *out = NULL;
@@ -505,7 +538,9 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
                           ZSTD_minCLevel(), ZSTD_maxCLevel());
     }
     kc_code code;
-    if (!s->opts.read_only && (code = kc_mkdirs(dir, err)) != KC_OK) {
+    /* a cache holds compiled code and what it was built from: private to
+     * its user (0700 directory, 0600 files) whatever the umask */
+    if (!s->opts.read_only && (code = kc_mkdirs_mode(dir, 0700, err)) != KC_OK) {
         free(s);
         return code;
     }
@@ -519,6 +554,10 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
     snprintf(s->db_path, n, "%s/kcache.db", dir);
     if (s->opts.read_only && access(s->db_path, F_OK) != 0) {
         code = kc_err_errno(err, KC_ERR_NOT_FOUND, errno, "cannot open store %s", s->db_path);
+        kc_store_close(s);
+        return code;
+    }
+    if (!s->opts.read_only && (code = private_db_file(s->db_path, err)) != KC_OK) {
         kc_store_close(s);
         return code;
     }
@@ -630,13 +669,15 @@ static int apply_pending(kc_store *s)
     int rc = add_counter(s, "hits", (int64_t)s->hits);
     if (rc == SQLITE_OK)
         rc = add_counter(s, "misses", (int64_t)s->misses);
+    if (rc == SQLITE_OK)
+        rc = add_counter(s, "untrusted", (int64_t)s->untrusted);
     return rc;
 }
 
 static void clear_pending(kc_store *s)
 {
     s->ntouch = 0;
-    s->hits = s->misses = 0;
+    s->hits = s->misses = s->untrusted = 0;
     s->last_flush = kc_now();
 }
 
@@ -648,7 +689,7 @@ kc_code kc_store_flush(kc_store *s, kc_err *err)
         clear_pending(s);
         return KC_OK;
     }
-    if (s->ntouch == 0 && s->hits == 0 && s->misses == 0)
+    if (s->ntouch == 0 && s->hits == 0 && s->misses == 0 && s->untrusted == 0)
         return KC_OK;
     kc_code code = begin_write(s, err);
     if (code != KC_OK) {
@@ -688,6 +729,7 @@ typedef struct meta_fields {
     char device[256];
     char tag[256];
     int64_t created;
+    bool has_sig; /* "sig" (kc_sign.h) present */
 } meta_fields;
 
 static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_err *err)
@@ -707,6 +749,7 @@ static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_
         snprintf(m->tag, sizeof m->tag, "%s", json_string_value(v));
     if ((v = json_object_get(j, "created")) && json_is_integer(v))
         m->created = (int64_t)json_integer_value(v);
+    m->has_sig = json_is_string(json_object_get(j, "sig"));
     json_decref(j);
     return KC_OK;
 }
@@ -963,7 +1006,8 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
  * done; without, verified says a->payload_sha is already known to match
  * a->payload. */
 static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
-                        const uint8_t *frame, size_t frame_len, bool *created, kc_err *err)
+                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool *created,
+                        kc_err *err)
 {
     if (created)
         *created = false;
@@ -999,6 +1043,10 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return db_err(s, err, rc, "looking up");
     if (foreign && (code = kc_store_trusts(s, a, err)) != KC_OK)
         return code;
+    /* checked here or by the caller (foreign false for an outside origin) */
+    const char *sig = s->opts.trust && origin != KC_ORIGIN_LOCAL ? "verified"
+                      : mf.has_sig                               ? "signed"
+                                                                 : "none";
 
     const void *z = NULL;
     size_t zlen = 0;
@@ -1089,6 +1137,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
             sqlite3_bind_int64(st, 6, now_us(s));
             sqlite3_bind_text(st, 7, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 8, blob);
+            sqlite3_bind_text(st, 9, kc_origin_name(origin), -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 10, sig, -1, SQLITE_STATIC);
             rc = step_retry(st);
             sqlite3_reset(st);
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -1104,7 +1154,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         rc = apply_pending(s);
         if (rc == SQLITE_OK) {
             s->ntouch = 0;
-            s->hits = s->misses = 0;
+            s->hits = s->misses = s->untrusted = 0;
             rc = evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
         }
         if (rc == SQLITE_OK && !met) {
@@ -1141,14 +1191,40 @@ kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
                           err);
 }
 
+const char *kc_origin_name(kc_origin o)
+{
+    switch (o) {
+    case KC_ORIGIN_LOCAL:
+        return "local";
+    case KC_ORIGIN_REMOTE:
+        return "remote";
+    case KC_ORIGIN_IMPORT:
+        return "import";
+    default:
+        return "unknown";
+    }
+}
+
+/* Entries re-checked at load when the store has trusted keys. */
+static bool origin_outside(const char *origin)
+{
+    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
+}
+
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, NULL, 0, created, err);
+    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, created, err);
+}
+
+kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
+                          kc_err *err)
+{
+    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, true, NULL, 0, created, err);
+    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, created, err);
 }
 
 const struct kc_trust *kc_store__trust(const kc_store *s)
@@ -1164,7 +1240,8 @@ kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uin
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, !trust_checked, frame, frame_len, created, err);
+    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len,
+                    created, err);
 }
 
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
@@ -1197,7 +1274,7 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, true, NULL, 0, created, err);
+    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, created, err);
     kc_artifact_free(&a);
     return code;
 }
@@ -1393,6 +1470,26 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
     int sha_len = sqlite3_column_bytes(st, 4);
     int64_t size = sqlite3_column_int64(st, 5);
     uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    /* A load (not a copy: push and export peek, and their receivers check)
+     * of an entry that came from outside is checked against the trusted
+     * keys configured now, from the row alone, before any byte of the
+     * payload is read: a write-back stored before trust was configured is
+     * not loaded either. Refused: a miss, counted as untrusted. */
+    if (count && s->opts.trust && origin_outside((const char *)sqlite3_column_text(st, 11))) {
+        kc_code tc = KC_ERR_UNTRUSTED;
+        if (kind && meta && sha_len == KC_SHA256_LEN && size >= 0)
+            tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
+        else
+            kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+        if (tc != KC_OK) {
+            kc_err_prefix(err, "refusing a stored entry from %s",
+                          (const char *)sqlite3_column_text(st, 11));
+            sqlite3_reset(st);
+            s->untrusted++;
+            note_access(s, 0, false);
+            return KC_ERR_UNTRUSTED;
+        }
+    }
     const char *reason = NULL;
     kc_code code = KC_OK;
     uint8_t *buf = NULL;
@@ -1568,6 +1665,44 @@ kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size
     return read_entry(s, key, READ_STORED, false, &o, err);
 }
 
+/* With trusted keys: an entry from outside (origin remote or import) is
+ * present only when one of them signed it (from its row, as read_entry). */
+static kc_code has_trusted(kc_store *s, const char *key, kc_err *err)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT e.kind, e.meta, e.origin, b.size, b.sha FROM entries e "
+                                "JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "looking up");
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    rc = step_retry(st);
+    kc_code code = KC_OK;
+    if (rc == SQLITE_DONE) {
+        code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    } else if (rc != SQLITE_ROW) {
+        code = db_err(s, err, rc, "looking up");
+    } else if (origin_outside((const char *)sqlite3_column_text(st, 2))) {
+        const char *kind = (const char *)sqlite3_column_text(st, 0);
+        const char *meta = (const char *)sqlite3_column_text(st, 1);
+        const void *sha = sqlite3_column_blob(st, 4);
+        if (!kind || !meta || !sha || sqlite3_column_bytes(st, 4) != KC_SHA256_LEN)
+            code = kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+        else
+            code = kc_trust_check(s->opts.trust, key, kind, (uint64_t)sqlite3_column_int64(st, 3),
+                                  sha, meta, err);
+        if (code != KC_OK) {
+            kc_err_prefix(err, "refusing a stored entry from %s",
+                          (const char *)sqlite3_column_text(st, 2));
+            s->untrusted++;
+            code = KC_ERR_UNTRUSTED;
+        }
+    }
+    sqlite3_finalize(st);
+    return code;
+}
+
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
 {
     if (!kc_key_valid(key))
@@ -1577,7 +1712,9 @@ kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
     int rc = entry_exists(s, key, &exists);
     if (rc != SQLITE_OK)
         return db_err(s, err, rc, "looking up");
-    return exists ? KC_OK : kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    if (!exists)
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    return s->opts.trust ? has_trusted(s, key, err) : KC_OK;
 }
 
 kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
@@ -1633,6 +1770,8 @@ static void entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
     info->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
     info->created = sqlite3_column_int64(st, 6);
     info->atime = sqlite3_column_int64(st, 7) / 1000000;
+    info->origin = sqlite3_column_count(st) > 8 ? (const char *)sqlite3_column_text(st, 8) : "";
+    info->sig = sqlite3_column_count(st) > 9 ? (const char *)sqlite3_column_text(st, 9) : "";
 }
 
 /* Appends " AND ..." clauses for f to sql and returns the next parameter. */
@@ -1672,8 +1811,8 @@ static void filter_bind(sqlite3_stmt *st, const kc_filter *f)
 
 kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err)
 {
-    char sql[1024] = "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, e.created, e.atime "
-                     "FROM entries e JOIN blobs b ON b.id = e.blob WHERE 1";
+    char sql[1024] = "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, e.created, e.atime, "
+                     "e.origin, e.sig FROM entries e JOIN blobs b ON b.id = e.blob WHERE 1";
     filter_sql(f, "e.", sql, sizeof sql);
     strncat(sql, " ORDER BY e.key", sizeof sql - strlen(sql) - 1);
     sqlite3_stmt *st;
@@ -1829,6 +1968,7 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
     memset(out, 0, sizeof *out);
     kc_store_flush(s, NULL);                     /* so this process's own hits count too */
     uint64_t hits = s->hits, misses = s->misses; /* left pending when read-only */
+    uint64_t untrusted = s->untrusted;
     int rc = query_u64(s, "SELECT COUNT(*) FROM entries", &out->entries);
     if (rc == SQLITE_OK)
         rc = query_u64(s, "SELECT COUNT(*) FROM blobs", &out->blobs);
@@ -1848,11 +1988,16 @@ kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
     if (rc == SQLITE_OK)
         rc = query_u64(s, "SELECT value FROM counters WHERE name = 'corrupt'", &out->corrupt);
     if (rc == SQLITE_OK)
+        rc = query_u64(s,
+                       "SELECT COALESCE((SELECT value FROM counters WHERE name = 'untrusted'), 0)",
+                       &out->untrusted);
+    if (rc == SQLITE_OK)
         rc = query_u64(s, "SELECT COUNT(*) FROM quarantine", &out->quarantined);
     if (rc != SQLITE_OK)
         return db_err(s, err, rc, "reading statistics");
     out->hits += hits;
     out->misses += misses;
+    out->untrusted += untrusted;
     struct stat sb;
     if (stat(s->db_path, &sb) == 0)
         out->file_bytes += (uint64_t)sb.st_size;
@@ -2047,6 +2192,46 @@ static int report_blob_entries(kc_store *s, int64_t blob, kc_entry_fn fn, void *
     }
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+kc_code kc_store_verify_trust(kc_store *s, const struct kc_trust *trust, kc_entry_fn fn, void *ctx,
+                              uint64_t *checked, uint64_t *bad, kc_err *err)
+{
+    uint64_t nc = 0, nb = 0;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, "
+                                "e.created, e.atime, e.origin, e.sig, e.meta, b.sha "
+                                "FROM entries e JOIN blobs b ON b.id = e.blob "
+                                "WHERE e.origin <> 'local' ORDER BY e.key",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "checking signatures");
+    while ((rc = step_retry(st)) == SQLITE_ROW) {
+        kc_entry_info info;
+        entry_info_from_row(st, &info);
+        const char *meta = (const char *)sqlite3_column_text(st, 10);
+        const void *sha = sqlite3_column_blob(st, 11);
+        kc_err why = {0};
+        nc++;
+        if (meta && sha && sqlite3_column_bytes(st, 11) == KC_SHA256_LEN &&
+            kc_trust_check(trust, info.key, info.kind, info.size, sha, meta, &why) == KC_OK)
+            continue;
+        if (why.code == KC_OK)
+            kc_err_set(&why, KC_ERR_UNTRUSTED, "%s: malformed row", info.key);
+        nb++;
+        info.note = why.msg;
+        if (fn && fn(&info, ctx) != 0)
+            break;
+    }
+    kc_code code =
+        rc == SQLITE_DONE || rc == SQLITE_ROW ? KC_OK : db_err(s, err, rc, "checking signatures");
+    sqlite3_finalize(st);
+    if (checked)
+        *checked = nc;
+    if (bad)
+        *bad = nb;
+    return code;
 }
 
 kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checked, uint64_t *bad,

@@ -36,6 +36,23 @@
 
 typedef struct kc_store kc_store; /* opaque */
 
+/* Where an entry came from (recorded with it, DESIGN §4 "Trust"). With
+ * trusted keys configured (kc_store_opts.trust), entries of origin REMOTE or
+ * IMPORT are checked against those keys at every load, whenever they were
+ * stored; LOCAL ones (this machine's compiles) are not. UNKNOWN marks
+ * entries stored before origins were recorded (schema 3): they load as
+ * LOCAL, since an old store cannot tell a write-back from a compile, and
+ * kc_store_verify_trust names those that are not signed by a trusted key. */
+typedef enum kc_origin {
+    KC_ORIGIN_UNKNOWN = 0,
+    KC_ORIGIN_LOCAL,
+    KC_ORIGIN_REMOTE,
+    KC_ORIGIN_IMPORT
+} kc_origin;
+
+/* "unknown", "local", "remote", "import". */
+const char *kc_origin_name(kc_origin o);
+
 typedef struct kc_store_opts {
     int zstd_level;    /* 0 = default: 3 for puts, 1 for bundle imports
                           (kc_bundle_import_*); any other value is used for both */
@@ -55,8 +72,9 @@ typedef struct kc_store_opts {
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
- * with mode 0755 if missing. opts may be NULL for defaults. Runs schema
- * migrations. On success *out owns a handle: kc_store_close frees it. */
+ * with mode 0700 if missing (the database and pack files are 0600, whatever the umask). opts may be
+ * NULL for defaults. Runs schema migrations. On success *out owns a handle: kc_store_close frees
+ * it. */
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err);
 
 /* KC_OK when the store has no trust policy (kc_store_opts.trust) or a is
@@ -91,7 +109,14 @@ char *kc_store_default_dir(void);
  * full (nothing is written then), KC_ERR_INVALID for a bad kind or key. */
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
 
-/* Decodes and verifies a complete envelope, then stores it. When
+/* kc_store_put for an artifact that came from elsewhere (a remote hit
+ * written back: KC_ORIGIN_REMOTE): recorded with that origin, and with a
+ * trust policy stored only when signed by a trusted key (KC_ERR_UNTRUSTED,
+ * nothing stored). KC_ORIGIN_LOCAL is kc_store_put. */
+kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
+                          kc_err *err);
+
+/* Decodes and verifies a complete envelope (origin REMOTE), then stores it. When
  * expected_key is non-NULL, an envelope for another key is KC_ERR_INVALID. */
 kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
                               bool *created, kc_err *err);
@@ -100,7 +125,12 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
  * KC_ERR_NOT_FOUND on a miss, KC_ERR_CORRUPT if the stored bytes fail their
  * checksum or do not decompress to the recorded size (the entry is then
  * quarantined). On success the caller owns *a (kc_artifact_free). Counts a
- * hit or miss. */
+ * hit or miss. With trusted keys, an entry of origin remote or import that
+ * is not signed by one of them is KC_ERR_UNTRUSTED (checked from the row,
+ * before the payload is read; counted as a miss and in stats.untrusted).
+ * The same holds for kc_store_get_envelope and kc_store_get_zstd; the peek
+ * functions (copies for push and export, whose receivers check) do not
+ * check. */
 kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err);
 
 /* Like kc_store_get, returning the encoded envelope in a malloc'd buffer. */
@@ -121,7 +151,9 @@ kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size
 kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
                           size_t *env_len, kc_err *err);
 
-/* KC_OK if present, KC_ERR_NOT_FOUND if not. Does not touch access time. */
+/* KC_OK if present, KC_ERR_NOT_FOUND if not. Does not touch access time.
+ * With trusted keys, an entry of origin remote or import that none of them
+ * signed is KC_ERR_UNTRUSTED (counted), as kc_store_get. */
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err);
 
 /* Removes an entry (its payload too when no other entry shares it).
@@ -145,6 +177,9 @@ typedef struct kc_entry_info {
     uint64_t stored_size; /* compressed payload bytes */
     int64_t created;
     int64_t atime;
+    const char *origin; /* "local", "remote", "import", "unknown"; callback only */
+    const char *sig;    /* "none", "signed", "verified", "unknown"; callback only */
+    const char *note;   /* kc_store_verify_trust: why it is reported; else NULL */
 } kc_entry_info;
 
 /* Calls fn for each matching entry, ordered by key. A non-zero return from fn
@@ -161,6 +196,7 @@ typedef struct kc_store_stats {
     uint64_t file_bytes;                       /* database + WAL + pack files on disk */
     uint64_t hits, misses, evictions, corrupt; /* cumulative, all processes */
     uint64_t quarantined;
+    uint64_t untrusted; /* loads refused: not signed by a trusted key (cumulative) */
 } kc_store_stats;
 
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
@@ -187,6 +223,15 @@ kc_code kc_store_compact(kc_store *s, kc_err *err);
  * KC_ERR_CORRUPT. Returns KC_OK when the scan completed, even if bad > 0. */
 kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checked, uint64_t *bad,
                         kc_err *err);
+
+/* Checks every entry not compiled here (origin remote, import or unknown)
+ * against trust: each one not signed by one of its keys is reported
+ * through fn (info.note says why; may be NULL). *checked (may be NULL)
+ * receives the entries looked at, *bad those reported. Reads only the
+ * rows: payloads are checked by kc_store_verify. */
+struct kc_trust;
+kc_code kc_store_verify_trust(kc_store *s, const struct kc_trust *trust, kc_entry_fn fn, void *ctx,
+                              uint64_t *checked, uint64_t *bad, kc_err *err);
 
 /* The path of the database file (owned by the store). */
 const char *kc_store_db_path(const kc_store *s);

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
+#include <openssl/crypto.h>
 
 #include "kc_remote_internal.h"
 #include "kc_util.h"
@@ -57,6 +59,104 @@ fail:
     return NULL;
 }
 
+char *kc_remote_redact_url(const char *url)
+{
+    if (!url)
+        return NULL;
+    size_t n = strlen(url), items = 1;
+    for (const char *c = url; *c; c++)
+        items += *c == ',';
+    char *out = malloc(n + 3 * items + 1); /* "***" may be longer than what it hides */
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        /* one list item: [scheme://][userinfo@]rest up to the next comma */
+        size_t end = i + strcspn(url + i, ",");
+        const char *item = url + i;
+        const char *sep = strstr(item, "://");
+        size_t host = sep && (size_t)(sep - item) < end - i ? (size_t)(sep - item) + 3 : 0;
+        size_t auth_end = host + strcspn(item + host, "/?#,");
+        const char *at = NULL;
+        for (size_t k = host; k < auth_end && i + k < end; k++)
+            if (item[k] == '@')
+                at = item + k; /* the last '@' ends the userinfo */
+        if (at) {
+            memcpy(out + o, item, host);
+            o += host;
+            memcpy(out + o, "***", 3);
+            o += 3;
+            size_t rest = end - i - (size_t)(at - item);
+            memcpy(out + o, at, rest);
+            o += rest;
+        } else {
+            memcpy(out + o, item, end - i);
+            o += end - i;
+        }
+        i = end;
+        if (i < n)
+            out[o++] = url[i++];
+    }
+    out[o] = '\0';
+    return out;
+}
+
+bool kc_remote_token_exposed(const char *url, const char *token)
+{
+    if (!url || !token || !*token || strncmp(url, "http://", 7) != 0)
+        return false;
+    const char *h = url + 7;
+    const char *at = NULL;
+    for (const char *c = h; *c && !strchr("/?#", *c); c++)
+        if (*c == '@')
+            at = c;
+    if (at)
+        h = at + 1;
+    size_t hl = h[0] == '[' ? strcspn(h, "]") + (h[strcspn(h, "]")] ? 1 : 0) : strcspn(h, ":/?#");
+    if ((hl == 9 && strncasecmp(h, "localhost", 9) == 0) ||
+        (hl == 5 && strncmp(h, "[::1]", 5) == 0))
+        return false;
+    /* 127.0.0.0/8 written as a dotted address */
+    if (hl > 4 && strncmp(h, "127.", 4) == 0 && strspn(h, "0123456789.") == hl)
+        return false;
+    return true;
+}
+
+/* Takes user:password out of base_url for curl's own options, so that
+ * r->base, and every URL built from it for a message, has no secret. */
+static kc_code split_credentials(kc_remote *r, const char *base_url)
+{
+    const char *sep = strstr(base_url, "://");
+    size_t auth_len = sep ? strcspn(sep + 3, "/?#") : 0;
+    if (!sep || !memchr(sep + 3, '@', auth_len))
+        return (r->base = strdup(base_url)) ? KC_OK : KC_ERR_NOMEM;
+    CURLU *u = curl_url();
+    char *user = NULL, *pass = NULL, *clean = NULL;
+    kc_code rc = KC_ERR_INVALID;
+    if (u && curl_url_set(u, CURLUPART_URL, base_url, 0) == CURLUE_OK) {
+        curl_url_get(u, CURLUPART_USER, &user, CURLU_URLDECODE);
+        curl_url_get(u, CURLUPART_PASSWORD, &pass, CURLU_URLDECODE);
+        curl_url_set(u, CURLUPART_USER, NULL, 0);
+        curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
+        if (curl_url_get(u, CURLUPART_URL, &clean, 0) == CURLUE_OK) {
+            size_t n = (user ? strlen(user) : 0) + (pass ? strlen(pass) : 0) + 2;
+            r->base = strdup(clean);
+            r->userpwd = malloc(n);
+            if (r->base && r->userpwd) {
+                snprintf(r->userpwd, n, "%s:%s", user ? user : "", pass ? pass : "");
+                rc = KC_OK;
+            } else {
+                rc = KC_ERR_NOMEM;
+            }
+        }
+    }
+    curl_free(user);
+    curl_free(pass);
+    curl_free(clean);
+    curl_url_cleanup(u);
+    return rc;
+}
+
 kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remote **out,
                        kc_err *err)
 {
@@ -65,10 +165,30 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
         return kc_err_set(err, KC_ERR_INVALID, "remote: empty server URL");
     if (strchr(base_url, ','))
         return kc_remote_shard_open(base_url, opts, out, err);
-    if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0)
-        return kc_err_set(err, KC_ERR_INVALID,
-                          "remote URL '%s': must start with http:// or https://", base_url);
+    char *shown = kc_remote_redact_url(base_url);
+    if (!shown)
+        return kc_err_set(err, KC_ERR_NOMEM, "remote: out of memory");
+    if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0) {
+        kc_code rc = kc_err_set(err, KC_ERR_INVALID,
+                                "remote URL '%s': must start with http:// or https://", shown);
+        free(shown);
+        return rc;
+    }
     pthread_once(&curl_once, curl_init_once);
+    /* A token (or URL password) sent in clear text to another machine can
+     * be read on the way: said once per process. */
+    static atomic_bool warned_clear;
+    const char *tok = opts ? opts->token : NULL;
+    bool url_pass = strncmp(base_url, "http://", 7) == 0 &&
+                    strcspn(base_url + 7, "@/?#") < strcspn(base_url + 7, "/?#");
+    if ((kc_remote_token_exposed(base_url, tok) ||
+         (url_pass && kc_remote_token_exposed(base_url, "x"))) &&
+        !(opts && opts->quiet_token_warning) && !atomic_exchange(&warned_clear, true))
+        fprintf(stderr,
+                "kcache: warning: credentials for %s go over plain http to a machine that is "
+                "not this one: anyone on the path can read them; use https\n",
+                shown);
+    free(shown);
 
     kc_remote *r = calloc(1, sizeof *r);
     if (!r)
@@ -82,8 +202,17 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     r->retries = o.retries > 0 ? o.retries : (o.retries < 0 ? 0 : 2);
     r->quiet = o.quiet;
     r->signer = o.signer;
-    r->base = strdup(base_url);
-    if (!r->base)
+    r->trust = o.trust;
+    r->max_artifact = o.max_artifact;
+    kc_code crc = split_credentials(r, base_url);
+    if (crc == KC_ERR_INVALID) {
+        kc_remote_free_handle(r);
+        char *sh = kc_remote_redact_url(base_url);
+        crc = kc_err_set(err, KC_ERR_INVALID, "remote URL '%s' cannot be parsed", sh ? sh : "");
+        free(sh);
+        return crc;
+    }
+    if (crc != KC_OK)
         goto nomem;
     size_t bl = strlen(r->base);
     while (bl > 0 && r->base[bl - 1] == '/')
@@ -94,10 +223,11 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     bool with_auth = o.token && *o.token;
     for (const char *c = with_auth ? o.token : ""; *c; c++) {
         if ((unsigned char)*c <= ' ' || *c == 127) {
+            kc_code trc =
+                kc_err_set(err, KC_ERR_INVALID,
+                           "remote %s: the token contains spaces or control characters", r->base);
             kc_remote_free_handle(r);
-            return kc_err_set(err, KC_ERR_INVALID,
-                              "remote %s: the token contains spaces or control characters",
-                              base_url);
+            return trc;
         }
     }
     if (with_auth) {
@@ -135,7 +265,7 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     return KC_OK;
 nomem:
     kc_remote_free_handle(r);
-    return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", base_url);
+    return kc_err_set(err, KC_ERR_NOMEM, "remote: out of memory");
 }
 
 void kc_remote_free_handle(kc_remote *r)
@@ -154,6 +284,9 @@ void kc_remote_free_handle(kc_remote *r)
     curl_slist_free_all(r->hdr_put);
     curl_slist_free_all(r->hdr_json);
     free(r->base);
+    if (r->userpwd)
+        OPENSSL_cleanse(r->userpwd, strlen(r->userpwd));
+    free(r->userpwd);
     free(r->ca_file);
     free(r);
 }
@@ -291,6 +424,8 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
     if (r->ca_file)
         curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+    if (r->userpwd)
+        curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
     /* A server that accepts the connection and then says nothing is as good
      * as dead: a request that moves no byte for about one connect timeout is
      * abandoned (curl's low-speed check, once a second, and xfer_watch), so
@@ -299,6 +434,7 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_watch);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
     q->owner = r;
+    q->easy = h;
     q->last_move = 0;
     q->last_dn = 0;
     q->last_up = 0;
@@ -334,6 +470,96 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->json ? r->hdr_json : r->hdr_put);
     }
+}
+
+uint64_t kc_remote_kind_limit(const char *kind)
+{
+    static const struct {
+        const char *kind;
+        uint64_t max;
+    } limits[] = {{"graph", 64ull << 20},      {"autotune", 1ull << 20},
+                  {"cpu-so", 512ull << 20},    {"spirv", 512ull << 20},
+                  {"ze-native", 512ull << 20}, {"onednn-blob", 512ull << 20}};
+    for (size_t i = 0; kind && i < sizeof limits / sizeof limits[0]; i++)
+        if (strcmp(kind, limits[i].kind) == 0)
+            return limits[i].max;
+    return 1ull << 30;
+}
+
+/* Longest envelope header: fixed part, kind, metadata, header checksum. */
+#define KC_GATE_HEADER_MAX (KC_ENVELOPE_FIXED_LEN + KC_KIND_MAX + KC_META_MAX + KC_SHA256_LEN)
+
+static size_t gate_refuse(kc_req *q, kc_code code, const char *fmt, const char *detail)
+{
+    q->gate_code = code;
+    snprintf(q->gate_why, sizeof q->gate_why, fmt, q->url, detail);
+    return 0; /* fails the transfer: nothing more is read or decompressed */
+}
+
+/* curl write callback of a gated GET (ctx: the kc_req). */
+static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    kc_req *q = ctx;
+    size_t n = size * nmemb;
+    long status = 0;
+    curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200) { /* an error body: keep the start for the message */
+        q->resp.limit = 16384;
+        q->resp.truncate_ok = true;
+        return kc_rbuf_write(ptr, size, nmemb, &q->resp);
+    }
+    if (q->resp.len == 0) { /* a new attempt */
+        q->gate_total = 0;
+        q->gate_code = KC_OK;
+        q->resp.limit = KC_GATE_HEADER_MAX + n;
+    }
+    if (kc_rbuf_write(ptr, size, nmemb, &q->resp) != n)
+        return gate_refuse(q, KC_ERR_NOMEM, "GET %s: %s", "out of memory");
+    if (q->gate_total)
+        return n; /* the header passed; kc_rbuf_write keeps to its length */
+    kc_envelope_header h;
+    kc_err e = {0};
+    kc_code rc = kc_envelope_parse_header(q->resp.data, q->resp.len, &h, &e);
+    if (rc == KC_ERR_TRUNCATED) {
+        if (q->resp.len >= KC_GATE_HEADER_MAX)
+            return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s", "envelope header too long");
+        q->resp.limit = KC_GATE_HEADER_MAX;
+        return n;
+    }
+    if (rc != KC_OK)
+        return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: bad envelope from the server: %.400s",
+                           e.msg);
+    char why[256];
+    uint64_t limit = q->owner->max_artifact ? q->owner->max_artifact : kc_remote_kind_limit(h.kind);
+    if (strcmp(h.key, q->gate_key) != 0) {
+        gate_refuse(q, KC_ERR_CORRUPT, "GET %s: envelope is for another key %s", h.key);
+    } else if (h.payload_len > limit) {
+        snprintf(why, sizeof why,
+                 "%s artifact of %llu bytes is larger than this client takes (%llu; "
+                 "$KCACHE_MAX_ARTIFACT); refused before downloading it",
+                 h.kind, (unsigned long long)h.payload_len, (unsigned long long)limit);
+        gate_refuse(q, KC_ERR_TOO_LARGE, "GET %s: %s", why);
+    } else if (q->owner->trust && kc_trust_check(q->owner->trust, h.key, h.kind, h.payload_len,
+                                                 h.payload_sha, h.meta, &e) != KC_OK) {
+        gate_refuse(q, KC_ERR_UNTRUSTED, "GET %s: refused before downloading: %.400s", e.msg);
+    } else {
+        q->gate_total = h.header_len + h.payload_len;
+        q->resp.limit = (size_t)q->gate_total; /* a running cap on what decompresses */
+        if (q->resp.len > q->gate_total)
+            gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s",
+                        "the answer is longer than its envelope header says");
+    }
+    kc_envelope_header_free(&h);
+    return q->gate_code == KC_OK ? n : 0;
+}
+
+void kc_remote_gate_envelope(kc_req *q, const char *key)
+{
+    q->gate_key = key;
+    q->gate_total = 0;
+    q->gate_code = KC_OK;
+    q->write_fn = gate_write;
+    q->write_ctx = q;
 }
 
 /* The server's own words from an error body: {"error": "..."} or the first
@@ -472,6 +698,11 @@ kc_outcome kc_remote_classify(kc_remote *r, CURL *h, kc_req *q, CURLcode cc, int
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     q->status = status;
     char why[CURL_ERROR_SIZE + 128];
+    if (cc == CURLE_WRITE_ERROR && q->gate_code != KC_OK) {
+        /* the envelope gate refused the answer: its reason, no retry */
+        kc_err_set(err, q->gate_code, "%s", q->gate_why);
+        return KC_OUT_FAIL;
+    }
     if (cc == CURLE_ABORTED_BY_CALLBACK && q->stalled > 0) {
         /* xfer_watch gave up on a silent server: a timeout, in its words */
         if (q->last_dn > 0 || q->stream)
@@ -594,6 +825,7 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
         .method = "GET", .accept_zstd = true, .resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096};
     if (!(q.url = kc_remote_artifact_url(r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "remote get %s: out of memory", key);
+    kc_remote_gate_envelope(&q, key);
     kc_code rc = kc_remote_perform(r, r->easy, &q, err);
     if (rc == KC_OK) {
         if (q.status == 200) {

@@ -58,16 +58,25 @@
 typedef struct kc_remote kc_remote; /* opaque */
 
 typedef struct kc_remote_opts {
-    const char *token;       /* bearer token; NULL = anonymous */
-    const char *ca_file;     /* extra CA bundle for https; NULL = system */
-    long connect_timeout_ms; /* 0 = 2000 */
-    long timeout_ms;         /* whole-request limit; 0 = 60000 */
-    int concurrency;         /* parallel transfers; 0 = 8 */
-    int retries;             /* retries of idempotent requests on 5xx/timeouts; 0 = 2, <0 = none */
-    bool quiet;              /* no warning on stderr when going offline */
-    const kc_signer *signer; /* signs every artifact this handle uploads (push,
-                                put, background queue; kc_sign.h); NULL = as
-                                stored. Not owned: it must outlive the handle */
+    const char *token;        /* bearer token; NULL = anonymous */
+    const char *ca_file;      /* extra CA bundle for https; NULL = system */
+    long connect_timeout_ms;  /* 0 = 2000 */
+    long timeout_ms;          /* whole-request limit; 0 = 60000 */
+    int concurrency;          /* parallel transfers; 0 = 8 */
+    int retries;              /* retries of idempotent requests on 5xx/timeouts; 0 = 2, <0 = none */
+    bool quiet;               /* no warning on stderr when going offline */
+    bool quiet_token_warning; /* no warning for credentials sent over plain
+                                 http to a non-loopback host (said once per
+                                 process otherwise, even when quiet) */
+    const kc_trust *trust;    /* with trusted keys, an artifact fetched (get,
+                                 fetch) that no trusted key signed is refused
+                                 from its header, before its body is taken
+                                 (KC_ERR_UNTRUSTED). Not owned. */
+    uint64_t max_artifact;    /* largest payload accepted from the server for any
+                                 kind; 0 = kc_remote_kind_limit's defaults */
+    const kc_signer *signer;  /* signs every artifact this handle uploads (push,
+                                 put, background queue; kc_sign.h); NULL = as
+                                 stored. Not owned: it must outlive the handle */
 } kc_remote_opts;
 
 /* Creates a client for base_url (e.g. "http://127.0.0.1:7070"; http:// or
@@ -79,14 +88,34 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
                        kc_err *err);
 void kc_remote_close(kc_remote *r);
 
+/* Credentials in a URL ("http://user:secret@host/") are taken out of it
+ * by kc_remote_open and given to libcurl separately, so no message, log
+ * line or kc_remote_url() shows them. kc_remote_redact_url returns a
+ * malloc'd copy of a URL or comma-separated list of URLs with every
+ * user:password replaced by "***" (for messages; NULL in, NULL out). */
+char *kc_remote_redact_url(const char *url);
+
+/* True when token (non-empty) would travel in clear text: url is plain
+ * http:// to a host other than 127.0.0.0/8, localhost or [::1]. */
+bool kc_remote_token_exposed(const char *url, const char *token);
+
 /* True once the handle has given up on the server for this process. */
 bool kc_remote_offline(const kc_remote *r);
 
-/* GET /v1/artifacts/{key} with zstd transfer encoding; verifies the envelope
- * before returning it. KC_ERR_NOT_FOUND on 404, KC_ERR_AUTH on 401/403,
+/* GET /v1/artifacts/{key} with zstd transfer encoding; checks the envelope
+ * header as it arrives (kind size limit, signature with opts.trust: refused
+ * before the body is taken, KC_ERR_TOO_LARGE / KC_ERR_UNTRUSTED) and
+ * verifies the whole envelope before returning it. KC_ERR_NOT_FOUND on 404, KC_ERR_AUTH on 401/403,
  * KC_ERR_CORRUPT for a bad envelope, KC_ERR_REMOTE otherwise (message names
  * the URL and the HTTP status with the server's text). Caller frees *a. */
 kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
+
+/* The largest payload a client takes from a server for kind when
+ * kc_remote_opts.max_artifact is 0: graph 64 MiB, autotune 1 MiB, cpu-so,
+ * spirv, ze-native and onednn-blob 512 MiB, anything else 1 GiB. A larger
+ * payload is refused from its envelope header (KC_ERR_TOO_LARGE) before
+ * its body is downloaded or decompressed. */
+uint64_t kc_remote_kind_limit(const char *kind);
 
 /* HEAD /v1/artifacts/{key}: KC_OK present, KC_ERR_NOT_FOUND absent. */
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err);

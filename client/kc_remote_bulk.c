@@ -714,6 +714,7 @@ static kc_code fetch_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
     sl->q.method = "GET";
     sl->q.accept_zstd = true;
     sl->q.resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096;
+    kc_remote_gate_envelope(&sl->q, fc->keys[idx]);
     return KC_OK;
 }
 

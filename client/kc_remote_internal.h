@@ -49,6 +49,14 @@ typedef struct kc_req {
     curl_off_t last_dn; /* response body bytes received by then */
     curl_off_t last_up; /* request body bytes sent by then */
     double stalled;     /* > 0: aborted after this many silent seconds */
+    /* envelope gate (kc_remote_gate_envelope): a 200 answer's envelope header
+     * is checked (key, size limit of its kind, signature) before its body
+     * is taken, and the body may not run past the size the header gives */
+    CURL *easy;           /* the handle running the request (kc_remote_setup) */
+    const char *gate_key; /* the key asked for; NULL = no gate */
+    uint64_t gate_total;  /* header + payload bytes, once the header passed */
+    kc_code gate_code;    /* KC_OK, or why the answer was refused */
+    char gate_why[512];
 } kc_req;
 
 typedef struct kc_qitem {
@@ -68,7 +76,9 @@ struct kc_remote {
     kc_remote **child; /* one per server, in kc_shard_url order */
     size_t nchild;
 
-    char *base; /* no trailing slash; for a shard: the list as given */
+    char *base;    /* no trailing slash and no user:password (those are in userpwd);
+                      for a shard: the list as given, credentials redacted */
+    char *userpwd; /* "user:password" from the URL for curl, or NULL */
     char *ca_file;
     long connect_ms, timeout_ms;
     int concurrency, retries;
@@ -79,6 +89,8 @@ struct kc_remote {
     CURL *easy; /* the calling thread's kept-alive handle */
 
     const kc_signer *signer;  /* kc_remote_opts.signer */
+    const kc_trust *trust;    /* kc_remote_opts.trust */
+    uint64_t max_artifact;    /* kc_remote_opts.max_artifact; 0 = per kind */
     pthread_mutex_t state_mu; /* guards warned, offline_why */
     bool warned;
     char offline_why[512];
@@ -105,6 +117,14 @@ void kc_rbuf_free(kc_rbuf *b);
  * past b->limit it drops the rest (truncate_ok) or fails the transfer, and
  * out of memory fails it; both set b->overflow. */
 size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx);
+/* Makes q (a GET of key's envelope) check the envelope as it arrives:
+ * refused before the body is taken when the header names another key, its
+ * payload is larger than the kind's limit (kc_remote_kind_limit) or, with
+ * trusted keys, it is not signed by one of them; the body is cut off past
+ * the length the header gives. A refusal fails the transfer with
+ * q->gate_code (KC_ERR_CORRUPT, KC_ERR_TOO_LARGE, KC_ERR_UNTRUSTED). */
+void kc_remote_gate_envelope(kc_req *q, const char *key);
+
 /* Resets h and sets every option for q. */
 void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q);
 /* Decides what a finished transfer means: done (an HTTP answer the caller

@@ -25,12 +25,13 @@ kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_re
         return rc;
     kc_remote *r = calloc(1, sizeof *r);
     size_t n = kc_shard_count(sh);
-    if (!r || !(r->base = strdup(list)) || !(r->child = calloc(n, sizeof *r->child))) {
+    if (!r || !(r->base = kc_remote_redact_url(list)) ||
+        !(r->child = calloc(n, sizeof *r->child))) {
         if (r)
             free(r->base);
         free(r);
         kc_shard_free(sh);
-        return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", list);
+        return kc_err_set(err, KC_ERR_NOMEM, "remote: out of memory");
     }
     r->shard = sh;
     r->quiet = opts && opts->quiet;

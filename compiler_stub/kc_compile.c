@@ -133,14 +133,21 @@ static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_c
             }
             continue;
         }
-        char meta[1024];
-        snprintf(
-            meta, sizeof meta,
-            "{\"device\":\"%s\",\"device_hash\":\"%s\",\"compiler_fp\":\"%s\","
-            "\"graph_fp\":\"%s\",\"kernel\":\"%s\",\"compile_ms\":%.0f,\"created\":%lld%s%s%s}",
-            p->device.id, p->device.hash, p->compiler_fp, p->graph->fp,
-            kc_kernel_kind_name(j->k->kind), j->secs * 1e3, (long long)time(NULL),
-            o->tag ? ",\"tag\":\"" : "", o->tag ? o->tag : "", o->tag ? "\"" : "");
+        /* built by the JSON library: a tag or an id never becomes JSON syntax */
+        json_t *m =
+            json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I}", "device", p->device.id, "device_hash",
+                      p->device.hash, "compiler_fp", p->compiler_fp, "graph_fp", p->graph->fp,
+                      "kernel", kc_kernel_kind_name(j->k->kind), "compile_ms",
+                      (json_int_t)(j->secs * 1e3), "created", (json_int_t)time(NULL));
+        if (m && o->tag)
+            json_object_set_new(m, "tag", json_string(o->tag));
+        char *meta = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        json_decref(m);
+        if (!meta) {
+            if (rc == KC_OK)
+                rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+            continue;
+        }
         kc_artifact a;
         kc_code prc =
             kc_artifact_init(&a, j->key, p->backend->artifact_kind, meta, j->payload, j->len, err);
@@ -148,6 +155,7 @@ static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_c
             prc = kc_tiers_put(t, &a, err);
             kc_artifact_free(&a);
         }
+        free(meta);
         if (prc != KC_OK && rc == KC_OK)
             rc = prc;
     }
@@ -327,18 +335,19 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
                               "microseconds", "kernel", kc_kernel_kind_name(k->kind));
         char *txt = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(d);
-        char meta[512];
-        snprintf(meta, sizeof meta,
-                 "{\"device\":\"%s\",\"device_hash\":\"%s\",\"compiler_fp\":\"%s\","
-                 "\"created\":%lld}",
-                 p->device.id, p->device.hash, p->compiler_fp, (long long)time(NULL));
+        json_t *mj =
+            json_pack("{s:s,s:s,s:s,s:I}", "device", p->device.id, "device_hash", p->device.hash,
+                      "compiler_fp", p->compiler_fp, "created", (json_int_t)time(NULL));
+        char *meta = mj ? json_dumps(mj, JSON_COMPACT) : NULL;
+        json_decref(mj);
         kc_artifact a;
-        if (txt &&
+        if (txt && meta &&
             kc_artifact_init(&a, tkey[i], "autotune", meta, txt, strlen(txt), err) == KC_OK) {
             kc_tiers_put(t, &a, err);
             kc_artifact_free(&a);
         }
         free(txt);
+        free(meta);
         p->autotuned++;
         /* equal shapes later in the graph take the same choice */
         for (int j = i + 1; j < n; j++)
@@ -496,6 +505,8 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     kc_compile_opts defaults = {0};
     if (!o)
         o = &defaults;
+    if (o->tag && kc_tag_check(o->tag, err) != KC_OK)
+        return KC_ERR_INVALID;
     kc_program *p = calloc(1, sizeof *p);
     if (!p)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");

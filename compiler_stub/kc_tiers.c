@@ -16,12 +16,21 @@ kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_re
     if (from_remote)
         *from_remote = false;
     kc_code rc = kc_store_get(t->store, key, a, err);
-    if (rc != KC_ERR_NOT_FOUND && rc != KC_ERR_CORRUPT)
+    if (rc == KC_ERR_UNTRUSTED) {
+        /* an earlier write-back or import that no trusted key signed: a
+         * miss; dropped so that what is compiled here can take its key */
+        t->untrusted++;
+        kc_err derr = {0};
+        kc_store_delete(t->store, key, &derr);
+    } else if (rc != KC_ERR_NOT_FOUND && rc != KC_ERR_CORRUPT) {
         return rc;
+    }
     if (!use_remote(t))
         return kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache", key);
     kc_err rerr = {0};
     rc = kc_remote_get(t->remote, key, a, &rerr);
+    if (rc == KC_ERR_UNTRUSTED) /* refused from its header by the client */
+        t->untrusted++;
     if (rc == KC_OK && kc_store_trusts(t->store, a, &rerr) != KC_OK) {
         /* the store trusts only signed artifacts: this one is compiled here */
         kc_artifact_free(a);
@@ -35,13 +44,21 @@ kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_re
     if (from_remote)
         *from_remote = true;
     kc_err perr = {0};
-    kc_store_put(t->store, a, NULL, &perr); /* write-back; a failure only costs a re-fetch */
+    /* write-back, recorded as remote: a later run with trusted keys checks
+     * it again; a failure only costs a re-fetch */
+    kc_store_put_from(t->store, a, KC_ORIGIN_REMOTE, NULL, &perr);
     return KC_OK;
 }
 
 kc_code kc_tiers_has(kc_tiers *t, const char *key, kc_err *err)
 {
     kc_code rc = kc_store_has(t->store, key, err);
+    if (rc == KC_ERR_UNTRUSTED) { /* as in kc_tiers_get: a miss, dropped */
+        t->untrusted++;
+        kc_err derr = {0};
+        kc_store_delete(t->store, key, &derr);
+        rc = kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache", key);
+    }
     if (rc != KC_ERR_NOT_FOUND || !use_remote(t))
         return rc;
     kc_artifact a = {0};

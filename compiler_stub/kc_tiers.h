@@ -19,10 +19,13 @@ typedef struct kc_tiers {
     bool offline;      /* never touch the remote */
     int remote_hits;   /* artifacts fetched from the remote */
     int pushed;        /* artifacts queued for upload */
-    int untrusted;     /* remote hits refused: not signed by a trusted key */
+    int untrusted;     /* remote hits and stored remote or imported entries refused:
+                          not signed by a trusted key */
 } kc_tiers;
 
-/* Reads key: local store, else remote (stored locally on a hit). On success
+/* Reads key: local store, else remote (stored locally on a hit, with origin
+ * remote). A stored entry the store refuses as untrusted (kc_store_get) is
+ * counted in untrusted, removed, and treated as a miss. On success
  * *a is owned by the caller (kc_artifact_free). KC_ERR_NOT_FOUND on a miss
  * in every tier; a remote that is down counts as a miss (its handle warns
  * once). *from_remote (may be NULL) tells where the hit came from. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kc_backend.h"
+#include "kc_cflags.h"
 #include "kc_cli_opts.h"
 #include "kc_compile.h"
 #include "kc_cpu.h"
@@ -49,6 +50,7 @@ typedef struct copts {
     const char *templates; /* template directory override */
     const char *tag;
     bool autotune, require_hit, offline, check, push;
+    bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
     uint64_t seed;
 } copts;
@@ -79,6 +81,7 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
                            {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0},
                            {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0},
                            {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0},
+                           {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0},
                            {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0},
                            {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0},
                            {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0},
@@ -92,6 +95,13 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
     int n = kc_opts_parse(cli, argc, argv, opts, need_graph ? 1 : 0, several ? KC_MAX_GRAPHS : 1);
     if (n < 0)
         return -1;
+    kc_err err = {0};
+    /* flags and tags may come from scripts, CI variables or manifests:
+     * refused before anything runs */
+    if (!o->allow_cflags && kc_cflags_check(o->cflags, "--cflags", &err) != KC_OK)
+        return kc_opts_error(cli, argv[0], "%s", err.msg), -1;
+    if (o->tag && kc_tag_check(o->tag, &err) != KC_OK)
+        return kc_opts_error(cli, argv[0], "--tag: %s", err.msg), -1;
     o->n_graphs = n;
     for (int i = 0; i < n; i++)
         o->graphs[i] = argv[1 + i];
@@ -155,6 +165,9 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
         kc_remote_opts ro = {.token = cli->token,
                              .ca_file = ca && *ca ? ca : NULL,
                              .quiet = cli->verbosity < 0,
+                             .quiet_token_warning = cli->verbosity < 0,
+                             .trust = cli->trust,
+                             .max_artifact = cli->max_artifact,
                              .signer = cli->signer};
         if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
@@ -188,12 +201,13 @@ static void session_close(session *s)
         fprintf(stderr,
                 "kcache: warning: %d artifact(s) from %s refused: not signed by a trusted key "
                 "(--trusted-keys); compiled here instead\n",
-                s->tiers.untrusted, s->cli->remote);
+                s->tiers.untrusted,
+                s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
     if (s->remote) {
         size_t left = kc_tiers_flush(&s->tiers, 10000);
         if (left)
             fprintf(stderr, "kcache: warning: %zu upload(s) to %s not finished\n", left,
-                    s->cli->remote);
+                    s->cli->remote_shown);
         kc_remote_close(s->remote);
     }
     if (s->work[0]) {
@@ -713,6 +727,18 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
                    "\"targets\" arrays",
                    o.graph);
         return kc_cli_fail(cli, &err);
+    }
+    /* a manifest is data, not a script: flags that could run a program are
+     * refused before anything is compiled */
+    size_t ci;
+    json_t *ct;
+    json_array_foreach(targets, ci, ct)
+    {
+        const char *flags = json_string_value(json_object_get(ct, "cflags"));
+        if (!o.allow_cflags && kc_cflags_check(flags, o.graph, &err) != KC_OK) {
+            json_decref(m);
+            return kc_cli_fail(cli, &err);
+        }
     }
     if (json_is_true(json_object_get(m, "autotune")))
         o.autotune = true;

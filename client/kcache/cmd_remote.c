@@ -121,6 +121,9 @@ static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args
     int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
     if (nargs < 0)
         return -1;
+    kc_err terr = {0};
+    if (a->f.tag && kc_tag_check(a->f.tag, &terr) != KC_OK)
+        return kc_opts_error(cli, argv[0], "--tag: %s", terr.msg), -1;
     for (int i = 0; i < devices.n; i++)
         if (take_device(cli, argv[0], pull, a, devices.v[i]) < 0)
             return -1;
@@ -223,6 +226,9 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
                         .concurrency = a->jobs,
                         .connect_timeout_ms = a->connect_ms,
                         .quiet = true,
+                        .quiet_token_warning = cli->verbosity < 0,
+                        .trust = cli->trust,
+                        .max_artifact = cli->max_artifact,
                         .signer = cli->signer};
     if (kc_remote_open(cli->remote, &o, r, &err) != KC_OK)
         return kc_cli_fail(cli, &err);

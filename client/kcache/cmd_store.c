@@ -243,6 +243,8 @@ static json_t *info_json(const kc_entry_info *e)
     json_object_set_new(j, "stored_size", json_integer((json_int_t)e->stored_size));
     json_object_set_new(j, "created", json_integer(e->created));
     json_object_set_new(j, "atime", json_integer(e->atime));
+    json_object_set_new(j, "origin", json_string(e->origin ? e->origin : ""));
+    json_object_set_new(j, "sig", json_string(e->sig ? e->sig : ""));
     return j;
 }
 
@@ -317,6 +319,7 @@ int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "evictions", json_integer((json_int_t)st.evictions));
         json_object_set_new(j, "corrupt", json_integer((json_int_t)st.corrupt));
         json_object_set_new(j, "quarantined", json_integer((json_int_t)st.quarantined));
+        json_object_set_new(j, "untrusted", json_integer((json_int_t)st.untrusted));
         free(db);
         return print_json(j);
     }
@@ -333,6 +336,7 @@ int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
     printf("evictions:    %" PRIu64 "\n", st.evictions);
     printf("corrupt:      %" PRIu64 " detected, %" PRIu64 " in quarantine\n", st.corrupt,
            st.quarantined);
+    printf("untrusted:    %" PRIu64 " loads refused (not signed by a trusted key)\n", st.untrusted);
     free(db);
     return KC_EXIT_OK;
 }
@@ -381,7 +385,27 @@ int kc_cmd_gc(kc_cli *cli, int argc, char **argv)
 typedef struct verify_ctx {
     bool json;
     json_t *bad;
+    json_t *untrusted;    /* --trusted-keys: entries not signed by a trusted key */
+    uint64_t unknown_bad; /* of those, stored before origins were recorded */
 } verify_ctx;
+
+/* Entries from a server or a bundle (or of unknown origin) that no trusted
+ * key signed: a write token on a server without signing could have put
+ * them there. */
+static int verify_untrusted(const kc_entry_info *e, void *ctx)
+{
+    verify_ctx *v = ctx;
+    bool unknown = strcmp(e->origin, "unknown") == 0;
+    v->unknown_bad += unknown;
+    if (v->json)
+        json_array_append_new(v->untrusted, json_pack("{s:s,s:s,s:s,s:s,s:s}", "key", e->key,
+                                                      "kind", e->kind, "origin", e->origin, "sig",
+                                                      e->sig, "why", e->note ? e->note : ""));
+    else
+        printf("%s  %-11s origin=%s  %s%s\n", e->key, e->kind, e->origin,
+               unknown ? "(stored before origins were recorded) " : "", e->note ? e->note : "");
+    return 0;
+}
 
 static int verify_bad(const kc_entry_info *e, void *ctx)
 {
@@ -401,28 +425,45 @@ int kc_cmd_verify(kc_cli *cli, int argc, char **argv)
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
-    verify_ctx v = {.json = cli->json, .bad = json_array()};
-    uint64_t checked = 0, bad = 0;
+    verify_ctx v = {.json = cli->json, .bad = json_array(), .untrusted = json_array()};
+    uint64_t checked = 0, bad = 0, foreign = 0, untrusted = 0;
     kc_code rc = kc_store_verify(s, verify_bad, &v, &checked, &bad, &err);
+    if (rc == KC_OK && cli->trust)
+        rc = kc_store_verify_trust(s, cli->trust, verify_untrusted, &v, &foreign, &untrusted, &err);
     kc_store_close(s);
+    /* entries of unknown origin are listed, but only remote and imported
+     * ones fail the check: an old store cannot tell its own compiles apart */
+    uint64_t refused = untrusted - v.unknown_bad;
     if (cli->json) {
         json_t *j = json_object();
         json_object_set_new(j, "checked", json_integer((json_int_t)checked));
         json_object_set_new(j, "bad", json_integer((json_int_t)bad));
         json_object_set_new(j, "quarantined", v.bad);
-        json_object_set_new(j, "ok", json_boolean(rc == KC_OK && bad == 0));
+        if (cli->trust) {
+            json_object_set_new(j, "not_local", json_integer((json_int_t)foreign));
+            json_object_set_new(j, "untrusted", v.untrusted);
+        } else {
+            json_decref(v.untrusted);
+        }
+        json_object_set_new(j, "ok", json_boolean(rc == KC_OK && bad == 0 && refused == 0));
         if (rc != KC_OK)
             json_object_set_new(j, "error", json_string(err.msg));
         print_json(j);
     } else {
         json_decref(v.bad);
+        json_decref(v.untrusted);
         if (rc == KC_OK)
             printf("checked %" PRIu64 " artifacts: %" PRIu64 " corrupt%s\n", checked, bad,
                    bad ? " (quarantined)" : "");
+        if (rc == KC_OK && cli->trust)
+            printf("checked %" PRIu64 " artifacts not compiled here against the trusted keys: "
+                   "%" PRIu64 " not signed by a trusted key (%" PRIu64 " of unknown origin)%s\n",
+                   foreign, untrusted, v.unknown_bad,
+                   refused ? "; they are not loaded (kcache rm KEY removes one)" : "");
     }
     if (rc != KC_OK)
         return cli->json ? KC_EXIT_FAIL : kc_cli_fail(cli, &err);
-    return bad ? KC_EXIT_FAIL : KC_EXIT_OK;
+    return bad || refused ? KC_EXIT_FAIL : KC_EXIT_OK;
 }
 
 /* ---- export / import -------------------------------------------------- */

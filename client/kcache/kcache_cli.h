@@ -18,16 +18,19 @@
 enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };
 
 typedef struct kc_cli {
-    const char *cache_dir; /* --cache-dir, else kc_store_default_dir() */
-    const char *remote;    /* --remote or $KCACHE_REMOTE; NULL = none */
-    const char *token;     /* --token or $KCACHE_TOKEN; NULL = none */
-    kc_signer *signer;     /* --sign-key or $KCACHE_SIGN_KEY: signs uploads and exports */
-    kc_trust *trust;       /* --trusted-keys or $KCACHE_TRUSTED_KEYS: what the store accepts
-                              from outside (pull, import, remote hits) */
-    bool json;             /* --json: machine-readable output on stdout */
-    int verbosity;         /* -q: -1, default 0, -v: 1 (repeatable) */
-    const char *prog;      /* argv[0] for messages */
-    const char *synopsis;  /* the running command's usage line (main.c's table) */
+    const char *cache_dir;    /* --cache-dir, else kc_store_default_dir() */
+    const char *remote;       /* --remote or $KCACHE_REMOTE; NULL = none */
+    const char *remote_shown; /* remote with any user:password redacted, for messages */
+    const char *token;        /* --token, --token-file, $KCACHE_TOKEN or $KCACHE_TOKEN_FILE */
+    kc_signer *signer;        /* --sign-key or $KCACHE_SIGN_KEY: signs uploads and exports */
+    kc_trust *trust;          /* --trusted-keys or $KCACHE_TRUSTED_KEYS: what the store accepts
+                                 from outside (pull, import, remote hits) */
+    uint64_t max_artifact;    /* $KCACHE_MAX_ARTIFACT: largest payload taken from a
+                                 server (0 = per-kind defaults, kc_remote.h) */
+    bool json;                /* --json: machine-readable output on stdout */
+    int verbosity;            /* -q: -1, default 0, -v: 1 (repeatable) */
+    const char *prog;         /* argv[0] for messages */
+    const char *synopsis;     /* the running command's usage line (main.c's table) */
 } kc_cli;
 
 /* A command receives argv with the global options removed; argv[0] is the

@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include <openssl/crypto.h>
+
+#include "kc_remote.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
 
@@ -39,7 +44,10 @@ static const struct {
     {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions", ""},
     {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size; compact pack files",
      "--max-size SIZE (e.g. 512M, 10G)"},
-    {"verify", kc_cmd_verify, "check every stored payload against its hash", ""},
+    {"verify", kc_cmd_verify,
+     "check every stored payload against its hash; with --trusted-keys, list entries from a "
+     "server or bundle that no trusted key signed",
+     ""},
     {"export", kc_cmd_export, "write a bundle of artifacts to a file",
      "BUNDLE [--kind K] [--device ID] [--tag T] [--since SECONDS|AGE]"},
     {"import", kc_cmd_import, "load a bundle file into the store", "BUNDLE"},
@@ -50,7 +58,7 @@ static const struct {
      "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] [--jobs N] [--ca-file F] "
      "[--connect-timeout MS]"},
     {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest",
-     "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T]"},
+     "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T] [--allow-manifest-cflags]"},
 };
 
 static void print_help(FILE *out)
@@ -61,7 +69,10 @@ static void print_help(FILE *out)
                  "                   $XDG_CACHE_HOME/kcache, else ~/.cache/kcache)\n"
                  "  --remote URL[,URL...]  kcached server(s); several = client-side sharding\n"
                  "                   by rendezvous hashing (default $KCACHE_REMOTE)\n"
-                 "  --token T        bearer token (default $KCACHE_TOKEN)\n"
+                 "  --token-file F   read the bearer token from file F (default\n"
+                 "                   $KCACHE_TOKEN_FILE); --token T and $KCACHE_TOKEN also\n"
+                 "                   work, but a --token on the command line is visible to\n"
+                 "                   every user of this machine (ps)\n"
                  "  --sign-key PEM   sign every artifact uploaded or exported with this\n"
                  "                   Ed25519 key (default $KCACHE_SIGN_KEY)\n"
                  "  --trusted-keys PEM  accept artifacts from a server or bundle only when\n"
@@ -132,7 +143,40 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
 
 typedef struct key_paths {
     const char *sign_key, *trusted_keys;
+    const char *token_file; /* --token-file or $KCACHE_TOKEN_FILE */
+    bool token_on_line;     /* --token was given on the command line */
 } key_paths;
+
+/* Reads a token file: the first line, without surrounding white space.
+ * A group- or world-readable file is used with a warning. */
+static char *read_token_file(const char *path, kc_err *err)
+{
+    uint8_t *data;
+    size_t len;
+    if (kc_read_file(path, &data, &len, err) != KC_OK) {
+        kc_err_prefix(err, "--token-file");
+        return NULL;
+    }
+    char *t = (char *)data;
+    t[strcspn(t, "\r\n")] = '\0';
+    size_t a = strspn(t, " \t"), n = strlen(t + a);
+    while (n > 0 && (t[a + n - 1] == ' ' || t[a + n - 1] == '\t'))
+        n--;
+    memmove(t, t + a, n);
+    t[n] = '\0';
+    if (!*t) {
+        free(t);
+        kc_err_set(err, KC_ERR_INVALID, "token file %s is empty", path);
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && (st.st_mode & 077))
+        fprintf(stderr,
+                "kcache: warning: token file %s can be read by other users (mode %03o); "
+                "chmod 600 it\n",
+                path, (unsigned)(st.st_mode & 0777));
+    return t;
+}
 
 /* Removes global options from argv (in place); returns the new argc, or -1
  * after printing a usage error. */
@@ -165,7 +209,9 @@ static int take_global_options(kc_cli *cli, key_paths *keys, int argc, char **ar
             target = &cli->cache_dir;
         else if (strncmp(a, "--remote", n = 8) == 0)
             target = &cli->remote;
-        else if (strncmp(a, "--token", n = 7) == 0)
+        else if (strncmp(a, "--token-file", n = 12) == 0)
+            target = &keys->token_file;
+        else if (strncmp(a, "--token", n = 7) == 0 && (a[7] == '\0' || a[7] == '='))
             target = &cli->token;
         else if (strncmp(a, "--sign-key", n = 10) == 0)
             target = &keys->sign_key;
@@ -184,6 +230,8 @@ static int take_global_options(kc_cli *cli, key_paths *keys, int argc, char **ar
             continue;
         }
         *target = value;
+        if (target == &cli->token)
+            keys->token_on_line = true;
     }
     argv[out] = NULL;
     return out;
@@ -206,10 +254,37 @@ int main(int argc, char **argv)
     if (cli.remote && !*cli.remote)
         cli.remote = NULL;
 
-    key_paths keys = {getenv("KCACHE_SIGN_KEY"), getenv("KCACHE_TRUSTED_KEYS")};
+    key_paths keys = {getenv("KCACHE_SIGN_KEY"), getenv("KCACHE_TRUSTED_KEYS"), NULL, false};
+    const char *env_token = cli.token;
     argc = take_global_options(&cli, &keys, argc, argv);
     if (argc < 0)
         return KC_EXIT_USAGE;
+    if (keys.token_on_line && cli.verbosity >= 0)
+        fprintf(stderr, "kcache: warning: --token on the command line can be read by every user "
+                        "of this machine (ps, /proc); use --token-file or $KCACHE_TOKEN\n");
+    /* --token, then --token-file, then $KCACHE_TOKEN, then $KCACHE_TOKEN_FILE */
+    char *file_token = NULL;
+    if (!keys.token_on_line && !keys.token_file && !(env_token && *env_token))
+        keys.token_file = getenv("KCACHE_TOKEN_FILE");
+    if (!keys.token_on_line && keys.token_file && *keys.token_file) {
+        kc_err terr = {0};
+        if (!(file_token = read_token_file(keys.token_file, &terr))) {
+            kc_cli_fail(&cli, &terr);
+            return KC_EXIT_FAIL;
+        }
+        cli.token = file_token;
+    }
+    const char *max_art = getenv("KCACHE_MAX_ARTIFACT");
+    if (max_art && *max_art) {
+        kc_err merr = {0};
+        if (kc_parse_size(max_art, &cli.max_artifact, &merr) != KC_OK) {
+            kc_err_prefix(&merr, "KCACHE_MAX_ARTIFACT");
+            free(file_token);
+            return kc_cli_fail(&cli, &merr);
+        }
+    }
+    char *remote_shown = kc_remote_redact_url(cli.remote);
+    cli.remote_shown = remote_shown;
     if (argc < 2) {
         print_help(stderr);
         return KC_EXIT_USAGE;
@@ -241,6 +316,8 @@ int main(int argc, char **argv)
         kc_cli_fail(&cli, &kerr);
         kc_signer_free(cli.signer);
         free(default_dir);
+        free(remote_shown);
+        free(file_token);
         return KC_EXIT_FAIL;
     }
 
@@ -265,5 +342,10 @@ int main(int argc, char **argv)
     kc_signer_free(cli.signer);
     kc_trust_free(cli.trust);
     free(default_dir);
+    free(remote_shown);
+    if (file_token) {
+        OPENSSL_cleanse(file_token, strlen(file_token));
+        free(file_token);
+    }
     return rc;
 }
