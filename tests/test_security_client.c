@@ -66,6 +66,20 @@ static json_int_t json_int(const char *text, const char *name)
     return v;
 }
 
+/* Starts kcached with a tokens file holding one token of the given scopes. */
+static void start_with_token(kc_testserver *ts, const char *tok, const char *scopes)
+{
+    memset(ts, 0, sizeof *ts);
+    char *tokens = kc_test_path(root, "tokens");
+    char line[256];
+    snprintf(line, sizeof line, "%s %s someone\n", tok, scopes);
+    cr_assert_eq(kc_test_write_file(tokens, line, strlen(line)), 0);
+    chmod(tokens, 0600);
+    const char *sargs[] = {"--log-level", "error", "--tokens", tokens, NULL};
+    cr_assert_eq(kc_testserver_start(ts, NULL, sargs), 0, "kcached did not start");
+    free(tokens);
+}
+
 /* ---- item 2: remote write-backs stay trusted forever ------------------- */
 
 /* The issue's scenario: a write-token holder plants kernels on a kcached
@@ -74,15 +88,8 @@ static json_int_t json_int(const char *text, const char *name)
 Test(security_client, remote_write_backs_are_not_loaded_later_under_trusted_keys)
 {
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    char *tokens = kc_test_path(root, "tokens");
     const char *tok = "attacker-write-token-0123456789abcdef";
-    char line[256];
-    snprintf(line, sizeof line, "%s read,write attacker\n", tok);
-    cr_assert_eq(kc_test_write_file(tokens, line, strlen(line)), 0);
-    chmod(tokens, 0600);
-    const char *sargs[] = {"--log-level", "error", "--tokens", tokens, NULL};
-    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    start_with_token(&ts, tok, "read,write");
     char *priv = kc_test_path(root, "sign.pem"), *pub = kc_test_path(root, "trusted.pem");
     make_key(priv, pub);
     char *planter = kc_test_path(root, "planter"), *victim = kc_test_path(root, "victim");
@@ -151,7 +158,6 @@ Test(security_client, remote_write_backs_are_not_loaded_later_under_trusted_keys
     free(victim);
     free(priv);
     free(pub);
-    free(tokens);
     kc_testserver_cleanup(&ts);
 }
 
@@ -571,17 +577,10 @@ Test(security_client, credentials_in_a_remote_url_never_appear_in_messages)
 Test(security_client, url_credentials_still_authenticate_and_the_report_hides_them)
 {
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    char *tokens = kc_test_path(root, "tokens");
     const char *tok = "reader-token-abcdef0123456789abcdef";
-    char line[256];
-    snprintf(line, sizeof line, "%s read ci\n", tok);
-    cr_assert_eq(kc_test_write_file(tokens, line, strlen(line)), 0);
-    chmod(tokens, 0600);
-    const char *sargs[] = {"--log-level", "error", "--tokens", tokens, NULL};
-    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    start_with_token(&ts, tok, "read");
     char url[512];
-    snprintf(url, sizeof url, "http://ci:%s@127.0.0.1:%u", tok, ts.port);
+    snprintf(url, sizeof url, "http://someone:%s@127.0.0.1:%u", tok, ts.port);
     char *dir = kc_test_path(root, "cache");
     kc_test_result r;
     kcache(&r, dir, url, (const char *[]){"--json", "pull", NULL});
@@ -589,22 +588,14 @@ Test(security_client, url_credentials_still_authenticate_and_the_report_hides_th
     cr_expect(!strstr(r.out, tok) && !strstr(r.err, tok), "%s %s", r.out, r.err);
     kc_test_result_free(&r);
     free(dir);
-    free(tokens);
     kc_testserver_cleanup(&ts);
 }
 
 Test(security_client, token_on_the_command_line_warns_and_a_token_file_works)
 {
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    char *tokens = kc_test_path(root, "tokens");
     const char *tok = "reader-token-abcdef0123456789abcdef";
-    char line[256];
-    snprintf(line, sizeof line, "%s read ci\n", tok);
-    cr_assert_eq(kc_test_write_file(tokens, line, strlen(line)), 0);
-    chmod(tokens, 0600);
-    const char *sargs[] = {"--log-level", "error", "--tokens", tokens, NULL};
-    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    start_with_token(&ts, tok, "read");
     char *dir = kc_test_path(root, "cache");
     kc_test_result r;
     kcache(&r, dir, ts.url, (const char *[]){"--token", tok, "pull", NULL});
@@ -613,6 +604,7 @@ Test(security_client, token_on_the_command_line_warns_and_a_token_file_works)
     kc_test_result_free(&r);
     /* --token-file: no warning, and it authenticates */
     char *tf = kc_test_path(root, "my.token");
+    char line[256];
     snprintf(line, sizeof line, "  %s  \n", tok);
     cr_assert_eq(kc_test_write_file(tf, line, strlen(line)), 0);
     chmod(tf, 0600);
@@ -638,7 +630,6 @@ Test(security_client, token_on_the_command_line_warns_and_a_token_file_works)
     unsetenv("KCACHE_TOKEN_FILE");
     free(tf);
     free(dir);
-    free(tokens);
     kc_testserver_cleanup(&ts);
 }
 
