@@ -302,3 +302,18 @@ char *kc_test_path(const char *dir, const char *name)
         snprintf(p, n, "%s/%s", dir, name);
     return p;
 }
+
+int kc_test_make_ed25519(const char *priv, const char *pub)
+{
+    kc_test_result r;
+    int ok =
+        kc_test_runl(&r, "openssl", "genpkey", "-algorithm", "ed25519", "-out", priv, NULL) == 0 &&
+        r.exit_code == 0;
+    kc_test_result_free(&r);
+    if (!ok)
+        return -1;
+    ok = kc_test_runl(&r, "openssl", "pkey", "-in", priv, "-pubout", "-out", pub, NULL) == 0 &&
+         r.exit_code == 0;
+    kc_test_result_free(&r);
+    return ok ? 0 : -1;
+}

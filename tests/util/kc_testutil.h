@@ -65,6 +65,11 @@ void kc_test_fill_random(void *buf, size_t len, uint64_t seed);
  * Returns the number of artifact records. */
 int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, size_t *end_record);
 
+/* Makes an Ed25519 key pair with the openssl commands docs/GUIDE.md gives
+ * (genpkey, then pkey -pubout): private key at priv, public key at pub.
+ * Returns 0 on success. */
+int kc_test_make_ed25519(const char *priv, const char *pub);
+
 /* Joins dir and name into a malloc'd "dir/name". */
 char *kc_test_path(const char *dir, const char *name);
 
