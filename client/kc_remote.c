@@ -511,10 +511,12 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     if (q->resp.len == 0) { /* a new attempt */
         q->gate_total = 0;
         q->gate_code = KC_OK;
-        q->resp.limit = KC_GATE_HEADER_MAX + n;
+        q->resp.limit = 0; /* until the header is read: at most its size plus one chunk */
     }
     if (kc_rbuf_write(ptr, size, nmemb, &q->resp) != n)
-        return gate_refuse(q, KC_ERR_NOMEM, "GET %s: %s", "out of memory");
+        return q->gate_total ? gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s",
+                                           "the answer is longer than its envelope header says")
+                             : gate_refuse(q, KC_ERR_NOMEM, "GET %s: %s", "out of memory");
     if (q->gate_total)
         return n; /* the header passed; kc_rbuf_write keeps to its length */
     kc_envelope_header h;
@@ -523,7 +525,6 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     if (rc == KC_ERR_TRUNCATED) {
         if (q->resp.len >= KC_GATE_HEADER_MAX)
             return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s", "envelope header too long");
-        q->resp.limit = KC_GATE_HEADER_MAX;
         return n;
     }
     if (rc != KC_OK)
