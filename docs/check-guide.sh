@@ -113,6 +113,8 @@ check "5.6 push --sign-key" kcache --sign-key "$T/sign.pem" --cache-dir "$T/host
 check "5.6 pull --trusted-keys" kcache --trusted-keys "$T/trusted.pem" --cache-dir "$T/signed-ci" --remote "$SURL" pull
 check "5.6 compile --require-hit from signed artifacts" kcache --cache-dir "$T/signed-ci" compile "$ROOT/examples/mlp.json" --require-hit
 check "5.6 unsigned bundle: import refuses, exit 1" bash -c "! kcache --trusted-keys '$T/trusted.pem' --cache-dir '$T/signed-ci2' import '$T/zoo.kcb' 2>'$T/refused.err' && grep -q 'refused' '$T/refused.err'"
+check "5.6 verify --trusted-keys: every pulled entry signed" kcache --trusted-keys "$T/trusted.pem" --cache-dir "$T/signed-ci" verify
+check "5.6 unsigned write-backs are listed by verify --trusted-keys" bash -c "kcache --cache-dir '$T/wb' --remote '$URL' --token '$R' compile '$ROOT/examples/mlp.json' 2>/dev/null && ! kcache --trusted-keys '$T/trusted.pem' --cache-dir '$T/wb' verify >'$T/wb.out' && grep -q 'origin=remote' '$T/wb.out'"
 
 # Section 5.8: backups.
 mkdir -p "$T/backup"
