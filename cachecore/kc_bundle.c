@@ -432,6 +432,7 @@ struct kc_bundle_import {
     queued queue[KC_IMPORT_BATCH];
     size_t nqueue;
     uint64_t queue_bytes;
+    uint64_t max_payload;                             /* largest payload accepted */
     kc_frame_checker *checkers[KC_CHECK_THREADS_MAX]; /* made on first use */
     bool flushing;                                    /* inside flush_queue */
 };
@@ -445,8 +446,20 @@ kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err)
     im->s = s;
     im->state = IM_FIXED;
     im->need = KC_BUNDLE_FIXED_LEN;
+    im->max_payload = KC_PAYLOAD_MAX;
     *out = im;
     return KC_OK;
+}
+
+void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload)
+{
+    im->max_payload =
+        max_payload && max_payload < KC_PAYLOAD_MAX ? max_payload : (uint64_t)KC_PAYLOAD_MAX;
+}
+
+uint64_t kc_bundle_import_buffered(const kc_bundle_import *im)
+{
+    return im->cap + im->queue_bytes;
 }
 
 static kc_code im_fail(kc_bundle_import *im, kc_err *err, kc_code code, const char *fmt, ...)
@@ -704,6 +717,14 @@ static kc_code take_stored(kc_bundle_import *im, kc_err *err)
     kc_code code = parse_stored(im->acc, im->have, &h, &e2);
     if (code != KC_OK)
         return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
+    if (h.payload_len > im->max_payload) { /* a small frame may inflate to anything */
+        kc_envelope_header_free(&h);
+        return im_fail(im, err, KC_ERR_TOO_LARGE,
+                       "bundle byte offset %llu: artifact record %llu (%s) declares a payload "
+                       "of %llu bytes, over the %llu-byte limit",
+                       (unsigned long long)im->unit_start, (unsigned long long)im->records, h.key,
+                       (unsigned long long)h.payload_len, (unsigned long long)im->max_payload);
+    }
     sum_update(&im->sum, im->acc, im->have);
     im->queue[im->nqueue++] = (queued){
         .body = im->acc, .len = im->have, .h = h, .offset = im->unit_start, .number = im->records};
@@ -768,15 +789,25 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
             sum_final(&im->sum, im->digest);
         } else if (type == KC_REC_ARTIFACT || (type == KC_REC_STORED && im->version >= 2)) {
             uint64_t min = kc_envelope_header_size(1, 0);
-            uint64_t max =
-                kc_envelope_header_size(KC_KIND_MAX, KC_META_MAX) +
-                (type == KC_REC_STORED ? ZSTD_compressBound(KC_PAYLOAD_MAX) : KC_PAYLOAD_MAX);
+            uint64_t hmax = kc_envelope_header_size(KC_KIND_MAX, KC_META_MAX);
+            uint64_t max = hmax + (type == KC_REC_STORED ? ZSTD_compressBound(KC_PAYLOAD_MAX)
+                                                         : KC_PAYLOAD_MAX);
             if (len < min || len > max)
                 return im_fail(im, err, KC_ERR_INVALID,
                                "bundle byte offset %llu: artifact record %llu has impossible "
                                "length %llu",
                                (unsigned long long)im->unit_start,
                                (unsigned long long)im->records + 1, (unsigned long long)len);
+            /* the limit, before a byte of the record is buffered */
+            uint64_t lim = hmax + (type == KC_REC_STORED ? ZSTD_compressBound(im->max_payload)
+                                                         : im->max_payload);
+            if (len > lim)
+                return im_fail(im, err, KC_ERR_TOO_LARGE,
+                               "bundle byte offset %llu: artifact record %llu declares %llu "
+                               "bytes, over the %llu-byte payload limit",
+                               (unsigned long long)im->unit_start,
+                               (unsigned long long)im->records + 1, (unsigned long long)len,
+                               (unsigned long long)im->max_payload);
             sum_update(&im->sum, u, KC_REC_HDR_LEN);
         } else {
             return im_fail(im, err, KC_ERR_INVALID,

@@ -91,6 +91,16 @@ void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer);
 typedef struct kc_bundle_import kc_bundle_import;
 kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err);
 kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len, kc_err *err);
+/* Refuses (KC_ERR_TOO_LARGE, ending the import; what came before is kept)
+ * any artifact whose payload is larger than max_payload bytes: checked on
+ * the record's declared length before its bytes are buffered, and on the
+ * payload length its envelope header declares before anything is
+ * decompressed. 0 (the default) means KC_PAYLOAD_MAX. Call before the first
+ * feed. */
+void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload);
+/* Bytes the importer holds in memory now (the record being gathered and the
+ * queued batch), for callers that bound memory across many imports. */
+uint64_t kc_bundle_import_buffered(const kc_bundle_import *im);
 /* Stores the complete artifacts still queued, then checks that the end
  * record was seen (KC_ERR_TRUNCATED if not) and that the stream checksum
  * matches. Fills st (may be NULL). Does not free; freeing without finishing

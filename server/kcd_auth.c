@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "kc_hash.h"
 
@@ -71,23 +72,46 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
         free(a);
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot open tokens file %s", path);
     }
-    char line[1024];
+    char *line = NULL;
+    size_t linecap = 0;
+    ssize_t got;
     unsigned lineno = 0, cap = 0;
     kc_code rc = KC_OK;
-    while (fgets(line, sizeof line, f)) {
+    while ((got = getline(&line, &linecap, f)) >= 0) {
         lineno++;
+        size_t len = (size_t)got;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            len--;
+        /* a long line was once read in pieces and its tail became a token */
+        if (len > KCD_TOKENS_LINE_MAX) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s:%u: line of %zu bytes (at most %d)", path,
+                            lineno, len, KCD_TOKENS_LINE_MAX);
+            break;
+        }
+        if (memchr(line, 0, len)) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "%s:%u: NUL byte in the line", path, lineno);
+            break;
+        }
         char *save = NULL;
         char *tok = strtok_r(line, " \t\r\n", &save);
         if (!tok || tok[0] == '#')
             continue;
         char *scopes = strtok_r(NULL, " \t\r\n", &save);
         char *name = strtok_r(NULL, " \t\r\n", &save);
+        char *extra = strtok_r(NULL, " \t\r\n", &save);
         unsigned s;
-        if (!scopes || parse_scopes(scopes, &s) != KC_OK) {
+        if (!scopes || parse_scopes(scopes, &s) != KC_OK || (extra && extra[0] != '#')) {
             rc = kc_err_set(err, KC_ERR_INVALID,
                             "%s:%u: expected `TOKEN SCOPES [NAME]` with SCOPES from "
-                            "read,write,admin",
-                            path, lineno);
+                            "read,write,admin%s",
+                            path, lineno, extra ? " (and nothing after NAME)" : "");
+            break;
+        }
+        if (strlen(tok) < KCD_TOKEN_MIN) {
+            rc = kc_err_set(err, KC_ERR_INVALID,
+                            "%s:%u: token of %zu characters is too short (at least %d; "
+                            "`openssl rand -hex 32` makes a good one)",
+                            path, lineno, strlen(tok), KCD_TOKEN_MIN);
             break;
         }
         if (a->n == cap) {
@@ -106,7 +130,11 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
             snprintf(t->name, sizeof t->name, "%s", name);
         else
             snprintf(t->name, sizeof t->name, "token%u", lineno);
-        memset(line, 0, sizeof line); /* do not leave the secret on the stack */
+        explicit_bzero(line, linecap); /* do not leave the secret in memory */
+    }
+    if (line) {
+        explicit_bzero(line, linecap);
+        free(line);
     }
     fclose(f);
     if (rc == KC_OK && a->n == 0)
@@ -117,6 +145,18 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
     }
     *out = a;
     return KC_OK;
+}
+
+bool kcd_auth_file_exposed(const char *path, const char **why)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
+        return false;
+    if (why)
+        *why = (st.st_mode & S_IROTH)   ? "is readable by every user"
+               : (st.st_mode & S_IRGRP) ? "is readable by its group"
+                                        : "is open to its group or other users";
+    return true;
 }
 
 void kcd_auth_free(kcd_auth *a)

@@ -18,12 +18,23 @@ enum {
     KCD_SCOPE_ADMIN = 4,
 };
 
+/* Longest tokens-file line (bytes, without the newline) and shortest token. */
+#define KCD_TOKENS_LINE_MAX 1023
+#define KCD_TOKEN_MIN 16
+
 typedef struct kcd_auth kcd_auth; /* immutable after load: safe to share */
 
 /* Loads the tokens file at path. path NULL means authentication is disabled
- * (every request is allowed). Errors name path:line. Free with kcd_auth_free. */
+ * (every request is allowed). Errors name path:line: a line over
+ * KCD_TOKENS_LINE_MAX bytes, a field after NAME (a '#' comment may follow),
+ * unknown scopes, a token shorter than KCD_TOKEN_MIN. Free with
+ * kcd_auth_free. */
 kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_err *err);
 void kcd_auth_free(kcd_auth *a);
+
+/* True when the file at path can be read (or written) by its group or other
+ * users; *why (may be NULL) says which, as a static phrase for a warning. */
+bool kcd_auth_file_exposed(const char *path, const char **why);
 
 /* Number of tokens loaded (0 when disabled). */
 unsigned kcd_auth_count(const kcd_auth *a);

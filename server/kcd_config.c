@@ -5,8 +5,11 @@
  */
 #include "kcd_config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,17 +36,28 @@ static const opt_def kcd_opts[] = {
     {"listen", OPT_STR, OFF(listen), "HOST:PORT to listen on (port 0 = any free port)"},
     {"data", OPT_STR, OFF(data), "store directory"},
     {"max-size", OPT_SIZE, OFF(max_size), "store size limit, LRU eviction (0 = unlimited)"},
-    {"max-blob", OPT_SIZE, OFF(max_blob), "largest accepted upload (413 above)"},
+    {"max-blob", OPT_SIZE, OFF(max_blob),
+     "largest accepted upload and bundle artifact (413 above)"},
+    {"upload-memory", OPT_SIZE, OFF(upload_memory),
+     "request-body bytes buffered by all uploads at once (503 above)"},
     {"memory-cache", OPT_SIZE, OFF(memory_cache), "memory for hot artifacts (0 = off)"},
     {"tokens", OPT_STR, OFF(tokens), "tokens file: `TOKEN SCOPES [NAME]` per line"},
     {"anonymous-read", OPT_BOOL, OFF(anonymous_read), "allow reads without a token"},
+    {"insecure-no-auth", OPT_BOOL, OFF(insecure_no_auth),
+     "allow a non-loopback --listen without --tokens"},
     {"tls-cert", OPT_STR, OFF(tls_cert), "PEM certificate: serve HTTPS"},
     {"tls-key", OPT_STR, OFF(tls_key), "PEM private key for --tls-cert"},
+    {"tls-priorities", OPT_STR, OFF(tls_priorities),
+     "GnuTLS priority string (default: TLS 1.2 and 1.3 only)"},
     {"trusted-keys", OPT_STR, OFF(trusted_keys),
      "PEM Ed25519 public keys: refuse uploads not signed by one (422)"},
     {"threads", OPT_UINT, OFF(threads), "worker threads (0 = one per CPU)"},
     {"timeout", OPT_UINT, OFF(timeout), "idle connection timeout, seconds"},
     {"max-connections", OPT_UINT, OFF(max_connections), "concurrent connection limit"},
+    {"per-ip-connections", OPT_UINT, OFF(per_ip_connections),
+     "concurrent connections from one client address"},
+    {"header-timeout", OPT_UINT, OFF(header_timeout),
+     "seconds a new connection may stay idle before its request head is in"},
     {"grace", OPT_UINT, OFF(grace), "seconds in-flight requests get on SIGTERM"},
     {"compact-interval", OPT_UINT, OFF(compact_interval),
      "seconds between compactions of mostly-dead pack files (0 = never)"},
@@ -58,9 +72,13 @@ void kcd_config_defaults(kcd_config *cfg)
     cfg->listen = strdup("127.0.0.1:7070");
     cfg->data = strdup("kcached-data");
     cfg->max_blob = 1ull << 30;
+    cfg->upload_memory = 2ull << 30;
+    cfg->tls_priorities = strdup(KCD_TLS_PRIORITIES_DEFAULT);
     cfg->memory_cache = 128ull << 20;
     cfg->timeout = 60;
     cfg->max_connections = 4096;
+    cfg->per_ip_connections = 256;
+    cfg->header_timeout = 20;
     cfg->grace = 30;
     cfg->compact_interval = 3600;
     cfg->log_level = KCD_LOG_INFO;
@@ -75,6 +93,7 @@ void kcd_config_free(kcd_config *cfg)
     free(cfg->data);
     free(cfg->tokens);
     free(cfg->tls_cert);
+    free(cfg->tls_priorities);
     free(cfg->trusted_keys);
     free(cfg->tls_key);
     free(cfg->port_file);
@@ -390,6 +409,20 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         return kc_err_set(err, KC_ERR_INVALID, "--timeout must be positive");
     if (cfg->max_connections == 0)
         return kc_err_set(err, KC_ERR_INVALID, "--max-connections must be positive");
+    if (cfg->per_ip_connections == 0)
+        return kc_err_set(err, KC_ERR_INVALID, "--per-ip-connections must be positive");
+    if (cfg->header_timeout == 0)
+        return kc_err_set(err, KC_ERR_INVALID, "--header-timeout must be positive");
+    if (cfg->upload_memory < cfg->max_blob)
+        return kc_err_set(
+            err, KC_ERR_INVALID, "--upload-memory (%llu) must be at least --max-blob (%llu)",
+            (unsigned long long)cfg->upload_memory, (unsigned long long)cfg->max_blob);
+    if (!cfg->tokens && !cfg->insecure_no_auth && !kcd_listen_is_loopback(host))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "--listen %s is not a loopback address and no --tokens file is set: "
+                          "anyone who can reach it could read, write and delete; give --tokens "
+                          "FILE, or --insecure-no-auth if that is really meant",
+                          cfg->listen);
     if ((rc = kcd_s3_config_check(&cfg->s3, err)) != KC_OK)
         return rc;
     if (cfg->tokens) {
@@ -399,6 +432,60 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         kcd_auth_free(a);
     }
     return KC_OK;
+}
+
+bool kcd_listen_is_loopback(const char *host)
+{
+    if (!host)
+        return false;
+    if (!strcasecmp(host, "localhost") || !strcmp(host, "::1"))
+        return true;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}
+
+/* Appends one formatted line to buf (cap bytes) at *used, truncating. */
+static void warn_line(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void warn_line(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t at = *used < cap ? *used : cap;
+    int n = vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+    *used += n > 0 ? (size_t)n : 0;
+}
+
+unsigned kcd_config_warnings(const kcd_config *cfg, char *buf, size_t cap)
+{
+    unsigned n = 0;
+    size_t used = 0;
+    if (cap)
+        buf[0] = 0;
+    if (!cfg->tokens) {
+        char host[256] = "";
+        unsigned port;
+        kcd_parse_listen(cfg->listen, host, sizeof host, &port, NULL);
+        warn_line(buf, cap, &used,
+                  "authentication is disabled (no --tokens): every client that can reach %s "
+                  "may read, write and delete%s\n",
+                  cfg->listen,
+                  kcd_listen_is_loopback(host) ? ", every local user included"
+                                               : " (allowed by --insecure-no-auth)");
+        n++;
+    }
+    const char *why = NULL;
+    if (cfg->tokens && kcd_auth_file_exposed(cfg->tokens, &why)) {
+        warn_line(buf, cap, &used, "tokens file %s %s; chmod 600 it\n", cfg->tokens, why);
+        n++;
+    }
+    return n;
 }
 
 void kcd_config_print_string(void *fp, const char *name, const char *value)

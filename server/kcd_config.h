@@ -8,32 +8,41 @@
 #define KCD_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kc_error.h"
 #include "kcd_s3.h"
 
+/* Built-in TLS: TLS 1.2 and 1.3 only, GnuTLS's NORMAL cipher choice. */
+#define KCD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 typedef struct kcd_config {
-    char *listen;          /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
-    char *data;            /* store directory */
-    uint64_t max_size;     /* store size limit (LRU eviction); 0 = unlimited */
-    uint64_t max_blob;     /* largest accepted request body */
-    uint64_t memory_cache; /* bytes of hot responses kept in memory; 0 = off */
-    char *tokens;          /* tokens file; NULL = authentication disabled */
-    bool anonymous_read;   /* reads without a token when tokens are configured */
-    char *tls_cert;        /* PEM certificate (chain) file; with tls_key enables HTTPS */
-    char *trusted_keys;    /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
+    char *listen;           /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
+    char *data;             /* store directory */
+    uint64_t max_size;      /* store size limit (LRU eviction); 0 = unlimited */
+    uint64_t max_blob;      /* largest accepted request body, and bundle record payload */
+    uint64_t upload_memory; /* request-body bytes buffered across all uploads (503 beyond) */
+    uint64_t memory_cache;  /* bytes of hot responses kept in memory; 0 = off */
+    char *tokens;           /* tokens file; NULL = authentication disabled */
+    bool anonymous_read;    /* reads without a token when tokens are configured */
+    bool insecure_no_auth;  /* allow a non-loopback --listen without --tokens */
+    char *tls_cert;         /* PEM certificate (chain) file; with tls_key enables HTTPS */
+    char *tls_priorities;   /* GnuTLS priority string (default: TLS 1.2 and 1.3 only) */
+    char *trusted_keys;     /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
     unsigned compact_interval; /* seconds between pack-file upkeep runs; 0 = never */
     char *tls_key;             /* PEM private key file */
     unsigned threads;          /* MHD worker threads; 0 = one per online CPU */
     unsigned timeout;          /* idle connection timeout, seconds */
     unsigned max_connections;
-    unsigned grace;    /* seconds to let in-flight requests finish on SIGTERM */
-    int log_level;     /* kcd_log_level */
-    char *port_file;   /* written with the bound port once listening */
-    char *config;      /* the config file that was read, if any */
-    bool check_config; /* validate, print the effective settings, exit */
-    kcd_s3_config s3;  /* optional S3 backing tier (s3-* options, kcd_s3.h) */
+    unsigned per_ip_connections; /* concurrent connections from one client address */
+    unsigned header_timeout;     /* seconds a connection may take to send its request head */
+    unsigned grace;              /* seconds to let in-flight requests finish on SIGTERM */
+    int log_level;               /* kcd_log_level */
+    char *port_file;             /* written with the bound port once listening */
+    char *config;                /* the config file that was read, if any */
+    bool check_config;           /* validate, print the effective settings, exit */
+    kcd_s3_config s3;            /* optional S3 backing tier (s3-* options, kcd_s3.h) */
 } kcd_config;
 
 /* What main should do after kcd_config_load. */
@@ -63,8 +72,18 @@ kc_code kcd_config_load(kcd_config *cfg, int argc, char **argv, char **envp,
                         kcd_config_action *action, kc_err *err);
 
 /* Checks consistency: data set, listen parses, TLS files readable in pairs,
- * tokens file loads. Does not open the store. */
+ * tokens file loads, no anonymous server on a non-loopback address unless
+ * insecure_no_auth. Does not open the store. */
 kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err);
+
+/* Warnings about a valid configuration (authentication off, a tokens file
+ * others can read), one per line, each ending in '\n', written into buf
+ * (cap bytes, always NUL-terminated). Returns how many. */
+unsigned kcd_config_warnings(const kcd_config *cfg, char *buf, size_t cap);
+
+/* True when the --listen host is a loopback address (127.0.0.0/8, ::1,
+ * localhost). "" (any address) is not. */
+bool kcd_listen_is_loopback(const char *host);
 
 /* Parses "HOST:PORT" / "[V6]:PORT" / ":PORT" / "PORT". host is written into
  * host (cap bytes); "" means any address. */

@@ -111,6 +111,10 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
             ld(&m->mem_hits));
     GAUGE("memory_cache_entries", "Entries in the in-memory hot cache.", ld(&m->mem_entries));
     GAUGE("memory_cache_bytes", "Bytes in the in-memory hot cache.", ld(&m->mem_bytes));
+    GAUGE("upload_buffered_bytes", "Request-body bytes held by uploads in flight.",
+          ld(&m->upload_bytes));
+    COUNTER("uploads_refused_total", "Uploads refused with 503 because --upload-memory was full.",
+            ld(&m->uploads_refused));
     COUNTER("store_errors_total", "Store operations that failed (500).", ld(&m->store_errors));
     COUNTER("compactions_total", "Periodic pack-file upkeep runs that completed.",
             ld(&m->compactions));

@@ -43,6 +43,8 @@ typedef struct kcd_metrics {
     uint64_t compactions;            /* periodic pack-file upkeep runs (--compact-interval) */
     uint64_t mem_hits;               /* hits answered from the memory cache */
     uint64_t mem_entries, mem_bytes; /* memory cache gauges, set before rendering */
+    uint64_t upload_bytes;           /* gauge: request-body bytes buffered now (--upload-memory) */
+    uint64_t uploads_refused;        /* uploads answered 503: --upload-memory was full */
     uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
     uint64_t lat_sum_us, lat_count;
     double started; /* kc_now() at creation */

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the window a frame needs */
+#include <zstd.h>
 
 #include "kc_bundle.h"
 #include "kc_envelope.h"
@@ -36,6 +38,11 @@
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
 /* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
 #define KCD_HOT_REFRESH_S 30.0
+/* An envelope longer than this (and than a memory-cache entry may be) is
+ * streamed from its stored zstd frame instead of decoded whole in memory. */
+#define KCD_STREAM_ABOVE (8u << 20)
+/* ... provided its frame decodes within this window (bytes of history). */
+#define KCD_STREAM_WINDOW_LOG 24
 /* Bundle uploads are fed to the importer in pieces of this size. */
 #define KCD_IMPORT_FEED (1u << 20)
 
@@ -44,9 +51,11 @@ struct kcd_ctx {
     kc_store_opts sopts;
     kc_trust *trust; /* --trusted-keys: sopts.trust */
     uint64_t max_blob;
+    uint64_t upload_memory; /* --upload-memory: cap on metrics.upload_bytes */
     kcd_auth *auth;
-    kcd_hot *hot; /* NULL when --memory-cache 0 */
-    kcd_s3 *s3;   /* NULL unless an S3 backing tier is configured */
+    kcd_hot *hot;        /* NULL when --memory-cache 0 */
+    size_t stream_above; /* envelopes longer than this are streamed (KCD_STREAM_ABOVE) */
+    kcd_s3 *s3;          /* NULL unless an S3 backing tier is configured */
     long s3_drain_ms;
     kcd_metrics metrics;
     uint64_t gen; /* identifies this context in the per-thread handle cache */
@@ -73,14 +82,18 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     }
     ctx->sopts.max_size = cfg->max_size;
     ctx->max_blob = cfg->max_blob;
+    ctx->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&ctx->lock, NULL);
     kcd_metrics_init(&ctx->metrics);
     if (cfg->memory_cache) {
         uint64_t per = cfg->memory_cache / 8;
-        ctx->hot = kcd_hot_new(cfg->memory_cache, per > (64u << 20) ? (64u << 20) : (size_t)per,
-                               KCD_HOT_REFRESH_S);
+        per = per > (64u << 20) ? (64u << 20) : per;
+        ctx->hot = kcd_hot_new(cfg->memory_cache, (size_t)per, KCD_HOT_REFRESH_S);
+        ctx->stream_above = (size_t)per;
     }
+    if (ctx->stream_above < KCD_STREAM_ABOVE)
+        ctx->stream_above = KCD_STREAM_ABOVE;
     kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
     if (rc == KC_OK && cfg->trusted_keys &&
         (rc = kc_trust_load(cfg->trusted_keys, &ctx->trust, err)) == KC_OK)
@@ -92,6 +105,8 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     }
     if (rc == KC_OK && kcd_s3_config_enabled(&cfg->s3)) {
         rc = kcd_s3_open(&cfg->s3, &ctx->s3, err);
+        if (rc == KC_OK)
+            kcd_s3_set_trust(ctx->s3, ctx->trust); /* reads from the bucket are foreign */
         ctx->s3_drain_ms = (long)cfg->grace * 1000;
     }
     if (rc != KC_OK) {
@@ -166,6 +181,21 @@ static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
     return s;
 }
 
+/* A bundle (store + cursor), or one envelope decoded from its stored zstd
+ * stream as the client takes it (z, dctx). */
+struct kcd_stream {
+    kc_store *store;
+    kc_bundle_cursor *cur;
+    uint8_t *z; /* the stored stream (kc_store_get_zstd), owned */
+    ZSTD_inBuffer in;
+    ZSTD_DCtx *dctx;
+    uint64_t total; /* envelope length: exactly this many bytes come out */
+    char key[KC_KEY_HEX_LEN + 1];
+    kcd_metrics *metrics;
+    uint64_t bytes;
+    bool failed;
+};
+
 /* --------------------------------------------------------------- responses */
 
 void kcd_response_free(kcd_response *r)
@@ -210,6 +240,7 @@ struct kcd_exchange {
     kc_envelope_header hdr;
     size_t hashed;      /* bytes of buf already hashed */
     size_t header_need; /* bytes needed before the header can parse */
+    uint64_t held;      /* body bytes this exchange counts in metrics.upload_bytes */
     /* bundle import */
     kc_store *import_store;
     kc_bundle_import *import;
@@ -416,6 +447,31 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
     return false;
 }
 
+/* Sets the body bytes x holds to n in the server-wide count, refusing (503,
+ * false) growth past --upload-memory, so many slow or lying uploads cannot
+ * together take the server's memory. */
+static bool hold(kcd_exchange *x, uint64_t n)
+{
+    kcd_ctx *ctx = x->ctx;
+    uint64_t *total = &ctx->metrics.upload_bytes;
+    if (n > x->held) {
+        uint64_t add = n - x->held;
+        uint64_t now = __atomic_add_fetch(total, add, __ATOMIC_RELAXED);
+        if (now > ctx->upload_memory) {
+            __atomic_sub_fetch(total, add, __ATOMIC_RELAXED);
+            kcd_metrics_add(&ctx->metrics.uploads_refused, 1);
+            resp_error(x, 503,
+                       "uploads in flight hold %" PRIu64 " bytes, the limit is %" PRIu64
+                       " (--upload-memory): retry later",
+                       now - add, ctx->upload_memory);
+            return false;
+        }
+    } else
+        __atomic_sub_fetch(total, x->held - n, __ATOMIC_RELAXED);
+    x->held = n;
+    return true;
+}
+
 /* Parses Content-Length strictly: -1 when absent, -2 when malformed. */
 static int64_t content_length(const kcd_request *req)
 {
@@ -452,6 +508,8 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
     }
     x->body = kind;
     if (kind == BODY_BUNDLE) {
+        if (!hold(x, KCD_IMPORT_FEED))
+            return false;
         x->buf = malloc(KCD_IMPORT_FEED);
         x->cap = KCD_IMPORT_FEED;
         if (!x->buf) {
@@ -465,6 +523,8 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
     size_t initial = cl > 0 ? (size_t)cl : 64 * 1024;
     if (initial > 1u << 20)
         initial = 1u << 20;
+    if (!hold(x, initial ? initial : 1))
+        return false;
     x->buf = malloc(initial ? initial : 1);
     if (!x->buf) {
         resp_error(x, 500, "out of memory for a %zu-byte body", initial);
@@ -558,23 +618,33 @@ static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn 
     return false;
 }
 
+/* x->key's stored zstd stream (kc_store_get_zstd) from this thread's
+ * store, or NULL: then either x is answered (no store) or *rc and *e say
+ * why, and the key is dropped from the memory cache (gone or corrupt). */
+static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e, size_t *zlen,
+                              size_t *envlen)
+{
+    kc_store *s = *sp = ctx_store(x->ctx, e);
+    if (!s) {
+        resp_store_error(x, e);
+        return NULL;
+    }
+    uint8_t *z = NULL;
+    *rc = kc_store_get_zstd(s, x->key, &z, zlen, envlen, e);
+    if (*rc != KC_OK)
+        kcd_hot_drop(x->ctx->hot, x->key);
+    return *rc == KC_OK ? z : NULL;
+}
+
 /* GET with Accept-Encoding: zstd: the stored frame as is, never from (nor
  * into) the memory cache, which holds decoded envelopes. Same contract as
  * get_cached. */
 static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
 {
-    kc_store *s = *sp = ctx_store(x->ctx, e);
-    if (!s) {
-        resp_store_error(x, e);
-        return true;
-    }
-    uint8_t *z = NULL;
     size_t zlen = 0, envlen = 0;
-    *rc = kc_store_get_zstd(s, x->key, &z, &zlen, &envlen, e);
-    if (*rc != KC_OK) {
-        kcd_hot_drop(x->ctx->hot, x->key);
-        return false;
-    }
+    uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
+    if (!z)
+        return x->resp != NULL;
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
     resp_take(x, 200, CT_ENVELOPE, z, zlen);
     if (x->resp) {
@@ -586,6 +656,68 @@ static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     return true;
 }
 
+/* Answers 200 with an envelope streamed from z, the stored zstd stream of
+ * x->key (taken over on success). False, z untouched, when its payload
+ * frame needs a bigger decoding window than KCD_STREAM_WINDOW_LOG allows. */
+static bool stream_envelope(kcd_exchange *x, uint8_t *z, size_t zlen, size_t envlen)
+{
+    size_t hz = ZSTD_findFrameCompressedSize(z, zlen); /* the header's own frame */
+    ZSTD_frameHeader fh;
+    if (ZSTD_isError(hz) || hz >= zlen || ZSTD_getFrameHeader(&fh, z + hz, zlen - hz) != 0 ||
+        fh.windowSize > (1ull << KCD_STREAM_WINDOW_LOG))
+        return false;
+    kcd_stream *st = calloc(1, sizeof *st);
+    if (!st || !(st->dctx = ZSTD_createDCtx()) ||
+        ZSTD_isError(
+            ZSTD_DCtx_setParameter(st->dctx, ZSTD_d_windowLogMax, KCD_STREAM_WINDOW_LOG))) {
+        kcd_stream_free(st);
+        return false;
+    }
+    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
+    if (!r) {
+        kcd_stream_free(st);
+        return false;
+    }
+    st->z = z;
+    st->in = (ZSTD_inBuffer){z, zlen, 0};
+    st->total = envlen;
+    st->metrics = &x->ctx->metrics;
+    memcpy(st->key, x->key, sizeof st->key);
+    r->stream = st;
+    r->stream_len = envlen;
+    r->vary = "Accept-Encoding";
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    return true;
+}
+
+/* GET of an envelope: the memory cache, else the stored zstd stream,
+ * decoded whole (and kept in the memory cache) when small, streamed to the
+ * client when large, so a big artifact costs its compressed size and a
+ * decoding window rather than its whole length per request. Same contract
+ * as get_cached. */
+static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
+{
+    if (get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
+        return true;
+    size_t zlen = 0, envlen = 0;
+    uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
+    if (!z)
+        return x->resp != NULL;
+    if (envlen > x->ctx->stream_above && stream_envelope(x, z, zlen, envlen))
+        return true;
+    uint8_t *env = malloc(envlen ? envlen : 1);
+    size_t got = env ? ZSTD_decompress(env, envlen, z, zlen) : 0;
+    free(z);
+    if (env && !ZSTD_isError(got) && got == envlen) {
+        put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, envlen);
+        return true;
+    }
+    free(env);
+    /* checked bytes that do not decode: the store's own read judges (and
+     * quarantines) them */
+    return get_cached(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, kc_store_get_envelope, sp, rc, e);
+}
+
 /* Local miss with an S3 tier: fetch the (verified) envelope from the bucket,
  * keep it locally, answer with it. False when the bucket has nothing usable. */
 static bool read_through(kcd_exchange *x, kc_store *s)
@@ -594,14 +726,15 @@ static bool read_through(kcd_exchange *x, kc_store *s)
     size_t len = 0;
     kc_err e = {0};
     kc_code rc = kcd_s3_get(x->ctx->s3, x->key, &env, &len, &e);
-    if (rc != KC_OK) {
+    if (rc != KC_OK) { /* untrusted too: a miss, never served nor kept */
         if (rc != KC_ERR_NOT_FOUND)
             kcd_log(KCD_LOG_WARN, "S3 read-through of %s failed: %s", x->key, e.msg);
         return false;
     }
     bool created;
     if (kc_store_put_envelope(s, env, len, x->key, &created, &e) != KC_OK) {
-        /* Served anyway (kcd_s3_get checked it); only the local copy failed. */
+        /* Served anyway (kcd_s3_get checked it, signature included); only
+         * the local copy failed. */
         kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->key, e.msg);
     }
     put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, len);
@@ -613,10 +746,8 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
     kc_err e = {0};
     kc_store *s = NULL;
     kc_code rc = KC_OK;
-    bool answered =
-        accepts_zstd(hdr(req, "Accept-Encoding"))
-            ? get_zstd(x, &s, &rc, &e)
-            : get_cached(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, kc_store_get_envelope, &s, &rc, &e);
+    bool answered = accepts_zstd(hdr(req, "Accept-Encoding")) ? get_zstd(x, &s, &rc, &e)
+                                                              : get_envelope(x, &s, &rc, &e);
     if (answered)
         return;
     if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
@@ -706,18 +837,62 @@ static void get_stats(kcd_exchange *x, bool prometheus)
 
 /* ----------------------------------------------------------- bundle stream */
 
-struct kcd_stream {
-    kc_store *store;
-    kc_bundle_cursor *cur;
-    kcd_metrics *metrics;
-    uint64_t bytes;
-    bool failed;
-};
+/* After the last byte of an envelope stream: nothing may follow it (ret is
+ * the last ZSTD_decompressStream result). NULL when it ends cleanly. */
+static const char *stream_tail(kcd_stream *s, size_t ret)
+{
+    uint8_t extra;
+    for (int i = 0; i < 4 && (ret != 0 || s->in.pos < s->in.size); i++) {
+        ZSTD_outBuffer o1 = {&extra, 1, 0};
+        ret = ZSTD_decompressStream(s->dctx, &o1, &s->in);
+        if (ZSTD_isError(ret))
+            return ZSTD_getErrorName(ret);
+        if (o1.pos)
+            return "stored stream is longer than its entry";
+    }
+    return ret != 0 || s->in.pos < s->in.size ? "stored stream does not end with its entry" : NULL;
+}
+
+/* Decodes the next bytes of an envelope stream. The stored bytes passed
+ * their checksum when read, so a decoding failure here is a store fault:
+ * the transfer is aborted (the client sees it cut short), never completed
+ * with wrong bytes. */
+static ssize_t envelope_read(kcd_stream *s, uint8_t *buf, size_t cap)
+{
+    uint64_t left = s->total - s->bytes;
+    if (left == 0)
+        return 0;
+    const char *why = NULL;
+    ZSTD_outBuffer out = {buf, cap < left ? cap : (size_t)left, 0};
+    size_t ret = 0;
+    while (out.pos == 0 && !why) {
+        size_t in0 = s->in.pos;
+        ret = ZSTD_decompressStream(s->dctx, &out, &s->in);
+        if (ZSTD_isError(ret))
+            why = ZSTD_getErrorName(ret);
+        else if (out.pos == 0 && s->in.pos == in0)
+            why = "stored stream ends early";
+    }
+    if (!why && s->bytes + out.pos == s->total)
+        why = stream_tail(s, ret);
+    if (why) {
+        kcd_log(KCD_LOG_ERROR, "streaming %s aborted after %" PRIu64 " of %" PRIu64 " bytes: %s",
+                s->key, s->bytes, s->total, why);
+        s->failed = true;
+        return -1;
+    }
+    s->bytes += out.pos;
+    if (s->metrics)
+        kcd_metrics_add(&s->metrics->bytes_out, out.pos);
+    return (ssize_t)out.pos;
+}
 
 ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
 {
     if (s->failed)
         return -1;
+    if (!s->cur)
+        return envelope_read(s, buf, cap);
     size_t n = 0;
     kc_err e = {0};
     if (kc_bundle_cursor_read(s->cur, buf, cap, &n, &e) != KC_OK) {
@@ -735,9 +910,12 @@ void kcd_stream_free(kcd_stream *s)
 {
     if (!s)
         return;
-    kcd_log(KCD_LOG_DEBUG, "bundle stream closed after %" PRIu64 " bytes", s->bytes);
+    if (s->cur)
+        kcd_log(KCD_LOG_DEBUG, "bundle stream closed after %" PRIu64 " bytes", s->bytes);
     kc_bundle_cursor_close(s->cur);
     kc_store_close(s->store);
+    ZSTD_freeDCtx(s->dctx);
+    free(s->z);
     free(s);
 }
 
@@ -799,6 +977,8 @@ static bool buf_append(kcd_exchange *x, const void *data, size_t len)
             cap *= 2;
         if (cap > x->ctx->max_blob + 1 && x->len + len <= x->ctx->max_blob + 1)
             cap = x->ctx->max_blob + 1;
+        if (!hold(x, cap))
+            return false;
         uint8_t *b = realloc(x->buf, cap);
         if (!b) {
             resp_error(x, 500, "out of memory for a %zu-byte body", cap);
@@ -874,7 +1054,24 @@ static bool import_flush(kcd_exchange *x)
         return false;
     }
     x->len = 0;
-    return true;
+    /* the importer gathers a record (up to --max-blob) before storing it */
+    return hold(x, KCD_IMPORT_FEED + kc_bundle_import_buffered(x->import));
+}
+
+static bool feed_body(kcd_exchange *x, const void *data, size_t len);
+
+/* An upload refused mid-body keeps nothing of its body while the rest
+ * arrives (or does not). */
+static void drop_body(kcd_exchange *x)
+{
+    free(x->buf);
+    x->buf = NULL;
+    x->len = x->cap = 0;
+    kc_bundle_import_free(x->import);
+    x->import = NULL;
+    kc_store_close(x->import_store);
+    x->import_store = NULL;
+    hold(x, 0);
 }
 
 bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len)
@@ -882,6 +1079,22 @@ bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len)
     if (x->resp)
         return false;
     x->bytes_in += len;
+    if (feed_body(x, data, len))
+        return true;
+    drop_body(x);
+    return false;
+}
+
+uint64_t kcd_exchange_body_left(const kcd_exchange *x)
+{
+    if (x->content_length < 0)
+        return UINT64_MAX;
+    return (uint64_t)x->content_length > x->bytes_in ? (uint64_t)x->content_length - x->bytes_in
+                                                     : 0;
+}
+
+static bool feed_body(kcd_exchange *x, const void *data, size_t len)
+{
     if (len == 0)
         return true;
     if (x->body == BODY_BUNDLE) {
@@ -1098,6 +1311,10 @@ static void route(kcd_exchange *x, const kcd_request *req)
 {
     const char *m = req->method ? req->method : "";
     const char *p = req->path ? req->path : "";
+    if (req->framing_error) { /* before anything else: which body is meant is unclear */
+        x->route = KCD_R_OTHER;
+        return resp_error(x, 400, "%s", req->framing_error);
+    }
     bool get = !strcmp(m, "GET"), head = !strcmp(m, "HEAD"), put = !strcmp(m, "PUT"),
          post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
 
@@ -1163,6 +1380,8 @@ static void route(kcd_exchange *x, const kcd_request *req)
         if (kc_store_open(x->ctx->data, &x->ctx->sopts, &x->import_store, &e) != KC_OK ||
             kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
             resp_store_error(x, &e);
+        else /* each artifact obeys --max-blob as a PUT does, before it is buffered */
+            kc_bundle_import_set_max_payload(x->import, x->ctx->max_blob);
         return;
     }
     if (!strncmp(p, "/ccache/", 8) || !strcmp(p, "/ccache")) {
@@ -1242,6 +1461,7 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
                 completed ? "" : " aborted");
     kcd_response_free(x->resp);
     free(x->buf);
+    hold(x, 0);
     kc_sha256_free(x->sha);
     if (x->header_ok)
         kc_envelope_header_free(&x->hdr);
@@ -1273,7 +1493,7 @@ kcd_response *kcd_handle(kcd_ctx *ctx, const char *method, const char *path, con
                          size_t len)
 {
     kv_set hs = {headers, nheaders, true}, as = {args, nargs, false};
-    kcd_request req = {method, path, kv_lookup, &hs, kv_lookup, &as, "in-process"};
+    kcd_request req = {method, path, kv_lookup, &hs, kv_lookup, &as, "in-process", NULL};
     kcd_exchange *x = kcd_exchange_begin(ctx, &req);
     if (!x)
         return NULL;

@@ -66,10 +66,12 @@ typedef struct kcd_request {
     void *header_cls;
     kcd_lookup_fn arg; /* decoded query arguments; may be NULL */
     void *arg_cls;
-    const char *remote; /* client address for the access log; may be NULL */
+    const char *remote;        /* client address for the access log; may be NULL */
+    const char *framing_error; /* non-NULL: the socket layer found the request's framing
+                                * ambiguous (e.g. two Content-Length headers); answered 400 */
 } kcd_request;
 
-/* A streamed response body (GET /v1/bundle). */
+/* A streamed response body (GET /v1/bundle, large envelopes). */
 typedef struct kcd_stream kcd_stream;
 /* Copies up to cap bytes into buf. Returns the count (> 0), 0 at the end of
  * the stream, -1 on a failure (the transfer must then be aborted so the
@@ -88,7 +90,8 @@ typedef struct kcd_response {
     void *blob;                   /* when non-NULL, body points into this kcd_blob (kcd_hot.h), of
                                    * which the response holds one reference instead */
     size_t body_len;
-    kcd_stream *stream;  /* non-NULL: the body is streamed instead (length unknown) */
+    kcd_stream *stream;  /* non-NULL: the body is streamed instead */
+    uint64_t stream_len; /* the streamed body's length; 0 = unknown (chunked) */
     char extra_name[40]; /* optional extra header ("" = none) */
     char extra_value[64];
 } kcd_response;
@@ -108,6 +111,10 @@ kcd_response *kcd_exchange_response(kcd_exchange *x);
 /* Feeds body bytes. Returns false when a response became ready (an error
  * such as 413 or 400): stop feeding and answer it. */
 bool kcd_exchange_feed(kcd_exchange *x, const void *data, size_t len);
+
+/* Body bytes still to come by the request's Content-Length (UINT64_MAX when
+ * it has none, e.g. chunked). */
+uint64_t kcd_exchange_body_left(const kcd_exchange *x);
 
 /* Ends the body; afterwards kcd_exchange_response() is non-NULL. */
 void kcd_exchange_end(kcd_exchange *x);

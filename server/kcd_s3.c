@@ -20,6 +20,7 @@
 
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_sign.h"
 #include "kc_util.h"
 
 #define S3_POOL_MAX 16
@@ -491,9 +492,10 @@ struct kcd_s3 {
     double down_until; /* kc_now() seconds */
     double backoff_s;
     char last_error[256];
+    const kc_trust *trust; /* kcd_s3_set_trust: objects must be signed by one of its keys */
 
-    _Atomic uint64_t get_hits, get_misses, get_errors, head_requests, put_ok, put_errors,
-        queue_dropped, skipped_down, bytes_in, bytes_out;
+    _Atomic uint64_t get_hits, get_misses, get_errors, get_untrusted, head_requests, put_ok,
+        put_errors, queue_dropped, skipped_down, bytes_in, bytes_out;
 };
 
 static CURL *s3_handle_get(kcd_s3 *s)
@@ -736,9 +738,10 @@ static kc_code s3_request(kcd_s3 *s, const char *method, const char *key, const 
     return rc;
 }
 
-/* Checks that env is a complete, intact envelope for key. */
+/* Checks that env is a complete, intact envelope for key and, with trust
+ * set (reads only), that a trusted key signed it (KC_ERR_UNTRUSTED). */
 static kc_code s3_check_envelope(const char *url_key, const char *key, const uint8_t *env,
-                                 size_t len, bool check_payload, kc_err *err)
+                                 size_t len, bool check_payload, const kc_trust *trust, kc_err *err)
 {
     kc_envelope_header h;
     memset(&h, 0, sizeof h);
@@ -759,6 +762,10 @@ static kc_code s3_check_envelope(const char *url_key, const char *key, const uin
         if (memcmp(sha, h.payload_sha, KC_SHA256_LEN) != 0)
             rc = kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: payload digest mismatch", url_key);
     }
+    if (rc == KC_OK && trust &&
+        (rc = kc_trust_check(trust, h.key, h.kind, h.payload_len, h.payload_sha, h.meta, &sub)) !=
+            KC_OK)
+        rc = kc_err_set(err, rc, "s3 object %s: %s", url_key, sub.msg);
     kc_envelope_header_free(&h);
     return rc;
 }
@@ -781,7 +788,7 @@ kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_er
         if (!body.buf)
             rc = kc_err_set(err, KC_ERR_CORRUPT, "s3 object %s: empty", url_key);
         else
-            rc = s3_check_envelope(url_key, key, body.buf, body.len, true, err);
+            rc = s3_check_envelope(url_key, key, body.buf, body.len, true, s->trust, err);
     }
     if (rc == KC_OK) {
         atomic_fetch_add(&s->get_hits, 1);
@@ -791,7 +798,10 @@ kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_er
         return KC_OK;
     }
     free(body.buf);
-    atomic_fetch_add(rc == KC_ERR_NOT_FOUND ? &s->get_misses : &s->get_errors, 1);
+    atomic_fetch_add(rc == KC_ERR_NOT_FOUND   ? &s->get_misses
+                     : rc == KC_ERR_UNTRUSTED ? &s->get_untrusted
+                                              : &s->get_errors,
+                     1);
     return rc;
 }
 
@@ -831,7 +841,7 @@ static kc_code s3_put_check(kcd_s3 *s, const char *key, const uint8_t *env, size
         return kc_err_set(err, KC_ERR_INVALID, "s3 put: bad key '%.80s'", key);
     char url_key[2200];
     snprintf(url_key, sizeof url_key, "%s%s", s->base_url, key);
-    return s3_check_envelope(url_key, key, env, len, false, err);
+    return s3_check_envelope(url_key, key, env, len, false, NULL, err);
 }
 
 kc_code kcd_s3_put_sync(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
@@ -1070,12 +1080,18 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms)
     curl_global_cleanup();
 }
 
+void kcd_s3_set_trust(kcd_s3 *s, const kc_trust *trust)
+{
+    s->trust = trust;
+}
+
 void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st)
 {
     memset(st, 0, sizeof *st);
     st->get_hits = atomic_load(&s->get_hits);
     st->get_misses = atomic_load(&s->get_misses);
     st->get_errors = atomic_load(&s->get_errors);
+    st->get_untrusted = atomic_load(&s->get_untrusted);
     st->head_requests = atomic_load(&s->head_requests);
     st->put_ok = atomic_load(&s->put_ok);
     st->put_errors = atomic_load(&s->put_errors);
@@ -1101,6 +1117,10 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         "kcached_s3_get_total{result=\"hit\"} %llu\n"
         "kcached_s3_get_total{result=\"miss\"} %llu\n"
         "kcached_s3_get_total{result=\"error\"} %llu\n"
+        "# HELP kcached_s3_untrusted_total Objects read from the S3 tier and refused because no "
+        "trusted key signed them (--trusted-keys).\n"
+        "# TYPE kcached_s3_untrusted_total counter\n"
+        "kcached_s3_untrusted_total %llu\n"
         "# HELP kcached_s3_put_total Uploads to the S3 tier by result.\n"
         "# TYPE kcached_s3_put_total counter\n"
         "kcached_s3_put_total{result=\"ok\"} %llu\n"
@@ -1126,10 +1146,11 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         "# TYPE kcached_s3_up gauge\n"
         "kcached_s3_up %d\n",
         (unsigned long long)st.get_hits, (unsigned long long)st.get_misses,
-        (unsigned long long)st.get_errors, (unsigned long long)st.put_ok,
-        (unsigned long long)st.put_errors, (unsigned long long)st.queue_dropped,
-        (unsigned long long)(st.get_errors + st.put_errors), (unsigned long long)st.skipped_down,
-        (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out,
-        (unsigned long long)st.queue_depth, (unsigned long long)st.queue_bytes, st.down ? 0 : 1);
+        (unsigned long long)st.get_errors, (unsigned long long)st.get_untrusted,
+        (unsigned long long)st.put_ok, (unsigned long long)st.put_errors,
+        (unsigned long long)st.queue_dropped, (unsigned long long)(st.get_errors + st.put_errors),
+        (unsigned long long)st.skipped_down, (unsigned long long)st.bytes_in,
+        (unsigned long long)st.bytes_out, (unsigned long long)st.queue_depth,
+        (unsigned long long)st.queue_bytes, st.down ? 0 : 1);
     return n < 0 ? 0 : (size_t)n;
 }

@@ -124,12 +124,20 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms);
 
 /* Read-through: GETs the envelope of key from the bucket and checks it (the
  * envelope header parses, names this key, its length and payload digest are
- * right). On KC_OK *env (malloc'd, caller frees with free()) and *len hold
- * the envelope. KC_ERR_NOT_FOUND: not in the bucket. KC_ERR_CORRUPT: the
+ * right, and with kcd_s3_set_trust a trusted key signed it). On KC_OK *env (malloc'd, caller frees
+ * with free()) and *len hold the envelope. KC_ERR_NOT_FOUND: not in the bucket. KC_ERR_CORRUPT: the
  * object is not a valid envelope for key. KC_ERR_TOO_LARGE: bigger than
- * max_object. KC_ERR_AUTH: 403. KC_ERR_REMOTE: bucket unreachable, timed
- * out, 5xx, or the tier is in back-off. KC_ERR_INVALID: bad key. */
+ * max_object. KC_ERR_UNTRUSTED: not signed by a trusted key
+ * (counted as kcached_s3_untrusted_total). KC_ERR_AUTH: 403. KC_ERR_REMOTE: bucket unreachable,
+ * timed out, 5xx, or the tier is in back-off. KC_ERR_INVALID: bad key. */
 kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_err *err);
+
+/* Makes every later kcd_s3_get refuse an object that no key of trust signed
+ * (kc_trust_check), so no consumer of the tier can serve one; NULL turns
+ * the check off. trust is borrowed and must outlive s. Call before the
+ * handle is shared between threads. */
+struct kc_trust;
+void kcd_s3_set_trust(kcd_s3 *s, const struct kc_trust *trust);
 
 /* HEAD of key: KC_OK (with *size, may be NULL) or the codes of kcd_s3_get. */
 kc_code kcd_s3_head(kcd_s3 *s, const char *key, uint64_t *size, kc_err *err);
@@ -153,9 +161,10 @@ size_t kcd_s3_flush(kcd_s3 *s, long timeout_ms);
 
 /* Cumulative counters since kcd_s3_open. */
 typedef struct kcd_s3_stats {
-    uint64_t get_hits;   /* objects read through */
-    uint64_t get_misses; /* 404 */
-    uint64_t get_errors; /* transport, 5xx, 403, corrupt, too large, or skipped while down */
+    uint64_t get_hits;      /* objects read through */
+    uint64_t get_misses;    /* 404 */
+    uint64_t get_errors;    /* transport, 5xx, 403, corrupt, too large, or skipped while down */
+    uint64_t get_untrusted; /* valid objects refused: no trusted key signed them */
     uint64_t head_requests;
     uint64_t put_ok;        /* objects written (sync or async) */
     uint64_t put_errors;    /* uploads that failed (or were refused while down) */

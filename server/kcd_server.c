@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@ struct kcd_server {
     int listen_fd;
     unsigned port;
     unsigned grace;
+    unsigned timeout; /* --timeout: idle limit once a request head is in */
     bool tls;
     uint64_t active; /* requests begun and not yet completed */
     char *tls_cert, *tls_key;
@@ -130,6 +132,26 @@ static const char *mhd_arg(void *cls, const char *name)
     return MHD_lookup_connection_value(cls, MHD_GET_ARGUMENT_KIND, name);
 }
 
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        ++*(unsigned *)cls;
+    return MHD_YES;
+}
+
+/* Why the request's body framing is ambiguous, or NULL. Two Content-Length
+ * headers let a proxy and kcached disagree on where a request ends (request
+ * smuggling, RFC 9112 section 6.3). */
+static const char *framing_error(struct MHD_Connection *c)
+{
+    unsigned n = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_content_length, &n);
+    return n > 1 ? "more than one Content-Length header" : NULL;
+}
+
 /* True when the request announces a body (Content-Length > 0 or chunked). */
 static bool has_body(struct MHD_Connection *c)
 {
@@ -165,8 +187,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls,
     kcd_response *r = kcd_exchange_response(cs->x);
     struct MHD_Response *mr;
     if (r->stream) {
-        mr = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024, stream_cb, r->stream,
-                                               stream_free_cb);
+        mr = MHD_create_response_from_callback(r->stream_len ? r->stream_len : MHD_SIZE_UNKNOWN,
+                                               256 * 1024, stream_cb, r->stream, stream_free_cb);
         if (mr)
             r->stream = NULL; /* MHD owns it now */
     } else if (r->blob && ((kcd_blob *)r->blob)->fd >= 0 && !tls) {
@@ -234,7 +256,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, remote,
                           sizeof remote);
         }
-        kcd_request req = {method, url, mhd_header, c, mhd_arg, c, remote};
+        /* the head is in: from now on the ordinary idle timeout applies */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, srv->timeout);
+        kcd_request req = {method, url, mhd_header, c, mhd_arg, c, remote, framing_error(c)};
         cs->x = kcd_exchange_begin(srv->ctx, &req);
         if (!cs->x) {
             free(cs);
@@ -259,8 +283,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cs->discarded += n;
             return cs->discarded > KCD_DISCARD_MAX ? MHD_NO : MHD_YES;
         }
-        if (!kcd_exchange_feed(cs->x, upload_data, n))
-            queue(c, cs, srv->tls, true); /* may be refused mid-body; then answered at the end */
+        /* An error answer may be refused mid-body; it is then given at the
+         * end, unless the body announces more than is worth discarding: a
+         * stalled or huge upload is cut off at once instead. */
+        if (!kcd_exchange_feed(cs->x, upload_data, n) && queue(c, cs, srv->tls, true) != MHD_YES &&
+            kcd_exchange_body_left(cs->x) != UINT64_MAX &&
+            kcd_exchange_body_left(cs->x) > KCD_DISCARD_MAX)
+            return MHD_NO;
         return MHD_YES;
     }
     if (cs->queued)
@@ -366,6 +395,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     srv->listen_fd = -1;
     srv->grace = cfg->grace;
+    srv->timeout = cfg->timeout;
     kc_code rc = KC_OK;
     bool tls = cfg->tls_cert && cfg->tls_key;
     srv->tls = tls;
@@ -393,18 +423,27 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     struct MHD_OptionItem tls_opts[] = {
         {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->tls_cert},
         {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->tls_key},
+        {tls ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_END, 0,
+         (void *)(cfg->tls_priorities ? cfg->tls_priorities : KCD_TLS_PRIORITIES_DEFAULT)},
         {MHD_OPTION_END, 0, NULL},
     };
+    /* A new connection gets --header-timeout (shorter) to send its request
+     * head; on_request then switches it to --timeout. libmicrohttpd 0.9.75
+     * has idle timeouts only, so a head trickled a byte at a time can
+     * outlive this; --per-ip-connections bounds how many such one client
+     * can hold. */
+    unsigned head_timeout = cfg->header_timeout < cfg->timeout ? cfg->header_timeout : cfg->timeout;
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout,
-        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)KCD_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb,
-        NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, head_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        cfg->per_ip_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KCD_CONN_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
+        NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
     if (!srv->mhd) {
         rc = kc_err_set(err, KC_ERR_IO, "libmicrohttpd failed to start on %s%s", cfg->listen,
-                        tls ? " (check --tls-cert/--tls-key)" : "");
+                        tls ? " (check --tls-cert, --tls-key and --tls-priorities)" : "");
         goto fail;
     }
     if ((rc = upkeep_start(srv, cfg->compact_interval, err)) != KC_OK)
@@ -418,6 +457,12 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
             threads, tls ? ", TLS" : "",
             cfg->tokens ? "" : ", authentication disabled (no --tokens)");
+    char warnings[2048];
+    kcd_config_warnings(cfg, warnings, sizeof warnings);
+    for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        kcd_log(KCD_LOG_WARN, "%s", line);
+    }
     *out = srv;
     return KC_OK;
 fail:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kcd_config.h"
@@ -17,6 +18,10 @@ extern char **environ;
 
 int main(int argc, char **argv)
 {
+    /* The store holds every client's artifacts: its directory 0700 and its
+     * files (database, WAL, shared memory, packs, port file) 0600, whatever
+     * umask kcached was started with. */
+    umask(077);
     kcd_config cfg;
     kcd_config_action action;
     kc_err err = {0};
@@ -41,6 +46,12 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.check_config) {
+        char warnings[2048];
+        kcd_config_warnings(&cfg, warnings, sizeof warnings);
+        for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+            *nl = 0;
+            fprintf(stderr, "kcached: warning: %s\n", line);
+        }
         kcd_config_print(&cfg, stdout);
         printf("# configuration OK\n");
         kcd_config_free(&cfg);

@@ -1,15 +1,19 @@
 /*
  * test_server_s3.c - two real kcached instances sharing one S3 bucket
  * (s3rver on loopback) through the kcd_s3 tier: an artifact PUT to one is
- * read through by the other, and the tier's counters appear in /metrics.
+ * read through by the other, and the tier's counters appear in /metrics;
+ * a --trusted-keys instance serves only signed objects from the bucket.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_sign.h"
+#include "kcd_s3.h"
 #include "kc_s3server.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
@@ -70,4 +74,112 @@ Test(server_s3, instances_share_a_bucket, .timeout = 120)
     kc_testserver_cleanup(&a);
     kc_testserver_cleanup(&b);
     free(env);
+}
+
+static uint8_t *envelope_of(const char *seed, size_t n, char key[65], size_t *len)
+{
+    kc_sha256_hex(seed, strlen(seed), key);
+    uint8_t *payload = malloc(n);
+    kc_test_fill_random(payload, n, 5);
+    kc_artifact art;
+    kc_err e = {0};
+    cr_assert_eq(kc_artifact_init(&art, key, "cpu-so", NULL, payload, n, &e), KC_OK);
+    uint8_t *env;
+    cr_assert_eq(kc_envelope_encode(&art, &env, len, &e), KC_OK);
+    kc_artifact_free(&art);
+    free(payload);
+    return env;
+}
+
+/* Writes env to the bucket the way a fleet member without --trusted-keys
+ * (or anyone holding the S3 credentials) would, and waits until it reads
+ * back whole. */
+static void plant(kcd_s3 *s3, const char *key, const uint8_t *env, size_t len)
+{
+    kc_err e = {0};
+    cr_assert_eq(kcd_s3_put_sync(s3, key, env, len, &e), KC_OK, "%s", e.msg);
+    uint8_t *got = NULL;
+    size_t got_len = 0;
+    for (int i = 0; i < 200 && (kcd_s3_get(s3, key, &got, &got_len, &e) != KC_OK || got_len != len);
+         i++) {
+        free(got);
+        got = NULL;
+        usleep(20 * 1000);
+    }
+    cr_assert_eq(got_len, len, "planted object never read back whole");
+    free(got);
+}
+
+/* Issue 14 item 1: read-through used to serve (and keep in memory) an
+ * unsigned object to clients of a --trusted-keys server. */
+Test(server_s3, trusted_keys_hold_for_objects_read_from_the_bucket, .timeout = 120)
+{
+    if (!kc_s3server_bin())
+        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
+    char *root = kc_test_mkdtemp("s3trust");
+    char *sign_pem = kc_test_path(root, "sign.pem"), *pub_pem = kc_test_path(root, "trusted.pem");
+    cr_assert_eq(kc_test_make_ed25519(sign_pem, pub_pem), 0, "openssl could not make a key pair");
+
+    kc_s3server s3;
+    cr_assert_eq(kc_s3server_start(&s3, BUCKET), 0, "s3rver did not start");
+    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kcd_s3_config c;
+    kcd_s3_config_defaults(&c);
+    kc_err e = {0};
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-endpoint", s3.endpoint, "test", &e), KC_OK);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-bucket", BUCKET, "test", &e), KC_OK);
+    kcd_s3 *fleet;
+    cr_assert_eq(kcd_s3_open(&c, &fleet, &e), KC_OK, "%s", e.msg);
+
+    char bad[65], good[65];
+    size_t bad_len, good_len0, good_len;
+    uint8_t *bad_env = envelope_of("planted-unsigned", 3000, bad, &bad_len);
+    uint8_t *good_env0 = envelope_of("published-signed", 3000, good, &good_len0);
+    kc_signer *sg;
+    cr_assert_eq(kc_signer_load(sign_pem, &sg, &e), KC_OK, "%s", e.msg);
+    uint8_t *good_env;
+    cr_assert_eq(kc_sign_header(sg, good_env0, good_len0, &good_env, &good_len, &e), KC_OK);
+    kc_signer_free(sg);
+    plant(fleet, bad, bad_env, bad_len);
+    plant(fleet, good, good_env, good_len);
+
+    const char *args[] = {"--s3-endpoint",  s3.endpoint, "--s3-bucket", BUCKET,
+                          "--trusted-keys", pub_pem,     NULL};
+    kc_testserver ts;
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    char path[128];
+    kc_http_result r;
+    snprintf(path, sizeof path, "/v1/artifacts/%s", bad);
+    for (int i = 0; i < 2; i++) { /* twice: nothing of it was kept in memory either */
+        kc_testserver_http(&ts, "GET", path, NULL, NULL, 0, false, &r);
+        cr_expect_eq(r.status, 404, "unsigned object from the bucket served: %ld", r.status);
+        kc_http_result_free(&r);
+    }
+    const char *zstd[] = {"Accept-Encoding: zstd", NULL};
+    kc_testserver_http(&ts, "GET", path, zstd, NULL, 0, false, &r);
+    cr_expect_eq(r.status, 404, "unsigned object served on the zstd path: %ld", r.status);
+    kc_http_result_free(&r);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", good);
+    kc_testserver_http(&ts, "GET", path, NULL, NULL, 0, false, &r);
+    cr_expect_eq(r.status, 200, "signed object refused: %s", r.body);
+    cr_expect(r.len == good_len && !memcmp(r.body, good_env, good_len));
+    kc_http_result_free(&r);
+    kc_testserver_http(&ts, "GET", "/metrics", NULL, NULL, 0, false, &r);
+    cr_expect(strstr((char *)r.body, "kcached_s3_untrusted_total 3\n") != NULL, "%s", r.body);
+    cr_expect(strstr((char *)r.body, "kcached_s3_get_total{result=\"hit\"} 1\n") != NULL, "%s",
+              r.body);
+    kc_http_result_free(&r);
+    cr_expect_eq(kc_testserver_stop(&ts), 0);
+    kc_testserver_cleanup(&ts);
+    kcd_s3_close(fleet, 0);
+    kcd_s3_config_free(&c);
+    kc_s3server_stop(&s3);
+    free(bad_env);
+    free(good_env0);
+    free(good_env);
+    kc_test_rmtree(root);
+    free(root);
+    free(sign_pem);
+    free(pub_pem);
 }
