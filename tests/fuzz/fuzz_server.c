@@ -50,7 +50,9 @@ static void setup(void)
     snprintf(tokens, sizeof tokens, "%s/tokens", dir);
     snprintf(data_dir, sizeof data_dir, "%s/data", dir);
     FILE *f = fopen(tokens, "w");
-    fputs("tok-read read reader\ntok-write read,write writer\ntok-admin admin ops\n", f);
+    fputs("tok-read-fuzz-0001 read reader\ntok-write-fuzz-0001 read,write "
+          "writer\ntok-admin-fuzz-0001 admin ops\n",
+          f);
     fclose(f);
     kcd_config cfg;
     kcd_config_defaults(&cfg);

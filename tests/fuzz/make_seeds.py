@@ -87,9 +87,9 @@ def main():
     write("fuzz_config", "config.conf", "# kcached settings\nlisten = 127.0.0.1:7070\n"
           "data = /var/lib/kcached\nmax-size = 10G\nmax_blob = 512M\nanonymous-read = true\n"
           "threads = 4\ntimeout = 30\nlog-level = debug\ntokens = \"/etc/kcached/tokens\"\n")
-    write("fuzz_config", "tokens.txt", "# token scopes name\nsecret1 read ci\n"
-          "secret2 read,write builder\nsecret3 admin ops\nBearer secret2\n"
-          "Basic c2VjcmV0MTo=\nBasic OnNlY3JldDE=\n")
+    write("fuzz_config", "tokens.txt", "# token scopes name\nsecret1-0123456789ab read ci\n"
+          "secret2-0123456789ab read,write builder\nsecret3-0123456789ab admin ops\n"
+          "Bearer secret2-0123456789ab\nBasic c2VjcmV0MS0wMTIzNDU2Nzg5YWI6\nBasic OnNlY3JldDEtMDEyMzQ1Njc4OWFi\n")
     write("fuzz_config", "listen-v6.txt", "[::1]:7070\n")
     write("fuzz_config", "listen-port.txt", ":0\n")
     write("fuzz_config", "argv.bin", b"--listen\x00127.0.0.1:0\x00--data\x00/tmp/d\x00"
@@ -99,9 +99,9 @@ def main():
         text = "%s\n%s\n" % (method, path) + "".join(h + "\n" for h in headers) + "\n"
         write("fuzz_server", name, text.encode() + body)
 
-    adm = "Authorization: Bearer tok-admin"
-    wr = "Authorization: Bearer tok-write"
-    rd = "Authorization: Bearer tok-read"
+    adm = "Authorization: Bearer tok-admin-fuzz-0001"
+    wr = "Authorization: Bearer tok-write-fuzz-0001"
+    rd = "Authorization: Bearer tok-read-fuzz-0001"
     k0 = key_of("a")
     req("healthz", "GET", "/healthz")
     req("metrics", "GET", "/metrics", [rd])
