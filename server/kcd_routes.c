@@ -656,6 +656,32 @@ static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     return true;
 }
 
+/* This thread's decompression context for envelopes decoded whole, made on
+ * first use and freed when the thread ends. NULL when out of memory. */
+static pthread_key_t kcd_dctx_key;
+static pthread_once_t kcd_dctx_once = PTHREAD_ONCE_INIT;
+
+static void dctx_free(void *d)
+{
+    ZSTD_freeDCtx(d);
+}
+
+static void dctx_key_make(void)
+{
+    pthread_key_create(&kcd_dctx_key, dctx_free);
+}
+
+static ZSTD_DCtx *thread_dctx(void)
+{
+    pthread_once(&kcd_dctx_once, dctx_key_make);
+    ZSTD_DCtx *d = pthread_getspecific(kcd_dctx_key);
+    if (!d && (d = ZSTD_createDCtx()) && pthread_setspecific(kcd_dctx_key, d) != 0) {
+        ZSTD_freeDCtx(d);
+        d = NULL;
+    }
+    return d;
+}
+
 /* Answers 200 with an envelope streamed from z, the stored zstd stream of
  * x->key (taken over on success). False, z untouched, when its payload
  * frame needs a bigger decoding window than KCD_STREAM_WINDOW_LOG allows. */
@@ -706,7 +732,8 @@ static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     if (envlen > x->ctx->stream_above && stream_envelope(x, z, zlen, envlen))
         return true;
     uint8_t *env = malloc(envlen ? envlen : 1);
-    size_t got = env ? ZSTD_decompress(env, envlen, z, zlen) : 0;
+    ZSTD_DCtx *d = thread_dctx();
+    size_t got = env && d ? ZSTD_decompressDCtx(d, env, envlen, z, zlen) : 0;
     free(z);
     if (env && !ZSTD_isError(got) && got == envlen) {
         put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, envlen);
