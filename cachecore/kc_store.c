@@ -1001,13 +1001,35 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
     return KC_OK;
 }
 
+/* Inside a write txn: removes key's entry (and its blob when nothing else
+ * uses it) so a replacing put can insert afresh. */
+static int drop_key(kc_store *s, const char *key)
+{
+    sqlite3_stmt *st = stmt(s, ST_ENTRY_BY_KEY);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = step_retry(st);
+    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int64_t blob = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return SQLITE_OK;
+    if (rc != SQLITE_ROW)
+        return rc;
+    int64_t freed;
+    return drop_entry(s, id, blob, &freed);
+}
+
 /* Stores a. With frame (a->payload then unused), the payload arrives as a
  * zstd frame, checked against a->payload_sha unless verified says that was
  * done; without, verified says a->payload_sha is already known to match
- * a->payload. */
+ * a->payload.
+ * replace: an existing entry for the key is swapped for this one in the same
+ * transaction (readers see the old entry or the new one, never neither). */
 static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
-                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool *created,
-                        kc_err *err)
+                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool replace,
+                        bool *created, kc_err *err)
 {
     if (created)
         *created = false;
@@ -1037,7 +1059,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
     bool exists = false;
     int64_t blob = 0;
     int rc = precheck(s, a->key, sha, &exists, &blob);
-    if (rc == SQLITE_OK && exists)
+    if (rc == SQLITE_OK && exists && !replace)
         return KC_OK;
     if (rc != SQLITE_OK)
         return db_err(s, err, rc, "looking up");
@@ -1066,6 +1088,15 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
      * and the lock; inside one, the lock was already held for that look */
     if (!s->batch)
         rc = precheck(s, a->key, sha, &exists, &blob);
+    bool replaced = false;
+    if (rc == SQLITE_OK && exists && replace) {
+        /* the old entry may have held the only reference to this payload's
+         * blob: look again, and make it below if it went */
+        rc = drop_key(s, a->key);
+        if (rc == SQLITE_OK)
+            rc = precheck(s, a->key, sha, &exists, &blob);
+        replaced = true;
+    }
     if (rc == SQLITE_OK && exists) {
         if (z_owned)
             free((void *)z);
@@ -1179,7 +1210,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return code;
     }
     if (created)
-        *created = true;
+        *created = !replaced;
     return KC_OK;
 }
 
@@ -1213,18 +1244,23 @@ static bool origin_outside(const char *origin)
 
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, created, err);
+    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, false, created, err);
 }
 
 kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
                           kc_err *err)
 {
-    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, created, err);
+    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, false, created, err);
+}
+
+kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, true, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, created, err);
+    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, false, created, err);
 }
 
 const struct kc_trust *kc_store__trust(const kc_store *s)
@@ -1240,7 +1276,7 @@ kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uin
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len,
+    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len, false,
                     created, err);
 }
 
@@ -1274,7 +1310,7 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, created, err);
+    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, false, created, err);
     kc_artifact_free(&a);
     return code;
 }

@@ -116,6 +116,13 @@ kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *e
 kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
                           kc_err *err);
 
+/* Like kc_store_put, but an existing entry for the key is replaced by this
+ * one in the same transaction: a concurrent reader gets the old artifact or
+ * the new one, never a mix or a miss. *created (may be NULL) is false when
+ * an entry was replaced. For mutable names (ccache's /ccache paths, Redis
+ * keys); content-addressed artifacts keep kc_store_put's first-writer rule. */
+kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
+
 /* Decodes and verifies a complete envelope (origin REMOTE), then stores it. When
  * expected_key is non-NULL, an envelope for another key is KC_ERR_INVALID. */
 kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,

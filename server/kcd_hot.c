@@ -29,7 +29,8 @@ typedef struct hot_shard {
     hot_ent **buckets;
     size_t nbuckets, count;
     uint64_t bytes, cap;
-    hot_ent lru; /* sentinel */
+    uint64_t drops; /* kcd_hot_drop calls: the epoch of kcd_hot_put_since */
+    hot_ent lru;    /* sentinel */
 } hot_shard;
 
 struct kcd_hot {
@@ -227,8 +228,22 @@ fail:
     return NULL;
 }
 
+uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex)
+{
+    uint8_t k[KC_SHA256_LEN];
+    if (!h || !parse_key(key_hex, k))
+        return 0;
+    return __atomic_load_n(&shard_of(h, k)->drops, __ATOMIC_ACQUIRE);
+}
+
 void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
                  double now)
+{
+    kcd_hot_put_since(h, ns, key_hex, data, len, now, KCD_HOT_ANY_EPOCH);
+}
+
+void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
+                       double now, uint64_t epoch)
 {
     uint8_t k[KC_SHA256_LEN];
     if (!h || len > h->max_entry || !parse_key(key_hex, k))
@@ -240,6 +255,12 @@ void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, s
     if (!b)
         return;
     pthread_mutex_lock(&s->lock);
+    if (epoch != KCD_HOT_ANY_EPOCH && s->drops != epoch) {
+        /* a drop since the caller's read: its bytes may be the old ones */
+        pthread_mutex_unlock(&s->lock);
+        kcd_blob_unref(b);
+        return;
+    }
     hot_ent **pp = find(s, k, ns);
     if (*pp)
         remove_ent(s, pp);
@@ -275,7 +296,8 @@ void kcd_hot_drop(kcd_hot *h, const char *key_hex)
         return;
     hot_shard *s = shard_of(h, k);
     pthread_mutex_lock(&s->lock);
-    for (int ns = KCD_HOT_ENVELOPE; ns <= KCD_HOT_CCACHE; ns++) {
+    __atomic_store_n(&s->drops, s->drops + 1, __ATOMIC_RELEASE);
+    for (int ns = KCD_HOT_ENVELOPE; ns <= KCD_HOT_REDIS; ns++) {
         hot_ent **pp = find(s, k, ns);
         if (*pp)
             remove_ent(s, pp);

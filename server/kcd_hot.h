@@ -40,7 +40,7 @@ void kcd_blob_unref(kcd_blob *b);
 typedef struct kcd_hot kcd_hot;
 
 /* Namespaces: what the bytes are. */
-enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1 };
+enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1, KCD_HOT_REDIS = 2 };
 
 /* capacity 0 returns NULL (cache disabled); every function accepts NULL.
  * Entries larger than max_entry are not cached. refresh_s: see above. */
@@ -54,6 +54,14 @@ kcd_blob *kcd_hot_get(kcd_hot *h, int ns, const char *key_hex, double now, bool 
 /* Inserts or replaces (copies data). */
 void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
                  double now);
+
+/* Read-then-cache without resurrecting replaced bytes: take the key's
+ * epoch before reading the store, then kcd_hot_put_since inserts only when
+ * no kcd_hot_drop (a replace or delete) came in between. */
+#define KCD_HOT_ANY_EPOCH UINT64_MAX
+uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex);
+void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
+                       double now, uint64_t epoch);
 
 /* Removes key from every namespace. */
 void kcd_hot_drop(kcd_hot *h, const char *key_hex);

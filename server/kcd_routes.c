@@ -181,6 +181,21 @@ static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
     return s;
 }
 
+kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err)
+{
+    return ctx_store(ctx, err);
+}
+
+const kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx)
+{
+    return ctx->auth;
+}
+
+kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
+{
+    return ctx->hot;
+}
+
 /* A bundle (store + cursor), or one envelope decoded from its stored zstd
  * stream as the client takes it (z, dctx). */
 struct kcd_stream {
@@ -564,11 +579,12 @@ static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
 
 /* The other half of get_hot: answers 200 with body (taken over), read from
  * the store or the S3 tier, and keeps a copy in the memory cache. */
-static void put_hot(kcd_exchange *x, int ns, const char *ctype, uint8_t *body, size_t len)
+static void put_hot(kcd_exchange *x, int ns, const char *ctype, uint8_t *body, size_t len,
+                    uint64_t epoch)
 {
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
     if (body)
-        kcd_hot_put(x->ctx->hot, ns, x->key, body, len, kc_now());
+        kcd_hot_put_since(x->ctx->hot, ns, x->key, body, len, kc_now(), epoch);
     resp_take(x, 200, ctype, body, len);
     if (x->resp && ns == KCD_HOT_ENVELOPE)
         x->resp->vary = "Accept-Encoding";
@@ -609,9 +625,10 @@ static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn 
     }
     uint8_t *body = NULL;
     size_t len = 0;
+    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
     *rc = fetch(s, x->key, &body, &len, e);
     if (*rc == KC_OK) {
-        put_hot(x, ns, ctype, body, len);
+        put_hot(x, ns, ctype, body, len, epoch);
         return true;
     }
     kcd_hot_drop(x->ctx->hot, x->key);
@@ -642,6 +659,7 @@ static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_er
 static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
 {
     size_t zlen = 0, envlen = 0;
+    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;
@@ -726,6 +744,7 @@ static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     if (get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
         return true;
     size_t zlen = 0, envlen = 0;
+    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;
@@ -736,7 +755,7 @@ static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     size_t got = env && d ? ZSTD_decompressDCtx(d, env, envlen, z, zlen) : 0;
     free(z);
     if (env && !ZSTD_isError(got) && got == envlen) {
-        put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, envlen);
+        put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, envlen, epoch);
         return true;
     }
     free(env);
@@ -764,7 +783,7 @@ static bool read_through(kcd_exchange *x, kc_store *s)
          * the local copy failed. */
         kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->key, e.msg);
     }
-    put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, len);
+    put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, len, KCD_HOT_ANY_EPOCH);
     return true;
 }
 
@@ -1165,7 +1184,14 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
     kc_code rc = s ? KC_OK : e.code;
     if (rc == KC_OK && x->body == BODY_ARTIFACT)
         rc = kc_store_trusts(s, a, &e);
-    if (rc == KC_OK)
+    if (rc == KC_OK && x->body == BODY_CCACHE) {
+        /* ccache rewrites manifests under the same path: a PUT replaces,
+         * in one transaction; the memory cache forgets the old body before
+         * and after (as delete_key does) */
+        kcd_hot_drop(x->ctx->hot, x->key);
+        rc = kc_store_replace(s, a, &created, &e);
+        kcd_hot_drop(x->ctx->hot, x->key);
+    } else if (rc == KC_OK)
         rc = kc_store_put(s, a, &created, &e);
     if (rc == KC_OK && x->ctx->s3 && x->body == BODY_ARTIFACT) {
         /* The whole envelope is in x->buf. Queued (or written through); a
@@ -1175,7 +1201,10 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
             kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", x->key, se.msg);
     }
     if (rc == KC_OK) {
-        resp_text(x, created ? 201 : 200, CT_TEXT, created ? "stored\n" : "already present\n");
+        resp_text(x, created ? 201 : 200, CT_TEXT,
+                  created                  ? "stored\n"
+                  : x->body == BODY_CCACHE ? "replaced\n"
+                                           : "already present\n");
         return;
     }
     resp_store_error(x, &e);

@@ -50,6 +50,14 @@ void kcd_ctx_free(kcd_ctx *ctx);
 /* The context's counters (lives as long as the context). */
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx);
 
+/* For the Redis listener (kcd_redis.h), which shares the context: this
+ * thread's store handle (opened on first use, closed by kcd_ctx_free; NULL
+ * with *err set when it cannot be opened), the token table and the memory
+ * cache (NULL when --memory-cache is 0). */
+struct kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err);
+const struct kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx);
+struct kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx);
+
 /* Store upkeep (kc_store_compact) on a handle of its own; counted in
  * /metrics (kcached_compactions_total). For the server's upkeep thread. */
 kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);

@@ -5,6 +5,7 @@
  * feeding a body in arbitrary chunks changes nothing.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,4 +340,68 @@ Test(server_routes, memory_cache_read_path_is_shared_by_artifacts_and_ccache)
     /* an empty payload is a hit like any other */
     cr_assert_eq(status("PUT", "/ccache/empty", NULL, 0), 201);
     expect_cached_reads("/ccache/empty", NULL, 0, "application/octet-stream", NULL);
+}
+
+/* ccache rewrites manifests with a plain PUT: the new body wins, also for
+ * readers served from the memory cache; /v1/artifacts keeps the first. */
+Test(server_routes, ccache_put_replaces_and_artifact_put_does_not)
+{
+    const char *path = "/ccache/ab/manifest";
+    const char *bodies[] = {"first manifest", "second, longer manifest", "third"};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(status("PUT", path, bodies[i], strlen(bodies[i])), i == 0 ? 201 : 200);
+        for (int rep = 0; rep < 2; rep++) { /* the store, then the memory cache */
+            kcd_response *r = kcd_handle(ctx, "GET", path, NULL, 0, NULL, 0, NULL, 0);
+            cr_assert_eq(r->status, 200);
+            cr_expect(r->body_len == strlen(bodies[i]) && !memcmp(r->body, bodies[i], r->body_len),
+                      "round %d read %d: got '%.*s'", i, rep, (int)r->body_len, r->body);
+            kcd_response_free(r);
+        }
+    }
+    char key[65], apath[128];
+    size_t len;
+    uint8_t *env = envelope("routes-first-writer", key, &len);
+    snprintf(apath, sizeof apath, "/v1/artifacts/%s", key);
+    cr_expect_eq(status("PUT", apath, env, len), 201);
+    cr_expect_eq(status("PUT", apath, env, len), 200, "already present");
+    free(env);
+}
+
+/* Two bodies of different sizes; a reader must see one of them whole. */
+static char body_a[3000], body_b[70000];
+static int replace_done;
+
+static void *replace_reader(void *arg)
+{
+    int *bad = arg;
+    while (!__atomic_load_n(&replace_done, __ATOMIC_ACQUIRE)) {
+        kcd_response *r = kcd_handle(ctx, "GET", "/ccache/race/m", NULL, 0, NULL, 0, NULL, 0);
+        if (!r || r->status != 200 ||
+            !((r->body_len == sizeof body_a && !memcmp(r->body, body_a, sizeof body_a)) ||
+              (r->body_len == sizeof body_b && !memcmp(r->body, body_b, sizeof body_b))))
+            (*bad)++;
+        kcd_response_free(r);
+    }
+    return NULL;
+}
+
+Test(server_routes, ccache_replace_is_atomic_for_concurrent_readers, .timeout = 60)
+{
+    memset(body_a, 'a', sizeof body_a);
+    kc_test_fill_random(body_b, sizeof body_b, 42);
+    cr_assert_eq(status("PUT", "/ccache/race/m", body_a, sizeof body_a), 201);
+    pthread_t th[3];
+    int bad[3] = {0};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, replace_reader, &bad[i]);
+    for (int i = 0; i < 200; i++) {
+        const char *b = i % 2 ? body_a : body_b;
+        size_t n = i % 2 ? sizeof body_a : sizeof body_b;
+        cr_expect_eq(status("PUT", "/ccache/race/m", b, n), 200);
+    }
+    __atomic_store_n(&replace_done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(bad[i], 0, "reader %d saw %d missing or mixed bodies", i, bad[i]);
+    }
 }

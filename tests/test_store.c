@@ -153,6 +153,55 @@ Test(store, put_is_idempotent)
     kc_artifact_free(&a);
 }
 
+/* The same key, three bodies: small inline, large (pack file), then the
+ * first one again (its blob was freed when it was replaced). */
+Test(store, replace_swaps_the_payload_and_metadata_of_a_key)
+{
+    kc_err e;
+    char key[65];
+    kc_sha256_hex("mutable", 7, key);
+    size_t sizes[] = {1000, 200000, 1000};
+    uint64_t seeds[] = {1, 2, 1};
+    for (int i = 0; i < 3; i++) {
+        uint8_t *p = payload(seeds[i], sizes[i]);
+        char meta[64];
+        snprintf(meta, sizeof meta, "{\"round\":%d}", i);
+        kc_artifact a;
+        cr_assert_eq(kc_artifact_init(&a, key, "blob", meta, p, sizes[i], &e), KC_OK);
+        bool created = true;
+        cr_assert_eq(kc_store_replace(s, &a, &created, &e), KC_OK, "%s", e.msg);
+        cr_expect_eq(created, i == 0, "round %d: created only the first time", i);
+        kc_artifact_free(&a);
+        kc_artifact b;
+        cr_assert_eq(kc_store_get(s, key, &b, &e), KC_OK, "%s", e.msg);
+        cr_expect(b.payload_len == sizes[i] && !memcmp(b.payload, p, sizes[i]), "round %d", i);
+        cr_expect(strstr(b.meta, meta) != NULL, "round %d meta %s", i, b.meta);
+        kc_artifact_free(&b);
+        free(p);
+    }
+    /* the same bytes again: nothing new is stored */
+    kc_store_stats st;
+    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
+    cr_expect_eq(st.entries, 1);
+    cr_expect_eq(st.blobs, 1, "replaced payloads are freed");
+    uint64_t ok = 0, bad = 0;
+    cr_expect_eq(kc_store_verify(s, NULL, NULL, &ok, &bad, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(bad, 0);
+    /* kc_store_put keeps its first-writer rule on the same key */
+    uint8_t *p = payload(7, 500);
+    kc_artifact a;
+    cr_assert_eq(kc_artifact_init(&a, key, "blob", NULL, p, 500, &e), KC_OK);
+    bool created = true;
+    cr_assert_eq(kc_store_put(s, &a, &created, &e), KC_OK);
+    cr_expect_not(created);
+    kc_artifact b;
+    cr_assert_eq(kc_store_get(s, key, &b, &e), KC_OK);
+    cr_expect_eq(b.payload_len, 1000, "put did not replace");
+    kc_artifact_free(&b);
+    kc_artifact_free(&a);
+    free(p);
+}
+
 Test(store, identical_payloads_are_stored_once)
 {
     uint8_t *p = payload(9, 50000);
