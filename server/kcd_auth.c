@@ -172,11 +172,13 @@ unsigned kcd_auth_count(const kcd_auth *a)
     return a && a->enabled ? a->n : 0;
 }
 
-/* Extracts the token from a Basic credential into buf: the password, or the
- * user when the password is empty. Returns length, or -1. */
-static int basic_token(const char *b64, char *buf, size_t cap)
+/* Splits a Basic credential into buf: *user points at the user name (NULL
+ * when the user part is itself the token: "TOKEN:" with an empty password)
+ * and the token is returned in buf with its length, or -1. */
+static int basic_token(const char *b64, char *buf, size_t cap, const char **user)
 {
     size_t n = strlen(b64);
+    *user = NULL;
     if (n == 0 || n % 4 || n / 4 * 3 + 1 > cap)
         return -1;
     int m = EVP_DecodeBlock((unsigned char *)buf, (const unsigned char *)b64, (int)n);
@@ -190,13 +192,46 @@ static int basic_token(const char *b64, char *buf, size_t cap)
     char *colon = memchr(buf, ':', (size_t)m);
     if (!colon)
         return -1;
-    if (colon[1]) {
-        int len = (int)strlen(colon + 1);
-        memmove(buf, colon + 1, (size_t)len + 1);
-        return len;
-    }
     *colon = 0;
+    if (colon[1]) {
+        *user = buf;
+        return m;
+    }
     return (int)(colon - buf);
+}
+
+/* Index of the token whose digest matches, or -1. Scans every token; no
+ * early exit. */
+static int find_token(const kcd_auth *a, const uint8_t digest[KC_SHA256_LEN])
+{
+    int found = -1;
+    for (unsigned i = 0; i < a->n; i++) {
+        int eq = kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
+        found = eq && found < 0 ? (int)i : found;
+    }
+    return found;
+}
+
+int kcd_auth_password(const kcd_auth *a, const char *user, const void *secret, size_t len,
+                      unsigned *scopes, const char **who)
+{
+    const char *dummy;
+    if (!who)
+        who = &dummy;
+    *who = "-";
+    *scopes = 0;
+    if (!a || !a->enabled) {
+        *scopes = KCD_SCOPE_READ | KCD_SCOPE_WRITE | KCD_SCOPE_ADMIN;
+        return 0;
+    }
+    uint8_t digest[KC_SHA256_LEN];
+    kc_sha256(secret, len, digest);
+    int found = find_token(a, digest);
+    if (found < 0 || (user && *user && strcmp(user, a->tokens[found].name) != 0))
+        return 401;
+    *who = a->tokens[found].name;
+    *scopes = a->tokens[found].scopes;
+    return 0;
 }
 
 int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, const char **who)
@@ -229,22 +264,22 @@ int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, 
         kc_sha256(t, n, digest);
     } else if (!strncasecmp(authorization, "Basic ", 6)) {
         char buf[768];
-        const char *t = authorization + 6;
+        const char *t = authorization + 6, *user;
         while (*t == ' ')
             t++;
-        int n = basic_token(t, buf, sizeof buf);
+        int n = basic_token(t, buf, sizeof buf, &user);
         if (n <= 0)
             return 401;
-        kc_sha256(buf, (size_t)n, digest);
+        /* user:TOKEN is accepted only when user is the token's name (or
+         * empty): a password must not work under any name */
+        const char *secret = user ? buf + strlen(user) + 1 : buf;
+        unsigned scopes = 0;
+        int st = kcd_auth_password(a, user, secret, strlen(secret), &scopes, who);
         memset(buf, 0, sizeof buf);
+        return st ? st : (scopes & need) ? 0 : 403;
     } else
         return 401;
-    /* Scan every token; no early exit. */
-    int found = -1;
-    for (unsigned i = 0; i < a->n; i++) {
-        int eq = kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
-        found = eq && found < 0 ? (int)i : found;
-    }
+    int found = find_token(a, digest);
     if (found < 0)
         return 401;
     *who = a->tokens[found].name;

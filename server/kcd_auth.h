@@ -40,11 +40,20 @@ bool kcd_auth_file_exposed(const char *path, const char **why);
 unsigned kcd_auth_count(const kcd_auth *a);
 
 /* Decides a request. authorization is the raw Authorization header (NULL if
- * absent): "Bearer TOKEN", or "Basic base64(user:TOKEN)" (password, or the
- * user name when the password is empty) for clients that only speak Basic.
+ * absent): "Bearer TOKEN", or "Basic base64(user:TOKEN)" for clients that
+ * only speak Basic: accepted only when user is empty or the token's NAME
+ * ("TOKEN:", the token as user with an empty password, is accepted too).
  * need is a KCD_SCOPE_* bit. Returns 0 when allowed, 401 when no valid token
  * was presented, 403 when the token lacks the scope. *who (may be NULL)
  * receives a static name for logs: the token's NAME, "anonymous" or "-". */
 int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, const char **who);
+
+/* Checks a password presented outside HTTP (Redis AUTH): secret (len
+ * bytes) must be a token and user, when non-NULL and non-empty, that
+ * token's NAME. Returns 0 and sets *scopes (KCD_SCOPE_* bits) and *who (the
+ * NAME), or 401 (no such token, or another name). With authentication
+ * disabled every secret is accepted with all scopes. */
+int kcd_auth_password(const kcd_auth *a, const char *user, const void *secret, size_t len,
+                      unsigned *scopes, const char **who);
 
 #endif
