@@ -63,6 +63,10 @@ static const opt_def kcd_opts[] = {
      "seconds between compactions of mostly-dead pack files (0 = never)"},
     {"log-level", OPT_LEVEL, OFF(log_level), "error, warn, info (access log) or debug"},
     {"port-file", OPT_STR, OFF(port_file), "write the bound port to FILE once listening"},
+    {"redis-listen", OPT_STR, OFF(redis_listen),
+     "HOST:PORT for the Redis protocol (RESP2/3; off when unset)"},
+    {"redis-port-file", OPT_STR, OFF(redis_port_file),
+     "write the bound Redis port to FILE (before --port-file)"},
 };
 #define NOPTS (sizeof kcd_opts / sizeof kcd_opts[0])
 
@@ -97,6 +101,8 @@ void kcd_config_free(kcd_config *cfg)
     free(cfg->trusted_keys);
     free(cfg->tls_key);
     free(cfg->port_file);
+    free(cfg->redis_listen);
+    free(cfg->redis_port_file);
     free(cfg->config);
     kcd_s3_config_free(&cfg->s3);
     memset(cfg, 0, sizeof *cfg);
@@ -425,6 +431,18 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
                           cfg->listen);
     if ((rc = kcd_s3_config_check(&cfg->s3, err)) != KC_OK)
         return rc;
+    if (cfg->redis_listen && *cfg->redis_listen) {
+        char rhost[256];
+        unsigned rport;
+        if ((rc = kcd_parse_listen(cfg->redis_listen, rhost, sizeof rhost, &rport, err)) != KC_OK)
+            return kc_err_prefix(err, "--redis-listen"), rc;
+        if (!cfg->tokens && !cfg->insecure_no_auth && !kcd_listen_is_loopback(rhost))
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "--redis-listen %s is not a loopback address and no --tokens file "
+                              "is set: give --tokens FILE, or --insecure-no-auth if that is "
+                              "really meant",
+                              cfg->redis_listen);
+    }
     if (cfg->tokens) {
         kcd_auth *a = NULL;
         if ((rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &a, err)) != KC_OK)

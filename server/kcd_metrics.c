@@ -118,6 +118,27 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
     COUNTER("store_errors_total", "Store operations that failed (500).", ld(&m->store_errors));
     COUNTER("compactions_total", "Periodic pack-file upkeep runs that completed.",
             ld(&m->compactions));
+    const kcd_redis_metrics *rm = &m->redis;
+    if (rm->names) {
+        fprintf(f, "# HELP kcached_redis_commands_total Redis protocol commands by name.\n"
+                   "# TYPE kcached_redis_commands_total counter\n");
+        for (unsigned i = 0; i < rm->ncommands && i < KCD_REDIS_CMD_SLOTS; i++)
+            fprintf(f, "kcached_redis_commands_total{command=\"%s\"} %llu\n", rm->names[i],
+                    (unsigned long long)ld(&rm->commands[i]));
+        COUNTER("redis_errors_total", "Redis error replies.", ld(&rm->errors));
+        COUNTER("redis_keyspace_hits_total", "Redis key lookups that found the key.",
+                ld(&rm->hits));
+        COUNTER("redis_keyspace_misses_total", "Redis key lookups that missed.", ld(&rm->misses));
+        COUNTER("redis_connections_total", "Redis connections accepted.", ld(&rm->connections));
+        GAUGE("redis_connected_clients", "Redis connections open now.", ld(&rm->clients));
+        COUNTER("redis_protocol_errors_total",
+                "Redis connections closed for malformed or oversized input.",
+                ld(&rm->protocol_errors));
+        COUNTER("redis_auth_failures_total", "Refused Redis AUTH attempts.",
+                ld(&rm->auth_failures));
+        COUNTER("redis_received_bytes_total", "Bytes read from Redis clients.", ld(&rm->bytes_in));
+        COUNTER("redis_sent_bytes_total", "Bytes written to Redis clients.", ld(&rm->bytes_out));
+    }
     if (st) {
         GAUGE("store_entries", "Entries in the store.", st->entries);
         GAUGE("store_blobs", "Distinct payloads after deduplication.", st->blobs);

@@ -35,6 +35,22 @@ typedef enum kcd_route {
 const char *kcd_route_name(kcd_route r);
 
 #define KCD_STATUS_SLOTS 20
+/* Commands of the Redis listener's table (kcd_redis.c) that are counted. */
+#define KCD_REDIS_CMD_SLOTS 48
+
+/* The Redis listener's counters (kcached_redis_* in /metrics). */
+typedef struct kcd_redis_metrics {
+    const char *const *names; /* command names by slot; NULL: no Redis listener */
+    unsigned ncommands;
+    uint64_t commands[KCD_REDIS_CMD_SLOTS];
+    uint64_t errors;          /* error replies */
+    uint64_t hits, misses;    /* key lookups (GET, MGET, EXISTS, ...) */
+    uint64_t connections;     /* accepted, cumulative */
+    uint64_t clients;         /* connected now (gauge) */
+    uint64_t protocol_errors; /* connections closed for malformed or oversized input */
+    uint64_t auth_failures;
+    uint64_t bytes_in, bytes_out;
+} kcd_redis_metrics;
 #define KCD_LAT_BUCKETS 14
 
 typedef struct kcd_metrics {
@@ -47,6 +63,7 @@ typedef struct kcd_metrics {
     uint64_t uploads_refused;        /* uploads answered 503: --upload-memory was full */
     uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
     uint64_t lat_sum_us, lat_count;
+    kcd_redis_metrics redis;
     double started; /* kc_now() at creation */
 } kcd_metrics;
 
