@@ -1,0 +1,489 @@
+/*
+ * test_redis.c - kcached's Redis protocol (--redis-listen) driven by real
+ * clients: redis-cli for the command set and error shapes, redis-py
+ * (tests/redis/clients.py) replaying Inductor's and Triton's cache traffic,
+ * raw sockets for pipelining and for bad input, which must close only the
+ * offending connection. A real kcached on ephemeral ports behind each test.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "kc_testserver.h"
+#include "kc_testutil.h"
+
+#define TOK_R "redis-read-1c9e7a55"
+#define TOK_W "redis-write-52be0d17"
+#define TOK_RW "redis-rw-8f03c2d4"
+
+typedef struct rserver {
+    kc_testserver ts;
+    char *dir;
+    unsigned port; /* the Redis port */
+    char portstr[16];
+} rserver;
+
+/* Starts kcached with --redis-listen and the extra args (NULL-terminated,
+ * may be NULL); tokens != 0 adds a tokens file with TOK_R, TOK_W, TOK_RW. */
+static void rs_start(rserver *rs, bool tokens, const char *const *extra)
+{
+    memset(rs, 0, sizeof *rs);
+    rs->dir = kc_test_mkdtemp("kcdredis");
+    char *rpf = kc_test_path(rs->dir, "redis.port");
+    char *tok = kc_test_path(rs->dir, "tokens");
+    const char *text =
+        TOK_R " read reader\n" TOK_W " write writer\n" TOK_RW " read,write builder\n";
+    kc_test_write_file(tok, text, strlen(text));
+    const char *args[24] = {"--redis-listen", "127.0.0.1:0", "--redis-port-file", rpf};
+    int n = 4;
+    if (tokens) {
+        args[n++] = "--tokens";
+        args[n++] = tok;
+    }
+    for (int i = 0; extra && extra[i] && n < 22; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    cr_assert_eq(kc_testserver_start(&rs->ts, NULL, args), 0, "kcached did not start");
+    size_t len;
+    char *p = kc_test_read_file(rpf, &len);
+    cr_assert_not_null(p, "no Redis port file");
+    rs->port = (unsigned)strtoul(p, NULL, 10);
+    cr_assert_gt(rs->port, 0);
+    snprintf(rs->portstr, sizeof rs->portstr, "%u", rs->port);
+    free(p);
+    free(rpf);
+    free(tok);
+}
+
+static void rs_reread_port(rserver *rs)
+{
+    char *rpf = kc_test_path(rs->dir, "redis.port");
+    size_t len;
+    char *p = kc_test_read_file(rpf, &len);
+    cr_assert_not_null(p);
+    rs->port = (unsigned)strtoul(p, NULL, 10);
+    snprintf(rs->portstr, sizeof rs->portstr, "%u", rs->port);
+    free(p);
+    free(rpf);
+}
+
+static void rs_stop(rserver *rs)
+{
+    if (rs->ts.pid) {
+        int st = kc_testserver_stop(&rs->ts);
+        char *log = st ? kc_testserver_read_log(&rs->ts) : NULL;
+        cr_expect_eq(st, 0, "kcached exit status %d; log:\n%s", st, log ? log : "");
+        free(log);
+    }
+    kc_testserver_cleanup(&rs->ts);
+    kc_test_rmtree(rs->dir);
+    free(rs->dir);
+}
+
+/* redis-cli -p PORT args... ; returns stdout (caller frees), trailing
+ * newline removed. */
+static char *cli(const rserver *rs, const char *arg, ...)
+{
+    char *argv[32] = {"redis-cli", "-p", (char *)rs->portstr};
+    int n = 3;
+    va_list ap;
+    va_start(ap, arg);
+    for (const char *a = arg; a && n < 31; a = va_arg(ap, const char *))
+        argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    kc_test_result r;
+    cr_assert_eq(kc_test_run(argv, NULL, 0, 30, &r), 0, "redis-cli did not run");
+    char *out = strdup(r.out ? r.out : "");
+    kc_test_result_free(&r);
+    size_t len = strlen(out);
+    while (len && out[len - 1] == '\n')
+        out[--len] = 0;
+    return out;
+}
+
+#define EXPECT_CLI(want, ...)                                                                      \
+    do {                                                                                           \
+        char *got_ = cli(__VA_ARGS__, NULL);                                                       \
+        cr_expect_str_eq(got_, want, "redis-cli %s", #__VA_ARGS__);                                \
+        free(got_);                                                                                \
+    } while (0)
+
+/* A raw connection with a 20 s receive timeout (no test can hang). */
+static int rconnect(const rserver *rs)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rs->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void send_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return; /* the server may close first; the reply says why */
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* Reads until want bytes arrived (want 0: until the server closes). *closed
+ * tells whether the server closed the connection. Returns a malloc'd,
+ * NUL-terminated buffer. */
+static char *recv_upto(int fd, size_t want, bool *closed, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    *closed = false;
+    while (want == 0 || n < want) {
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+        ssize_t k = recv(fd, buf + n, cap - n, 0);
+        if (k == 0)
+            *closed = true;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+static char *exchange(int fd, const char *req, size_t want)
+{
+    send_all(fd, req, strlen(req));
+    bool closed;
+    return recv_upto(fd, want, &closed, NULL);
+}
+
+TestSuite(redis, .timeout = 120);
+
+Test(redis, redis_cli_commands_and_error_shapes)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    EXPECT_CLI("PONG", &rs, "PING");
+    EXPECT_CLI("hi", &rs, "PING", "hi");
+    EXPECT_CLI("hello world", &rs, "ECHO", "hello world");
+    EXPECT_CLI("OK", &rs, "SET", "k", "v1");
+    EXPECT_CLI("v1", &rs, "GET", "k");
+    EXPECT_CLI("", &rs, "GET", "missing");
+    EXPECT_CLI("", &rs, "SET", "k", "v2", "NX");
+    EXPECT_CLI("v1", &rs, "GET", "k");
+    EXPECT_CLI("OK", &rs, "SET", "k", "v2", "XX");
+    EXPECT_CLI("", &rs, "SET", "nx-new", "x", "XX");
+    EXPECT_CLI("0", &rs, "EXISTS", "nx-new");
+    EXPECT_CLI("v2", &rs, "SET", "k", "v3", "GET");
+    EXPECT_CLI("v3", &rs, "GET", "k");
+    EXPECT_CLI("OK", &rs, "SET", "t", "x", "EX", "100");
+    char *ttl = cli(&rs, "TTL", "t", NULL);
+    cr_expect(atoi(ttl) > 90 && atoi(ttl) <= 100, "TTL %s", ttl);
+    free(ttl);
+    EXPECT_CLI("OK", &rs, "SET", "t", "y", "KEEPTTL");
+    ttl = cli(&rs, "PTTL", "t", NULL);
+    cr_expect(atoi(ttl) > 90000 && atoi(ttl) <= 100000, "KEEPTTL kept it: PTTL %s", ttl);
+    free(ttl);
+    EXPECT_CLI("1", &rs, "PERSIST", "t");
+    EXPECT_CLI("-1", &rs, "TTL", "t");
+    EXPECT_CLI("0", &rs, "PERSIST", "t");
+    EXPECT_CLI("1", &rs, "EXPIRE", "t", "50");
+    EXPECT_CLI("0", &rs, "EXPIRE", "t", "60", "NX");
+    EXPECT_CLI("1", &rs, "PEXPIRE", "t", "70000", "GT");
+    EXPECT_CLI("y", &rs, "GET", "t");
+    EXPECT_CLI("-2", &rs, "TTL", "nope");
+    EXPECT_CLI("OK", &rs, "SETEX", "se", "100", "a");
+    EXPECT_CLI("OK", &rs, "PSETEX", "pse", "100000", "b");
+    EXPECT_CLI("ERR invalid expire time in 'setex' command", &rs, "SETEX", "se", "0", "a");
+    EXPECT_CLI("ERR invalid expire time in 'set' command", &rs, "SET", "se", "a", "EX", "-5");
+    EXPECT_CLI("ERR value is not an integer or out of range", &rs, "SET", "se", "a", "PX", "x");
+    EXPECT_CLI("ERR syntax error", &rs, "SET", "se", "a", "NX", "XX");
+    /* an absolute expiry in the past: stored, then read as missing */
+    EXPECT_CLI("OK", &rs, "SET", "old", "gone", "PXAT", "1");
+    EXPECT_CLI("", &rs, "GET", "old");
+    EXPECT_CLI("-2", &rs, "TTL", "old");
+    EXPECT_CLI("2", &rs, "STRLEN", "k");
+    EXPECT_CLI("string", &rs, "TYPE", "k");
+    EXPECT_CLI("none", &rs, "TYPE", "nope");
+    EXPECT_CLI("2", &rs, "EXISTS", "k", "k", "nope");
+    EXPECT_CLI("v3\n\ny", &rs, "MGET", "k", "nope", "t");
+    EXPECT_CLI("4", &rs, "DBSIZE"); /* k, t, se, pse */
+    EXPECT_CLI("1", &rs, "DEL", "se", "nope");
+    EXPECT_CLI("1", &rs, "UNLINK", "pse");
+    EXPECT_CLI("2", &rs, "DBSIZE");
+    EXPECT_CLI("OK", &rs, "SELECT", "0");
+    EXPECT_CLI("ERR DB index is out of range", &rs, "SELECT", "1");
+    EXPECT_CLI("ERR unknown command 'lpush', with args beginning with: 'l' 'x' ", &rs, "lpush", "l",
+               "x");
+    EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
+    EXPECT_CLI("ERR wrong number of arguments for 'set' command", &rs, "SET", "k");
+    EXPECT_CLI("OK", &rs, "CLIENT", "SETINFO", "LIB-NAME", "redis-py");
+    EXPECT_CLI("26", &rs, "COMMAND", "COUNT");
+    char *info = cli(&rs, "INFO", NULL);
+    cr_expect(strstr(info, "redis_version:") && strstr(info, "keyspace_hits:") &&
+                  strstr(info, "keyspace_misses:") && strstr(info, "db0:keys=2"),
+              "INFO: %s", info);
+    free(info);
+    /* RESP3 after HELLO 3 (redis-cli -3 sends it) */
+    char *hello = cli(&rs, "-3", "HELLO", "3", NULL);
+    cr_expect(strstr(hello, "proto") && strstr(hello, "3"), "HELLO 3: %s", hello);
+    free(hello);
+    EXPECT_CLI("", &rs, "-3", "GET", "nope");
+    EXPECT_CLI("NOPROTO unsupported protocol version", &rs, "HELLO", "4");
+    rs_stop(&rs);
+}
+
+/* Replies on the wire, byte for byte, for a pipeline sent in one write:
+ * RESP2, then RESP3 after HELLO 3 (nulls become "_"), CLIENT names, QUIT. */
+/* Reads until the received bytes end with suffix (or the server closes). */
+static char *recv_until(int fd, const char *suffix)
+{
+    size_t cap = 1 << 16, n = 0, sl = strlen(suffix);
+    char *buf = malloc(cap + 1);
+    while (n < sl || memcmp(buf + n - sl, suffix, sl) != 0) {
+        if (n == cap)
+            buf = realloc(buf, (cap *= 2) + 1);
+        ssize_t k = recv(fd, buf + n, cap - n, 0);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+Test(redis, pipelined_commands_get_exact_replies_in_order)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    int fd = rconnect(&rs);
+    const char *req = "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nhello\r\n"
+                      "*2\r\n$3\r\nGET\r\n$1\r\na\r\n"
+                      "*2\r\n$3\r\nGET\r\n$1\r\nb\r\n"
+                      "*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n"
+                      "PING\r\n"
+                      "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$2\r\nme\r\n"
+                      "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n";
+    const char *want2 = "+OK\r\n$5\r\nhello\r\n$-1\r\n*2\r\n$5\r\nhello\r\n$-1\r\n+PONG\r\n+OK\r\n"
+                        "$2\r\nme\r\n";
+    char *got = exchange(fd, req, strlen(want2));
+    cr_expect_str_eq(got, want2, "RESP2 replies");
+    free(got);
+    /* HELLO 3 answers with a map; PING marks its end */
+    send_all(fd, "HELLO 3\r\nPING\r\n", 15);
+    got = recv_until(fd, "+PONG\r\n");
+    cr_expect(!strncmp(got, "%7\r\n$6\r\nserver\r\n", 16), "HELLO 3: %s", got);
+    cr_expect(strstr(got, "$5\r\nproto\r\n:3\r\n") != NULL, "HELLO 3: %s", got);
+    free(got);
+    const char *req3 = "*2\r\n$3\r\nGET\r\n$1\r\nb\r\n*3\r\n$4\r\nMGET\r\n$1\r\nb\r\n$1\r\na\r\n"
+                       "QUIT\r\n";
+    send_all(fd, req3, strlen(req3));
+    bool closed;
+    char *all = recv_upto(fd, 0, &closed, NULL);
+    cr_expect_str_eq(all, "_\r\n*2\r\n_\r\n$5\r\nhello\r\n+OK\r\n", "RESP3 nulls");
+    cr_expect(closed, "QUIT closes the connection");
+    free(all);
+    close(fd);
+    rs_stop(&rs);
+}
+
+Test(redis, ttls_survive_a_restart)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    EXPECT_CLI("OK", &rs, "SET", "keep", "v", "EX", "3600");
+    EXPECT_CLI("OK", &rs, "SET", "forever", "w");
+    EXPECT_CLI("OK", &rs, "SET", "past", "x", "PXAT", "1000");
+    cr_assert_eq(kc_testserver_stop(&rs.ts), 0);
+    cr_assert_eq(kc_testserver_restart(&rs.ts), 0);
+    rs_reread_port(&rs);
+    char *ttl = cli(&rs, "TTL", "keep", NULL);
+    cr_expect(atoi(ttl) > 3500 && atoi(ttl) <= 3600, "TTL after restart: %s", ttl);
+    free(ttl);
+    EXPECT_CLI("v", &rs, "GET", "keep");
+    EXPECT_CLI("-1", &rs, "TTL", "forever");
+    EXPECT_CLI("", &rs, "GET", "past");
+    EXPECT_CLI("0", &rs, "EXISTS", "past");
+    rs_stop(&rs);
+}
+
+static void run_py(const rserver *rs, const char *scenario, const char *password, const char *user)
+{
+    char script[512];
+    snprintf(script, sizeof script, "%s/tests/redis/clients.py", KC_TEST_SOURCE_DIR);
+    char *argv[] = {
+        "/usr/bin/python3", script, (char *)rs->portstr, (char *)scenario, (char *)password,
+        (char *)user,       NULL};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run(argv, NULL, 0, 60, &r), 0);
+    cr_expect_eq(r.exit_code, 0, "clients.py %s: %s%s", scenario, r.out, r.err);
+    kc_test_result_free(&r);
+}
+
+Test(redis, redis_py_replays_inductor_and_triton_caches)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    run_py(&rs, "inductor", NULL, NULL);
+    run_py(&rs, "triton", NULL, NULL);
+    /* what they stored is in the store, and counted */
+    kc_http_result m;
+    kc_testserver_http(&rs.ts, "GET", "/metrics", NULL, NULL, 0, false, &m);
+    cr_expect(strstr((char *)m.body, "kcached_redis_commands_total{command=\"mget\"} 3"), "%s",
+              m.body);
+    cr_expect(strstr((char *)m.body, "kcached_redis_keyspace_hits_total"), "%s", m.body);
+    kc_http_result_free(&m);
+    rs_stop(&rs);
+}
+
+Test(redis, tokens_decide_auth_and_scopes)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+    EXPECT_CLI("PONG", &rs, "PING");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "GET", "k");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "SET", "k", "v");
+    EXPECT_CLI("WRONGPASS invalid username-password pair or user is disabled.", &rs, "AUTH",
+               "not-a-token");
+    EXPECT_CLI("WRONGPASS invalid username-password pair or user is disabled.", &rs, "AUTH",
+               "writer", TOK_R);
+    /* one connection, pipelined, checked reply by reply */
+    int fd = rconnect(&rs);
+    const char *req = "AUTH " TOK_R "\r\nGET k\r\nSET k v\r\nAUTH writer " TOK_W
+                      "\r\nSET k v\r\nGET k\r\nAUTH default " TOK_RW "\r\nGET k\r\nQUIT\r\n";
+    send_all(fd, req, strlen(req));
+    bool closed;
+    char *all = recv_upto(fd, 0, &closed, NULL);
+    const char *want = "+OK\r\n$-1\r\n"
+                       "-NOPERM User reader has no permissions to run the 'set' command\r\n"
+                       "+OK\r\n+OK\r\n"
+                       "-NOPERM User writer has no permissions to run the 'get' command\r\n"
+                       "+OK\r\n$1\r\nv\r\n+OK\r\n";
+    cr_expect_str_eq(all, want);
+    free(all);
+    close(fd);
+    /* redis-py with a password, and with the token's name as user name */
+    run_py(&rs, "auth", TOK_RW, NULL);
+    run_py(&rs, "auth", TOK_RW, "builder");
+    /* HELLO 3 with AUTH in one go */
+    char *hello = cli(&rs, "HELLO", "3", "AUTH", "default", TOK_RW, NULL);
+    cr_expect(strstr(hello, "proto") != NULL, "HELLO AUTH: %s", hello);
+    free(hello);
+    /* before AUTH only small commands are read (as Redis does) */
+    fd = rconnect(&rs);
+    char *got = exchange(fd, "*20\r\n", 0);
+    cr_expect(strstr(got, "-ERR Protocol error: unauthenticated multibulk length"), "%s", got);
+    free(got);
+    close(fd);
+    char *log = kc_testserver_read_log(&rs.ts);
+    cr_expect(!strstr(log, TOK_R) && !strstr(log, TOK_W) && !strstr(log, TOK_RW),
+              "a token reached the log");
+    free(log);
+    rs_stop(&rs);
+}
+
+/* Bad input closes the offending connection with an error; another client,
+ * connected all along, and the stored data are unaffected. */
+Test(redis, bad_input_closes_only_that_connection)
+{
+    const char *extra[] = {"--max-blob", "1M", NULL};
+    rserver rs;
+    rs_start(&rs, false, extra);
+    EXPECT_CLI("OK", &rs, "SET", "keep", "safe");
+    int other = rconnect(&rs);
+    char *pong = exchange(other, "PING\r\n", 7);
+    cr_expect_str_eq(pong, "+PONG\r\n");
+    free(pong);
+
+    static char inline_big[80 * 1024];
+    memset(inline_big, 'a', sizeof inline_big - 1);
+    static const struct {
+        const char *what;
+        const char *req;
+        const char *error;
+    } cases[] = {
+        {"oversized bulk", "*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$2000000\r\n",
+         "-ERR Protocol error: invalid bulk length\r\n"},
+        {"malformed frame", "*2\r\n$3\r\nGET\r\n:5\r\n",
+         "-ERR Protocol error: expected '$' before a bulk string\r\n"},
+        {"1M-element array", "*1000000\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+        {"bad bulk terminator", "*1\r\n$4\r\nPINGxx",
+         "-ERR Protocol error: expected CRLF after a "
+         "bulk string\r\n"},
+        {"unterminated inline command", inline_big,
+         "-ERR Protocol error: too big inline request\r\n"},
+        {"bad array length", "*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int fd = rconnect(&rs);
+        send_all(fd, cases[i].req, strlen(cases[i].req));
+        bool closed;
+        char *got = recv_upto(fd, 0, &closed, NULL);
+        cr_expect_str_eq(got, cases[i].error, "%s", cases[i].what);
+        cr_expect(closed, "%s: the connection is closed", cases[i].what);
+        free(got);
+        close(fd);
+        pong = exchange(other, "*1\r\n$4\r\nPING\r\n", 7);
+        cr_expect_str_eq(pong, "+PONG\r\n", "after %s the other client is served", cases[i].what);
+        free(pong);
+    }
+    /* a value over --max-blob from redis-cli (-x: the value on stdin):
+     * refused, nothing stored */
+    size_t bn = 1100000;
+    char *big = malloc(bn);
+    memset(big, 'v', bn);
+    char *argv[] = {"redis-cli", "-p", rs.portstr, "-x", "SET", "big", NULL};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run(argv, big, bn, 30, &r), 0);
+    cr_expect(strstr(r.out, "invalid bulk length") != NULL, "redis-cli -x SET: %s %s", r.out,
+              r.err);
+    kc_test_result_free(&r);
+    free(big);
+    EXPECT_CLI("0", &rs, "EXISTS", "big");
+    EXPECT_CLI("safe", &rs, "GET", "keep");
+    kc_http_result m;
+    kc_testserver_http(&rs.ts, "GET", "/metrics", NULL, NULL, 0, false, &m);
+    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 7"), "%s", m.body);
+    kc_http_result_free(&m);
+    close(other);
+    rs_stop(&rs);
+}
+
+/* 1 MiB values, as Inductor stores compiled graphs: in and out whole. */
+Test(redis, large_values_round_trip)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    size_t n = 1 << 20;
+    char *val = malloc(n);
+    kc_test_fill_random(val, n, 7);
+    int fd = rconnect(&rs);
+    char head[128];
+    int hl = snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%zu\r\n", n);
+    send_all(fd, head, (size_t)hl);
+    send_all(fd, val, n);
+    char *ok = exchange(fd, "\r\n*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n", 5 + 10 + n + 2);
+    cr_expect(!strncmp(ok, "+OK\r\n$1048576\r\n", 15), "%.20s", ok);
+    cr_expect(!memcmp(ok + 15, val, n), "the value came back whole");
+    free(ok);
+    close(fd);
+    free(val);
+    rs_stop(&rs);
+}
