@@ -1102,11 +1102,17 @@ static bool set_args(rconn *c, const uint8_t *base)
     return true;
 }
 
-/* Runs every complete command in the input buffer. */
-static void conn_process(rconn *c)
+/* Runs the complete commands in the input buffer. Returns true when it
+ * stopped at the reply high-water mark with input left: call again once the
+ * replies are flushed (no new bytes may ever arrive to say so). */
+static bool conn_process(rconn *c)
 {
     kcd_redis *r = c->w->r;
-    while (!c->closing && c->in_off < c->in_len && c->out.len - c->out_off < KCD_REDIS_OUT_HIGH) {
+    for (;;) {
+        if (c->closing || c->in_off >= c->in_len)
+            break;
+        if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
+            return true;
         bool limited = r->auth_on && !c->authed;
         kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
                                limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
@@ -1141,8 +1147,15 @@ static void conn_process(rconn *c)
             break;
         }
     }
-    if (c->in_off == c->in_len)
+    if (c->in_off == c->in_len) {
         c->in_off = c->in_len = 0;
+        if (c->in_cap > 4 * KCD_REDIS_READ_CHUNK) {
+            free(c->in); /* a big command's buffer is not kept by an idle client */
+            c->in = NULL;
+            c->in_cap = 0;
+        }
+    }
+    return false;
 }
 
 static void conn_events(rconn *c, uint32_t events)
@@ -1189,6 +1202,17 @@ static bool conn_flush(rconn *c)
     return true;
 }
 
+/* Runs commands and flushes replies until the input holds no complete
+ * command, the client stops taking replies (EPOLLOUT), or it is closed. */
+static void conn_run(rconn *c)
+{
+    for (;;) {
+        bool more = conn_process(c);
+        if (!conn_flush(c) || c->writing || !more)
+            return;
+    }
+}
+
 /* Reads what is available, runs complete commands, flushes replies. */
 static void conn_read(rconn *c)
 {
@@ -1219,29 +1243,21 @@ static void conn_read(rconn *c)
         return;
     c->in_len += (size_t)n;
     kcd_metrics_add(&r->m->redis.bytes_in, (uint64_t)n);
-    conn_process(c);
     if (!c->closing && c->in_len - c->in_off > qmax) {
         reply_error(c, "ERR Protocol error: request larger than %" PRIu64 " bytes", qmax);
         kcd_metrics_add(&r->m->redis.protocol_errors, 1);
         kcd_log(KCD_LOG_WARN, "redis %s: request over %" PRIu64 " bytes; closing", c->remote, qmax);
         c->closing = true;
     }
-    if (c->in_len == 0 && c->in_cap > 4 * KCD_REDIS_READ_CHUNK) {
-        free(c->in); /* a big command's buffer is not kept by an idle client */
-        c->in = NULL;
-        c->in_cap = 0;
-    }
-    conn_flush(c);
+    conn_run(c);
 }
 
 static void conn_writable(rconn *c)
 {
     if (!conn_flush(c))
         return;
-    if (!c->writing && c->in_off < c->in_len) {
-        conn_process(c); /* commands left waiting while replies were pending */
-        conn_flush(c);
-    }
+    if (!c->writing && c->in_off < c->in_len)
+        conn_run(c); /* commands left waiting while replies were pending */
 }
 
 static void accept_all(rworker *w)

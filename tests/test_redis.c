@@ -483,6 +483,18 @@ Test(redis, large_values_round_trip)
     cr_expect(!strncmp(ok, "+OK\r\n$1048576\r\n", 15), "%.20s", ok);
     cr_expect(!memcmp(ok + 15, val, n), "the value came back whole");
     free(ok);
+    /* 16 pipelined GETs: 16 MiB of replies, more than a connection may
+     * have pending, so the server pauses and must resume on its own */
+    char req[16 * 24 + 1] = "";
+    for (int i = 0; i < 16; i++)
+        strcat(req, "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n");
+    size_t one = 10 + n + 2;
+    char *all = exchange(fd, req, 16 * one);
+    for (int i = 0; i < 16; i++)
+        cr_expect(!strncmp(all + i * one, "$1048576\r\n", 10) &&
+                      !memcmp(all + i * one + 10, val, n),
+                  "pipelined GET %d", i);
+    free(all);
     close(fd);
     free(val);
     rs_stop(&rs);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/redis.sh - kcached's Redis protocol (--redis-listen) against a real
+# redis-server (the anchor: in memory, persisting nothing) on loopback, same
+# redis-benchmark settings, same run: GET and SET of 4 KiB and 1 MiB values,
+# without and with pipelining (-P 16). Prints a Markdown table; no assertions.
+#
+#   bench/redis.sh [BUILD_DIR]       (default: build)
+#   env: THREADS (kcached threads, default nproc), CONNS (50), N4K (50000),
+#        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16)
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$SRC/build}
+KCACHED=$BUILD/server/kcached
+THREADS=${THREADS:-$(nproc)}
+CONNS=${CONNS:-50}
+N4K=${N4K:-50000}
+N1M=${N1M:-1000}
+KEYS4K=${KEYS4K:-1000}
+KEYS1M=${KEYS1M:-32}
+PIPE=${PIPE:-16}
+[[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
+for t in redis-benchmark redis-server redis-cli; do
+    command -v $t >/dev/null || { echo "$t not installed (redis-tools, redis-server)" >&2; exit 1; }
+done
+
+T=$(mktemp -d /tmp/kcredis.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_ping() { # PORT PID
+    for _ in $(seq 1 1000); do
+        redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.01
+    done
+    return 1
+}
+
+"$KCACHED" --listen 127.0.0.1:0 --data "$T/kcached" --port-file "$T/kport" \
+    --redis-listen 127.0.0.1:0 --redis-port-file "$T/rport" --threads "$THREADS" \
+    --log-level warn --max-blob 64M --memory-cache 512M >"$T/kcached.out" 2>"$T/kcached.err" &
+PIDS+=($!)
+KPID=$!
+for _ in $(seq 1 3000); do [[ -s $T/kport ]] && break; sleep 0.01; done
+KPORT=$(cat "$T/rport")
+wait_ping "$KPORT" "$KPID" || { cat "$T/kcached.err" >&2; exit 1; }
+
+RPORT=$(free_port)
+redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no \
+    --dir "$T" --logfile "$T/redis.log" &
+PIDS+=($!)
+wait_ping "$RPORT" "$!" || { cat "$T/redis.log" >&2; exit 1; }
+
+# bench PORT SIZE N KEYS PIPE -> "set_rps get_rps" (SET first fills the keys GET reads)
+bench() {
+    local out
+    out=$(redis-benchmark -h 127.0.0.1 -p "$1" -t set,get -d "$2" -n "$3" -r "$4" -P "$5" \
+        -c "$CONNS" --csv 2>/dev/null)
+    local s g
+    s=$(awk -F'","' '/^"SET"/ {print $2}' <<<"$out")
+    g=$(awk -F'","' '/^"GET"/ {print $2}' <<<"$out")
+    echo "${s:-0} ${g:-0}"
+}
+
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}x' if b else '-')" "$1" "$2"; }
+
+echo "| benchmark | kcached | redis-server | ratio | goal |"
+echo "|---|---:|---:|---:|---|"
+for size in 4096 1048576; do
+    if [[ $size = 4096 ]]; then n=$N4K keys=$KEYS4K label="4 KiB"; else n=$N1M keys=$KEYS1M label="1 MiB"; fi
+    for p in 1 "$PIPE"; do
+        read -r ks kg < <(bench "$KPORT" "$size" "$n" "$keys" "$p")
+        read -r rs rg < <(bench "$RPORT" "$size" "$n" "$keys" "$p")
+        pl=$([[ $p = 1 ]] && echo "no pipelining" || echo "-P $p")
+        goal=$([[ $size = 4096 ]] && echo ">= 0.5" || echo "-")
+        printf '| GET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$kg" "$rg" "$(ratio "$kg" "$rg")" "$goal"
+        printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | - |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")"
+    done
+done
+echo
+echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K, 1 MiB: $N1M); kcached --threads $THREADS, redis-server single-threaded; $(redis-server --version | cut -d' ' -f1-3)."
