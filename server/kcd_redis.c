@@ -117,8 +117,13 @@ static int64_t now_ms(void)
 static void store_key(const uint8_t *key, size_t len, char hex[KC_KEY_HEX_LEN + 1])
 {
     uint8_t d[KC_SHA256_LEN];
-    kc_sha256_ctx *h = kc_sha256_new();
-    if (h) {
+    uint8_t small[256];
+    kc_sha256_ctx *h = NULL;
+    if (len <= sizeof small - 6) { /* the usual case: one call, no allocation */
+        memcpy(small, "redis:", 6);
+        memcpy(small + 6, key, len);
+        kc_sha256(small, len + 6, d);
+    } else if ((h = kc_sha256_new()) != NULL) {
         kc_sha256_update(h, "redis:", 6);
         kc_sha256_update(h, key, len);
         kc_sha256_final(h, d);
