@@ -1118,7 +1118,7 @@ static bool conn_process(rconn *c)
             break;
         if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
             return true;
-        bool limited = r->auth_on && !c->authed;
+        bool limited = r->auth_on && !c->authed && !r->anonymous_read;
         kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
                                limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
         size_t used = 0;

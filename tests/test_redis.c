@@ -499,3 +499,35 @@ Test(redis, large_values_round_trip)
     free(val);
     rs_stop(&rs);
 }
+
+/* --redis-listen is an option like every other: config key, KCACHED_
+ * variable, flag; a bad address is a configuration error. */
+Test(redis, redis_listen_is_configured_like_every_option)
+{
+    char *dir = kc_test_mkdtemp("kcdrediscfg");
+    char *conf = kc_test_path(dir, "kcached.conf");
+    const char *text = "redis-listen = 127.0.0.1:6390\n";
+    kc_test_write_file(conf, text, strlen(text));
+    kc_test_result r;
+    kc_test_runl(&r, KC_TEST_KCACHED, "--config", conf, "--data", dir, "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "redis-listen = 127.0.0.1:6390") != NULL, "%s", r.out);
+    kc_test_result_free(&r);
+    setenv("KCACHED_REDIS_LISTEN", "127.0.0.1:6391", 1);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--config", conf, "--data", dir, "--check-config", NULL);
+    unsetenv("KCACHED_REDIS_LISTEN");
+    cr_expect(strstr(r.out, "redis-listen = 127.0.0.1:6391") != NULL, "env beats file: %s", r.out);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--redis-listen", "127.0.0.1:notaport",
+                 "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "--redis-listen") != NULL, "%s", r.err);
+    kc_test_result_free(&r);
+    /* off by default */
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--check-config", NULL);
+    cr_expect(strstr(r.out, "redis-listen = \n") != NULL, "%s", r.out);
+    kc_test_result_free(&r);
+    free(conf);
+    kc_test_rmtree(dir);
+    free(dir);
+}
