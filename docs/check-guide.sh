@@ -78,8 +78,11 @@ check "4 200 with read token" test "$(code -H "Authorization: Bearer $R" "$URL/v
 check "4 healthz without token" test "$(code "$URL/healthz")" = 200
 check "4 403 read token PUT" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $R" "$URL/ccache/a/b")" = 403
 check "4 201 write token PUT" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $W" "$URL/ccache/a/b")" = 201
-check "4 200 PUT again" test "$(code -X PUT --data-binary x -H "Authorization: Bearer $W" "$URL/ccache/a/b")" = 200
-check "4 Basic auth (token as password)" test "$(code -u "any:$R" "$URL/ccache/a/b")" = 200
+check "4 200 PUT again (replaces)" test "$(code -X PUT --data-binary y -H "Authorization: Bearer $W" "$URL/ccache/a/b")" = 200
+check "4 PUT replaced the body" test "$(curl -s -H "Authorization: Bearer $R" "$URL/ccache/a/b")" = y
+check "4 Basic auth (token as password, its name as user)" test "$(code -u "ci:$R" "$URL/ccache/a/b")" = 200
+check "4 Basic auth (token as password, empty user)" test "$(code -u ":$R" "$URL/ccache/a/b")" = 200
+check "4 Basic auth under another name is refused" test "$(code -u "any:$R" "$URL/ccache/a/b")" = 401
 check "4 Basic auth (token as user)" test "$(code -u "$R:" "$URL/ccache/a/b")" = 200
 check "4 400 bad key" test "$(code -H "Authorization: Bearer $R" "$URL/v1/artifacts/xyz")" = 400
 check "4 405 wrong method" test "$(code -X POST "$URL/healthz")" = 405
@@ -127,7 +130,7 @@ check "5.8 bundle restore (POST, idempotent)" bash -c "curl -sf -X POST --data-b
 # Section 6: ccache.
 if command -v ccache >/dev/null && command -v gcc >/dev/null; then
     n=0
-    for rs in "$URL/ccache|bearer-token=$W" "http://build:$W@127.0.0.1:${URL##*:}/ccache"; do
+    for rs in "$URL/ccache|bearer-token=$W" "http://build-host:$W@127.0.0.1:${URL##*:}/ccache"; do
         n=$((n + 1))
         printf 'int guide_f%d(int x) { return x * %d; }\n' "$n" "$n" >"$T/c$n.c"
         export CCACHE_DIR=$T/ccache$n CCACHE_REMOTE_STORAGE=$rs
@@ -146,6 +149,33 @@ fi
 check "7 explain names the differing target" bash -c "kcache --cache-dir '$T/bench' explain '$ROOT/examples/mlp.json' --target x86-64-v2 | grep -q 'device field target'"
 sed 's/"gelu"/"relu"/' "$ROOT/examples/mlp.json" >"$T/mlp_relu.json"
 check "7 explain: the graph itself differs" bash -c "kcache --cache-dir '$T/bench' explain '$T/mlp_relu.json' | grep -q 'the graph itself differs'"
+
+# Section 8: the Redis protocol.
+if command -v redis-cli >/dev/null; then
+    kcached --listen 127.0.0.1:0 --port-file "$T/redis-http.port" --log-level warn --data "$T/rsrv" \
+        --tokens "$T/tokens" --redis-listen 127.0.0.1:0 --redis-port-file "$T/redis.port" >/dev/null 2>"$T/redis.err" &
+    PIDS+=($!)
+    for _ in $(seq 1 500); do [[ -s $T/redis-http.port ]] && break; sleep 0.01; done
+    RP=$(cat "$T/redis.port")
+    rc() { redis-cli -p "$RP" --no-auth-warning "$@"; }
+    check "8 NOAUTH before AUTH" test "$(rc GET pt2:x)" = "NOAUTH Authentication required."
+    check "8 NOPERM for a read token's SET" test "$(rc -a "$R" SET k v)" = "NOPERM User ci has no permissions to run the 'set' command"
+    check "8 SET with EX under the token's name" test "$(rc --user build-host -a "$W" SET pt2:fx-graph-v1::abc:c1 hello EX 86400)" = OK
+    check "8 TTL" test "$(rc -a "$W" TTL pt2:fx-graph-v1::abc:c1)" = 86400
+    check "8 INFO keyspace" bash -c "redis-cli -p $RP --no-auth-warning -a '$W' INFO keyspace | grep -q 'db0:keys=1'"
+    if command -v ccache >/dev/null && command -v gcc >/dev/null; then
+        printf 'int guide_redis(int x) { return x * 9; }\n' >"$T/cr.c"
+        export CCACHE_DIR=$T/ccache-redis CCACHE_REMOTE_STORAGE="redis://build-host:$W@127.0.0.1:$RP"
+        (cd "$T" && ccache gcc -c cr.c -o cr.o)
+        rm -rf "$CCACHE_DIR"
+        (cd "$T" && ccache gcc -c cr.c -o cr.o)
+        hits=$(ccache -s -v | awk '/^Remote storage/ {r = 1} r && /Hits/ {print $2; exit}')
+        if [[ $hits = 1 ]]; then ok "8.3 ccache redis:// remote hit"; else bad "8.3 ccache redis:// remote hit: $hits"; fi
+        unset CCACHE_DIR CCACHE_REMOTE_STORAGE
+    fi
+else
+    echo "skip 8 (redis-cli not installed)"
+fi
 
 echo "$fails failure(s)"
 [[ $fails = 0 ]]
