@@ -17,18 +17,9 @@ KCACHED=$BUILD/server/kcached
 SOURCES=${SOURCES:-40}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
-for t in ccache gcc redis-server redis-cli curl; do
-    command -v $t >/dev/null || { echo "$t not installed" >&2; exit 1; }
-done
-
-T=$(mktemp -d /tmp/kcccup.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    [[ -n ${KEEP:-} ]] || rm -rf "$T"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+. "$SRC/bench/lib.sh"
+bench_need ccache gcc redis-server redis-cli curl
 
 "$KCACHED" --listen 127.0.0.1:0 --data "$T/kcached" --port-file "$T/kport" \
     --redis-listen 127.0.0.1:0 --redis-port-file "$T/rport" --log-level warn \
@@ -132,7 +123,6 @@ read -r p_med p_mean p_n < <(upload_ms reference "http://127.0.0.1:$PPORT/ccache
 read -r n_med n_mean n_n < <(upload_ms nginx "http://127.0.0.1:$NPORT/ccache")
 read -r kr_med kr_mean kr_n < <(upload_ms kcached-redis "redis://127.0.0.1:$KRPORT")
 read -r r_med r_mean r_n < <(upload_ms redis "redis://127.0.0.1:$RPORT")
-ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}x' if b else '-')" "$1" "$2"; }
 
 echo "| benchmark | kcached | anchor | ratio | goal |"
 echo "|---|---:|---:|---:|---|"

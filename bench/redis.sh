@@ -19,19 +19,9 @@ KEYS4K=${KEYS4K:-1000}
 KEYS1M=${KEYS1M:-32}
 PIPE=${PIPE:-16}
 [[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
-for t in redis-benchmark redis-server redis-cli; do
-    command -v $t >/dev/null || { echo "$t not installed (redis-tools, redis-server)" >&2; exit 1; }
-done
-
-T=$(mktemp -d /tmp/kcredis.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+. "$SRC/bench/lib.sh"
+bench_need redis-benchmark redis-server redis-cli
 wait_ping() { # PORT PID
     for _ in $(seq 1 1000); do
         redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
@@ -67,7 +57,6 @@ bench() {
     echo "${s:-0} ${g:-0}"
 }
 
-ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}x' if b else '-')" "$1" "$2"; }
 
 echo "| benchmark | kcached | redis-server | ratio | goal |"
 echo "|---|---:|---:|---:|---|"

@@ -67,6 +67,26 @@ static void build(const char *dir, char **objects, size_t *lens)
     }
 }
 
+/* Points ccache at remote (a remote_storage value) with a fresh cache
+ * directory dir/NAME; returns that directory (caller frees). */
+static char *use_ccache(const char *dir, const char *name, const char *remote)
+{
+    char *ccdir = kc_test_path(dir, name);
+    char *conf = kc_test_path(dir, "ccache.conf");
+    char line[512];
+    int n = snprintf(line, sizeof line, "remote_storage = %s\n", remote);
+    kc_test_write_file(conf, line, (size_t)n);
+    setenv("CCACHE_CONFIGPATH", conf, 1);
+    setenv("CCACHE_DIR", ccdir, 1);
+    unsetenv("CCACHE_DISABLE");
+    unsetenv("CCACHE_REMOTE_STORAGE");
+    unsetenv("CCACHE_READONLY");
+    unsetenv("CCACHE_RECACHE");
+    unsetenv("CCACHE_NODIRECT");
+    free(conf);
+    return ccdir;
+}
+
 Test(ccache, remote_storage_round_trip, .timeout = 120)
 {
     char *dir = kc_test_mkdtemp("kcdccache");
@@ -80,17 +100,9 @@ Test(ccache, remote_storage_round_trip, .timeout = 120)
         snprintf(p, sizeof p, "%s/src%d.c", dir, i);
         kc_test_write_file(p, sources[i], strlen(sources[i]));
     }
-    char *ccdir = kc_test_path(dir, "ccache");
-    char *conf = kc_test_path(dir, "ccache.conf");
     char remote[256];
-    snprintf(remote, sizeof remote, "remote_storage = %s/ccache|bearer-token=" TOKEN "\n", ts.url);
-    kc_test_write_file(conf, remote, strlen(remote));
-    setenv("CCACHE_CONFIGPATH", conf, 1);
-    setenv("CCACHE_DIR", ccdir, 1);
-    unsetenv("CCACHE_DISABLE");
-    unsetenv("CCACHE_REMOTE_STORAGE");
-    unsetenv("CCACHE_READONLY");
-    unsetenv("CCACHE_RECACHE");
+    snprintf(remote, sizeof remote, "%s/ccache|bearer-token=" TOKEN, ts.url);
+    char *ccdir = use_ccache(dir, "ccache", remote);
 
     char *first[3], *second[3];
     size_t flen[3], slen[3];
@@ -126,30 +138,9 @@ Test(ccache, remote_storage_round_trip, .timeout = 120)
     unsetenv("CCACHE_DIR");
     finish(&ts);
     free(ccdir);
-    free(conf);
     free(tokens);
     kc_test_rmtree(dir);
     free(dir);
-}
-
-/* Points ccache at remote (a remote_storage value) with a fresh cache
- * directory dir/NAME; returns that directory (caller frees). */
-static char *use_ccache(const char *dir, const char *name, const char *remote)
-{
-    char *ccdir = kc_test_path(dir, name);
-    char *conf = kc_test_path(dir, "ccache.conf");
-    char line[512];
-    int n = snprintf(line, sizeof line, "remote_storage = %s\n", remote);
-    kc_test_write_file(conf, line, (size_t)n);
-    setenv("CCACHE_CONFIGPATH", conf, 1);
-    setenv("CCACHE_DIR", ccdir, 1);
-    unsetenv("CCACHE_DISABLE");
-    unsetenv("CCACHE_REMOTE_STORAGE");
-    unsetenv("CCACHE_READONLY");
-    unsetenv("CCACHE_RECACHE");
-    unsetenv("CCACHE_NODIRECT");
-    free(conf);
-    return ccdir;
 }
 
 /* `ccache --print-stats` output (caller frees). */
