@@ -189,8 +189,9 @@ static void reply_store_error(rconn *c, const kc_err *e);
 static rstatus rdelete_locked(rconn *c, const char *hex);
 
 /* Looks key up (memory cache, then store); an expired entry is removed and
- * reads as missing. R_ERROR: an error reply has been written. */
-static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
+ * reads as missing. locked: the caller holds the key's stripe already (a
+ * write command reading first). R_ERROR: an error reply has been written. */
+static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, bool locked)
 {
     kcd_redis *r = c->w->r;
     memset(out, 0, sizeof *out);
@@ -240,9 +241,11 @@ static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
     if (exp && exp <= now) {
         kc_artifact_free(&a);
         pthread_mutex_t *mu = stripe(r, hex);
-        pthread_mutex_lock(mu);
+        if (!locked)
+            pthread_mutex_lock(mu);
         rdelete_locked(c, hex); /* lazily, as Redis expires on access */
-        pthread_mutex_unlock(mu);
+        if (!locked)
+            pthread_mutex_unlock(mu);
         kcd_metrics_add(&r->m->redis.misses, 1);
         return R_MISS;
     }
@@ -255,6 +258,11 @@ static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
     kc_artifact_free(&a);
     kcd_metrics_add(&r->m->redis.hits, 1);
     return R_HIT;
+}
+
+static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
+{
+    return rget_ex(c, key, klen, out, false);
 }
 
 /* Stores key = value with an absolute expiry (0 = none), replacing any
@@ -684,7 +692,7 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
     rval old = {0};
     rstatus st = R_MISS;
     if (nx || xx || get || keepttl)
-        st = rget(c, c->argv[kidx], ARGL(kidx), &old);
+        st = rget_ex(c, c->argv[kidx], ARGL(kidx), &old, true);
     if (st != R_ERROR) {
         bool skip = (nx && st == R_HIT) || (xx && st == R_MISS);
         if (keepttl && st == R_HIT)
@@ -744,7 +752,7 @@ static void cmd_del(rconn *c)
         pthread_mutex_lock(mu);
         /* an expired entry still stored does not count as deleted */
         rval v;
-        rstatus st = rget(c, c->argv[i], ARGL(i), &v);
+        rstatus st = rget_ex(c, c->argv[i], ARGL(i), &v, true);
         rval_free(&v);
         if (st == R_HIT)
             st = rdelete_locked(c, hex);
@@ -792,7 +800,7 @@ static void do_expire(rconn *c, bool persist)
     pthread_mutex_t *mu = stripe(r, hex);
     pthread_mutex_lock(mu);
     rval v;
-    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
+    rstatus st = rget_ex(c, c->argv[1], ARGL(1), &v, true);
     long long result = 0;
     if (st == R_HIT) {
         int64_t cur = v.expire_ms; /* 0 = none: "infinite" for GT/LT */

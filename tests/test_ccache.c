@@ -67,6 +67,17 @@ static void build(const char *dir, char **objects, size_t *lens)
     }
 }
 
+/* Ends a test: ccache's environment, the server, the directories. */
+static void finish_ccache(kc_testserver *ts, char *dir, char *ccdir)
+{
+    unsetenv("CCACHE_CONFIGPATH");
+    unsetenv("CCACHE_DIR");
+    finish(ts);
+    free(ccdir);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
 /* Points ccache at remote (a remote_storage value) with a fresh cache
  * directory dir/NAME; returns that directory (caller frees). */
 static char *use_ccache(const char *dir, const char *name, const char *remote)
@@ -134,13 +145,8 @@ Test(ccache, remote_storage_round_trip, .timeout = 120)
     cr_expect(strstr((char *)m.body, "route=\"ccache_get\",code=\"200\"") != NULL, "%s", m.body);
     cr_expect(strstr((char *)m.body, "route=\"ccache_put\",code=\"201\"") != NULL, "%s", m.body);
     kc_http_result_free(&m);
-    unsetenv("CCACHE_CONFIGPATH");
-    unsetenv("CCACHE_DIR");
-    finish(&ts);
-    free(ccdir);
     free(tokens);
-    kc_test_rmtree(dir);
-    free(dir);
+    finish_ccache(&ts, dir, ccdir);
 }
 
 /* `ccache --print-stats` output (caller frees). */
@@ -199,14 +205,9 @@ Test(ccache, rewritten_manifest_gives_a_direct_hit, .timeout = 120)
     cr_expect_eq(stat_value(st, "remote_storage_hit"), 1, "%s", st);
     free(st);
 
-    unsetenv("CCACHE_CONFIGPATH");
-    unsetenv("CCACHE_DIR");
-    finish(&ts);
-    free(ccdir);
     free(src);
     free(hdr);
-    kc_test_rmtree(dir);
-    free(dir);
+    finish_ccache(&ts, dir, ccdir);
 }
 
 /* Starts kcached with the Redis listener as well; ts->port is HTTP, the
@@ -308,13 +309,8 @@ static void redis_round_trip(const char *password)
     cr_expect(strstr((char *)m.body, "kcached_redis_commands_total{command=\"get\"}") != NULL, "%s",
               m.body);
     kc_http_result_free(&m);
-    unsetenv("CCACHE_CONFIGPATH");
-    unsetenv("CCACHE_DIR");
-    finish(&ts);
-    free(ccdir);
     free(tokens);
-    kc_test_rmtree(dir);
-    free(dir);
+    finish_ccache(&ts, dir, ccdir);
 }
 
 Test(ccache, redis_remote_storage_round_trip, .timeout = 120)

@@ -241,6 +241,18 @@ Test(redis, redis_cli_commands_and_error_shapes)
                   strstr(info, "keyspace_misses:") && strstr(info, "db0:keys=2"),
               "INFO: %s", info);
     free(info);
+    /* expired keys read as missing for the write commands too (which
+     * look the key up while holding its lock) */
+    EXPECT_CLI("OK", &rs, "SET", "exp1", "old", "PXAT", "1");
+    EXPECT_CLI("OK", &rs, "SET", "exp1", "fresh", "NX");
+    EXPECT_CLI("fresh", &rs, "GET", "exp1");
+    EXPECT_CLI("OK", &rs, "SET", "exp2", "old", "PXAT", "1");
+    EXPECT_CLI("", &rs, "SET", "exp2", "new", "XX", "GET");
+    EXPECT_CLI("OK", &rs, "SET", "exp3", "old", "PXAT", "1");
+    EXPECT_CLI("0", &rs, "DEL", "exp3");
+    EXPECT_CLI("OK", &rs, "SET", "exp4", "old", "PXAT", "1");
+    EXPECT_CLI("0", &rs, "EXPIRE", "exp4", "100");
+    EXPECT_CLI("0", &rs, "PERSIST", "exp4");
     /* RESP3 after HELLO 3 (redis-cli -3 sends it) */
     char *hello = cli(&rs, "-3", "HELLO", "3", NULL);
     cr_expect(strstr(hello, "proto") && strstr(hello, "3"), "HELLO 3: %s", hello);
