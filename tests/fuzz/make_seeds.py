@@ -122,6 +122,15 @@ def main():
     req("ccache-bad", "GET", "/ccache/a/../b", [rd])
     req("basic", "GET", "/healthz", ["Authorization: Basic dXNlcjp0b2stcmVhZA=="])
 
+    # fuzz_resp: 8 bytes of limits (bulk, args), then the stream, then chunk sizes
+    lim = b"\x00\x10\x00\x00\x00\x08\x00\x00"
+    write("fuzz_resp", "seed-00.bin", lim + b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n" + b"\x05" * 40)
+    write("fuzz_resp", "seed-01.bin",
+          lim + b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n" + b"\x03" * 60)
+    write("fuzz_resp", "seed-02.bin", b"\x00\x01\x00\x00\x00\x02\x00\x00*1000000\r\n")
+    write("fuzz_resp", "seed-03.bin", lim + b"GET a b\r\n\r\nECHO x\n" + b"\x01" * 30)
+    write("fuzz_resp", "seed-04.bin", lim + b"*2\r\n$3\r\nGET\r\n:5\r\n*1\r\n$4\r\nPINGxx")
+
     graph = {"format": "kcache-graph/1", "name": "mlp",
              "inputs": [{"name": "x", "dtype": "f32", "shape": [4, 16]}],
              "params": [{"name": "w", "dtype": "f32", "shape": [16, 8]},
