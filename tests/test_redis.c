@@ -141,37 +141,35 @@ static void send_all(int fd, const void *data, size_t n)
     }
 }
 
-/* Reads until want bytes arrived (want 0: until the server closes). *closed
- * tells whether the server closed the connection. Returns a malloc'd,
- * NUL-terminated buffer. */
-static char *recv_upto(int fd, size_t want, bool *closed, size_t *len)
+/* Reads until want bytes arrived, or (suffix non-NULL) until what arrived
+ * ends with suffix, or else until the server closes. *closed (may be NULL)
+ * tells whether it closed. Returns a malloc'd, NUL-terminated buffer. */
+static char *recv_until(int fd, size_t want, const char *suffix, bool *closed)
 {
-    size_t cap = 1 << 16, n = 0;
+    size_t cap = 1 << 16, n = 0, sl = suffix ? strlen(suffix) : 0;
     char *buf = malloc(cap + 1);
-    *closed = false;
+    bool eof = false;
     while (want == 0 || n < want) {
-        if (n == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap + 1);
-        }
+        if (suffix && n >= sl && !memcmp(buf + n - sl, suffix, sl))
+            break;
+        if (n == cap)
+            buf = realloc(buf, (cap *= 2) + 1);
         ssize_t k = recv(fd, buf + n, cap - n, 0);
-        if (k == 0)
-            *closed = true;
+        eof = k == 0;
         if (k <= 0)
             break;
         n += (size_t)k;
     }
     buf[n] = 0;
-    if (len)
-        *len = n;
+    if (closed)
+        *closed = eof;
     return buf;
 }
 
 static char *exchange(int fd, const char *req, size_t want)
 {
     send_all(fd, req, strlen(req));
-    bool closed;
-    return recv_upto(fd, want, &closed, NULL);
+    return recv_until(fd, want, NULL, NULL);
 }
 
 TestSuite(redis, .timeout = 120);
@@ -264,23 +262,6 @@ Test(redis, redis_cli_commands_and_error_shapes)
 
 /* Replies on the wire, byte for byte, for a pipeline sent in one write:
  * RESP2, then RESP3 after HELLO 3 (nulls become "_"), CLIENT names, QUIT. */
-/* Reads until the received bytes end with suffix (or the server closes). */
-static char *recv_until(int fd, const char *suffix)
-{
-    size_t cap = 1 << 16, n = 0, sl = strlen(suffix);
-    char *buf = malloc(cap + 1);
-    while (n < sl || memcmp(buf + n - sl, suffix, sl) != 0) {
-        if (n == cap)
-            buf = realloc(buf, (cap *= 2) + 1);
-        ssize_t k = recv(fd, buf + n, cap - n, 0);
-        if (k <= 0)
-            break;
-        n += (size_t)k;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
 Test(redis, pipelined_commands_get_exact_replies_in_order)
 {
     rserver rs;
@@ -300,7 +281,7 @@ Test(redis, pipelined_commands_get_exact_replies_in_order)
     free(got);
     /* HELLO 3 answers with a map; PING marks its end */
     send_all(fd, "HELLO 3\r\nPING\r\n", 15);
-    got = recv_until(fd, "+PONG\r\n");
+    got = recv_until(fd, 0, "+PONG\r\n", NULL);
     cr_expect(!strncmp(got, "%7\r\n$6\r\nserver\r\n", 16), "HELLO 3: %s", got);
     cr_expect(strstr(got, "$5\r\nproto\r\n:3\r\n") != NULL, "HELLO 3: %s", got);
     free(got);
@@ -308,7 +289,7 @@ Test(redis, pipelined_commands_get_exact_replies_in_order)
                        "QUIT\r\n";
     send_all(fd, req3, strlen(req3));
     bool closed;
-    char *all = recv_upto(fd, 0, &closed, NULL);
+    char *all = recv_until(fd, 0, NULL, &closed);
     cr_expect_str_eq(all, "_\r\n*2\r\n_\r\n$5\r\nhello\r\n+OK\r\n", "RESP3 nulls");
     cr_expect(closed, "QUIT closes the connection");
     free(all);
@@ -382,7 +363,7 @@ Test(redis, tokens_decide_auth_and_scopes)
                       "\r\nSET k v\r\nGET k\r\nAUTH default " TOK_RW "\r\nGET k\r\nQUIT\r\n";
     send_all(fd, req, strlen(req));
     bool closed;
-    char *all = recv_upto(fd, 0, &closed, NULL);
+    char *all = recv_until(fd, 0, NULL, &closed);
     const char *want = "+OK\r\n$-1\r\n"
                        "-NOPERM User reader has no permissions to run the 'set' command\r\n"
                        "+OK\r\n+OK\r\n"
@@ -447,7 +428,7 @@ Test(redis, bad_input_closes_only_that_connection)
         int fd = rconnect(&rs);
         send_all(fd, cases[i].req, strlen(cases[i].req));
         bool closed;
-        char *got = recv_upto(fd, 0, &closed, NULL);
+        char *got = recv_until(fd, 0, NULL, &closed);
         cr_expect_str_eq(got, cases[i].error, "%s", cases[i].what);
         cr_expect(closed, "%s: the connection is closed", cases[i].what);
         free(got);
