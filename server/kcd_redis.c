@@ -87,8 +87,21 @@ static bool conn_process(rconn *c)
         size_t used = 0;
         const uint8_t *base = c->in + c->in_off;
         kcd_resp_status st = kcd_resp_parse(&c->p, base, c->in_len - c->in_off, &lim, &used);
-        if (st == KCD_RESP_MORE)
+        if (st == KCD_RESP_MORE) {
+            /* every part is within its limit, but the whole may not be */
+            uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
+            if (c->in_len - c->in_off > qmax) {
+                char line[96];
+                snprintf(line, sizeof line,
+                         "ERR Protocol error: request larger than %" PRIu64 " bytes", qmax);
+                kcd_redis_reply_error(c, line);
+                kcd_metrics_add(&r->m->redis.protocol_errors, 1);
+                kcd_log(KCD_LOG_WARN, "redis %s: request over %" PRIu64 " bytes; closing",
+                        c->remote, qmax);
+                c->closing = true;
+            }
             break;
+        }
         if (st == KCD_RESP_ERROR) {
             const char *msg = c->p.error;
             if (limited && !strcmp(msg, "Protocol error: invalid multibulk length"))
@@ -195,7 +208,13 @@ static void conn_read(rconn *c)
         c->in_off = 0;
     }
     if (c->in_cap - c->in_len < KCD_REDIS_READ_CHUNK) {
+        /* doubling, but never far beyond the largest command allowed (a
+         * bigger one is refused in conn_process before the buffer grows on) */
         size_t cap = c->in_cap ? c->in_cap * 2 : KCD_REDIS_READ_CHUNK * 2;
+        if (cap > qmax + 2 * KCD_REDIS_READ_CHUNK)
+            cap = c->in_len + 2 * KCD_REDIS_READ_CHUNK > qmax + 2 * KCD_REDIS_READ_CHUNK
+                      ? c->in_len + 2 * KCD_REDIS_READ_CHUNK
+                      : qmax + 2 * KCD_REDIS_READ_CHUNK;
         uint8_t *p = realloc(c->in, cap);
         if (!p) {
             conn_close(c);
@@ -213,15 +232,6 @@ static void conn_read(rconn *c)
         return;
     c->in_len += (size_t)n;
     kcd_metrics_add(&r->m->redis.bytes_in, (uint64_t)n);
-    if (!c->closing && c->in_len - c->in_off > qmax) {
-        char line[96];
-        snprintf(line, sizeof line, "ERR Protocol error: request larger than %" PRIu64 " bytes",
-                 qmax);
-        kcd_redis_reply_error(c, line);
-        kcd_metrics_add(&r->m->redis.protocol_errors, 1);
-        kcd_log(KCD_LOG_WARN, "redis %s: request over %" PRIu64 " bytes; closing", c->remote, qmax);
-        c->closing = true;
-    }
     conn_run(c);
 }
 

@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -143,7 +144,8 @@ static void send_all(int fd, const void *data, size_t n)
 
 /* Reads until want bytes arrived, or (suffix non-NULL) until what arrived
  * ends with suffix, or else until the server closes. *closed (may be NULL)
- * tells whether it closed. Returns a malloc'd, NUL-terminated buffer. */
+ * tells whether it closed (a reset counts: Linux still returns the bytes
+ * that came before it). Returns a malloc'd, NUL-terminated buffer. */
 static char *recv_until(int fd, size_t want, const char *suffix, bool *closed)
 {
     size_t cap = 1 << 16, n = 0, sl = suffix ? strlen(suffix) : 0;
@@ -155,7 +157,9 @@ static char *recv_until(int fd, size_t want, const char *suffix, bool *closed)
         if (n == cap)
             buf = realloc(buf, (cap *= 2) + 1);
         ssize_t k = recv(fd, buf + n, cap - n, 0);
-        eof = k == 0;
+        /* a server closing with request bytes unread sends a reset after
+         * its reply: that is closed too */
+        eof = k == 0 || (k < 0 && errno == ECONNRESET);
         if (k <= 0)
             break;
         n += (size_t)k;
@@ -437,6 +441,27 @@ Test(redis, bad_input_closes_only_that_connection)
         cr_expect_str_eq(pong, "+PONG\r\n", "after %s the other client is served", cases[i].what);
         free(pong);
     }
+    /* every argument within --max-blob, the whole command far beyond it */
+    {
+        size_t nargs = 300, alen = 8000;
+        char *req = malloc(nargs * (alen + 16) + 32), *p = req;
+        p += sprintf(p, "*%zu\r\n$4\r\nMGET\r\n", nargs + 1);
+        for (size_t i = 0; i < nargs; i++) {
+            p += sprintf(p, "$%zu\r\n", alen);
+            memset(p, 'k', alen);
+            p += alen;
+            p += sprintf(p, "\r\n");
+        }
+        int fd = rconnect(&rs);
+        send_all(fd, req, (size_t)(p - req));
+        bool closed;
+        char *got = recv_until(fd, 0, NULL, &closed);
+        cr_expect(strstr(got, "-ERR Protocol error: request larger than") == got, "%s", got);
+        cr_expect(closed, "an oversized command closes the connection");
+        free(got);
+        free(req);
+        close(fd);
+    }
     /* a value over --max-blob from redis-cli (-x: the value on stdin):
      * refused, nothing stored */
     size_t bn = 1100000;
@@ -453,7 +478,7 @@ Test(redis, bad_input_closes_only_that_connection)
     EXPECT_CLI("safe", &rs, "GET", "keep");
     kc_http_result m;
     kc_testserver_http(&rs.ts, "GET", "/metrics", NULL, NULL, 0, false, &m);
-    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 7"), "%s", m.body);
+    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 8"), "%s", m.body);
     kc_http_result_free(&m);
     close(other);
     rs_stop(&rs);
