@@ -153,6 +153,15 @@ kcd_blob *kcd_hot_get(kcd_hot *h, int ns, const char *key_hex, double now, bool 
     uint8_t k[KC_SHA256_LEN];
     if (!h || !parse_key(key_hex, k))
         return NULL;
+    return kcd_hot_get_bin(h, ns, k, now, refresh);
+}
+
+kcd_blob *kcd_hot_get_bin(kcd_hot *h, int ns, const uint8_t k[KC_SHA256_LEN], double now,
+                          bool *refresh)
+{
+    *refresh = false;
+    if (!h)
+        return NULL;
     hot_shard *s = shard_of(h, k);
     pthread_mutex_lock(&s->lock);
     hot_ent *e = *find(s, k, ns);
@@ -233,7 +242,12 @@ uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex)
     uint8_t k[KC_SHA256_LEN];
     if (!h || !parse_key(key_hex, k))
         return 0;
-    return __atomic_load_n(&shard_of(h, k)->drops, __ATOMIC_ACQUIRE);
+    return kcd_hot_epoch_bin(h, k);
+}
+
+uint64_t kcd_hot_epoch_bin(kcd_hot *h, const uint8_t k[KC_SHA256_LEN])
+{
+    return h ? __atomic_load_n(&shard_of(h, k)->drops, __ATOMIC_ACQUIRE) : 0;
 }
 
 void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
@@ -246,7 +260,14 @@ void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *d
                        double now, uint64_t epoch)
 {
     uint8_t k[KC_SHA256_LEN];
-    if (!h || len > h->max_entry || !parse_key(key_hex, k))
+    if (h && parse_key(key_hex, k))
+        kcd_hot_put_bin(h, ns, k, data, len, now, epoch);
+}
+
+void kcd_hot_put_bin(kcd_hot *h, int ns, const uint8_t k[KC_SHA256_LEN], const uint8_t *data,
+                     size_t len, double now, uint64_t epoch)
+{
+    if (!h || len > h->max_entry)
         return;
     hot_shard *s = shard_of(h, k);
     if (len > s->cap)
@@ -270,7 +291,7 @@ void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *d
         kcd_blob_unref(b);
         return;
     }
-    memcpy(e->key, k, sizeof k);
+    memcpy(e->key, k, KC_SHA256_LEN);
     e->ns = ns;
     e->blob = b;
     e->touched = now;
@@ -292,7 +313,13 @@ void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *d
 void kcd_hot_drop(kcd_hot *h, const char *key_hex)
 {
     uint8_t k[KC_SHA256_LEN];
-    if (!h || !parse_key(key_hex, k))
+    if (h && parse_key(key_hex, k))
+        kcd_hot_drop_bin(h, k);
+}
+
+void kcd_hot_drop_bin(kcd_hot *h, const uint8_t k[KC_SHA256_LEN])
+{
+    if (!h)
         return;
     hot_shard *s = shard_of(h, k);
     pthread_mutex_lock(&s->lock);

@@ -66,6 +66,15 @@ void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *d
 /* Removes key from every namespace. */
 void kcd_hot_drop(kcd_hot *h, const char *key_hex);
 
+/* The same operations on the key in binary form (the 32 bytes its 64 hex
+ * characters spell), for a caller that hashes keys itself (the Redis
+ * listener) and need not encode and parse hex on every lookup. */
+kcd_blob *kcd_hot_get_bin(kcd_hot *h, int ns, const uint8_t key[32], double now, bool *refresh);
+void kcd_hot_put_bin(kcd_hot *h, int ns, const uint8_t key[32], const uint8_t *data, size_t len,
+                     double now, uint64_t epoch);
+uint64_t kcd_hot_epoch_bin(kcd_hot *h, const uint8_t key[32]);
+void kcd_hot_drop_bin(kcd_hot *h, const uint8_t key[32]);
+
 /* Current entries and bytes (approximate under concurrency). */
 void kcd_hot_usage(kcd_hot *h, uint64_t *entries, uint64_t *bytes);
 

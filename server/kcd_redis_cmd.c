@@ -32,10 +32,16 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The store key of a Redis key: SHA-256 over "redis:" + the key's bytes. */
-static void store_key(const uint8_t *key, size_t len, char hex[KC_KEY_HEX_LEN + 1])
-{
+/* A Redis key's name in the store (hex) and in the memory cache (binary). */
+typedef struct rkey {
     uint8_t d[KC_SHA256_LEN];
+    char hex[KC_KEY_HEX_LEN + 1];
+} rkey;
+
+/* The store key of a Redis key: SHA-256 over "redis:" + the key's bytes. */
+static void store_key(const uint8_t *key, size_t len, rkey *k)
+{
+    uint8_t *d = k->d;
     uint8_t small[256];
     kc_sha256_ctx *h = NULL;
     if (len <= sizeof small - 6) { /* the usual case: one call, no allocation */
@@ -48,15 +54,14 @@ static void store_key(const uint8_t *key, size_t len, char hex[KC_KEY_HEX_LEN + 
         kc_sha256_final(h, d);
         kc_sha256_free(h);
     } else {
-        memset(d, 0, sizeof d); /* out of memory: callers see a miss or a store error */
+        memset(d, 0, KC_SHA256_LEN); /* out of memory: callers see a miss or a store error */
     }
-    kc_hex_encode(d, KC_SHA256_LEN, hex);
+    kc_hex_encode(d, KC_SHA256_LEN, k->hex);
 }
 
-static pthread_mutex_t *stripe(kcd_redis *r, const char *hex)
+static pthread_mutex_t *stripe(kcd_redis *r, const rkey *k)
 {
-    unsigned v = (unsigned)strtoul((char[3]){hex[0], hex[1], 0}, NULL, 16);
-    return &r->stripes[v % KCD_REDIS_STRIPES];
+    return &r->stripes[k->d[0] % KCD_REDIS_STRIPES];
 }
 
 /* A value read from the memory cache or the store. */
@@ -77,7 +82,7 @@ static void rval_free(rval *v)
 }
 
 /* Memory-cache layout: 8 bytes of expiry (little-endian ms), the value. */
-static void hot_keep(kcd_redis *r, const char *hex, const uint8_t *data, size_t len, int64_t exp,
+static void hot_keep(kcd_redis *r, const rkey *k, const uint8_t *data, size_t len, int64_t exp,
                      uint64_t epoch)
 {
     if (!r->hot || len > SIZE_MAX - 8)
@@ -88,7 +93,7 @@ static void hot_keep(kcd_redis *r, const char *hex, const uint8_t *data, size_t 
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)((uint64_t)exp >> (8 * i));
     memcpy(b + 8, data, len);
-    kcd_hot_put_since(r->hot, KCD_HOT_REDIS, hex, b, len + 8, kc_now(), epoch);
+    kcd_hot_put_bin(r->hot, KCD_HOT_REDIS, k->d, b, len + 8, kc_now(), epoch);
     free(b);
 }
 
@@ -105,7 +110,7 @@ static int64_t meta_expiry(const char *meta)
 typedef enum { R_MISS = 0, R_HIT = 1, R_ERROR = -1 } rstatus;
 
 static void reply_store_error(rconn *c, const kc_err *e);
-static rstatus rdelete_locked(rconn *c, const char *hex);
+static rstatus rdelete_locked(rconn *c, const rkey *k);
 
 /* Looks key up (memory cache, then store); an expired entry is removed and
  * reads as missing. locked: the caller holds the key's stripe already (a
@@ -114,11 +119,11 @@ static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, boo
 {
     kcd_redis *r = c->w->r;
     memset(out, 0, sizeof *out);
-    char hex[KC_KEY_HEX_LEN + 1];
-    store_key(key, klen, hex);
+    rkey k;
+    store_key(key, klen, &k);
     int64_t now = now_ms();
     bool refresh = false;
-    kcd_blob *b = kcd_hot_get(r->hot, KCD_HOT_REDIS, hex, kc_now(), &refresh);
+    kcd_blob *b = kcd_hot_get_bin(r->hot, KCD_HOT_REDIS, k.d, kc_now(), &refresh);
     if (b && !refresh && b->len >= 8) {
         uint64_t exp = 0;
         for (int i = 0; i < 8; i++)
@@ -140,12 +145,12 @@ static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, boo
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    uint64_t epoch = kcd_hot_epoch(r->hot, hex);
+    uint64_t epoch = kcd_hot_epoch_bin(r->hot, k.d);
     kc_artifact a = {0};
-    kc_code rc = kc_store_get(s, hex, &a, &e);
+    kc_code rc = kc_store_get(s, k.hex, &a, &e);
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&r->m->corrupt, 1);
-        kcd_log(KCD_LOG_WARN, "corrupt Redis value %s quarantined: %s", hex, e.msg);
+        kcd_log(KCD_LOG_WARN, "corrupt Redis value %s quarantined: %s", k.hex, e.msg);
         rc = KC_ERR_NOT_FOUND;
     }
     if (rc == KC_ERR_NOT_FOUND) {
@@ -159,16 +164,16 @@ static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, boo
     int64_t exp = meta_expiry(a.meta);
     if (exp && exp <= now) {
         kc_artifact_free(&a);
-        pthread_mutex_t *mu = stripe(r, hex);
+        pthread_mutex_t *mu = stripe(r, &k);
         if (!locked)
             pthread_mutex_lock(mu);
-        rdelete_locked(c, hex); /* lazily, as Redis expires on access */
+        rdelete_locked(c, &k); /* lazily, as Redis expires on access */
         if (!locked)
             pthread_mutex_unlock(mu);
         kcd_metrics_add(&r->m->redis.misses, 1);
         return R_MISS;
     }
-    hot_keep(r, hex, a.payload, a.payload_len, exp, epoch);
+    hot_keep(r, &k, a.payload, a.payload_len, exp, epoch);
     out->owned = a.payload ? a.payload : malloc(1);
     out->data = out->owned;
     out->len = a.payload_len;
@@ -190,8 +195,8 @@ static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint
                            size_t vlen, int64_t expire_ms)
 {
     kcd_redis *r = c->w->r;
-    char hex[KC_KEY_HEX_LEN + 1];
-    store_key(key, klen, hex);
+    rkey k;
+    store_key(key, klen, &k);
     kc_err e = {0};
     kc_store *s = kcd_ctx_store(r->ctx, &e);
     if (!s) {
@@ -223,27 +228,27 @@ static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint
     }
     kc_artifact a;
     memset(&a, 0, sizeof a);
-    memcpy(a.key, hex, sizeof a.key);
+    memcpy(a.key, k.hex, sizeof a.key);
     snprintf(a.kind, sizeof a.kind, "redis");
     a.meta = meta;
     a.payload = (uint8_t *)val;
     a.payload_len = vlen;
     /* the memory cache forgets the old value before and after; a reader
      * that read the store in between cannot put it back (kcd_hot_epoch) */
-    kcd_hot_drop(r->hot, hex);
+    kcd_hot_drop_bin(r->hot, k.d);
     kc_code rc = kc_store_replace(s, &a, NULL, &e);
-    kcd_hot_drop(r->hot, hex);
+    kcd_hot_drop_bin(r->hot, k.d);
     free(meta);
     if (rc != KC_OK) {
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    hot_keep(r, hex, val, vlen, expire_ms, kcd_hot_epoch(r->hot, hex));
+    hot_keep(r, &k, val, vlen, expire_ms, kcd_hot_epoch_bin(r->hot, k.d));
     return R_HIT;
 }
 
 /* Removes a key's entry. R_HIT removed, R_MISS absent. Caller holds the stripe. */
-static rstatus rdelete_locked(rconn *c, const char *hex)
+static rstatus rdelete_locked(rconn *c, const rkey *k)
 {
     kcd_redis *r = c->w->r;
     kc_err e = {0};
@@ -252,9 +257,9 @@ static rstatus rdelete_locked(rconn *c, const char *hex)
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    kcd_hot_drop(r->hot, hex);
-    kc_code rc = kc_store_delete(s, hex, &e);
-    kcd_hot_drop(r->hot, hex);
+    kcd_hot_drop_bin(r->hot, k->d);
+    kc_code rc = kc_store_delete(s, k->hex, &e);
+    kcd_hot_drop_bin(r->hot, k->d);
     if (rc == KC_OK)
         return R_HIT;
     if (rc == KC_ERR_NOT_FOUND)
@@ -609,9 +614,9 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
             return reply_error(c, "ERR syntax error");
     }
     kcd_redis *r = c->w->r;
-    char hex[KC_KEY_HEX_LEN + 1];
-    store_key(c->argv[kidx], ARGL(kidx), hex);
-    pthread_mutex_t *mu = stripe(r, hex);
+    rkey k;
+    store_key(c->argv[kidx], ARGL(kidx), &k);
+    pthread_mutex_t *mu = stripe(r, &k);
     pthread_mutex_lock(mu);
     rval old = {0};
     rstatus st = R_MISS;
@@ -670,16 +675,16 @@ static void cmd_del(rconn *c)
     kcd_redis *r = c->w->r;
     long long n = 0;
     for (size_t i = 1; i < c->argc; i++) {
-        char hex[KC_KEY_HEX_LEN + 1];
-        store_key(c->argv[i], ARGL(i), hex);
-        pthread_mutex_t *mu = stripe(r, hex);
+        rkey k;
+        store_key(c->argv[i], ARGL(i), &k);
+        pthread_mutex_t *mu = stripe(r, &k);
         pthread_mutex_lock(mu);
         /* an expired entry still stored does not count as deleted */
         rval v;
         rstatus st = rget_ex(c, c->argv[i], ARGL(i), &v, true);
         rval_free(&v);
         if (st == R_HIT)
-            st = rdelete_locked(c, hex);
+            st = rdelete_locked(c, &k);
         pthread_mutex_unlock(mu);
         if (st == R_ERROR)
             return;
@@ -719,9 +724,9 @@ static void do_expire(rconn *c, bool persist)
             return reply_error(c, "ERR NX and XX, GT or LT options at the same time are not "
                                   "compatible");
     }
-    char hex[KC_KEY_HEX_LEN + 1];
-    store_key(c->argv[1], ARGL(1), hex);
-    pthread_mutex_t *mu = stripe(r, hex);
+    rkey k;
+    store_key(c->argv[1], ARGL(1), &k);
+    pthread_mutex_t *mu = stripe(r, &k);
     pthread_mutex_lock(mu);
     rval v;
     rstatus st = rget_ex(c, c->argv[1], ARGL(1), &v, true);
@@ -732,7 +737,7 @@ static void do_expire(rconn *c, bool persist)
                              : !((nx && cur) || (xx && !cur) || (gt && (!cur || when <= cur)) ||
                                  (lt && cur && when >= cur));
         if (apply && !persist && when <= now_ms())
-            st = rdelete_locked(c, hex);
+            st = rdelete_locked(c, &k);
         else if (apply)
             st = rset_locked(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : when);
         result = apply;
