@@ -659,7 +659,6 @@ static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_er
 static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
 {
     size_t zlen = 0, envlen = 0;
-    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;

@@ -541,6 +541,17 @@ Test(redis, redis_listen_is_configured_like_every_option)
     cr_expect_eq(r.exit_code, 2);
     cr_expect(strstr(r.err, "--redis-listen") != NULL, "%s", r.err);
     kc_test_result_free(&r);
+    /* no open Redis port beyond loopback without tokens, unless asked for */
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--redis-listen", "0.0.0.0:6390",
+                 "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 2, "%s", r.out);
+    cr_expect(strstr(r.err, "--redis-listen 0.0.0.0:6390 is not a loopback address") != NULL, "%s",
+              r.err);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--redis-listen", "0.0.0.0:6390",
+                 "--insecure-no-auth", "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
     /* off by default */
     kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--check-config", NULL);
     cr_expect(strstr(r.out, "redis-listen = \n") != NULL, "%s", r.out);
