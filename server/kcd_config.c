@@ -386,6 +386,19 @@ kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *p
     return KC_OK;
 }
 
+/* No listener without tokens beyond loopback unless --insecure-no-auth. */
+static kc_code refuse_open_listener(const kcd_config *cfg, const char *flag, const char *spec,
+                                    const char *host, kc_err *err)
+{
+    if (cfg->tokens || cfg->insecure_no_auth || kcd_listen_is_loopback(host))
+        return KC_OK;
+    return kc_err_set(err, KC_ERR_INVALID,
+                      "%s %s is not a loopback address and no --tokens file is set: "
+                      "anyone who can reach it could read, write and delete; give --tokens "
+                      "FILE, or --insecure-no-auth if that is really meant",
+                      flag, spec);
+}
+
 kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
 {
     char host[256];
@@ -423,12 +436,8 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         return kc_err_set(
             err, KC_ERR_INVALID, "--upload-memory (%llu) must be at least --max-blob (%llu)",
             (unsigned long long)cfg->upload_memory, (unsigned long long)cfg->max_blob);
-    if (!cfg->tokens && !cfg->insecure_no_auth && !kcd_listen_is_loopback(host))
-        return kc_err_set(err, KC_ERR_INVALID,
-                          "--listen %s is not a loopback address and no --tokens file is set: "
-                          "anyone who can reach it could read, write and delete; give --tokens "
-                          "FILE, or --insecure-no-auth if that is really meant",
-                          cfg->listen);
+    if ((rc = refuse_open_listener(cfg, "--listen", cfg->listen, host, err)) != KC_OK)
+        return rc;
     if ((rc = kcd_s3_config_check(&cfg->s3, err)) != KC_OK)
         return rc;
     if (cfg->redis_listen && *cfg->redis_listen) {
@@ -436,12 +445,9 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         unsigned rport;
         if ((rc = kcd_parse_listen(cfg->redis_listen, rhost, sizeof rhost, &rport, err)) != KC_OK)
             return kc_err_prefix(err, "--redis-listen"), rc;
-        if (!cfg->tokens && !cfg->insecure_no_auth && !kcd_listen_is_loopback(rhost))
-            return kc_err_set(err, KC_ERR_INVALID,
-                              "--redis-listen %s is not a loopback address and no --tokens file "
-                              "is set: give --tokens FILE, or --insecure-no-auth if that is "
-                              "really meant",
-                              cfg->redis_listen);
+        if ((rc = refuse_open_listener(cfg, "--redis-listen", cfg->redis_listen, rhost, err)) !=
+            KC_OK)
+            return rc;
     }
     if (cfg->tokens) {
         kcd_auth *a = NULL;
