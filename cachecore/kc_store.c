@@ -1356,8 +1356,9 @@ static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
 /* ---- get ------------------------------------------------------------- */
 
 /* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
- * stored frame); READ_STORED: the header followed by the stored frame. */
-enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED };
+ * stored frame); READ_STORED: the header followed by the stored frame;
+ * READ_CHECK: only the checks those two make (kc_store_check). */
+enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 static size_t raw_frame_bound(size_t n)
@@ -1524,7 +1525,7 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         goto corrupt;
     }
     hlen = kc_envelope_header_size(klen, mlen);
-    if (mode == READ_ZSTD || mode == READ_STORED) {
+    if (mode == READ_ZSTD || mode == READ_STORED || mode == READ_CHECK) {
         if (XXH3_64bits(z, zlen) != xxh) {
             reason = "compressed bytes fail their checksum";
             goto corrupt;
@@ -1534,6 +1535,8 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
             reason = "stored frame does not match its size";
             goto corrupt;
         }
+        if (mode == READ_CHECK)
+            goto out;
         size_t hz = mode == READ_ZSTD ? raw_frame_bound(hlen) : hlen;
         uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
         buf = hdr || mode == READ_STORED ? malloc(hz + zlen) : NULL;
@@ -1701,6 +1704,12 @@ static kc_code has_trusted(kc_store *s, const char *key, kc_err *err)
     }
     sqlite3_finalize(st);
     return code;
+}
+
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
+{
+    read_out o = {0};
+    return read_entry(s, key, READ_CHECK, true, &o, err);
 }
 
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)

@@ -151,7 +151,17 @@ kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size
 kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
                           size_t *env_len, kc_err *err);
 
-/* KC_OK if present, KC_ERR_NOT_FOUND if not. Does not touch access time.
+/* A get without the copy: KC_OK when key is stored and its stored bytes pass
+ * the check every get makes (XXH3-64 of the stored frame, and the frame's
+ * declared size against the recorded payload size), without decompressing.
+ * KC_ERR_NOT_FOUND on a miss; KC_ERR_CORRUPT when the check fails (the entry
+ * is then quarantined, as by a get). Counts a hit or miss and records the
+ * access like a get: for callers that count an entry as a hit without
+ * loading it yet (a compile that only makes sure every kernel is cached). */
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err);
+
+/* KC_OK if present, KC_ERR_NOT_FOUND if not. Nothing is read or checked
+ * beyond the key's row (kc_store_check verifies). Does not touch access time.
  * With trusted keys, an entry of origin remote or import that none of them
  * signed is KC_ERR_UNTRUSTED (counted), as kc_store_get. */
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err);

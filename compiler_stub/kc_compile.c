@@ -586,6 +586,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         }
         bool remote = false;
         kc_code hrc;
+        int damaged = t->damaged;
         if (o->load) {
             kc_artifact a;
             hrc = kc_tiers_get(t, p->keys[i], &a, &remote, &e);
@@ -614,9 +615,12 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         }
         if (o->require_hit) {
             rc = kc_err_set(err, KC_ERR_MISS,
-                            "--require-hit: kernel %s (%s, from graph %s) is not cached for %s",
+                            "--require-hit: kernel %s (%s, from graph %s) is not cached for %s%s",
                             p->keys[i], kc_kernel_kind_name(p->kernels[i].kind), g->fp,
-                            p->device.id);
+                            p->device.id,
+                            t->damaged > damaged
+                                ? " (its stored copy failed its integrity check: quarantined)"
+                                : "");
             goto fail;
         }
         p->misses++;
