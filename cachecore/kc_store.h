@@ -243,6 +243,20 @@ struct kc_trust;
 kc_code kc_store_verify_trust(kc_store *s, const struct kc_trust *trust, kc_entry_fn fn, void *ctx,
                               uint64_t *checked, uint64_t *bad, kc_err *err);
 
+/* Claims: one producer per key among processes sharing a store directory.
+ * kc_store_claim takes an exclusive flock on DIR/locks/<key>.lock, waiting
+ * up to wait_s seconds (0: one try) while another process holds it. KC_OK
+ * with *out set: the caller holds the claim (it should check the store again,
+ * since the previous holder may have just stored key, then produce and store
+ * it, then release). KC_OK with *out NULL: still held by another process
+ * after wait_s. KC_ERR_IO when the lock file cannot be made. The kernel drops
+ * a claim whose holder dies, so a killed process never blocks the others;
+ * lock files exist only while claimed. The store handle is only used for its
+ * directory. kc_claim_release (NULL is a no-op) frees the claim. */
+typedef struct kc_claim kc_claim;
+kc_code kc_store_claim(kc_store *s, const char *key, double wait_s, kc_claim **out, kc_err *err);
+void kc_claim_release(kc_claim *c);
+
 /* The path of the database file (owned by the store). */
 const char *kc_store_db_path(const kc_store *s);
 
