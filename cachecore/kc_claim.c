@@ -29,7 +29,7 @@ struct kc_claim {
 static int try_lock(const char *path, int *fd)
 {
     for (;;) {
-        if (*fd < 0 && (*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0)
+        if (*fd < 0 && (*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
             return -1;
         if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK || errno == EINTR)
@@ -59,7 +59,7 @@ kc_code kc_store_claim(kc_store *s, const char *key, double wait_s, kc_claim **o
     if (!c)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory claiming %s", key);
     snprintf(c->path, n, "%.*s/locks", dirlen, slash ? db : ".");
-    kc_code rc = kc_mkdirs(c->path, err);
+    kc_code rc = kc_mkdirs_mode(c->path, 0700, err);
     if (rc != KC_OK) {
         free(c);
         return rc;

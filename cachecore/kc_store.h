@@ -69,13 +69,28 @@ typedef struct kc_store_opts {
                           KC_ERR_UNTRUSTED; kc_store_put (this machine's own
                           compiles) is not checked. Not owned: it must outlive
                           the store handle. */
+    bool recover_corrupt;         /* a database found damaged at open (not a database,
+                                  cut short: KC_ERR_CORRUPT) is moved aside, with its
+                                  -wal, -shm and packs/, to kcache.db.corrupt-<UTC time>
+                                  (packs.corrupt-<time>), and an empty store is opened in
+                                  its place; kc_store_recovered says so. For a client's
+                                  cache, whose content can be fetched or compiled again.
+                                  Off (a server's store): the open fails and nothing is
+                                  moved. Ignored when read_only. */
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
  * with mode 0700 if missing (the database and pack files are 0600, whatever the umask). opts may be
- * NULL for defaults. Runs schema migrations. On success *out owns a handle: kc_store_close frees
- * it. */
+ * NULL for defaults. Runs schema migrations and a cheap check that every table can be read. On
+ * success *out owns a handle: kc_store_close frees it. KC_ERR_CORRUPT ("store PATH is damaged:
+ * ...") when the database file is damaged, unless opts.recover_corrupt moved it aside. */
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err);
+
+/* After an open with recover_corrupt: the path the damaged database was moved
+ * to, and in *why (may be NULL) what was wrong with it; NULL when nothing was
+ * moved. Both owned by the store. The library prints nothing: the program
+ * tells the user. */
+const char *kc_store_recovered(const kc_store *s, const char **why);
 
 /* KC_OK when the store has no trust policy (kc_store_opts.trust) or a is
  * signed by one of its keys; else KC_ERR_UNTRUSTED saying why. For
