@@ -2,7 +2,8 @@
  * kc_store.h - the local artifact store: one SQLite database (WAL mode) under
  * a cache directory, payloads zstd-compressed and deduplicated by content hash.
  *
- * Layout: DIR/kcache.db (+ -wal, -shm). No file per entry.
+ * Layout: DIR/kcache.db (+ -wal, -shm), DIR/packs/ for large payloads,
+ * DIR/locks/ for claims (kc_store_claim). No file per entry.
  *
  * Concurrency: a kc_store handle is used by one thread at a time; open one
  * handle per thread or process (cheap). Any number of handles and processes
