@@ -305,7 +305,7 @@ static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
     kc_node *n = &g->nodes[ni];
     char label[160], s1[96], s2[96];
 #define LABEL node_label(g, ni, n, label, sizeof label)
-    const kc_value *in[KC_NODE_MAX_IN];
+    const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: arity() */
     for (int i = 0; i < n->n_in; i++) {
         in[i] = &g->values[n->in[i]];
         if (in[i]->dtype != in[0]->dtype)
