@@ -160,6 +160,8 @@ struct kc_store {
     int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
     size_t ndoomed;
     kc_frame_checker *checker; /* made on first use: compressed payloads received */
+    char *recovered;           /* where a damaged database was moved (recover_corrupt) */
+    char recovered_why[256];
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -226,6 +228,16 @@ static kc_code db_err(kc_store *s, kc_err *err, int rc, const char *what)
     const char *m = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
     return kc_err_set(err, code, "%s (store %s): %s", what, s && s->db_path ? s->db_path : "?",
                       prim == SQLITE_FULL ? "disk full" : m);
+}
+
+/* db_err, saying plainly that the file is damaged when SQLite says so. */
+static kc_code damaged(kc_store *s, kc_err *err, int rc, const char *what)
+{
+    int prim = rc & 0xff;
+    if (prim != SQLITE_CORRUPT && prim != SQLITE_NOTADB)
+        return db_err(s, err, rc, what);
+    return kc_err_set(err, KC_ERR_CORRUPT, "store %s is damaged: %s", s->db_path,
+                      s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 }
 
 static sqlite3_stmt *stmt(kc_store *s, int which)
@@ -448,7 +460,7 @@ static kc_code migrate(kc_store *s, kc_err *err)
     int v = 0;
     int rc = read_user_version(s->db, &v);
     if (rc != SQLITE_OK)
-        return db_err(s, err, rc, "reading schema version");
+        return damaged(s, err, rc, "reading schema version");
     if (v > KC_STORE_SCHEMA)
         return kc_err_set(err, KC_ERR_VERSION,
                           "store %s has schema version %d; this kcache reads up to %d", s->db_path,
@@ -515,6 +527,40 @@ static kc_code private_db_file(const char *path, kc_err *err)
     return rc == 0 ? KC_OK : kc_err_errno(err, KC_ERR_IO, e, "cannot set the mode of %s", path);
 }
 
+/* Opens and configures the database, migrates its schema and reads a
+ * little of every table, so that a damaged file (not a database, cut short)
+ * is found here as KC_ERR_CORRUPT rather than by a later command. The reads
+ * touch the root and the last leaf of each table: microseconds, where a full
+ * PRAGMA quick_check would read the whole file on every open. */
+static kc_code open_db(kc_store *s, kc_err *err)
+{
+    int flags =
+        s->opts.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(s->db_path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "cannot open");
+    sqlite3_busy_timeout(s->db, 10000);
+    sqlite3_extended_result_codes(s->db, 1);
+    char pragmas[512];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA synchronous=%s; PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;"
+             "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;"
+             "PRAGMA wal_autocheckpoint=4000;",
+             s->opts.durable ? "FULL" : "NORMAL");
+    rc = exec_retry(s->db, pragmas);
+    if (rc == SQLITE_OK && !s->opts.read_only)
+        rc = exec_retry(s->db, "PRAGMA journal_mode=WAL");
+    if (rc != SQLITE_OK)
+        return damaged(s, err, rc, "configuring");
+    kc_code code = migrate(s, err);
+    if (code != KC_OK)
+        return code;
+    rc = exec_retry(s->db, "SELECT count(*) FROM counters; SELECT max(id) FROM entries;"
+                           "SELECT max(id) FROM blobs; SELECT max(id) FROM quarantine;"
+                           "SELECT max(id) FROM packs;");
+    return rc == SQLITE_OK ? KC_OK : damaged(s, err, rc, "reading");
+}
+
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err)
 {
     *out = NULL;
@@ -557,35 +603,25 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
         kc_store_close(s);
         return code;
     }
+    struct stat seen;
+    bool existed = stat(s->db_path, &seen) == 0;
     if (!s->opts.read_only && (code = private_db_file(s->db_path, err)) != KC_OK) {
         kc_store_close(s);
         return code;
     }
-    int flags =
-        s->opts.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(s->db_path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        code = db_err(s, err, rc, "cannot open");
-        kc_store_close(s);
-        return code;
+    code = open_db(s, err);
+    if (code == KC_ERR_CORRUPT && existed && s->opts.recover_corrupt && !s->opts.read_only) {
+        /* a client cache starts again empty; the damaged files are kept aside */
+        snprintf(s->recovered_why, sizeof s->recovered_why, "%.250s", err->msg);
+        sqlite3_close_v2(s->db);
+        s->db = NULL;
+        code = kc_store__set_aside(dir, s->db_path, &seen, &s->recovered, err);
+        if (code == KC_OK)
+            code = private_db_file(s->db_path, err);
+        if (code == KC_OK)
+            code = open_db(s, err);
     }
-    sqlite3_busy_timeout(s->db, 10000);
-    sqlite3_extended_result_codes(s->db, 1);
-    char pragmas[512];
-    snprintf(pragmas, sizeof pragmas,
-             "PRAGMA synchronous=%s; PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;"
-             "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;"
-             "PRAGMA wal_autocheckpoint=4000;",
-             s->opts.durable ? "FULL" : "NORMAL");
-    rc = exec_retry(s->db, pragmas);
-    if (rc == SQLITE_OK && !s->opts.read_only)
-        rc = exec_retry(s->db, "PRAGMA journal_mode=WAL");
-    if (rc != SQLITE_OK) {
-        code = db_err(s, err, rc, "configuring");
-        kc_store_close(s);
-        return code;
-    }
-    if ((code = migrate(s, err)) != KC_OK) {
+    if (code != KC_OK) {
         kc_store_close(s);
         return code;
     }
@@ -640,6 +676,7 @@ void kc_store_close(kc_store *s)
     kc_packs_close(s->packs);
     kc_frame_checker_free(s->checker);
     free(s->touch);
+    free(s->recovered);
     free(s->dir);
     free(s->db_path);
     free(s);
@@ -648,6 +685,13 @@ void kc_store_close(kc_store *s)
 const char *kc_store_db_path(const kc_store *s)
 {
     return s->db_path;
+}
+
+const char *kc_store_recovered(const kc_store *s, const char **why)
+{
+    if (why)
+        *why = s->recovered ? s->recovered_why : NULL;
+    return s->recovered;
 }
 
 /* ---- access times and counters --------------------------------------- */
@@ -1392,8 +1436,9 @@ static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
 /* ---- get ------------------------------------------------------------- */
 
 /* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
- * stored frame); READ_STORED: the header followed by the stored frame. */
-enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED };
+ * stored frame); READ_STORED: the header followed by the stored frame;
+ * READ_CHECK: only the checks those two make (kc_store_check). */
+enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 static size_t raw_frame_bound(size_t n)
@@ -1560,7 +1605,7 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         goto corrupt;
     }
     hlen = kc_envelope_header_size(klen, mlen);
-    if (mode == READ_ZSTD || mode == READ_STORED) {
+    if (mode == READ_ZSTD || mode == READ_STORED || mode == READ_CHECK) {
         if (XXH3_64bits(z, zlen) != xxh) {
             reason = "compressed bytes fail their checksum";
             goto corrupt;
@@ -1570,6 +1615,8 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
             reason = "stored frame does not match its size";
             goto corrupt;
         }
+        if (mode == READ_CHECK)
+            goto out;
         size_t hz = mode == READ_ZSTD ? raw_frame_bound(hlen) : hlen;
         uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
         buf = hdr || mode == READ_STORED ? malloc(hz + zlen) : NULL;
@@ -1737,6 +1784,12 @@ static kc_code has_trusted(kc_store *s, const char *key, kc_err *err)
     }
     sqlite3_finalize(st);
     return code;
+}
+
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
+{
+    read_out o = {0};
+    return read_entry(s, key, READ_CHECK, true, &o, err);
 }
 
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)

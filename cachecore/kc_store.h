@@ -2,7 +2,8 @@
  * kc_store.h - the local artifact store: one SQLite database (WAL mode) under
  * a cache directory, payloads zstd-compressed and deduplicated by content hash.
  *
- * Layout: DIR/kcache.db (+ -wal, -shm). No file per entry.
+ * Layout: DIR/kcache.db (+ -wal, -shm), DIR/packs/ for large payloads,
+ * DIR/locks/ for claims (kc_store_claim). No file per entry.
  *
  * Concurrency: a kc_store handle is used by one thread at a time; open one
  * handle per thread or process (cheap). Any number of handles and processes
@@ -69,13 +70,28 @@ typedef struct kc_store_opts {
                           KC_ERR_UNTRUSTED; kc_store_put (this machine's own
                           compiles) is not checked. Not owned: it must outlive
                           the store handle. */
+    bool recover_corrupt;         /* a database found damaged at open (not a database,
+                                  cut short: KC_ERR_CORRUPT) is moved aside, with its
+                                  -wal, -shm and packs/, to kcache.db.corrupt-<UTC time>
+                                  (packs.corrupt-<time>), and an empty store is opened in
+                                  its place; kc_store_recovered says so. For a client's
+                                  cache, whose content can be fetched or compiled again.
+                                  Off (a server's store): the open fails and nothing is
+                                  moved. Ignored when read_only. */
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
  * with mode 0700 if missing (the database and pack files are 0600, whatever the umask). opts may be
- * NULL for defaults. Runs schema migrations. On success *out owns a handle: kc_store_close frees
- * it. */
+ * NULL for defaults. Runs schema migrations and a cheap check that every table can be read. On
+ * success *out owns a handle: kc_store_close frees it. KC_ERR_CORRUPT ("store PATH is damaged:
+ * ...") when the database file is damaged, unless opts.recover_corrupt moved it aside. */
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err);
+
+/* After an open with recover_corrupt: the path the damaged database was moved
+ * to, and in *why (may be NULL) what was wrong with it; NULL when nothing was
+ * moved. Both owned by the store. The library prints nothing: the program
+ * tells the user. */
+const char *kc_store_recovered(const kc_store *s, const char **why);
 
 /* KC_OK when the store has no trust policy (kc_store_opts.trust) or a is
  * signed by one of its keys; else KC_ERR_UNTRUSTED saying why. For
@@ -158,7 +174,17 @@ kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size
 kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
                           size_t *env_len, kc_err *err);
 
-/* KC_OK if present, KC_ERR_NOT_FOUND if not. Does not touch access time.
+/* A get without the copy: KC_OK when key is stored and its stored bytes pass
+ * the check every get makes (XXH3-64 of the stored frame, and the frame's
+ * declared size against the recorded payload size), without decompressing.
+ * KC_ERR_NOT_FOUND on a miss; KC_ERR_CORRUPT when the check fails (the entry
+ * is then quarantined, as by a get). Counts a hit or miss and records the
+ * access like a get: for callers that count an entry as a hit without
+ * loading it yet (a compile that only makes sure every kernel is cached). */
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err);
+
+/* KC_OK if present, KC_ERR_NOT_FOUND if not. Nothing is read or checked
+ * beyond the key's row (kc_store_check verifies). Does not touch access time.
  * With trusted keys, an entry of origin remote or import that none of them
  * signed is KC_ERR_UNTRUSTED (counted), as kc_store_get. */
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err);
@@ -239,6 +265,20 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
 struct kc_trust;
 kc_code kc_store_verify_trust(kc_store *s, const struct kc_trust *trust, kc_entry_fn fn, void *ctx,
                               uint64_t *checked, uint64_t *bad, kc_err *err);
+
+/* Claims: one producer per key among processes sharing a store directory.
+ * kc_store_claim takes an exclusive flock on DIR/locks/<key>.lock, waiting
+ * up to wait_s seconds (0: one try) while another process holds it. KC_OK
+ * with *out set: the caller holds the claim (it should check the store again,
+ * since the previous holder may have just stored key, then produce and store
+ * it, then release). KC_OK with *out NULL: still held by another process
+ * after wait_s. KC_ERR_IO when the lock file cannot be made. The kernel drops
+ * a claim whose holder dies, so a killed process never blocks the others;
+ * lock files exist only while claimed. The store handle is only used for its
+ * directory. kc_claim_release (NULL is a no-op) frees the claim. */
+typedef struct kc_claim kc_claim;
+kc_code kc_store_claim(kc_store *s, const char *key, double wait_s, kc_claim **out, kc_err *err);
+void kc_claim_release(kc_claim *c);
 
 /* The path of the database file (owned by the store). */
 const char *kc_store_db_path(const kc_store *s);

@@ -59,4 +59,14 @@ const struct kc_trust *kc_store__trust(const kc_store *s);
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
                                 bool *wanted, kc_err *err);
 
+/* Moves a damaged database aside: db_path (with -wal, -shm) to
+ * db_path.corrupt-<UTC time>, and dir/packs to dir/packs.corrupt-<time>,
+ * under a lock so that processes finding the damage at once move it once.
+ * seen: stat of the file found damaged; if db_path is another file by now
+ * (someone else recovered), nothing is moved and *moved stays NULL.
+ * *moved: the new name of the database (malloc'd). */
+struct stat;
+kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct stat *seen,
+                            char **moved, kc_err *err);
+
 #endif

@@ -61,6 +61,8 @@ typedef struct job {
     size_t len;
     double secs;
     int ran;
+    bool hit;  /* stored by another process while we waited for its claim */
+    bool done; /* compiled here (compile_claimed) */
     kc_code rc;
     kc_err err;
 } job;
@@ -159,6 +161,115 @@ static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_c
         if (prc != KC_OK && rc == KC_OK)
             rc = prc;
     }
+    return rc;
+}
+
+/* ---- one compile per key across processes ---------------------------------------- */
+
+/* Default bound on waiting for another process's compile of a key. */
+#define KC_CLAIM_WAIT_S 120.0
+
+/* Job x is a hit after all (another process stored its key meanwhile): it
+ * is read back when the program loads kernels, and every kernel with that
+ * key is counted as a hit instead of a miss. */
+static kc_code job_became_hit(kc_program *p, kc_tiers *t, job *j, const kc_compile_opts *o,
+                              kc_err *err)
+{
+    j->hit = true;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (strcmp(p->keys[i], j->key) == 0) {
+            p->misses--;
+            p->hits++;
+        }
+    if (!o->load)
+        return KC_OK;
+    kc_artifact a;
+    kc_code rc = kc_tiers_get(t, j->key, &a, NULL, err);
+    if (rc != KC_OK)
+        return kc_err_prefix(err, "kernel %s", j->key);
+    j->payload = a.payload;
+    j->len = a.payload_len;
+    a.payload = NULL;
+    kc_artifact_free(&a);
+    return KC_OK;
+}
+
+/* Is key stored now? (checked like any hit) */
+static bool stored_now(kc_tiers *t, const char *key)
+{
+    kc_err e = {0};
+    return kc_store_check(t->store, key, &e) == KC_OK;
+}
+
+/* Compiles the missed jobs so that processes sharing the cache compile each
+ * key once: keys claimed here are compiled here (a claim taken just after
+ * another process stored the key is a hit); keys another process is
+ * compiling are waited for once ours are done, then found stored, or
+ * compiled here if their holder failed or the wait timed out. */
+static kc_code compile_claimed(kc_program *p, kc_tiers *t, job *jobs, int nj,
+                               const kc_compile_opts *o, kc_err *err)
+{
+    if (nj == 0)
+        return KC_OK;
+    double wait_s = o->claim_wait_s > 0 ? o->claim_wait_s : KC_CLAIM_WAIT_S;
+    kc_claim **claims = calloc((size_t)nj, sizeof *claims);
+    job *run = calloc((size_t)nj, sizeof *run);
+    int *from = calloc((size_t)nj, sizeof(int));
+    kc_code rc = KC_OK;
+    if (!claims || !run || !from) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    int waiting = 0;
+    for (int pass = 0; pass < 2 && rc == KC_OK; pass++) {
+        int nr = 0;
+        if (pass == 1 && waiting && o->verbosity > 0)
+            fprintf(stderr, "kcache: waiting for %d kernel%s another process is compiling\n",
+                    waiting, waiting == 1 ? "" : "s");
+        for (int x = 0; x < nj; x++) {
+            job *j = &jobs[x];
+            if (j->hit || j->done)
+                continue;
+            kc_err e = {0};
+            kc_code crc = kc_store_claim(t->store, j->key, pass ? wait_s : 0, &claims[x], &e);
+            if (crc == KC_OK && !claims[x] && pass == 0) {
+                waiting++; /* someone else has it: come back once ours are done */
+                continue;
+            }
+            if (crc != KC_OK && o->verbosity > 0)
+                fprintf(stderr, "kcache: %s; compiling without a claim\n", e.msg);
+            else if (!claims[x] && o->verbosity > 0)
+                fprintf(stderr,
+                        "kcache: waited %.0f s for another process compiling %s; compiling it "
+                        "here too\n",
+                        wait_s, j->key);
+            if (stored_now(t, j->key)) {
+                kc_claim_release(claims[x]);
+                claims[x] = NULL;
+                if ((rc = job_became_hit(p, t, j, o, err)))
+                    break;
+                continue;
+            }
+            j->done = true;
+            from[nr] = x;
+            run[nr++] = *j;
+        }
+        if (rc == KC_OK)
+            rc = run_jobs(p, t, run, nr, o, err);
+        for (int r = 0; r < nr; r++) { /* results back into the caller's jobs */
+            jobs[from[r]].payload = run[r].payload;
+            jobs[from[r]].len = run[r].len;
+            run[r].payload = NULL;
+            kc_claim_release(claims[from[r]]);
+            claims[from[r]] = NULL;
+        }
+    }
+out:
+    for (int x = 0; claims && x < nj; x++)
+        kc_claim_release(claims[x]);
+    free(claims);
+    free(run);
+    free(from);
     return rc;
 }
 
@@ -586,6 +697,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         }
         bool remote = false;
         kc_code hrc;
+        int damaged = t->damaged;
         if (o->load) {
             kc_artifact a;
             hrc = kc_tiers_get(t, p->keys[i], &a, &remote, &e);
@@ -613,10 +725,12 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
             continue;
         }
         if (o->require_hit) {
-            rc = kc_err_set(err, KC_ERR_MISS,
-                            "--require-hit: kernel %s (%s, from graph %s) is not cached for %s",
-                            p->keys[i], kc_kernel_kind_name(p->kernels[i].kind), g->fp,
-                            p->device.id);
+            rc = kc_err_set(
+                err, KC_ERR_MISS,
+                "--require-hit: kernel %s (%s, from graph %s) is not cached for %s%s", p->keys[i],
+                kc_kernel_kind_name(p->kernels[i].kind), g->fp, p->device.id,
+                t->damaged > damaged ? " (its stored copy failed its integrity check: quarantined)"
+                                     : "");
             goto fail;
         }
         p->misses++;
@@ -628,7 +742,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     if (o->verbosity > 0 && nj)
         fprintf(stderr, "kcache: compiling %d kernel%s\n", nj, nj == 1 ? "" : "s");
     double tc = kc_now();
-    if ((rc = run_jobs(p, t, jobs, nj, o, err)))
+    if ((rc = compile_claimed(p, t, jobs, nj, o, err)))
         goto fail;
     if (o->load) {
         for (int x = 0; x < nj; x++) {

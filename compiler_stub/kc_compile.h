@@ -23,12 +23,15 @@ void kc_artifact_key(const char *kind, const char *subject_fp, const char *devic
 kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err);
 
 typedef struct kc_compile_opts {
-    bool autotune;    /* time tile configs + oneDNN per GEMM shape, keep the fastest */
-    bool require_hit; /* KC_ERR_MISS instead of running the compiler or a benchmark */
-    bool load;        /* load every kernel for kc_program_run */
-    int jobs;         /* parallel compiles; 0 = online CPUs */
-    const char *tag;  /* "tag" metadata on fresh artifacts; NULL = none */
-    int verbosity;    /* > 0: progress on stderr */
+    bool autotune;       /* time tile configs + oneDNN per GEMM shape, keep the fastest */
+    bool require_hit;    /* KC_ERR_MISS instead of running the compiler or a benchmark */
+    bool load;           /* load every kernel for kc_program_run */
+    int jobs;            /* parallel compiles; 0 = online CPUs */
+    const char *tag;     /* "tag" metadata on fresh artifacts; NULL = none */
+    int verbosity;       /* > 0: progress on stderr */
+    double claim_wait_s; /* how long to wait for another process compiling the
+                            same kernel (kc_store_claim) before compiling it
+                            here too; 0 = 120 s */
 } kc_compile_opts;
 
 /* A compiled graph. */

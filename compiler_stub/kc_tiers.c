@@ -16,6 +16,7 @@ kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_re
     if (from_remote)
         *from_remote = false;
     kc_code rc = kc_store_get(t->store, key, a, err);
+    t->damaged += rc == KC_ERR_CORRUPT;
     if (rc == KC_ERR_UNTRUSTED) {
         /* an earlier write-back or import that no trusted key signed: a
          * miss; dropped so that what is compiled here can take its key */
@@ -52,12 +53,15 @@ kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_re
 
 kc_code kc_tiers_has(kc_tiers *t, const char *key, kc_err *err)
 {
-    kc_code rc = kc_store_has(t->store, key, err);
+    kc_code rc = kc_store_check(t->store, key, err);
     if (rc == KC_ERR_UNTRUSTED) { /* as in kc_tiers_get: a miss, dropped */
         t->untrusted++;
         kc_err derr = {0};
         kc_store_delete(t->store, key, &derr);
         rc = kc_err_set(err, KC_ERR_NOT_FOUND, "artifact %s not in the cache", key);
+    } else if (rc == KC_ERR_CORRUPT) { /* quarantined by the check: a miss here */
+        t->damaged++;
+        rc = KC_ERR_NOT_FOUND;
     }
     if (rc != KC_ERR_NOT_FOUND || !use_remote(t))
         return rc;

@@ -21,6 +21,8 @@ typedef struct kc_tiers {
     int pushed;        /* artifacts queued for upload */
     int untrusted;     /* remote hits and stored remote or imported entries refused:
                           not signed by a trusted key */
+    int damaged;       /* local entries that failed their integrity check:
+                          quarantined by the store, counted as misses */
 } kc_tiers;
 
 /* Reads key: local store, else remote (stored locally on a hit, with origin
@@ -31,8 +33,10 @@ typedef struct kc_tiers {
  * once). *from_remote (may be NULL) tells where the hit came from. */
 kc_code kc_tiers_get(kc_tiers *t, const char *key, kc_artifact *a, bool *from_remote, kc_err *err);
 
-/* KC_OK when key is present locally or remotely (a remote hit is fetched
- * and stored locally, so a later get is local). */
+/* KC_OK when key is present locally and passes the store's integrity check
+ * (kc_store_check: a damaged entry is quarantined and is a miss), or is
+ * present remotely (a remote hit is fetched and stored locally, so a later
+ * get is local). KC_ERR_NOT_FOUND on a miss in every tier. */
 kc_code kc_tiers_has(kc_tiers *t, const char *key, kc_err *err);
 
 /* Stores a fresh artifact locally and queues it for upload. */

@@ -177,5 +177,10 @@ else
     echo "skip 8 (redis-cli not installed)"
 fi
 
+# Section 5.9: a damaged store database.
+mkdir -p "$T/damaged" && head -c 65536 /dev/urandom >"$T/damaged/kcache.db"
+check "5.9 kcached refuses a damaged store and names the recovery command" bash -c "out=\$(kcached --listen 127.0.0.1:0 --data '$T/damaged' 2>&1); [[ \$? = 1 ]] && grep -q 'kcache --cache-dir $T/damaged verify' <<<\"\$out\" && ! ls '$T/damaged' | grep -q corrupt"
+check "5.9 kcache moves a damaged store aside and works" bash -c "kcache --cache-dir '$T/damaged' verify 2>&1 | grep -q 'moved it aside' && ls '$T/damaged' | grep -q '^kcache.db.corrupt-'"
+
 echo "$fails failure(s)"
 [[ $fails = 0 ]]

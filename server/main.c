@@ -70,6 +70,13 @@ int main(int argc, char **argv)
     kcd_server *srv = NULL;
     if (kcd_server_start(&cfg, &srv, &err) != KC_OK) {
         fprintf(stderr, "kcached: %s\n", err.msg);
+        if (err.code == KC_ERR_CORRUPT) /* a damaged store: kcached moves and deletes nothing */
+            fprintf(stderr,
+                    "kcached: not starting on a damaged store; nothing was changed. Restore %s "
+                    "from a backup, or move the damaged database aside and start empty with:\n"
+                    "  kcache --cache-dir %s verify\n"
+                    "(docs/GUIDE.md, \"A damaged store database\")\n",
+                    cfg.data, cfg.data);
         kcd_config_free(&cfg);
         return 1;
     }

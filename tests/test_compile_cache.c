@@ -7,8 +7,10 @@
  * decisions are cached; explain names the differing ingredient.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +270,86 @@ Test(compile_cache, require_hit_fails_loudly_on_a_miss)
     cr_assert(strstr(e, "--require-hit") && strstr(e, "not cached"), "stderr: %s", e);
     json_decref(j);
     free(e);
+}
+
+/* Flips one byte in the middle of every stored payload of this kind, where
+ * it lives: in its database row, or at its offset in a pack file. Returns
+ * how many payloads were damaged. */
+static int damage_payloads(const char *cache, const char *kind)
+{
+    char *db = kc_test_path(cache, "kcache.db");
+    sqlite3 *s = NULL;
+    cr_assert_eq(sqlite3_open(db, &s), SQLITE_OK);
+    sqlite3_busy_timeout(s, 10000);
+    sqlite3_stmt *q = NULL, *u = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(s,
+                                    "SELECT b.id, b.pack, b.off, b.zsize, b.data FROM entries e "
+                                    "JOIN blobs b ON b.id = e.blob WHERE e.kind = ?1",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(s, "UPDATE blobs SET data = ?2 WHERE id = ?1", -1, &u, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
+    int n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int64_t pack = sqlite3_column_int64(q, 1), off = sqlite3_column_int64(q, 2);
+        int64_t zsize = sqlite3_column_int64(q, 3);
+        if (pack) {
+            char name[64];
+            snprintf(name, sizeof name, "packs/pack-%06lld.kcp", (long long)pack);
+            char *path = kc_test_path(cache, name);
+            int fd = open(path, O_RDWR);
+            cr_assert_geq(fd, 0, "%s", path);
+            uint8_t b;
+            cr_assert_eq(pread(fd, &b, 1, off + zsize / 2), 1);
+            b ^= 0x5a;
+            cr_assert_eq(pwrite(fd, &b, 1, off + zsize / 2), 1);
+            close(fd);
+            free(path);
+        } else {
+            int len = sqlite3_column_bytes(q, 4);
+            uint8_t *d = malloc((size_t)len);
+            memcpy(d, sqlite3_column_blob(q, 4), (size_t)len);
+            d[len / 2] ^= 0x5a;
+            sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
+            sqlite3_bind_blob(u, 2, d, len, free);
+            cr_assert_eq(sqlite3_step(u), SQLITE_DONE);
+            sqlite3_reset(u);
+        }
+        n++;
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    sqlite3_close(s);
+    free(db);
+    return n;
+}
+
+/* --require-hit is for benchmark machines: a kernel whose stored bytes are
+ * damaged cannot be loaded, so it is no hit. */
+Test(compile_cache, require_hit_fails_when_cached_kernels_are_damaged)
+{
+    json_decref(compile_ok(NULL, NULL, NULL, NULL));
+    char *cache = kc_test_path(dir, "cache");
+    cr_assert_eq(damage_payloads(cache, "cpu-so"), 2, "both kernels of the graph are stored");
+    int code;
+    char *e;
+    json_t *j = kcache_json(&code, &e, "compile", graph, "--offline", "--require-hit", NULL, NULL);
+    cr_assert_eq(code, 1, "a damaged kernel counted as a hit; stderr: %s", e);
+    const char *k = strstr(e, "kernel ");
+    cr_assert(strstr(e, "--require-hit") && k && strspn(k + 7, "0123456789abcdef") == 64 &&
+                  strstr(e, "integrity check"),
+              "the error names the key and the damage: %s", e);
+    json_decref(j);
+    free(e);
+    /* the damaged entries were quarantined: a normal compile rebuilds them */
+    json_t *again = compile_ok(NULL, NULL, NULL, NULL);
+    cr_assert(getb(again, "graph_hit"));
+    cr_assert_eq(geti(again, "misses"), 2);
+    cr_assert_eq(geti(again, "compiled"), 2);
+    json_decref(again);
+    json_decref(compile_ok("--offline", "--require-hit", NULL, NULL));
+    free(cache);
 }
 
 Test(compile_cache, concurrent_compiles_of_one_graph_both_succeed)

@@ -173,6 +173,147 @@ Test(graph_fingerprint, attribute_values_and_duplicates_count)
     free(f2);
 }
 
+/* A random DAG of n nodes over x [4,8], w [8,8], b [8]: each node reads
+ * values chosen among recent ones (many independent nodes, many equal
+ * subgraphs). With respell, the same graph is written another way: every
+ * tensor renamed through a permutation, nodes listed in a shuffled order,
+ * keys in another order. Returns malloc'd JSON text. */
+static char *random_dag(int n, bool respell)
+{
+    static const char *const ops[] = {"relu", "add", "matmul", "mul", "tanh", "sub"};
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+#define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
+    int(*in)[2] = calloc((size_t)n, sizeof *in);
+    int *op = calloc((size_t)n, sizeof(int)), *name = calloc((size_t)n, sizeof(int));
+    int *order = calloc((size_t)n, sizeof(int));
+    cr_assert(in && op && name && order);
+    for (int k = 0; k < n; k++) {
+        op[k] = (int)(NEXT() % 6);
+        /* operand -1 is the input x; otherwise an earlier node, mostly a recent one */
+        for (int j = 0; j < 2; j++) {
+            int span = NEXT() % 4 ? 8 : k + 1;
+            int back = (int)(NEXT() % (uint64_t)(span < k + 1 ? span : k + 1));
+            in[k][j] = k - back - 1;
+        }
+        name[k] = order[k] = k;
+    }
+    if (respell) /* names and listing order: two Fisher-Yates shuffles */
+        for (int *perm = name; perm; perm = perm == name ? order : NULL)
+            for (int k = n - 1; k > 0; k--) {
+                int j = (int)(NEXT() % (uint64_t)(k + 1)), t = perm[k];
+                perm[k] = perm[j];
+                perm[j] = t;
+            }
+    size_t cap = (size_t)n * 96 + 1024, len = 0;
+    char *s = malloc(cap);
+    cr_assert(s);
+    const char *pre = respell ? "renamed_" : "v";
+    len += (size_t)sprintf(s + len, "{\"format\":\"kcache-graph/1\",\"inputs\":[{\"shape\":[4,8],"
+                                    "\"name\":\"x\"}],\"params\":[{\"name\":\"w\",\"shape\":[8,8]},"
+                                    "{\"name\":\"b\",\"shape\":[8]}],\"nodes\":[");
+    for (int i = 0; i < n; i++) {
+        int k = order[i];
+        char a[2][32];
+        for (int j = 0; j < 2; j++) {
+            if (in[k][j] < 0)
+                snprintf(a[j], sizeof a[j], "x");
+            else
+                snprintf(a[j], sizeof a[j], "%s%d", pre, name[in[k][j]]);
+        }
+        const char *o = ops[op[k]];
+        bool unary = op[k] == 0 || op[k] == 4;
+        char args[80];
+        if (unary)
+            snprintf(args, sizeof args, "\"%s\"", a[0]);
+        else
+            snprintf(args, sizeof args, "\"%s\",\"%s\"", a[0], op[k] == 2 ? "w" : a[1]);
+        if (respell)
+            len += (size_t)sprintf(s + len, "%s{\"out\":\"%s%d\",\"op\":\"%s\",\"in\":[%s]}",
+                                   i ? "," : "", pre, name[k], o, args);
+        else
+            len += (size_t)sprintf(s + len, "%s{\"op\":\"%s\",\"in\":[%s],\"out\":\"%s%d\"}",
+                                   i ? "," : "", o, args, pre, name[k]);
+    }
+    sprintf(s + len, "],\"outputs\":[\"%s%d\",\"%s%d\"]}", pre, name[n - 1], pre, name[n / 2]);
+#undef NEXT
+    free(in);
+    free(op);
+    free(name);
+    free(order);
+    return s;
+}
+
+/* 100,000 nodes (the most a graph may have): before the canonical ordering
+ * became linear this took minutes, so the suite's timeout guards it too. */
+Test(graph_fingerprint, large_graph_respelled_keeps_its_fingerprint, .timeout = 120)
+{
+    char *a = random_dag(100000, false), *b = random_dag(100000, true);
+    char *fa = fp_of(a), *fb = fp_of(b);
+    cr_assert_str_eq(fa, fb,
+                     "renaming and reordering a 100,000-node graph changed its fingerprint");
+    /* and it still sees a change: one op replaced */
+    char *p = strstr(a, "\"relu\"");
+    cr_assert(p);
+    memcpy(p + 1, "gelu", 4);
+    char *fe = fp_of(a);
+    cr_assert_str_neq(fe, fa, "an edited op kept the fingerprint");
+    free(fe);
+    free(fa);
+    free(fb);
+    free(a);
+    free(b);
+}
+
+/* A value read by more operand slots than the graph has values (add(x, x)
+ * many times over): its backward hash sorts one entry per use. */
+Test(graph_fingerprint, a_value_read_by_many_operands)
+{
+    char nodes[8192] = "", rev[8192] = "";
+    for (int i = 0; i < 40; i++) {
+        char n[128];
+        snprintf(n, sizeof n, "%s{\"op\":\"add\",\"in\":[\"x\",\"x\"],\"out\":\"a%d\"}",
+                 i ? "," : "", i);
+        strcat(nodes, n);
+        snprintf(n, sizeof n, "%s{\"op\":\"add\",\"in\":[\"x\",\"x\"],\"out\":\"a%d\"}",
+                 i ? "," : "", 39 - i);
+        strcat(rev, n);
+    }
+    char *a = graph(nodes, "a7"), *b = graph(rev, "a7");
+    char *fa = fp_of(a), *fb = fp_of(b);
+    cr_assert_str_eq(fa, fb);
+    free(fa);
+    free(fb);
+    free(a);
+    free(b);
+}
+
+/* The zoo's graph fingerprints, as every release so far computed them: a
+ * change here would make every existing cache miss. */
+Test(graph_fingerprint, zoo_fingerprints_are_stable)
+{
+    static const char *const zoo[][2] = {
+        {"attention", "e2621d8b786e516ed3d010d7323cc5109d9a6c4c50be73c90222a1a74ec06231"},
+        {"convnet", "ad66b73487001da8126e051a80886087665028735cd3b8d814cb3fe4e7c44200"},
+        {"gpt_d128", "e3b5d398a645b726137de8d94ce2dcb401d7a42e6114743a6a845a8c8ac6fa08"},
+        {"gpt_d192", "3d21fc8748973a801e25c1c328081ca6b560af855b47f09fe6579d97eec06eaa"},
+        {"gpt_d256", "5bdc908be8579939f2bf1000393b86610ae46e7db7acf24ddca4d0b51678962e"},
+        {"gpt_d320", "4002578cf1ccc29dda65243179e8aeb9ad72fe8e885557fe9cff64e2940f6316"},
+        {"gpt_d384", "d2719ef50de5bac6e76fc810fdef6071153e374de74396ecb645f08c5a8a306c"},
+        {"mlp", "d9403d8f821ddf134a31ac2a666df5b7326dbda823788a26ee70618ef4a8bd1d"},
+        {"mlp_wide", "caca7ab47a376a95903711e421f0a0cbbff0f37527d69c590edb232e44476ba9"},
+        {"transformer_block", "e6719410d912357baf85e2a07e9a379fb6e4d469e138d39f9972a37454bb5fd7"},
+    };
+    for (size_t i = 0; i < sizeof zoo / sizeof zoo[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/examples/%s.json", KC_TEST_SOURCE_DIR, zoo[i][0]);
+        kc_graph *g = NULL;
+        kc_err e = {0};
+        cr_assert_eq(kc_graph_load(path, &g, &e), KC_OK, "%s", e.msg);
+        cr_expect_str_eq(g->fp, zoo[i][1], "%s: fingerprint changed", path);
+        kc_graph_free(g);
+    }
+}
+
 #define HDR                                                                                        \
     "{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\","                \
     "\"shape\":[4,8]},{\"name\":\"v\",\"shape\":[8]}],\"params\":[{\"name\":\"w\","                \

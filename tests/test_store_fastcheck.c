@@ -92,6 +92,32 @@ Test(fastcheck, damaged_checksum_column_is_corrupt_and_quarantined)
     kc_artifact_free(&a);
 }
 
+/* kc_store_check: the get's check without the copy, for callers that count
+ * a hit before loading it (a compile with --require-hit). */
+Test(fastcheck, check_finds_damage_without_reading_the_payload_out)
+{
+    kc_artifact a, b;
+    make(&a, 4, 20000);
+    make(&b, 5, 20000);
+    kc_err e;
+    cr_assert_eq(kc_store_put(s, &a, NULL, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_put(s, &b, NULL, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_check(s, a.key, &e), KC_OK, "%s", e.msg);
+    damage_row(a.key, "data = zeroblob(length(data))");
+    damage_row(b.key, "size = size + 1");
+    cr_assert_eq(kc_store_has(s, a.key, &e), KC_OK, "has reads only the row");
+    cr_assert_eq(kc_store_check(s, a.key, &e), KC_ERR_CORRUPT);
+    cr_assert(strstr(e.msg, a.key) && strstr(e.msg, "quarantined"), "%s", e.msg);
+    cr_assert_eq(kc_store_check(s, b.key, &e), KC_ERR_CORRUPT, "a wrong recorded size");
+    cr_assert_eq(kc_store_has(s, a.key, &e), KC_ERR_NOT_FOUND, "quarantined");
+    cr_assert_eq(kc_store_check(s, a.key, &e), KC_ERR_NOT_FOUND);
+    kc_store_stats st;
+    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
+    cr_assert_eq(st.quarantined, 2);
+    kc_artifact_free(&a);
+    kc_artifact_free(&b);
+}
+
 Test(fastcheck, wrong_recorded_size_is_corrupt_on_every_read_path)
 {
     kc_artifact a, c;

@@ -197,6 +197,11 @@ static void rm_tree_shallow(const char *dir)
 
 static void session_close(session *s)
 {
+    if (s->tiers.damaged)
+        fprintf(stderr,
+                "kcache: warning: %d cached artifact(s) in %s failed their integrity check: "
+                "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
+                s->tiers.damaged, s->cli->cache_dir);
     if (s->tiers.untrusted)
         fprintf(stderr,
                 "kcache: warning: %d artifact(s) from %s refused: not signed by a trusted key "

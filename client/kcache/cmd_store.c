@@ -179,7 +179,13 @@ int kc_cmd_has(kc_cli *cli, int argc, char **argv)
     kc_store_opts o = {.read_only = true};
     kc_store *s;
     kc_code rc = kc_store_open(cli->cache_dir, &o, &s, &err);
-    if (rc == KC_ERR_NOT_FOUND) { /* no store yet: nothing is present */
+    if (rc == KC_ERR_CORRUPT) { /* a damaged cache: moved aside, then nothing is present */
+        if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
+            return KC_EXIT_FAIL;
+        rc = kc_store_has(s, argv[1], &err);
+        kc_store_close(s);
+        s = NULL;
+    } else if (rc == KC_ERR_NOT_FOUND) { /* no store yet: nothing is present */
         rc = kc_err_set(&err, KC_ERR_NOT_FOUND, "%s: not in the cache", argv[1]);
         if (!kc_key_valid(argv[1]))
             rc = kc_err_set(&err, KC_ERR_INVALID, "invalid key '%s' (need 64 lowercase hex)",

@@ -135,9 +135,19 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
         kc_cli_fail(cli, &err);
         return err.code;
     }
+    /* a damaged cache must not brick every command: start again empty */
+    o.recover_corrupt = true;
     kc_code rc = kc_store_open(cli->cache_dir, &o, out, &err);
-    if (rc != KC_OK)
+    if (rc != KC_OK) {
         kc_cli_fail(cli, &err);
+        return rc;
+    }
+    const char *why, *moved = kc_store_recovered(*out, &why);
+    if (moved)
+        fprintf(stderr,
+                "kcache: warning: %s; moved it aside to %s (with its -wal, -shm and packs) and "
+                "started an empty cache\n",
+                why, moved);
     return rc;
 }
 
