@@ -117,6 +117,9 @@ struct kc_bundle_cursor {
     char keys[KC_PAGE][KC_KEY_HEX_LEN + 1];
     size_t page_n, page_i;
     int64_t after;
+    bool by_keys;                     /* kc_bundle_cursor_open_keys: sel only */
+    char (*sel)[KC_KEY_HEX_LEN + 1];
+    size_t sel_n, sel_i;
     uint64_t count, bytes;
 };
 
@@ -125,6 +128,9 @@ static char *dup_or_null(const char *s)
     return s && *s ? strdup(s) : NULL;
 }
 
+static kc_code cursor_start(kc_bundle_cursor *c, const kc_filter *f, kc_bundle_cursor **out,
+                            kc_err *err);
+
 kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out, kc_err *err)
 {
     *out = NULL;
@@ -132,6 +138,40 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
     if (!c)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle");
     c->s = s;
+    return cursor_start(c, f, out, err);
+}
+
+kc_code kc_bundle_cursor_open_keys(kc_store *s, const char *const *keys, size_t n,
+                                   kc_bundle_cursor **out, kc_err *err)
+{
+    *out = NULL;
+    kc_bundle_cursor *c = calloc(1, sizeof *c);
+    if (c && n)
+        c->sel = malloc(n * sizeof *c->sel);
+    if (!c || (n && !c->sel)) {
+        free(c);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle of %zu keys", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!kc_key_valid(keys[i])) {
+            free(c->sel);
+            free(c);
+            return kc_err_set(err, KC_ERR_INVALID, "bundle key %zu ('%.80s') is not a key", i,
+                              keys[i]);
+        }
+        memcpy(c->sel[i], keys[i], KC_KEY_HEX_LEN + 1);
+    }
+    c->s = s;
+    c->sel_n = n;
+    c->by_keys = true;
+    return cursor_start(c, NULL, out, err);
+}
+
+/* Builds the bundle header of a new cursor c (owned: freed on failure). */
+static kc_code cursor_start(kc_bundle_cursor *c, const kc_filter *f, kc_bundle_cursor **out,
+                            kc_err *err)
+{
+    kc_store *s = c->s;
     if (f) {
         c->f = *f;
         c->f.kind = c->kind = dup_or_null(f->kind);
@@ -149,7 +189,7 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
         kc_bundle_cursor_close(c);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle");
     }
-    kc_code code = kc_store__devices(s, &c->f, devices, err);
+    kc_code code = c->by_keys ? KC_OK : kc_store__devices(s, &c->f, devices, err);
     if (code != KC_OK) {
         json_decref(h);
         json_decref(filter);
@@ -165,6 +205,8 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
         json_object_set_new(filter, "tag", json_string(c->f.tag));
     if (c->f.since)
         json_object_set_new(filter, "since", json_integer(c->f.since));
+    if (c->by_keys)
+        json_object_set_new(filter, "keys", json_integer((json_int_t)c->sel_n));
     json_object_set_new(h, "format", json_string("kcache-bundle"));
     json_object_set_new(h, "created", json_integer((json_int_t)time(NULL)));
 #ifdef KC_VERSION
@@ -200,7 +242,11 @@ kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor 
 static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
 {
     while (c->phase == CUR_ENTRIES) {
-        if (c->page_i >= c->page_n) {
+        if (c->by_keys && c->sel_i >= c->sel_n) {
+            c->phase = CUR_END;
+            break;
+        }
+        if (!c->by_keys && c->page_i >= c->page_n) {
             kc_code code =
                 kc_store__page(c->s, &c->f, c->after, KC_PAGE, c->ids, c->keys, &c->page_n, err);
             if (code != KC_OK)
@@ -212,7 +258,7 @@ static kc_code cursor_next(kc_bundle_cursor *c, kc_err *err)
             }
             c->after = c->ids[c->page_n - 1];
         }
-        const char *key = c->keys[c->page_i++];
+        const char *key = c->by_keys ? c->sel[c->sel_i++] : c->keys[c->page_i++];
         kc_err e2;
         uint8_t *env;
         size_t len;
@@ -314,6 +360,7 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c)
     free(c->kind);
     free(c->device);
     free(c->tag);
+    free(c->sel);
     free(c);
 }
 

@@ -70,6 +70,12 @@ kc_code kc_bundle_export_file_signed(kc_store *s, const kc_filter *f, const kc_s
  * entries deleted or found corrupt while streaming are skipped. */
 typedef struct kc_bundle_cursor kc_bundle_cursor;
 kc_code kc_bundle_cursor_open(kc_store *s, const kc_filter *f, kc_bundle_cursor **out, kc_err *err);
+/* A cursor over exactly keys[0..n) (copied), in that order; keys the store
+ * lacks are skipped. For a client that asks for what it lacks (kcached's
+ * POST /v1/bundle/select, directory snapshots). KC_ERR_INVALID names a
+ * malformed key. */
+kc_code kc_bundle_cursor_open_keys(kc_store *s, const char *const *keys, size_t n,
+                                   kc_bundle_cursor **out, kc_err *err);
 /* Fills up to cap bytes; *n == 0 means the bundle is complete. */
 kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n,
                               kc_err *err);

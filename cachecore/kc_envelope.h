@@ -64,8 +64,9 @@ typedef struct kc_envelope_header {
 /* Artifact kinds are open: any name matching [a-z0-9][a-z0-9._-]{0,31} is
  * accepted everywhere (store, envelope, bundle, server, CLI filters), so other
  * tools' artifacts can carry their own kind; the built-in kinds kcache writes
- * and interprets are graph, cpu-so, spirv, ze-native, autotune, onednn-blob
- * and blob. kc_kind_valid says whether kind
+ * and interprets are graph, cpu-so, spirv, ze-native, autotune, onednn-blob,
+ * blob, and dir-manifest and dir-file (directory snapshots, kc_snapshot.h).
+ * kc_kind_valid says whether kind
  * (NULL-safe) is such a name; KC_KIND_RULE is the rule for error messages. */
 #define KC_KIND_RULE                                                                               \
     "a kind is 1-32 characters of a-z, 0-9, '.', '_' or '-', starting with a-z or 0-9"

@@ -193,6 +193,22 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
 kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
                         size_t *nfetched, kc_err *err);
 
+/* Uploads those of keys[0..n) (entries of s) that the server lacks: one
+ * missing-keys query per 1000 keys, then parallel PUTs, as kc_remote_push_ex
+ * does for a filter. Adds to *ps (which must not be NULL). */
+kc_code kc_remote_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                            kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                            kc_err *err);
+
+/* POST /v1/bundle/select: one streamed bundle of exactly keys[0..n) (those
+ * the server has; the others are simply absent), imported into s as
+ * kc_remote_pull does (same errors, same handling of a broken stream). For
+ * a client that knows what it lacks (directory snapshots). With several
+ * servers, parallel GETs instead (st then counts artifacts only). */
+kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                            kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                            kc_err *err);
+
 /* Counters of the background push queue so far (any pointer may be NULL):
  * uploads that succeeded, that failed, and artifacts dropped (queue full,
  * offline, or abandoned at close). */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "kc_remote_internal.h"
 #include "kc_util.h"
 
@@ -310,12 +312,13 @@ char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
     return u;
 }
 
-/* One streamed GET of url into s. */
-static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_progress_fn progress,
-                        void *pctx, kc_bundle_stats *st, kc_err *err)
+/* One streamed GET of url into s; with a JSON body, a POST. */
+static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *body,
+                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                        kc_err *err)
 {
     if (atomic_load(&r->offline))
-        return kc_remote_offline_error(r, "GET", url, err);
+        return kc_remote_offline_error(r, body ? "POST" : "GET", url, err);
     kc_code rc = KC_OK;
     for (int attempt = 0;; attempt++) {
         pull_ctx pc = {.r = r, .h = r->easy, .progress = progress, .pctx = pctx};
@@ -328,8 +331,11 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, kc_remote_pr
             break;
         }
         pc.last_feed = kc_now();
-        kc_req q = {.method = "GET",
+        kc_req q = {.method = body ? "POST" : "GET",
                     .url = (char *)url,
+                    .body = (const uint8_t *)body,
+                    .body_len = body ? strlen(body) : 0,
+                    .json = body != NULL,
                     .accept_zstd = true,
                     .stream = true,
                     .write_fn = pull_write,
@@ -420,8 +426,53 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
     free(joined);
     if (!url)
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
-    kc_code rc = pull_one(r, s, url, progress, pctx, &total, err);
+    kc_code rc = pull_one(r, s, url, NULL, progress, pctx, &total, err);
     free(url);
+    if (st)
+        *st = total;
+    return rc;
+}
+
+kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                            kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                            kc_err *err)
+{
+    kc_bundle_stats total = {0};
+    if (st)
+        *st = total;
+    for (size_t i = 0; i < n; i++)
+        if (!kc_key_valid(keys[i]))
+            return kc_err_set(err, KC_ERR_INVALID, "pull: invalid key '%.80s'", keys[i]);
+    if (n == 0)
+        return KC_OK;
+    if (r->shard) { /* several owners: one parallel GET per key instead */
+        size_t got = 0;
+        kc_code rc = kc_remote_fetch(r, s, keys, n, NULL, &got, err);
+        total.artifacts = total.imported = got;
+        if (st)
+            *st = total;
+        return rc;
+    }
+    json_t *arr = json_array();
+    json_t *obj = json_object();
+    for (size_t i = 0; arr && i < n; i++)
+        json_array_append_new(arr, json_string(keys[i]));
+    char *body = NULL;
+    if (arr && obj && json_object_set_new(obj, "keys", arr) == 0)
+        body = json_dumps(obj, JSON_COMPACT);
+    else
+        json_decref(arr);
+    json_decref(obj);
+    size_t ul = strlen(r->base) + 32;
+    char *url = body ? malloc(ul) : NULL;
+    if (!url) {
+        free(body);
+        return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
+    }
+    snprintf(url, ul, "%s/v1/bundle/select", r->base);
+    kc_code rc = pull_one(r, s, url, body, progress, pctx, &total, err);
+    free(url);
+    free(body);
     if (st)
         *st = total;
     return rc;
@@ -835,6 +886,26 @@ out:
     free(ptrs);
     free(miss);
     free(up);
+    return rc;
+}
+
+kc_code kc_remote_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                            kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
+                            kc_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!kc_key_valid(keys[i]))
+            return kc_err_set(err, KC_ERR_INVALID, "push: invalid key '%.80s'", keys[i]);
+    ps->considered += n;
+    if (r->shard)
+        return kc_remote_shard_push_list(r, s, keys, n, progress, pctx, ps, err);
+    char(*copy)[KC_KEY_HEX_LEN + 1] = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy)
+        return kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
+    for (size_t i = 0; i < n; i++)
+        memcpy(copy[i], keys[i], KC_KEY_HEX_LEN + 1);
+    kc_code rc = kc_remote_push_keys(r, s, copy, n, progress, pctx, 0, n, ps, err);
+    free(copy);
     return rc;
 }
 

@@ -189,6 +189,9 @@ kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devic
 kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
                              kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
                              kc_err *err);
+kc_code kc_remote_shard_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                                  kc_remote_progress_fn progress, void *pctx,
+                                  kc_remote_push_stats *ps, kc_err *err);
 kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                               bool *fetched, size_t *nfetched, kc_err *err);
 

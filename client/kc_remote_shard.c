@@ -428,6 +428,24 @@ static kc_code push_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_er
     return rc;
 }
 
+kc_code kc_remote_shard_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                                  kc_remote_progress_fn progress, void *pctx,
+                                  kc_remote_push_stats *ps, kc_err *err)
+{
+    if (kc_remote_shard_offline(r))
+        return all_offline(r, "PUT", err);
+    push_parts pp = {.s = s,
+                     .part = malloc((n ? n : 1) * sizeof *pp.part),
+                     .progress = progress,
+                     .pctx = pctx,
+                     .total = n,
+                     .ps = ps};
+    kc_code rc = pp.part ? split_run(r, keys, n, "PUT", false, push_part, &pp, err)
+                         : kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
+    free(pp.part);
+    return rc;
+}
+
 kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
                              kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
                              kc_err *err)
@@ -440,21 +458,14 @@ kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
         return rc;
     ps->considered = v.n;
     const char **ptrs = malloc((v.n ? v.n : 1) * sizeof *ptrs);
-    push_parts pp = {.s = s,
-                     .part = malloc((v.n ? v.n : 1) * sizeof *pp.part),
-                     .progress = progress,
-                     .pctx = pctx,
-                     .total = v.n,
-                     .ps = ps};
-    if (!ptrs || !pp.part) {
+    if (!ptrs) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
     } else {
         for (size_t i = 0; i < v.n; i++)
             ptrs[i] = v.keys[i];
-        rc = split_run(r, ptrs, v.n, "PUT", false, push_part, &pp, err);
+        rc = kc_remote_shard_push_list(r, s, ptrs, v.n, progress, pctx, ps, err);
     }
     free(ptrs);
-    free(pp.part);
     free(v.keys);
     return rc;
 }

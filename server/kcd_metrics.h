@@ -20,6 +20,7 @@ typedef enum kcd_route {
     KCD_R_MISSING,
     KCD_R_BUNDLE_GET,
     KCD_R_BUNDLE_POST,
+    KCD_R_BUNDLE_SELECT,
     KCD_R_CCACHE_GET,
     KCD_R_CCACHE_HEAD,
     KCD_R_CCACHE_PUT,

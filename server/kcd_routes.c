@@ -231,6 +231,7 @@ typedef enum body_kind {
     BODY_CCACHE,   /* PUT /ccache/{path}: opaque bytes */
     BODY_MISSING,  /* POST /v1/artifacts/missing: JSON */
     BODY_BUNDLE,   /* POST /v1/bundle: a bundle stream */
+    BODY_SELECT,   /* POST /v1/bundle/select: JSON {"keys": [...]} */
 } body_kind;
 
 struct kcd_exchange {
@@ -1157,7 +1158,8 @@ static bool feed_body(kcd_exchange *x, const void *data, size_t len)
         }
         return true;
     }
-    uint64_t limit = x->body == BODY_MISSING ? KCD_MISSING_BODY_MAX : x->ctx->max_blob;
+    uint64_t limit = x->body == BODY_MISSING || x->body == BODY_SELECT ? KCD_MISSING_BODY_MAX
+                                                                       : x->ctx->max_blob;
     if (x->len + len > limit) {
         resp_error(x, 413, "body exceeds the limit of %" PRIu64 " bytes", limit);
         return false;
@@ -1253,22 +1255,34 @@ static void end_ccache(kcd_exchange *x)
     put_store(x, &a);
 }
 
-static void end_missing(kcd_exchange *x)
+/* The "keys" array of a {"keys": [...]} body (missing, select), or NULL
+ * after answering 400/413. *root owns it (json_decref). */
+static json_t *body_keys(kcd_exchange *x, json_t **root)
 {
     json_error_t je;
-    json_t *root = json_loadb((const char *)x->buf, x->len, 0, &je);
-    json_t *keys = root ? json_object_get(root, "keys") : NULL;
+    *root = json_loadb((const char *)x->buf, x->len, 0, &je);
+    json_t *keys = *root ? json_object_get(*root, "keys") : NULL;
     if (!json_is_array(keys)) {
-        json_decref(root);
-        resp_error(x, 400, "expected {\"keys\": [...]}%s%s", root ? "" : ": ", root ? "" : je.text);
-        return;
+        resp_error(x, 400, "expected {\"keys\": [...]}%s%s", *root ? "" : ": ",
+                   *root ? "" : je.text);
+    } else if (json_array_size(keys) > KCD_MISSING_KEYS_MAX) {
+        resp_error(x, 413, "%zu keys in one request (limit %d)", json_array_size(keys),
+                   KCD_MISSING_KEYS_MAX);
+    } else {
+        return keys;
     }
+    json_decref(*root);
+    *root = NULL;
+    return NULL;
+}
+
+static void end_missing(kcd_exchange *x)
+{
+    json_t *root;
+    json_t *keys = body_keys(x, &root);
+    if (!keys)
+        return;
     size_t n = json_array_size(keys);
-    if (n > KCD_MISSING_KEYS_MAX) {
-        json_decref(root);
-        resp_error(x, 413, "%zu keys in one request (limit %d)", n, KCD_MISSING_KEYS_MAX);
-        return;
-    }
     kc_err e = {0};
     kc_store *s = ctx_store(x->ctx, &e);
     if (!s) {
@@ -1304,6 +1318,53 @@ static void end_missing(kcd_exchange *x)
         return;
     }
     resp_take(x, 200, CT_JSON, text, strlen(text));
+}
+
+/* POST /v1/bundle/select: streams a bundle of exactly the listed keys (those
+ * stored; others are left out), e.g. the files a snapshot pull lacks. */
+static void end_select(kcd_exchange *x)
+{
+    json_t *root;
+    json_t *keys = body_keys(x, &root);
+    if (!keys)
+        return;
+    size_t n = json_array_size(keys);
+    const char **v = malloc((n ? n : 1) * sizeof *v);
+    kcd_stream *st = v ? calloc(1, sizeof *st) : NULL;
+    if (!st) {
+        free(v);
+        json_decref(root);
+        resp_error(x, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i] = json_string_value(json_array_get(keys, i));
+        if (!v[i] || !kc_key_valid(v[i])) {
+            free(v);
+            free(st);
+            json_decref(root);
+            resp_error(x, 400, "keys[%zu] is not a 64-character lowercase hex key", i);
+            return;
+        }
+    }
+    kc_err e = {0};
+    st->metrics = &x->ctx->metrics;
+    kc_code rc = kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e);
+    if (rc == KC_OK)
+        rc = kc_bundle_cursor_open_keys(st->store, v, n, &st->cur, &e);
+    free(v);
+    json_decref(root);
+    if (rc != KC_OK) {
+        kcd_stream_free(st);
+        resp_store_error(x, &e);
+        return;
+    }
+    kcd_response *r = resp_new(x, 200, CT_BUNDLE);
+    if (!r) {
+        kcd_stream_free(st);
+        return;
+    }
+    r->stream = st;
 }
 
 static void end_bundle(kcd_exchange *x)
@@ -1344,6 +1405,9 @@ void kcd_exchange_end(kcd_exchange *x)
         break;
     case BODY_BUNDLE:
         end_bundle(x);
+        break;
+    case BODY_SELECT:
+        end_select(x);
         break;
     case BODY_NONE:
         resp_error(x, 500, "internal error: no handler for %s %s", x->method, x->path);
@@ -1417,6 +1481,14 @@ static void route(kcd_exchange *x, const kcd_request *req)
         if (del)
             return delete_key(x, "artifact");
         want_body(x, req, BODY_ARTIFACT, x->ctx->max_blob);
+        return;
+    }
+    if (!strcmp(p, "/v1/bundle/select")) {
+        x->route = KCD_R_BUNDLE_SELECT;
+        if (!post)
+            return method_not_allowed(x, "POST");
+        if (auth(x, req, KCD_SCOPE_READ))
+            want_body(x, req, BODY_SELECT, KCD_MISSING_BODY_MAX);
         return;
     }
     if (!strcmp(p, "/v1/bundle")) {

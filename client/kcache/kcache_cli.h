@@ -77,4 +77,7 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv);
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv);
 int kc_cmd_push(kc_cli *cli, int argc, char **argv);
 
+/* cmd_dir.c: directory snapshots (push, pull, status, explain) */
+int kc_cmd_dir(kc_cli *cli, int argc, char **argv);
+
 #endif

@@ -57,6 +57,10 @@ static const struct {
     {"push", kc_cmd_push, "upload artifacts the server lacks",
      "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] [--jobs N] [--ca-file F] "
      "[--connect-timeout MS]"},
+    {"dir", kc_cmd_dir,
+     "carry a framework's cache directory (Triton, Inductor, vLLM, JAX, NEO) as a snapshot",
+     "push [DIR] --name NAME | pull|status|explain NAME [DIR], with --version-key V "
+     "[--device-key D] [--preset triton|inductor|vllm|jax|neo] [--exact] [--verify] [--jobs N]"},
     {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest",
      "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T] [--allow-manifest-cflags]"},
 };
