@@ -117,7 +117,7 @@ struct kc_bundle_cursor {
     char keys[KC_PAGE][KC_KEY_HEX_LEN + 1];
     size_t page_n, page_i;
     int64_t after;
-    bool by_keys;                     /* kc_bundle_cursor_open_keys: sel only */
+    bool by_keys; /* kc_bundle_cursor_open_keys: sel only */
     char (*sel)[KC_KEY_HEX_LEN + 1];
     size_t sel_n, sel_i;
     uint64_t count, bytes;

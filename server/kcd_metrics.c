@@ -19,9 +19,10 @@ static const double kcd_lat_bounds[KCD_LAT_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
 
 static const char *const kcd_route_names[KCD_R_COUNT] = {
-    "artifact_get",  "artifact_head", "artifact_put", "artifact_delete", "artifacts_missing",
-    "bundle_get",    "bundle_post",   "bundle_select", "ccache_get",   "ccache_head",     "ccache_put",
-    "ccache_delete", "stats",         "metrics",      "healthz",         "other"};
+    "artifact_get", "artifact_head", "artifact_put",  "artifact_delete", "artifacts_missing",
+    "bundle_get",   "bundle_post",   "bundle_select", "ccache_get",      "ccache_head",
+    "ccache_put",   "ccache_delete", "stats",         "metrics",         "healthz",
+    "other"};
 
 const char *kcd_route_name(kcd_route r)
 {

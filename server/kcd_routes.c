@@ -1158,8 +1158,8 @@ static bool feed_body(kcd_exchange *x, const void *data, size_t len)
         }
         return true;
     }
-    uint64_t limit = x->body == BODY_MISSING || x->body == BODY_SELECT ? KCD_MISSING_BODY_MAX
-                                                                       : x->ctx->max_blob;
+    uint64_t limit =
+        x->body == BODY_MISSING || x->body == BODY_SELECT ? KCD_MISSING_BODY_MAX : x->ctx->max_blob;
     if (x->len + len > limit) {
         resp_error(x, 413, "body exceeds the limit of %" PRIu64 " bytes", limit);
         return false;
