@@ -298,6 +298,7 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
                                               : kc_err_set(&err, KC_ERR_NOMEM, "out of memory");
     }
     kc_remote_push_stats ps = {0};
+    bool manifest_sent = false;
     kc_remote *r = NULL;
     if (c == KC_OK && cli->remote) {
         r = open_remote(cli, &a);
@@ -318,8 +319,11 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
                     keys[nk++] = m.e[i].key;
             const char *mk = mkey;
             c = kc_remote_push_list(r, s, keys, nk, NULL, NULL, &ps, &err);
+            kc_remote_push_stats mps = {0};
             if (c == KC_OK)
-                c = kc_remote_push_list(r, s, &mk, 1, NULL, NULL, &ps, &err);
+                c = kc_remote_push_list(r, s, &mk, 1, NULL, NULL, &mps, &err);
+            manifest_sent = mps.uploaded > 0;
+            ps.bytes += mps.bytes;
             free(keys);
         }
     }
@@ -339,12 +343,13 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
     kc_snapshot_key(a.name, a.device, a.version, slot);
     if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1, "name",
-            a.name, "device_key", a.device, "version_key", a.version, "snapshot", slot, "manifest",
-            mkey, "dir", a.dir, "files", (json_int_t)ss.files, "dirs", (json_int_t)ss.dirs, "bytes",
-            (json_int_t)ss.bytes, "excluded", (json_int_t)ss.excluded, "special",
-            (json_int_t)ss.special, "files_sent", (json_int_t)ps.uploaded, "files_skipped",
-            (json_int_t)ps.skipped, "bytes_sent", (json_int_t)ps.bytes, "seconds", secs));
+            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1,
+            "name", a.name, "device_key", a.device, "version_key", a.version, "snapshot", slot,
+            "manifest", mkey, "manifest_sent", manifest_sent, "dir", a.dir, "files",
+            (json_int_t)ss.files, "dirs", (json_int_t)ss.dirs, "bytes", (json_int_t)ss.bytes,
+            "excluded", (json_int_t)ss.excluded, "special", (json_int_t)ss.special, "files_sent",
+            (json_int_t)ps.uploaded, "files_skipped", (json_int_t)ps.skipped, "bytes_sent",
+            (json_int_t)ps.bytes, "seconds", secs));
     } else {
         char sz[32], sent[32];
         kc_cli_info(

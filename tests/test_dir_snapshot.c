@@ -1,0 +1,848 @@
+/*
+ * test_dir_snapshot.c - `kcache dir push/pull` end to end against a real
+ * kcached: two cache directories stand for two machines. Round trip (bytes,
+ * modes, nesting, empty files and dirs), dedup between snapshots, every
+ * hostile-manifest case served by kcached, a reader during the restore, a
+ * server killed mid-stream, a full disk, signing and trust, presets.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_snapshot.h"
+#include "kc_testserver.h"
+#include "kc_testutil.h"
+
+static char *tmp;
+static kc_testserver ts;
+
+static void setup(void)
+{
+    tmp = kc_test_mkdtemp("dirsnap");
+    cr_assert_not_null(tmp);
+    unsetenv("KCACHE_DIR");
+    unsetenv("KCACHE_REMOTE");
+    memset(&ts, 0, sizeof ts);
+    cr_assert_eq(kc_testserver_start(&ts, NULL, NULL), 0, "kcached did not start");
+}
+
+static void teardown(void)
+{
+    kc_testserver_cleanup(&ts);
+    kc_test_rmtree(tmp);
+    free(tmp);
+}
+
+TestSuite(dir_snapshot, .init = setup, .fini = teardown, .timeout = 180);
+
+/* tmp/name, malloc'd */
+static char *P(const char *name)
+{
+    return kc_test_path(tmp, name);
+}
+
+/* Runs kcache with cache directory tmp/CACHE against url; NULL-ended args. */
+static void kc_run(kc_test_result *r, const char *cache, const char *url, const char *const *args)
+{
+    char *c = P(cache);
+    cr_assert_eq(kc_test_kcache(r, KC_TEST_KCACHE, c, url, args), 0);
+    free(c);
+}
+#define KC(r, cache, url, ...) kc_run(r, cache, url, (const char *const[]){__VA_ARGS__, NULL})
+
+static void write_at(const char *root, const char *rel, const void *data, size_t len, mode_t mode)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *s = strchr(path + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = '\0';
+        mkdir(path, 0755);
+        *s = '/';
+    }
+    cr_assert_eq(kc_test_write_file(path, data, len), 0, "write %s", path);
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+static void write_random(const char *root, const char *rel, size_t len, uint64_t seed)
+{
+    uint8_t *b = malloc(len ? len : 1);
+    kc_test_fill_random(b, len, seed);
+    write_at(root, rel, b, len, 0644);
+    free(b);
+}
+
+/* Asserts that trees a and b hold the same entries: types, modes, bytes. */
+static void same_tree(const char *a, const char *b)
+{
+    DIR *d = opendir(a);
+    cr_assert_not_null(d, "opendir %s", a);
+    size_t na = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        na++;
+        char pa[4096], pb[4096];
+        snprintf(pa, sizeof pa, "%s/%s", a, de->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", b, de->d_name);
+        struct stat sa, sb;
+        cr_assert_eq(lstat(pa, &sa), 0);
+        cr_assert_eq(lstat(pb, &sb), 0, "%s is missing", pb);
+        cr_assert_eq(sa.st_mode, sb.st_mode, "%s: mode 0%o, want 0%o", pb, sb.st_mode, sa.st_mode);
+        if (S_ISDIR(sa.st_mode)) {
+            same_tree(pa, pb);
+        } else {
+            size_t la, lb;
+            char *ca = kc_test_read_file(pa, &la), *cb = kc_test_read_file(pb, &lb);
+            cr_assert(ca && cb && la == lb && memcmp(ca, cb, la) == 0, "%s differs", pb);
+            free(ca);
+            free(cb);
+        }
+    }
+    closedir(d);
+    d = opendir(b);
+    size_t nb = 0;
+    while ((de = readdir(d)))
+        nb += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    cr_assert_eq(na, nb, "%s has %zu entries, %s has %zu", a, na, b, nb);
+}
+
+static size_t count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static json_t *out_json(const kc_test_result *r)
+{
+    json_error_t je;
+    json_t *j = json_loads(r->out, 0, &je);
+    cr_assert_not_null(j, "not JSON: %s (stderr: %s)", r->out, r->err);
+    return j;
+}
+
+static json_int_t jint(json_t *j, const char *name)
+{
+    json_t *v = json_object_get(j, name);
+    cr_assert(json_is_integer(v), "no integer %s", name);
+    return json_integer_value(v);
+}
+
+static void make_tree(const char *src)
+{
+    write_at(src, "a/b/c/deep.bin", "deep", 4, 0644);
+    write_at(src, "a/run.sh", "#!/bin/sh\n", 10, 0755);
+    write_at(src, "a/private", "secret", 6, 0600);
+    write_at(src, "a/readonly", "ro", 2, 0444);
+    write_at(src, "empty-file", "", 0, 0644);
+    write_random(src, "kernels/k1.cubin", 300000, 1);
+    write_random(src, "kernels/k2.cubin", 70000, 2);
+    write_at(src, "kernels/same-as-k3", "same bytes", 10, 0644);
+    write_at(src, "kernels/k3", "same bytes", 10, 0644);
+    char *e = kc_test_path(src, "empty-dir");
+    cr_assert_eq(mkdir(e, 0700), 0);
+    free(e);
+    char *e2 = kc_test_path(src, "a/b/empty2");
+    cr_assert_eq(mkdir(e2, 0755), 0);
+    free(e2);
+}
+
+Test(dir_snapshot, round_trip_keeps_bytes_modes_nesting_and_empty_entries)
+{
+    char *src = P("src"), *dst = P("dst");
+    mkdir(src, 0755);
+    make_tree(src);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "--json", "dir", "push", src, "--name", "triton", "--version-key",
+       "triton=3.3.0", "--device-key", "gpu-a");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_eq(jint(j, "files"), 9);
+    cr_assert_eq(jint(j, "files_sent"), 8, "identical files are one artifact: %s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostB", ts.url, "--json", "dir", "pull", "triton", dst, "--version-key", "triton=3.3.0",
+       "--device-key", "gpu-a", "--verify");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "files"), 9);
+    cr_assert_eq(jint(j, "written"), 9);
+    cr_assert_gt(jint(j, "bytes_received"), 370000);
+    json_decref(j);
+    kc_test_result_free(&r);
+    chmod(dst, 0755);
+    same_tree(src, dst);
+
+    /* again: nothing to send, nothing to write */
+    KC(&r, "hostB", ts.url, "--json", "dir", "pull", "triton", dst, "--version-key", "triton=3.3.0",
+       "--device-key", "gpu-a");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "written"), 0);
+    cr_assert_eq(jint(j, "unchanged"), 9);
+    cr_assert_lt(jint(j, "bytes_received"), 10000, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    /* a third machine whose directory is already right: nothing fetched */
+    KC(&r, "hostC", ts.url, "--json", "dir", "pull", "triton", dst, "--version-key", "triton=3.3.0",
+       "--device-key", "gpu-a");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "files_received"), 0, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    free(src);
+    free(dst);
+}
+
+Test(dir_snapshot, second_push_sends_only_changed_files_and_pull_takes_the_newest)
+{
+    char *src = P("src"), *dst = P("dst");
+    mkdir(src, 0755);
+    for (int i = 0; i < 20; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "d%d/f%d.bin", i % 4, i);
+        write_random(src, rel, 20000, (uint64_t)i + 10);
+    }
+    kc_test_result r;
+    const char *push[] = {
+        "--json",        "dir",       "push",         src,     "--name", "inductor",
+        "--version-key", "torch=2.7", "--device-key", "cpu-x", NULL};
+    kc_run(&r, "hostA", ts.url, push);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_eq(jint(j, "files_sent"), 20);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostB", ts.url, "dir", "pull", "inductor", dst, "--version-key", "torch=2.7",
+       "--device-key", "cpu-x");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    write_random(src, "d0/f0.bin", 20000, 999);
+    write_random(src, "d1/new.bin", 5000, 998);
+    kc_run(&r, "hostA", ts.url, push);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "files_sent"), 2, "only the changed and the new file: %s", r.out);
+    cr_assert_eq(jint(j, "files_skipped"), 19);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    /* a different name sharing most files sends none of the shared ones */
+    const char *other[] = {"--json",        "dir",       "push",         src,     "--name", "vllm",
+                           "--version-key", "torch=2.7", "--device-key", "cpu-x", NULL};
+    kc_run(&r, "hostA2", ts.url, other);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "files_sent"), 0, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostB", ts.url, "--json", "dir", "pull", "inductor", dst, "--version-key", "torch=2.7",
+       "--device-key", "cpu-x");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "files_received"), 2, "%s", r.out);
+    cr_assert_eq(jint(j, "written"), 2);
+    json_decref(j);
+    kc_test_result_free(&r);
+    chmod(dst, 0755);
+    same_tree(src, dst);
+    free(src);
+    free(dst);
+}
+
+Test(dir_snapshot, explain_names_the_part_that_differs)
+{
+    char *src = P("src");
+    mkdir(src, 0755);
+    write_at(src, "f", "x", 1, 0644);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "jax", "--version-key", "jax=0.4.30",
+       "--device-key", "tpu-v5");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    char *dst = P("dst");
+    KC(&r, "hostB", ts.url, "dir", "pull", "jax", dst, "--version-key", "jax=0.4.31",
+       "--device-key", "tpu-v5");
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "differs: version"), "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", ts.url, "--json", "dir", "explain", "jax", "--version-key", "jax=0.4.30",
+       "--device-key", "tpu-v4");
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.out, "\"differs\":\"device\""), "%s", r.out);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", ts.url, "dir", "explain", "jax", "--version-key", "jax=0.4.30", "--device-key",
+       "tpu-v5");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "found: manifest"), "%s", r.out);
+    kc_test_result_free(&r);
+    free(src);
+    free(dst);
+}
+
+/* ---- hostile manifests ---------------------------------------------------- */
+
+static const char CONTENT[] = "hello";
+
+/* Stores an artifact on the server with a PUT. */
+static void put_artifact(const char *key, const char *kind, const char *meta, const void *payload,
+                         size_t len)
+{
+    kc_artifact a;
+    kc_err err = {0};
+    cr_assert_eq(kc_artifact_init(&a, key, kind, meta, payload, len, &err), KC_OK, "%s", err.msg);
+    uint8_t *env;
+    size_t elen;
+    cr_assert_eq(kc_envelope_encode(&a, &env, &elen, &err), KC_OK);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&ts, "PUT", path, NULL, env, elen, false, &h), 0);
+    cr_assert(h.status == 201 || h.status == 200, "PUT %s: %ld %s", key, h.status, h.body);
+    kc_http_result_free(&h);
+    free(env);
+    kc_artifact_free(&a);
+}
+
+/* Serves a manifest with these entries (a JSON array) as snapshot name. */
+static void serve_manifest(const char *name, const char *entries)
+{
+    char sha[65], fkey[65];
+    kc_sha256_hex(CONTENT, 5, sha);
+    kc_snapshot_file_key(sha, fkey);
+    put_artifact(fkey, KC_SNAP_KIND_FILE, "{}", CONTENT, 5);
+    char text[8192];
+    int n = snprintf(text, sizeof text,
+                     "{\"format\":\"kcache-dir/1\",\"name\":\"%s\",\"device\":\"dev\","
+                     "\"version\":\"v\",\"created_us\":1,\"entries\":%s}",
+                     name, entries);
+    cr_assert_lt(n, (int)sizeof text);
+    char slot[65], mkey[65], meta[256];
+    kc_snapshot_key(name, "dev", "v", slot);
+    uint8_t d[32];
+    kc_sha256(text, (size_t)n, d);
+    kc_snapshot_manifest_key(slot, d, mkey);
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:%s\"}", slot, name);
+    put_artifact(mkey, KC_SNAP_KIND_MANIFEST, meta, text, (size_t)n);
+}
+
+/* One file entry of the served content at path (JSON-escaped already). */
+static char *file_entry(const char *path, const char *type, int mode)
+{
+    char sha[65], key[65];
+    kc_sha256_hex(CONTENT, 5, sha);
+    kc_snapshot_file_key(sha, key);
+    char *s = malloc(4096);
+    snprintf(s, 4096,
+             "{\"path\":\"%s\",\"type\":\"%s\",\"mode\":%d,\"size\":5,\"sha256\":\"%s\","
+             "\"key\":\"%s\"}",
+             path, type, mode, sha, key);
+    return s;
+}
+
+/* Pulls snapshot name into tmp/jail/dir (seeded with keep.txt); asserts a
+ * refusal naming why, and that nothing changed inside or outside. */
+static void expect_refused(const char *name, const char *why)
+{
+    char *jail = P("jail"), *dir = P("jail/dir");
+    mkdir(jail, 0755);
+    mkdir(dir, 0755);
+    write_at(dir, "keep.txt", "keep", 4, 0644);
+    kc_test_result r;
+    KC(&r, "victim", ts.url, "dir", "pull", name, dir, "--version-key", "v", "--device-key", "dev");
+    cr_assert_eq(r.exit_code, 1, "%s: pulled a hostile manifest: %s", name, r.err);
+    cr_assert(strstr(r.err, why), "%s: want '%s' in: %s", name, why, r.err);
+    cr_assert_eq(count_entries(dir), 1, "%s: DIR changed", name);
+    cr_assert_eq(count_entries(jail), 1, "%s: something was written outside DIR", name);
+    char *k = kc_test_path(dir, "keep.txt");
+    char *c = kc_test_read_file(k, NULL);
+    cr_assert_str_eq(c, "keep");
+    free(c);
+    free(k);
+    kc_test_result_free(&r);
+    kc_test_rmtree(jail);
+    free(jail);
+    free(dir);
+}
+
+Test(dir_snapshot, hostile_manifests_are_refused_before_anything_is_written)
+{
+    static const struct {
+        const char *path, *type;
+        int mode;
+        const char *why;
+    } cases[] = {
+        {"/tmp/kcache-escape", "file", 0644, "absolute path"},
+        {"../escape", "file", 0644, "'..' component"},
+        {"a/../../escape", "file", 0644, "'..' component"},
+        {"./x", "file", 0644, "'..' component"},
+        {"a//b", "file", 0644, "empty path component"},
+        {"trailing/", "file", 0644, "empty path component"},
+        {"link", "symlink", 0777, "type 'symlink'"},
+        {"fifo", "fifo", 0644, "type 'fifo'"},
+        {"dev", "chardev", 0644, "type 'chardev'"},
+        {"suid", "file", 04755, "beyond 0777"},
+        {"sgid", "file", 02755, "beyond 0777"},
+        {"sticky", "dir", 01777, "beyond 0777"},
+        {"typebits", "file", 0100644, "beyond 0777"},
+        {"nul\\u0000byte", "file", 0644, "is not JSON"},
+        {"ctl\\u0001char", "file", 0644, "control character"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[32], entries[4200];
+        snprintf(name, sizeof name, "hostile%zu", i);
+        char *e = file_entry(cases[i].path, cases[i].type, cases[i].mode);
+        snprintf(entries, sizeof entries, "[%s]", e);
+        free(e);
+        serve_manifest(name, entries);
+        expect_refused(name, cases[i].why);
+    }
+    /* over-long component and path */
+    char longc[300], longp[1200];
+    memset(longc, 'c', 299);
+    longc[299] = '\0';
+    for (size_t i = 0; i < sizeof longp - 1; i++)
+        longp[i] = i % 100 == 99 ? '/' : 'p';
+    longp[sizeof longp - 1] = '\0';
+    const char *longs[] = {longc, longp};
+    const char *whys[] = {"component longer than 255", "longer than 1024"};
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "long%d", i);
+        char *e = file_entry(longs[i], "file", 0644);
+        char *entries = malloc(strlen(e) + 3);
+        sprintf(entries, "[%s]", e);
+        serve_manifest(name, entries);
+        expect_refused(name, whys[i]);
+        free(e);
+        free(entries);
+    }
+    /* duplicates, a file below a file, a key that is not the content's */
+    char *f1 = file_entry("same", "file", 0644), *f2 = file_entry("f", "file", 0644),
+         *f3 = file_entry("f/below", "file", 0644);
+    char entries[9000];
+    snprintf(entries, sizeof entries, "[%s,%s]", f1, f1);
+    serve_manifest("dup", entries);
+    expect_refused("dup", "appears twice");
+    snprintf(entries, sizeof entries, "[%s,%s]", f2, f3);
+    serve_manifest("below", entries);
+    expect_refused("below", "lies below the file");
+    char *bad = file_entry("k", "file", 0644);
+    char *kpos = strstr(bad, "\"key\":\"") + 7;
+    kpos[0] = kpos[0] == 'a' ? 'b' : 'a';
+    snprintf(entries, sizeof entries, "[%s]", bad);
+    serve_manifest("badkey", entries);
+    expect_refused("badkey", "is not the key of its sha256");
+    free(f1);
+    free(f2);
+    free(f3);
+    free(bad);
+}
+
+Test(dir_snapshot, a_symlink_in_dir_is_never_written_through)
+{
+    char *e = file_entry("link/payload", "file", 0644);
+    char entries[4200];
+    snprintf(entries, sizeof entries, "[%s]", e);
+    free(e);
+    serve_manifest("through", entries);
+    char *dir = P("dir"), *outside = P("outside"), *link = P("dir/link");
+    mkdir(dir, 0755);
+    mkdir(outside, 0755);
+    cr_assert_eq(symlink(outside, link), 0);
+    kc_test_result r;
+    KC(&r, "victim", ts.url, "dir", "pull", "through", dir, "--version-key", "v", "--device-key",
+       "dev");
+    cr_assert_eq(r.exit_code, 1, "wrote through a symlink: %s", r.err);
+    cr_assert(strstr(r.err, "symlink"), "%s", r.err);
+    cr_assert_eq(count_entries(outside), 0, "a file appeared outside DIR");
+    kc_test_result_free(&r);
+    free(dir);
+    free(outside);
+    free(link);
+}
+
+/* ---- a reader during the restore ------------------------------------------ */
+
+#define NREAD 60
+#define READ_SIZE 100000
+
+typedef struct reader_ctx {
+    const char *dir;
+    atomic_bool stop;
+    long seen_old, seen_new, torn;
+} reader_ctx;
+
+static void *reader_main(void *arg)
+{
+    reader_ctx *c = arg;
+    uint8_t *want_old = malloc(READ_SIZE), *want_new = malloc(READ_SIZE);
+    while (!atomic_load(&c->stop)) {
+        for (int i = 0; i < NREAD; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/r/f%02d", c->dir, i);
+            size_t len;
+            char *got = kc_test_read_file(path, &len);
+            if (!got)
+                continue;
+            kc_test_fill_random(want_old, READ_SIZE, 5000 + (uint64_t)i);
+            kc_test_fill_random(want_new, READ_SIZE, 7000 + (uint64_t)i);
+            if (len == READ_SIZE && memcmp(got, want_old, len) == 0)
+                c->seen_old++;
+            else if (len == READ_SIZE && memcmp(got, want_new, len) == 0)
+                c->seen_new++;
+            else
+                c->torn++;
+            free(got);
+        }
+    }
+    free(want_old);
+    free(want_new);
+    return NULL;
+}
+
+Test(dir_snapshot, a_reader_during_restore_sees_whole_files_only)
+{
+    char *src = P("src"), *dst = P("dst");
+    mkdir(src, 0755);
+    mkdir(dst, 0755);
+    for (int i = 0; i < NREAD; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "r/f%02d", i);
+        write_random(src, rel, READ_SIZE, 7000 + (uint64_t)i);
+        write_random(dst, rel, READ_SIZE, 5000 + (uint64_t)i); /* the old version */
+    }
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "neo", "--version-key", "v",
+       "--device-key", "xe");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    reader_ctx c = {.dir = dst};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, reader_main, &c), 0);
+    KC(&r, "hostB", ts.url, "dir", "pull", "neo", dst, "--version-key", "v", "--device-key", "xe");
+    atomic_store(&c.stop, true);
+    pthread_join(th, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    cr_log_info("reader: %ld old, %ld new, %ld torn", c.seen_old, c.seen_new, c.torn);
+    cr_assert_eq(c.torn, 0, "a reader saw %ld partial or foreign file(s)", c.torn);
+    cr_assert_gt(c.seen_old + c.seen_new, 0);
+    same_tree(src, dst);
+    free(src);
+    free(dst);
+}
+
+/* ---- a server killed mid-stream ------------------------------------------- */
+
+/* A loopback proxy in front of kcached that kills the server (kill -9) once
+ * kill_after bytes of a POST /v1/bundle/select answer went through. */
+typedef struct proxy {
+    int lfd;
+    unsigned port;
+    size_t kill_after;
+    atomic_bool killed;
+    pthread_t th;
+} proxy;
+
+typedef struct conn {
+    proxy *p;
+    int cfd;
+} conn;
+
+static void *conn_main(void *arg)
+{
+    conn *cn = arg;
+    proxy *p = cn->p;
+    int sfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ts.port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(sfd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        goto out;
+    bool armed = false;
+    size_t sent = 0;
+    char buf[65536];
+    for (;;) {
+        struct pollfd pf[2] = {{cn->cfd, POLLIN, 0}, {sfd, POLLIN, 0}};
+        if (poll(pf, 2, 10000) <= 0)
+            break;
+        if (pf[0].revents) {
+            ssize_t n = read(cn->cfd, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            if (memmem(buf, (size_t)n, "POST /v1/bundle/select", 22))
+                armed = true;
+            if (write(sfd, buf, (size_t)n) != n)
+                break;
+        }
+        if (pf[1].revents) {
+            ssize_t n = read(sfd, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            if (write(cn->cfd, buf, (size_t)n) != n)
+                break;
+            if (armed && (sent += (size_t)n) >= p->kill_after && !atomic_load(&p->killed)) {
+                atomic_store(&p->killed, true);
+                kc_testserver_kill(&ts);
+                break;
+            }
+        }
+    }
+out:
+    close(sfd);
+    close(cn->cfd);
+    free(cn);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    proxy *p = arg;
+    for (;;) {
+        int c = accept(p->lfd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        conn *cn = malloc(sizeof *cn);
+        cn->p = p;
+        cn->cfd = c;
+        pthread_t t;
+        pthread_create(&t, NULL, conn_main, cn);
+        pthread_detach(t);
+    }
+}
+
+static void proxy_start(proxy *p)
+{
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(p->lfd, 16), 0);
+    socklen_t sl = sizeof sa;
+    getsockname(p->lfd, (struct sockaddr *)&sa, &sl);
+    p->port = ntohs(sa.sin_port);
+    pthread_create(&p->th, NULL, accept_main, p);
+}
+
+static void proxy_stop(proxy *p)
+{
+    shutdown(p->lfd, SHUT_RDWR);
+    close(p->lfd);
+    pthread_join(p->th, NULL);
+}
+
+Test(dir_snapshot, server_killed_mid_pull_leaves_dir_whole_and_a_repull_completes)
+{
+    char *src = P("src"), *dst = P("dst");
+    mkdir(src, 0755);
+    mkdir(dst, 0755);
+    for (int i = 0; i < 40; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "k/%02d.bin", i);
+        write_random(src, rel, 200000, 300 + (uint64_t)i);
+    }
+    write_at(dst, "k/00.bin", "old", 3, 0644);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "triton", "--version-key", "v",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    proxy px = {.kill_after = 3000000};
+    proxy_start(&px);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", px.port);
+    KC(&r, "hostB", url, "dir", "pull", "triton", dst, "--version-key", "v", "--device-key", "g");
+    proxy_stop(&px);
+    cr_assert(atomic_load(&px.killed), "the stream ended before the kill point");
+    cr_assert_eq(r.exit_code, 1, "a pull cut by kill -9 must fail: %s", r.err);
+    cr_assert(strstr(r.err, "unchanged"), "%s", r.err);
+    kc_test_result_free(&r);
+    /* DIR as it was: the old file whole, nothing else, no temporaries */
+    cr_assert_eq(count_entries(dst), 1);
+    char *k = P("dst/k");
+    cr_assert_eq(count_entries(k), 1);
+    free(k);
+    char *old = P("dst/k/00.bin");
+    char *c = kc_test_read_file(old, NULL);
+    cr_assert_str_eq(c, "old");
+    free(c);
+    free(old);
+
+    cr_assert_eq(kc_testserver_restart(&ts), 0);
+    KC(&r, "hostB", ts.url, "--json", "dir", "pull", "triton", dst, "--version-key", "v",
+       "--device-key", "g", "--verify");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_lt(jint(j, "files_received"), 40, "complete artifacts of the cut stream were kept");
+    json_decref(j);
+    kc_test_result_free(&r);
+    same_tree(src, dst);
+    free(src);
+    free(dst);
+}
+
+/* ---- a full disk ------------------------------------------------------------ */
+
+Test(dir_snapshot, disk_full_mid_restore_says_how_far_and_leaves_whole_files)
+{
+    char *src = P("src"), *mnt = P("mnt");
+    mkdir(src, 0755);
+    mkdir(mnt, 0755);
+    for (int i = 0; i < 24; i++) {
+        char rel[32];
+        snprintf(rel, sizeof rel, "f%02d.bin", i);
+        write_random(src, rel, 128 * 1024, 900 + (uint64_t)i);
+    }
+    if (mount("kcache-test", mnt, "tmpfs", 0, "size=1m,mode=0755") != 0)
+        cr_skip("disk-full test skipped: cannot mount a tmpfs (%s); run as root", strerror(errno));
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "full", "--version-key", "v",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    char *dst = P("mnt/dir");
+    KC(&r, "hostB", ts.url, "dir", "pull", "full", dst, "--version-key", "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "of 24 files in place"), "%s", r.err);
+    cr_assert(strstr(r.err, "No space left"), "%s", r.err);
+    kc_test_result_free(&r);
+    DIR *d = opendir(dst);
+    struct dirent *de;
+    int whole = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        cr_assert_neq(strncmp(de->d_name, ".kcache-tmp-", 12), 0, "temporary left behind");
+        char a[4096], b[4096];
+        snprintf(a, sizeof a, "%s/%s", src, de->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, de->d_name);
+        size_t la, lb;
+        char *ca = kc_test_read_file(a, &la), *cb = kc_test_read_file(b, &lb);
+        cr_assert(ca && cb && la == lb && !memcmp(ca, cb, la), "%s is not whole", b);
+        free(ca);
+        free(cb);
+        whole++;
+    }
+    closedir(d);
+    cr_assert_gt(whole, 0);
+    cr_assert_lt(whole, 24);
+    umount2(mnt, MNT_DETACH);
+    free(src);
+    free(mnt);
+    free(dst);
+}
+
+/* ---- signing, --exact, presets --------------------------------------------- */
+
+Test(dir_snapshot, trusted_keys_refuse_an_unsigned_manifest_and_accept_a_signed_one)
+{
+    char *key = P("sign.pem"), *pub = P("trusted.pem"), *src = P("src"), *dst = P("dst");
+    kc_test_result r;
+    cr_assert_eq(kc_test_runl(&r, "openssl", "genpkey", "-algorithm", "ed25519", "-out", key, NULL),
+                 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    cr_assert_eq(kc_test_runl(&r, "openssl", "pkey", "-in", key, "-pubout", "-out", pub, NULL), 0);
+    kc_test_result_free(&r);
+    mkdir(src, 0755);
+    write_at(src, "a/k.bin", "kernel", 6, 0644);
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "unsigned", "--version-key", "v",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", ts.url, "--trusted-keys", pub, "dir", "pull", "unsigned", dst, "--version-key",
+       "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 1, "an unsigned manifest was accepted: %s", r.err);
+    cr_assert(strstr(r.err, "trusted"), "%s", r.err);
+    cr_assert_eq(count_entries(dst), 0);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostA", ts.url, "--sign-key", key, "dir", "push", src, "--name", "signed",
+       "--version-key", "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", ts.url, "--trusted-keys", pub, "dir", "pull", "signed", dst, "--version-key",
+       "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    chmod(dst, 0755);
+    same_tree(src, dst);
+    free(key);
+    free(pub);
+    free(src);
+    free(dst);
+}
+
+Test(dir_snapshot, presets_find_the_directory_skip_locks_and_exact_removes_extras)
+{
+    char *src = P("triton-cache"), *dst = P("dst");
+    mkdir(src, 0755);
+    write_at(src, "ABC123/kernel.cubin", "cubin", 5, 0644);
+    write_at(src, "ABC123/kernel.json", "{}", 2, 0644);
+    write_at(src, "tmp.pid_42_777/kernel.cubin", "partial", 7, 0644);
+    write_at(src, "ABC123/x.lock", "", 0, 0644);
+    setenv("TRITON_CACHE_DIR", src, 1);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "--json", "dir", "push", "--preset", "triton", "--version-key",
+       "triton=3.3.0", "--device-key", "g");
+    unsetenv("TRITON_CACHE_DIR");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_eq(jint(j, "files"), 2, "%s", r.out);
+    cr_assert_eq(jint(j, "excluded"), 2, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    mkdir(dst, 0755);
+    write_at(dst, "stale/old.cubin", "old", 3, 0644);
+    write_at(dst, "ABC123/y.lock", "", 0, 0644);
+    KC(&r, "hostB", ts.url, "--json", "dir", "pull", "triton", dst, "--preset", "triton",
+       "--version-key", "triton=3.3.0", "--device-key", "g", "--exact");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_assert_eq(jint(j, "removed"), 2, "stale/old.cubin and stale/: %s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    char *lock = P("dst/ABC123/y.lock"), *stale = P("dst/stale");
+    struct stat st;
+    cr_assert_eq(stat(lock, &st), 0, "--exact removed a preset's lock file");
+    cr_assert_neq(stat(stale, &st), 0, "--exact kept a directory the snapshot lacks");
+    char *k = P("dst/ABC123");
+    cr_assert_eq(count_entries(k), 3);
+    free(k);
+    free(lock);
+    free(stale);
+    free(src);
+    free(dst);
+}
