@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "kc_util.h"
 
 #define TMP_PREFIX ".kcache-tmp-"
+#define KC_SNAP_RESTORE_THREADS 4
 
 /* ---- reading files -------------------------------------------------------- */
 
@@ -526,6 +529,113 @@ static kc_code prune(const kc_snap_manifest *m, const kc_snap_restore_opts *o, i
     return rc;
 }
 
+/* The file part of a restore, shared by its worker threads: each takes the
+ * next chunk of entries, with a store handle and a walker of its own. */
+typedef struct restore_job {
+    const kc_snap_manifest *m;
+    const uint8_t *state;
+    const char *dir, *store_dir;
+    int root;
+    atomic_size_t next;
+    atomic_bool stop;
+    atomic_uint_fast64_t done, written, unchanged, bytes;
+    pthread_mutex_t mu;
+    kc_code rc; /* the first failure */
+    kc_err err;
+    const char *failed_at;
+} restore_job;
+
+#define RESTORE_CHUNK 16
+
+static void job_fail(restore_job *j, kc_code rc, const kc_err *e, const char *path)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->rc == KC_OK) {
+        j->rc = rc;
+        j->err = *e;
+        j->failed_at = path;
+    }
+    pthread_mutex_unlock(&j->mu);
+    atomic_store(&j->stop, true);
+}
+
+/* Writes file entry e from s into DIR through w. */
+static kc_code restore_file(kc_store *s, walker *w, const kc_snap_entry *e, uint64_t *bytes,
+                            kc_err *err)
+{
+    kc_artifact a;
+    kc_code rc = kc_store_get(s, e->key, &a, err);
+    if (rc == KC_ERR_NOT_FOUND)
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "the content of %s (%s) is not in the store",
+                          e->path, e->key);
+    if (rc != KC_OK)
+        return rc;
+    char sha[KC_KEY_HEX_LEN + 1];
+    kc_hex_encode(a.payload_sha, KC_SHA256_LEN, sha);
+    if (strcmp(sha, e->sha) != 0 || a.payload_len != e->size ||
+        strcmp(a.kind, KC_SNAP_KIND_FILE) != 0) {
+        rc =
+            kc_err_set(err, KC_ERR_CORRUPT,
+                       "artifact %s is not the content the manifest names for %s", e->key, e->path);
+    } else {
+        char parent[KC_SNAP_PATH_MAX + 1];
+        const char *base = split(e->path, parent);
+        int dfd;
+        rc = walk_to(w, parent, true, &dfd, err);
+        if (rc == KC_OK)
+            rc = write_one(w, dfd, e, base, a.payload, a.payload_len, err);
+        *bytes = a.payload_len;
+    }
+    kc_artifact_free(&a);
+    return rc;
+}
+
+static void restore_files(restore_job *j, kc_store *s)
+{
+    walker w = {.root = j->root, .dir = j->dir, .curfd = j->root};
+    kc_store *own = NULL;
+    kc_err err = {0};
+    if (!s && kc_store_open(j->store_dir, NULL, &own, &err) != KC_OK) {
+        job_fail(j, err.code, &err, NULL);
+        return;
+    }
+    if (!s)
+        s = own;
+    while (!atomic_load(&j->stop)) {
+        size_t from = atomic_fetch_add(&j->next, RESTORE_CHUNK);
+        if (from >= j->m->n)
+            break;
+        size_t to = from + RESTORE_CHUNK < j->m->n ? from + RESTORE_CHUNK : j->m->n;
+        for (size_t i = from; i < to && !atomic_load(&j->stop); i++) {
+            const kc_snap_entry *e = &j->m->e[i];
+            if (e->type != KC_SNAP_FILE)
+                continue;
+            if (j->state[i] & KC_SNAP_HAVE_DIR) {
+                atomic_fetch_add(&j->unchanged, 1);
+                atomic_fetch_add(&j->done, 1);
+                continue;
+            }
+            uint64_t n = 0;
+            kc_code rc = restore_file(s, &w, e, &n, &err);
+            if (rc != KC_OK) {
+                job_fail(j, rc, &err, e->path);
+                break;
+            }
+            atomic_fetch_add(&j->written, 1);
+            atomic_fetch_add(&j->bytes, n);
+            atomic_fetch_add(&j->done, 1);
+        }
+    }
+    walker_close(&w);
+    kc_store_close(own);
+}
+
+static void *restore_thread(void *arg)
+{
+    restore_files(arg, NULL);
+    return NULL;
+}
+
 kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
                         const uint8_t *state, const kc_snap_restore_opts *o,
                         kc_snap_restore_stats *st, kc_err *err)
@@ -554,50 +664,47 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
         free(own);
         return rc;
     }
-    uint64_t done = 0;
     const char *failed_at = NULL;
+    /* directories first (sorted: parents before children) */
     for (size_t i = 0; rc == KC_OK && i < m->n; i++) {
-        const kc_snap_entry *e = &m->e[i];
         int dfd;
-        if (e->type == KC_SNAP_DIR) {
-            rc = walk_to(&w, e->path, true, &dfd, err);
-            failed_at = e->path;
-            continue;
-        }
-        if (state[i] & KC_SNAP_HAVE_DIR) {
-            st->unchanged++;
-            done++;
-            continue;
-        }
-        failed_at = e->path;
-        kc_artifact a;
-        rc = kc_store_get(s, e->key, &a, err);
-        if (rc == KC_ERR_NOT_FOUND)
-            rc = kc_err_set(err, KC_ERR_NOT_FOUND, "the content of %s (%s) is not in the store",
-                            e->path, e->key);
-        if (rc != KC_OK)
-            break;
-        char sha[KC_KEY_HEX_LEN + 1];
-        kc_hex_encode(a.payload_sha, KC_SHA256_LEN, sha);
-        if (strcmp(sha, e->sha) != 0 || a.payload_len != e->size ||
-            strcmp(a.kind, KC_SNAP_KIND_FILE)) {
-            rc = kc_err_set(err, KC_ERR_CORRUPT,
-                            "artifact %s is not the content the manifest names for %s", e->key,
-                            e->path);
-        } else {
-            char parent[KC_SNAP_PATH_MAX + 1];
-            const char *base = split(e->path, parent);
-            rc = walk_to(&w, parent, true, &dfd, err);
-            if (rc == KC_OK)
-                rc = write_one(&w, dfd, e, base, a.payload, a.payload_len, err);
-            if (rc == KC_OK) {
-                st->written++;
-                st->bytes += a.payload_len;
-                done++;
-            }
-        }
-        kc_artifact_free(&a);
+        if (m->e[i].type == KC_SNAP_DIR &&
+            (rc = walk_to(&w, m->e[i].path, true, &dfd, err)) != KC_OK)
+            failed_at = m->e[i].path;
     }
+    walker_close(&w);
+    /* then the files, on up to KC_SNAP_RESTORE_THREADS threads: creating and
+     * renaming files waits on the file system more than on the CPU */
+    restore_job j = {.m = m, .state = state, .dir = dir, .root = w.root};
+    pthread_mutex_init(&j.mu, NULL);
+    char store_dir[PATH_MAX];
+    snprintf(store_dir, sizeof store_dir, "%s", kc_store_db_path(s));
+    char *slash = strrchr(store_dir, '/');
+    if (slash)
+        *slash = '\0';
+    j.store_dir = store_dir;
+    pthread_t th[KC_SNAP_RESTORE_THREADS];
+    int nth = 0;
+    if (rc == KC_OK) {
+        size_t want = m->nfiles / (4 * RESTORE_CHUNK);
+        while (slash && (size_t)nth < want && nth < KC_SNAP_RESTORE_THREADS - 1 &&
+               pthread_create(&th[nth], NULL, restore_thread, &j) == 0)
+            nth++;
+        restore_files(&j, s);
+        for (int t = 0; t < nth; t++)
+            pthread_join(th[t], NULL);
+        if (j.rc != KC_OK) {
+            rc = j.rc;
+            if (err)
+                *err = j.err;
+            failed_at = j.failed_at ? j.failed_at : "opening the store";
+        }
+    }
+    pthread_mutex_destroy(&j.mu);
+    st->written = atomic_load(&j.written);
+    st->unchanged = atomic_load(&j.unchanged);
+    st->bytes = atomic_load(&j.bytes);
+    uint64_t done = atomic_load(&j.done);
     /* directory modes last, deepest first, so a read-only directory does not
      * stop its own files from being written */
     for (size_t i = m->n; rc == KC_OK && i-- > 0;) {
