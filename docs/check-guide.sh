@@ -181,6 +181,19 @@ fi
 mkdir -p "$T/damaged" && head -c 65536 /dev/urandom >"$T/damaged/kcache.db"
 check "5.9 kcached refuses a damaged store and names the recovery command" bash -c "out=\$(kcached --listen 127.0.0.1:0 --data '$T/damaged' 2>&1); [[ \$? = 1 ]] && grep -q 'kcache --cache-dir $T/damaged verify' <<<\"\$out\" && ! ls '$T/damaged' | grep -q corrupt"
 check "5.9 kcache moves a damaged store aside and works" bash -c "kcache --cache-dir '$T/damaged' verify 2>&1 | grep -q 'moved it aside' && ls '$T/damaged' | grep -q '^kcache.db.corrupt-'"
+# Section 9: directory snapshots (a Triton-shaped tree through the preset).
+mkdir -p "$T/triton/ABC/tmp.pid_1_2" "$T/triton/DEF"
+printf cubin >"$T/triton/ABC/k.cubin"
+printf json >"$T/triton/DEF/k.json"
+printf part >"$T/triton/ABC/tmp.pid_1_2/k.cubin"
+start dirsrv --data "$T/dirsrv"
+DURL=http://127.0.0.1:$PORT
+check "9 dir push --preset triton" env TRITON_CACHE_DIR="$T/triton" kcache --cache-dir "$T/dA" --remote "$DURL" dir push --preset triton --version-key triton=3.3.0 --device-key h100
+check "9 dir pull --preset triton" env TRITON_CACHE_DIR="$T/triton-ci" kcache --cache-dir "$T/dB" --remote "$DURL" dir pull triton --preset triton --version-key triton=3.3.0 --device-key h100
+check "9 dir pull --verify --exact" env TRITON_CACHE_DIR="$T/triton-ci" kcache --cache-dir "$T/dB" --remote "$DURL" dir pull triton --preset triton --version-key triton=3.3.0 --device-key h100 --verify --exact
+check "9 the temp dir was left out" test ! -e "$T/triton-ci/ABC/tmp.pid_1_2"
+check "9 dir status" kcache --cache-dir "$T/dB" dir status triton "$T/triton-ci" --version-key triton=3.3.0 --device-key h100
+check "9 a miss names the differing part" bash -c "kcache --cache-dir '$T/dC' --remote '$DURL' dir pull triton '$T/x' --version-key triton=3.4.0 --device-key h100 2>&1 | grep -q 'differs: version'"
 
 echo "$fails failure(s)"
 [[ $fails = 0 ]]
