@@ -102,15 +102,18 @@ t0=$(now); KC hostB dir pull triton "$T/dst" "${ARGS[@]}" >"$T/pull2.json"; t1=$
 pull2_s=$(echo "$t1 - $t0" | bc -l)
 pull2_b=$(jget bytes_received <"$T/pull2.json")
 
-# 5% of the files get new content (same sizes), then the build host pushes again
+# 5% of the files get new content of the same shape and size (a recompiled
+# kernel), then the build host pushes again
 python3 - "$T/tree" <<'PY'
 import os, random, sys
 files = sorted(os.path.join(d, f) for d, _, fs in os.walk(sys.argv[1]) for f in fs)
 rng = random.Random(7)
+text = b"ld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd7+16]; fma.rn.f32 %f5, %f1, %f2, %f5;\n"
 for p in rng.sample(files, len(files) // 20):
-    n = os.path.getsize(p)
+    s = os.path.getsize(p)
+    half = s // 2
     with open(p, "wb") as f:
-        f.write(os.urandom(n))
+        f.write(os.urandom(half) + (text * (s // len(text) + 1))[: s - half])
 PY
 t0=$(now); KC hostA dir push "$T/tree" "${ARGS[@]}" >"$T/push2.json"; t1=$(now)
 push2_s=$(echo "$t1 - $t0" | bc -l)

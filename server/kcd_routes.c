@@ -965,6 +965,20 @@ void kcd_stream_free(kcd_stream *s)
     free(s);
 }
 
+/* Answers 200 with the bundle stream st (taken), or, when opening it failed
+ * (rc), the store's error. */
+static void resp_stream(kcd_exchange *x, kcd_stream *st, kc_code rc, const kc_err *e)
+{
+    kcd_response *r = rc == KC_OK ? resp_new(x, 200, CT_BUNDLE) : NULL;
+    if (!r) {
+        kcd_stream_free(st);
+        if (rc != KC_OK)
+            resp_store_error(x, e);
+        return;
+    }
+    r->stream = st;
+}
+
 static void get_bundle(kcd_exchange *x, const kcd_request *req)
 {
     kc_filter f = {0};
@@ -999,18 +1013,10 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
         return;
     }
     st->metrics = &x->ctx->metrics;
-    if (kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e) != KC_OK ||
-        kc_bundle_cursor_open(st->store, &f, &st->cur, &e) != KC_OK) {
-        kcd_stream_free(st);
-        resp_store_error(x, &e);
-        return;
-    }
-    kcd_response *r = resp_new(x, 200, CT_BUNDLE);
-    if (!r) {
-        kcd_stream_free(st);
-        return;
-    }
-    r->stream = st;
+    kc_code rc = kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e);
+    if (rc == KC_OK)
+        rc = kc_bundle_cursor_open(st->store, &f, &st->cur, &e);
+    resp_stream(x, st, rc, &e);
 }
 
 /* ----------------------------------------------------------------- uploads */
@@ -1354,17 +1360,7 @@ static void end_select(kcd_exchange *x)
         rc = kc_bundle_cursor_open_keys(st->store, v, n, &st->cur, &e);
     free(v);
     json_decref(root);
-    if (rc != KC_OK) {
-        kcd_stream_free(st);
-        resp_store_error(x, &e);
-        return;
-    }
-    kcd_response *r = resp_new(x, 200, CT_BUNDLE);
-    if (!r) {
-        kcd_stream_free(st);
-        return;
-    }
-    r->stream = st;
+    resp_stream(x, st, rc, &e);
 }
 
 static void end_bundle(kcd_exchange *x)

@@ -484,21 +484,31 @@ static kc_code check_dir(kc_cli *cli, const kc_snap_manifest *m, const char *dir
     return rc;
 }
 
+/* What pull, status and explain share: the options (NAME first), the
+ * device key, the slot key and the store with the trust policy. -1 after a
+ * usage error, else an exit code (KC_EXIT_OK: *ts is open). */
+static int begin(kc_cli *cli, int argc, char **argv, dir_args *a, char slot[KC_KEY_HEX_LEN + 1],
+                 kc_store **ts)
+{
+    if (parse(cli, argc, argv, true, a) < 0)
+        return KC_EXIT_USAGE;
+    int rc = resolve_device(cli, a);
+    if (rc != KC_EXIT_OK)
+        return rc;
+    kc_snapshot_key(a->name, a->device, a->version, slot);
+    return kc_cli_open_store(cli, NULL, ts) == KC_OK ? KC_EXIT_OK : KC_EXIT_FAIL;
+}
+
 static int dir_pull(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
-    if (parse(cli, argc, argv, true, &a) < 0)
-        return KC_EXIT_USAGE;
-    int rc = resolve_device(cli, &a);
-    if (rc != KC_EXIT_OK)
-        return rc;
     double t0 = kc_now();
     char slot[KC_KEY_HEX_LEN + 1], mkey[KC_KEY_HEX_LEN + 1] = "";
-    kc_snapshot_key(a.name, a.device, a.version, slot);
     kc_store *ts = NULL, *s = NULL;
     kc_remote *r = NULL;
-    if (kc_cli_open_store(cli, NULL, &ts) != KC_OK)
-        return KC_EXIT_FAIL;
+    int rc = begin(cli, argc, argv, &a, slot, &ts);
+    if (rc != KC_EXIT_OK)
+        return rc;
     if (open_plain_store(cli, &s) != KC_OK || (cli->remote && !(r = open_remote(cli, &a)))) {
         kc_store_close(ts);
         kc_store_close(s);
@@ -604,16 +614,11 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
 static int dir_status(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
-    if (parse(cli, argc, argv, true, &a) < 0)
-        return KC_EXIT_USAGE;
-    int rc = resolve_device(cli, &a);
+    char slot[KC_KEY_HEX_LEN + 1], mkey[KC_KEY_HEX_LEN + 1] = "";
+    kc_store *ts;
+    int rc = begin(cli, argc, argv, &a, slot, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
-    char slot[KC_KEY_HEX_LEN + 1], mkey[KC_KEY_HEX_LEN + 1] = "";
-    kc_snapshot_key(a.name, a.device, a.version, slot);
-    kc_store *ts;
-    if (kc_cli_open_store(cli, NULL, &ts) != KC_OK)
-        return KC_EXIT_FAIL;
     kc_err err = {0};
     kc_snap_manifest m = {0};
     size_t bad = 0;
@@ -641,16 +646,11 @@ static int dir_status(kc_cli *cli, int argc, char **argv)
 static int dir_explain(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
-    if (parse(cli, argc, argv, true, &a) < 0)
-        return KC_EXIT_USAGE;
-    int rc = resolve_device(cli, &a);
+    char slot[KC_KEY_HEX_LEN + 1];
+    kc_store *ts;
+    int rc = begin(cli, argc, argv, &a, slot, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
-    char slot[KC_KEY_HEX_LEN + 1];
-    kc_snapshot_key(a.name, a.device, a.version, slot);
-    kc_store *ts;
-    if (kc_cli_open_store(cli, NULL, &ts) != KC_OK)
-        return KC_EXIT_FAIL;
     kc_remote *r = cli->remote ? open_remote(cli, &a) : NULL;
     kc_err err = {0};
     uint64_t bytes = 0, refused = 0;
