@@ -256,8 +256,26 @@ typedef struct walker {
     int root;
     const char *dir; /* for messages */
     char cur[KC_SNAP_PATH_MAX + 1];
-    int curfd; /* == root when cur is "" */
+    int curfd;      /* == root when cur is "" */
+    uint8_t rnd[8]; /* temporary names: random part */
+    uint64_t seq;   /* and a counter */
+    unsigned umask; /* the process's umask (0777 when unknown: always fchmod) */
 } walker;
+
+/* The umask without changing it (umask(2) can only set it), from
+ * /proc/self/status; 0777 when that is not readable. */
+static unsigned current_umask(void)
+{
+    unsigned m = 0777;
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return m;
+}
 
 static void walker_close(walker *w)
 {
@@ -435,13 +453,15 @@ static kc_code write_one(walker *w, int dfd, const kc_snap_entry *e, const char 
     char tmp[64];
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 16; tries++) {
-        uint8_t rnd[8];
-        char hex[17];
-        if (getentropy(rnd, sizeof rnd) != 0)
+        /* a random name per walker (one getentropy), then a counter */
+        if ((w->seq == 0 || tries > 0) && getentropy(w->rnd, sizeof w->rnd) != 0)
             return kc_err_errno(err, KC_ERR_IO, errno, "no random bytes for a temporary name");
-        kc_hex_encode(rnd, sizeof rnd, hex);
-        snprintf(tmp, sizeof tmp, TMP_PREFIX "%s", hex);
-        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        char hex[2 * sizeof w->rnd + 1];
+        kc_hex_encode(w->rnd, sizeof w->rnd, hex);
+        snprintf(tmp, sizeof tmp, TMP_PREFIX "%s-%llu", hex, (unsigned long long)++w->seq);
+        /* created with its final mode (the file is not yet under its
+         * name); fchmod below only where the umask takes bits away */
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, e->mode);
         if (fd < 0 && errno != EEXIST)
             return io_error(errno, err, "creating a temporary file for", w->dir, e->path);
     }
@@ -458,7 +478,7 @@ static kc_code write_one(walker *w, int dfd, const kc_snap_entry *e, const char 
         else
             done += (size_t)n;
     }
-    if (!werr && fchmod(fd, e->mode) != 0)
+    if (!werr && (e->mode & w->umask) && fchmod(fd, e->mode) != 0)
         werr = errno;
     if (close(fd) != 0 && !werr)
         werr = errno;
@@ -536,6 +556,7 @@ typedef struct restore_job {
     const uint8_t *state;
     const char *dir, *store_dir;
     int root;
+    unsigned umask;
     atomic_size_t next;
     atomic_bool stop;
     atomic_uint_fast64_t done, written, unchanged, bytes;
@@ -545,7 +566,7 @@ typedef struct restore_job {
     const char *failed_at;
 } restore_job;
 
-#define RESTORE_CHUNK 16
+#define RESTORE_CHUNK 64
 
 static void job_fail(restore_job *j, kc_code rc, const kc_err *e, const char *path)
 {
@@ -592,7 +613,7 @@ static kc_code restore_file(kc_store *s, walker *w, const kc_snap_entry *e, uint
 
 static void restore_files(restore_job *j, kc_store *s)
 {
-    walker w = {.root = j->root, .dir = j->dir, .curfd = j->root};
+    walker w = {.root = j->root, .dir = j->dir, .curfd = j->root, .umask = j->umask};
     kc_store *own = NULL;
     kc_err err = {0};
     if (!s && kc_store_open(j->store_dir, NULL, &own, &err) != KC_OK) {
@@ -675,7 +696,7 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
     walker_close(&w);
     /* then the files, on up to KC_SNAP_RESTORE_THREADS threads: creating and
      * renaming files waits on the file system more than on the CPU */
-    restore_job j = {.m = m, .state = state, .dir = dir, .root = w.root};
+    restore_job j = {.m = m, .state = state, .dir = dir, .root = w.root, .umask = current_umask()};
     pthread_mutex_init(&j.mu, NULL);
     char store_dir[PATH_MAX];
     snprintf(store_dir, sizeof store_dir, "%s", kc_store_db_path(s));
