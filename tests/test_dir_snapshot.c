@@ -846,3 +846,33 @@ Test(dir_snapshot, presets_find_the_directory_skip_locks_and_exact_removes_extra
     free(src);
     free(dst);
 }
+
+Test(dir_snapshot, bundle_select_streams_only_the_listed_keys_it_has)
+{
+    char sha[65], fkey[65], absent[65];
+    kc_sha256_hex(CONTENT, 5, sha);
+    kc_snapshot_file_key(sha, fkey);
+    put_artifact(fkey, KC_SNAP_KIND_FILE, "{}", CONTENT, 5);
+    kc_sha256_hex("absent", 6, absent);
+    const char *json[] = {"Content-Type: application/json", NULL};
+    char body[256];
+    snprintf(body, sizeof body, "{\"keys\":[\"%s\",\"%s\"]}", absent, fkey);
+    kc_http_result h;
+    cr_assert_eq(
+        kc_testserver_http(&ts, "POST", "/v1/bundle/select", json, body, strlen(body), false, &h),
+        0);
+    cr_assert_eq(h.status, 200, "%s", h.body);
+    cr_assert(h.len > 8 && memcmp(h.body, "KCBUNDLE", 8) == 0);
+    cr_assert_not_null(memmem(h.body, h.len, fkey, 64), "the stored key is in the bundle");
+    cr_assert_null(memmem(h.body, h.len, absent, 64), "an absent key is simply left out");
+    kc_http_result_free(&h);
+
+    const char *bad = "{\"keys\":[\"not-a-key\"]}";
+    cr_assert_eq(
+        kc_testserver_http(&ts, "POST", "/v1/bundle/select", json, bad, strlen(bad), false, &h), 0);
+    cr_assert_eq(h.status, 400, "%s", h.body);
+    kc_http_result_free(&h);
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/v1/bundle/select", NULL, NULL, 0, false, &h), 0);
+    cr_assert_eq(h.status, 405);
+    kc_http_result_free(&h);
+}
