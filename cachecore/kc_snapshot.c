@@ -299,7 +299,7 @@ kc_code kc_snap_manifest_parse(const void *json, size_t len, kc_snap_manifest *m
         }
     }
     json_decref(root);
-    if (rc == KC_OK) {
+    if (rc == KC_OK && m->n) {
         qsort(m->e, m->n, sizeof *m->e, entry_cmp);
         rc = check_tree(m, err);
     }

@@ -243,7 +243,7 @@ kc_code kc_snap_scan(kc_store *s, const char *dir, kc_snap_skip_fn skip, void *s
     char rel[KC_SNAP_PATH_MAX + 2] = "";
     kc_code rc = scan_dir(&c, root, rel, 0, err);
     close(root);
-    if (rc == KC_OK)
+    if (rc == KC_OK && m->n)
         qsort(m->e, m->n, sizeof *m->e, entry_cmp);
     return rc;
 }
@@ -524,7 +524,7 @@ static kc_code prune(const kc_snap_manifest *m, const kc_snap_restore_opts *o, i
         memcpy(rel + (rlen ? rlen + 1 : 0), name, nl + 1);
         size_t nlen = rlen ? rlen + 1 + nl : nl;
         struct stat sb;
-        const kc_snap_entry *hit = bsearch(rel, m->e, m->n, sizeof *m->e, path_cmp);
+        const kc_snap_entry *hit = m->n ? bsearch(rel, m->e, m->n, sizeof *m->e, path_cmp) : NULL;
         bool isdir = fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
         bool keep = o->keep && o->keep(rel, name, isdir, o->keep_ctx);
         if (keep) {
