@@ -769,12 +769,7 @@ Test(dir_snapshot, trusted_keys_refuse_an_unsigned_manifest_and_accept_a_signed_
 {
     char *key = P("sign.pem"), *pub = P("trusted.pem"), *src = P("src"), *dst = P("dst");
     kc_test_result r;
-    cr_assert_eq(kc_test_runl(&r, "openssl", "genpkey", "-algorithm", "ed25519", "-out", key, NULL),
-                 0);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    kc_test_result_free(&r);
-    cr_assert_eq(kc_test_runl(&r, "openssl", "pkey", "-in", key, "-pubout", "-out", pub, NULL), 0);
-    kc_test_result_free(&r);
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
     mkdir(src, 0755);
     write_at(src, "a/k.bin", "kernel", 6, 0644);
     KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "unsigned", "--version-key", "v",
