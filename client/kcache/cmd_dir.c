@@ -537,6 +537,7 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         c = kc_err_set(&err, KC_ERR_NOMEM, "out of memory");
     if (c == KC_OK)
         c = kc_snap_plan(s, &m, a.dir, state, &need, &err);
+    double t_plan = kc_now();
     if (c == KC_OK && need && r) {
         const char **keys = malloc(need * sizeof *keys);
         size_t nk = 0;
@@ -552,6 +553,7 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         if (c != KC_OK)
             kc_err_prefix(&err, "%s is unchanged", a.dir);
     }
+    double t_fetch = kc_now();
     if (c == KC_OK) {
         kc_snap_restore_opts ro = {
             .exact = a.exact, .keep = skip_name, .keep_ctx = (void *)a.preset};
@@ -566,6 +568,11 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
                            bad, m.nfiles, a.name, a.dir);
     }
     double secs = kc_now() - t0;
+    if (cli->verbosity > 0)
+        kc_cli_info(cli,
+                    "dir pull: manifests and plan %.2fs, fetching %zu file(s) %.2fs, restoring "
+                    "%.2fs\n",
+                    t_plan - t0, need, t_fetch - t_plan, kc_now() - t_fetch);
     kc_err ferr = {0};
     if (kc_store_flush(s, &ferr) != KC_OK && c == KC_OK) {
         err = ferr;
