@@ -133,10 +133,28 @@ enum {
 kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const char *dir, uint8_t *state,
                      size_t *need, kc_err *err);
 
+/* A restore that overlaps the fetch: the files neither in DIR nor in the
+ * store (state 0, from kc_snap_plan) are fetched by another thread in
+ * manifest order, and the restore writes each one once the fetch has
+ * committed it. kc_snap_gate_new takes m and state (both must outlive the
+ * gate); the fetching thread calls kc_snap_gate_advance with the number of
+ * artifacts committed so far (in the order of the request: the state-0
+ * files in manifest order), then kc_snap_gate_finish. Thread-safe. */
+typedef struct kc_snap_gate kc_snap_gate;
+kc_snap_gate *kc_snap_gate_new(const kc_snap_manifest *m, const uint8_t *state);
+void kc_snap_gate_advance(kc_snap_gate *g, uint64_t committed);
+/* ok false: the fetch failed; the restore stops at the first file it would
+ * wait for (KC_ERR_REMOTE) and every file in DIR stays whole. */
+void kc_snap_gate_finish(kc_snap_gate *g, bool ok);
+void kc_snap_gate_free(kc_snap_gate *g);
+
 typedef struct kc_snap_restore_opts {
     bool exact;           /* remove files and empty dirs of DIR the manifest lacks */
     kc_snap_skip_fn keep; /* with exact: names never removed (lock files); may be NULL */
     void *keep_ctx;
+    kc_snap_gate *gate; /* overlap with a fetch (above); NULL = everything is in s.
+                           With a gate the restore reads s's directory through
+                           handles of its own (s itself may be busy fetching). */
 } kc_snap_restore_opts;
 
 typedef struct kc_snap_restore_stats {

@@ -549,12 +549,83 @@ static kc_code prune(const kc_snap_manifest *m, const kc_snap_restore_opts *o, i
     return rc;
 }
 
+/* ---- overlapping the fetch ---------------------------------------------- */
+
+struct kc_snap_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t committed;
+    bool finished, ok;
+    uint64_t *pos; /* per entry: its place in the fetch order */
+};
+
+kc_snap_gate *kc_snap_gate_new(const kc_snap_manifest *m, const uint8_t *state)
+{
+    kc_snap_gate *g = calloc(1, sizeof *g);
+    if (g)
+        g->pos = malloc((m->n ? m->n : 1) * sizeof *g->pos);
+    if (!g || !g->pos) {
+        free(g);
+        return NULL;
+    }
+    uint64_t k = 0;
+    for (size_t i = 0; i < m->n; i++)
+        g->pos[i] = m->e[i].type == KC_SNAP_FILE && state[i] == 0 ? k++ : 0;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    return g;
+}
+
+void kc_snap_gate_advance(kc_snap_gate *g, uint64_t committed)
+{
+    pthread_mutex_lock(&g->mu);
+    if (committed > g->committed) {
+        g->committed = committed;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+void kc_snap_gate_finish(kc_snap_gate *g, bool ok)
+{
+    pthread_mutex_lock(&g->mu);
+    g->finished = true;
+    g->ok = ok;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void kc_snap_gate_free(kc_snap_gate *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->pos);
+    free(g);
+}
+
+/* Waits until entry i has been fetched (the stream keeps the request's
+ * order, so the first committed count past its place means it is stored;
+ * an absent key only makes later entries wait longer) or the fetch ended.
+ * False when the fetch failed first. */
+static bool gate_wait(kc_snap_gate *g, size_t i)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->finished && g->committed <= g->pos[i])
+        pthread_cond_wait(&g->cv, &g->mu);
+    bool ok = g->committed > g->pos[i] || g->ok;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+}
+
 /* The file part of a restore, shared by its worker threads: each takes the
  * next chunk of entries, with a store handle and a walker of its own. */
 typedef struct restore_job {
     const kc_snap_manifest *m;
     const uint8_t *state;
     const char *dir, *store_dir;
+    kc_snap_gate *gate;
     int root;
     unsigned umask;
     atomic_size_t next;
@@ -636,6 +707,11 @@ static void restore_files(restore_job *j, kc_store *s)
                 atomic_fetch_add(&j->done, 1);
                 continue;
             }
+            if (j->gate && j->state[i] == 0 && !gate_wait(j->gate, i)) {
+                kc_err_set(&err, KC_ERR_REMOTE, "the fetch ended before %s arrived", e->path);
+                job_fail(j, KC_ERR_REMOTE, &err, e->path);
+                break;
+            }
             uint64_t n = 0;
             kc_code rc = restore_file(s, &w, e, &n, &err);
             if (rc != KC_OK) {
@@ -696,7 +772,12 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
     walker_close(&w);
     /* then the files, on up to KC_SNAP_RESTORE_THREADS threads: creating and
      * renaming files waits on the file system more than on the CPU */
-    restore_job j = {.m = m, .state = state, .dir = dir, .root = w.root, .umask = current_umask()};
+    restore_job j = {.m = m,
+                     .state = state,
+                     .dir = dir,
+                     .gate = o->gate,
+                     .root = w.root,
+                     .umask = current_umask()};
     pthread_mutex_init(&j.mu, NULL);
     char store_dir[PATH_MAX];
     snprintf(store_dir, sizeof store_dir, "%s", kc_store_db_path(s));
@@ -711,7 +792,7 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
         while (slash && (size_t)nth < want && nth < KC_SNAP_RESTORE_THREADS - 1 &&
                pthread_create(&th[nth], NULL, restore_thread, &j) == 0)
             nth++;
-        restore_files(&j, s);
+        restore_files(&j, o->gate ? NULL : s);
         for (int t = 0; t < nth; t++)
             pthread_join(th[t], NULL);
         if (j.rc != KC_OK) {
