@@ -1,5 +1,5 @@
 /*
- * kc_snapshot.h - directory snapshots (docs/GUIDE.md §8): a framework's cache
+ * kc_snapshot.h - directory snapshots (docs/GUIDE.md §9): a framework's cache
  * directory (Triton, Inductor, vLLM, JAX, Intel's cl_cache) carried as one
  * manifest artifact plus one content-addressed artifact per file, so an
  * unchanged file is never stored or sent twice, between snapshots or
