@@ -563,6 +563,36 @@ Test(dir_snapshot, a_reader_during_restore_sees_whole_files_only)
     free(dst);
 }
 
+/* Asserts that every file in dst is a whole copy of the same name in src
+ * (or, for old_name, still old_content) and that no restore temporary is
+ * left; returns how many files dst holds. */
+static int whole_files(const char *src, const char *dst, const char *old_name,
+                       const char *old_content)
+{
+    DIR *d = opendir(dst);
+    cr_assert_not_null(d, "opendir %s", dst);
+    struct dirent *de;
+    int present = 0;
+    while ((de = readdir(d))) {
+        cr_assert_neq(strncmp(de->d_name, ".kcache-tmp-", 12), 0, "temporary left in %s", dst);
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char a[4096], b[4096];
+        snprintf(a, sizeof a, "%s/%s", src, de->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, de->d_name);
+        size_t la, lb;
+        char *ca = kc_test_read_file(a, &la), *cb = kc_test_read_file(b, &lb);
+        bool old = old_name && !strcmp(de->d_name, old_name) && cb && lb == strlen(old_content) &&
+                   !memcmp(cb, old_content, lb);
+        cr_assert(old || (ca && cb && la == lb && !memcmp(ca, cb, la)), "%s is torn", b);
+        free(ca);
+        free(cb);
+        present++;
+    }
+    closedir(d);
+    return present;
+}
+
 /* ---- a server killed mid-stream ------------------------------------------- */
 
 /* A loopback proxy in front of kcached that kills the server (kill -9) once
@@ -689,28 +719,10 @@ Test(dir_snapshot, server_killed_mid_pull_leaves_only_whole_files_and_a_repull_c
     cr_assert(strstr(r.err, "every file in the directory is whole"), "%s", r.err);
     kc_test_result_free(&r);
     /* DIR consistent: each file the old one or a whole new one, no temporaries */
-    char *k = P("dst/k");
-    DIR *d = opendir(k);
-    cr_assert_not_null(d);
-    struct dirent *de;
-    int present = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        cr_assert_neq(strncmp(de->d_name, ".kcache-tmp-", 12), 0, "temporary left behind");
-        char a[4096], b[4096];
-        snprintf(a, sizeof a, "%s/k/%s", src, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", k, de->d_name);
-        size_t la, lb;
-        char *ca = kc_test_read_file(a, &la), *cb = kc_test_read_file(b, &lb);
-        bool old = !strcmp(de->d_name, "00.bin") && lb == 3 && !memcmp(cb, "old", 3);
-        cr_assert(old || (ca && cb && la == lb && !memcmp(ca, cb, la)), "%s is torn", b);
-        free(ca);
-        free(cb);
-        present++;
-    }
-    closedir(d);
+    char *k = P("dst/k"), *srck = P("src/k");
+    int present = whole_files(srck, k, "00.bin", "old");
     free(k);
+    free(srck);
     cr_assert_lt(present, 40, "the cut stream cannot have delivered every file");
 
     cr_assert_eq(kc_testserver_restart(&ts), 0);
@@ -751,24 +763,7 @@ Test(dir_snapshot, disk_full_mid_restore_says_how_far_and_leaves_whole_files)
     cr_assert(strstr(r.err, "of 24 files in place"), "%s", r.err);
     cr_assert(strstr(r.err, "No space left"), "%s", r.err);
     kc_test_result_free(&r);
-    DIR *d = opendir(dst);
-    struct dirent *de;
-    int whole = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        cr_assert_neq(strncmp(de->d_name, ".kcache-tmp-", 12), 0, "temporary left behind");
-        char a[4096], b[4096];
-        snprintf(a, sizeof a, "%s/%s", src, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", dst, de->d_name);
-        size_t la, lb;
-        char *ca = kc_test_read_file(a, &la), *cb = kc_test_read_file(b, &lb);
-        cr_assert(ca && cb && la == lb && !memcmp(ca, cb, la), "%s is not whole", b);
-        free(ca);
-        free(cb);
-        whole++;
-    }
-    closedir(d);
+    int whole = whole_files(src, dst, NULL, NULL);
     cr_assert_gt(whole, 0);
     cr_assert_lt(whole, 24);
     umount2(mnt, MNT_DETACH);
