@@ -29,6 +29,7 @@ typedef enum kc_kernel_kind {
     KC_KK_SDPA,          /* inputs q[B,Sq,D], k[B,Sk,D], v[B,Sk,D]; heads, causal, scale */
     KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C,KH,KW], then epilogue inputs */
     KC_KK_TRANSPOSE,     /* swap the last two dims */
+    KC_KK_OP,            /* one extended op (kc_ops_list.h): op, xa, dtypes */
     KC_KK_COUNT
 } kc_kernel_kind;
 
@@ -97,6 +98,12 @@ typedef struct kc_kernel {
         int64_t n, c, h, w, o, kh, kw, oh, ow;
         int stride, padding;
     } conv;
+    /* OP: the extended op, its attributes and every operand's dtype (other
+     * kinds are f32 throughout and leave these zero). */
+    kc_op op;
+    kc_xattrs xa;
+    kc_dtype in_dt[KC_KERNEL_MAX_IN];
+    kc_dtype out_dt;
     /* Implementation choice (autotuning): "" = backend default; CPU uses
      * "tile:MRxNR" for micro-GEMM tiles and "onednn" for a oneDNN primitive. */
     char impl[32];
@@ -173,6 +180,13 @@ struct kc_backend {
     /* Frees the backend (NULL-safe through kc_backend_close). */
     void (*destroy)(kc_backend *b);
 };
+
+/* Fingerprint (16 hex) of the code generator and template behind OP
+ * kernels (kc_cpu_ops.c, kernels/cpu/ops.c); part of every OP kernel's
+ * identity, so the original kinds' keys do not move when it changes. */
+const char *kc_ops_codegen_fp(void);
+/* CPU source of an OP kernel (malloc'd, caller frees). */
+kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err);
 
 /* CPU backend (kc_cpu.c). */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);

@@ -527,7 +527,9 @@ static kc_code record_parse(kc_program *p, const kc_artifact *a, kc_err *err)
              kc_shape_equal(&k->out_shape, &g->values[k->out_value].shape);
         for (int j = 0; ok && j < k->n_in; j++)
             ok = k->in_value[j] >= 0 && k->in_value[j] < g->n_values &&
-                 kc_shape_equal(&k->in_shape[j], &g->values[k->in_value[j]].shape);
+                 kc_shape_equal(&k->in_shape[j], &g->values[k->in_value[j]].shape) &&
+                 (k->kind != KC_KK_OP || k->in_dt[j] == g->values[k->in_value[j]].dtype);
+        ok = ok && (k->kind != KC_KK_OP || k->out_dt == g->values[k->out_value].dtype);
         if (!ok) {
             rc = kc_err_set(err, KC_ERR_CORRUPT, "graph record %s: bad kernel %d", a->key, i);
             goto out;

@@ -68,11 +68,17 @@ void kc_program_free(kc_program *p);
  * every value id; inputs and params filled by the caller. */
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
 
-/* Allocates buffers for every value of g (values[v], numel floats each)
- * and fills inputs and params with seeded uniform random numbers.
+/* Allocates buffers for every value of g (values[v], numel elements of its
+ * dtype each) and fills f32 inputs and params with seeded uniform random
+ * numbers, params that carry data (ONNX initializers) with their data, and
+ * int64/bool inputs with zeros.
  * Free with kc_values_free. */
 float **kc_values_new(const kc_graph *g, uint64_t seed);
 void kc_values_free(const kc_graph *g, float **values);
+
+/* The first op of g the reference interpreter does not implement (the
+ * extended ONNX set, checked against ONNX test data instead), or NULL. */
+const char *kc_reference_unsupported(const kc_graph *g);
 
 /* Plain-C reference: computes every node output of g into values. */
 void kc_reference_run(const kc_graph *g, float *const *values);

@@ -405,6 +405,8 @@ static void parse_tile(const char *impl, int *mr, int *nr)
 static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc_err *err)
 {
     cpu_impl *c = b->impl;
+    if (k->kind == KC_KK_OP)
+        return kc_cpu_ops_generate(k, source, err);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

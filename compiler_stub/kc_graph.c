@@ -23,11 +23,16 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "kc_ops.h"
 #include "kc_util.h"
 
 static const char *const op_names[KC_OP_COUNT] = {
     "matmul", "add", "sub",     "mul",       "div",     "relu",      "gelu", "silu",
-    "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d"};
+    "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d",
+#define KC_OP_X(id, name, lo, hi) name,
+#include "kc_ops_list.h"
+#undef KC_OP_X
+};
 
 const char *kc_op_name(kc_op op)
 {
@@ -46,7 +51,16 @@ bool kc_op_is_binary(kc_op op)
 
 const char *kc_dtype_name(kc_dtype dt)
 {
-    return dt == KC_DT_F32 ? "f32" : "?";
+    return dt == KC_DT_F32    ? "f32"
+           : dt == KC_DT_I64  ? "i64"
+           : dt == KC_DT_BOOL ? "bool"
+           : dt == KC_DT_F64  ? "f64"
+                              : "?";
+}
+
+size_t kc_dtype_size(kc_dtype dt)
+{
+    return dt == KC_DT_I64 || dt == KC_DT_F64 ? 8 : dt == KC_DT_BOOL ? 1 : 4;
 }
 
 int64_t kc_shape_numel(const kc_shape *s)
@@ -81,6 +95,22 @@ bool kc_shape_broadcast(const kc_shape *a, const kc_shape *b, kc_shape *out)
     return true;
 }
 
+int64_t kc_shape_bcast_offset(const kc_shape *s, const kc_shape *t, int64_t i)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        int64_t idx = i % t->dims[d];
+        i /= t->dims[d];
+        int sd = s->rank - t->rank + d;
+        if (sd >= 0) {
+            if (s->dims[sd] != 1)
+                off += idx * stride;
+            stride *= s->dims[sd];
+        }
+    }
+    return off;
+}
+
 char *kc_shape_str(const kc_shape *s, char *buf, size_t cap)
 {
     size_t n = 0;
@@ -96,8 +126,12 @@ void kc_graph_free(kc_graph *g)
 {
     if (!g)
         return;
-    for (int i = 0; i < g->n_values; i++)
+    for (int i = 0; i < g->n_values; i++) {
         free(g->values[i].name);
+        free(g->values[i].data);
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        free(g->nodes[i].xa);
     free(g->values);
     free(g->nodes);
     free(g->outputs);
@@ -129,9 +163,21 @@ static kc_code parse_dtype(parse_ctx *c, json_t *j, const char *what, kc_dtype *
         *out = KC_DT_F32;
         return KC_OK;
     }
+    if (strcmp(s, "i64") == 0 || strcmp(s, "int64") == 0) {
+        *out = KC_DT_I64;
+        return KC_OK;
+    }
+    if (strcmp(s, "f64") == 0 || strcmp(s, "float64") == 0) {
+        *out = KC_DT_F64;
+        return KC_OK;
+    }
+    if (strcmp(s, "bool") == 0) {
+        *out = KC_DT_BOOL;
+        return KC_OK;
+    }
     return kc_err_set(c->err, KC_ERR_INVALID,
-                      "%s: %s: unsupported dtype '%s' (kcache compiles f32 graphs)", c->origin,
-                      what, s);
+                      "%s: %s: unsupported dtype '%s' (kcache takes f32, f64, i64 and bool)",
+                      c->origin, what, s);
 }
 
 static kc_code parse_shape(parse_ctx *c, json_t *j, const char *what, kc_shape *out)
@@ -227,6 +273,10 @@ static int op_from_name(const char *s)
 
 static void arity(kc_op op, int *lo, int *hi)
 {
+    if (op >= KC_OP_EXT_FIRST) {
+        kc_op_ext_arity(op, lo, hi);
+        return;
+    }
     switch (op) {
     case KC_OP_MATMUL:
     case KC_OP_ADD:
@@ -246,6 +296,55 @@ static void arity(kc_op op, int *lo, int *hi)
     }
 }
 
+/* Extended ops: attributes by the op's schema (kc_ops.c). */
+static kc_code parse_xattrs(parse_ctx *c, const char *label, kc_node *n, json_t *attrs)
+{
+    n->xa = malloc(sizeof *n->xa);
+    if (!n->xa)
+        return kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
+    kc_xattrs_defaults(n->op, n->xa);
+    if (attrs && !json_is_object(attrs))
+        return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: \"attrs\" must be an object", c->origin,
+                          label);
+    int nf;
+    const kc_xa_field *fs = kc_op_fields(n->op, &nf);
+    bool seen[KC_XA_FIELDS] = {false};
+    const char *k;
+    json_t *v;
+    json_object_foreach(attrs, k, v)
+    {
+        int f = kc_op_field(n->op, k);
+        if (f < 0)
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s",
+                              c->origin, label, k, kc_op_name(n->op));
+        bool ok = true;
+        seen[f] = true;
+        if (fs[f].kind == KC_XA_FLOAT) {
+            ok = json_is_number(v);
+            n->xa->f[f] = json_number_value(v);
+        } else if (fs[f].kind == KC_XA_INT) {
+            ok = json_is_integer(v);
+            n->xa->i[f][0] = json_integer_value(v);
+        } else {
+            ok = json_is_array(v) && json_array_size(v) <= KC_XA_INTS;
+            n->xa->n[f] = ok ? (int)json_array_size(v) : 0;
+            for (int j = 0; ok && j < n->xa->n[f]; j++) {
+                json_t *e = json_array_get(v, (size_t)j);
+                ok = json_is_integer(e);
+                n->xa->i[f][j] = json_integer_value(e);
+            }
+        }
+        if (!ok)
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: bad value for attribute '%s'",
+                              c->origin, label, k);
+    }
+    for (int f = 0; f < nf; f++)
+        if (fs[f].required && !seen[f])
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: missing attribute '%s' for %s",
+                              c->origin, label, fs[f].name, kc_op_name(n->op));
+    return KC_OK;
+}
+
 /* Parses attrs into n->attrs (defaults first); unknown keys are errors. */
 static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *attrs)
 {
@@ -255,6 +354,8 @@ static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *
     a->heads = 1;
     a->stride = 1;
     a->scale = NAN; /* resolved once shapes are known */
+    if (n->op >= KC_OP_EXT_FIRST)
+        return parse_xattrs(c, label, n, attrs);
     if (!attrs)
         return KC_OK;
     if (!json_is_object(attrs))
@@ -306,12 +407,22 @@ static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
     char label[160], s1[96], s2[96];
 #define LABEL node_label(g, ni, n, label, sizeof label)
     const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: arity() */
+    if (n->op >= KC_OP_EXT_FIRST) {
+        char why[400];
+        if (!kc_ops_infer(g, ni, why, sizeof why))
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: shape mismatch: %s", c->origin,
+                              LABEL, why);
+        return KC_OK;
+    }
     for (int i = 0; i < n->n_in; i++) {
         in[i] = &g->values[n->in[i]];
         if (in[i]->dtype != in[0]->dtype)
             return kc_err_set(c->err, KC_ERR_INVALID,
                               "%s: %s: dtype mismatch between inputs '%s' and '%s'", c->origin,
                               LABEL, in[0]->name, in[i]->name);
+        if (in[i]->dtype != KC_DT_F32)
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: input '%s' must be f32, got %s",
+                              c->origin, LABEL, in[i]->name, kc_dtype_name(in[i]->dtype));
     }
     kc_value *o = &g->values[n->out];
     o->dtype = in[0]->dtype;
@@ -427,6 +538,8 @@ static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
 
 /* ---- canonical order and fingerprint ------------------------------------ */
 
+static kc_code finish(parse_ctx *c, kc_graph *g);
+
 /* Structural hashes only order nodes (the fingerprint itself is SHA-256 of
  * the canonical text), so a fast 128-bit hash (XXH3) is enough here. */
 #define HLEN 16
@@ -460,6 +573,10 @@ static void sh_once(const void *p, size_t n, uint8_t out[HLEN])
 
 static void attrs_text(const kc_node *n, char *buf, size_t cap)
 {
+    if (n->op >= KC_OP_EXT_FIRST) {
+        kc_xattrs_text(n->op, n->xa, buf, cap);
+        return;
+    }
     switch (n->op) {
     case KC_OP_MATMUL:
         snprintf(buf, cap, "transpose_b=%d", n->attrs.transpose_b);
@@ -554,8 +671,16 @@ static bool ready_less(const ready_heap *h, int x, int y)
     if (!d)
         d = memcmp(h->bwd[nx->out].h, h->bwd[ny->out].h, HLEN);
     /* equal forward hashes: same op, hence the same number of operands */
-    for (int i = 0; !d && i < nx->n_in && i < ny->n_in; i++)
-        d = h->newid[nx->in[i]] - h->newid[ny->in[i]];
+    for (int i = 0; !d && i < nx->n_in && i < ny->n_in; i++) {
+        int a = nx->in[i], b = ny->in[i];
+        /* params numbered by first use (ONNX) get their numbers after this
+         * loop: compare them by how they are used, a key that never changes */
+        if (h->g->params_by_use && h->g->values[a].role == KC_VAL_PARAM &&
+            h->g->values[b].role == KC_VAL_PARAM)
+            d = memcmp(h->bwd[a].h, h->bwd[b].h, HLEN);
+        else
+            d = h->newid[a] - h->newid[b];
+    }
     return d ? d < 0 : x < y;
 }
 
@@ -613,12 +738,12 @@ static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo, const kc_
         rc = kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
         goto out;
     }
-    char at[160];
+    char at[KC_ATTR_TEXT_MAX];
     /* forward hashes over binary fields (role, position, op, attrs, dtype, shape) */
     for (int v = 0; v < base; v++) {
         const kc_value *val = &g->values[v];
-        int hdr[4] = {val->role == KC_VAL_INPUT ? 1 : 2, v < g->n_inputs ? v : v - g->n_inputs,
-                      (int)val->dtype, val->shape.rank};
+        int pos = v < g->n_inputs ? v : g->params_by_use ? 0 : v - g->n_inputs;
+        int hdr[4] = {val->role == KC_VAL_INPUT ? 1 : 2, pos, (int)val->dtype, val->shape.rank};
         sh_reset(sh);
         sh_update(sh, hdr, sizeof hdr);
         sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
@@ -632,7 +757,7 @@ static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo, const kc_
         sh_update(sh, hdr, sizeof hdr);
         sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
         if (n->op == KC_OP_MATMUL || n->op == KC_OP_LAYERNORM || n->op == KC_OP_RMSNORM ||
-            n->op == KC_OP_SDPA || n->op == KC_OP_CONV2D) {
+            n->op == KC_OP_SDPA || n->op == KC_OP_CONV2D || n->op >= KC_OP_EXT_FIRST) {
             attrs_text(n, at, sizeof at);
             sh_update(sh, at, strlen(at) + 1);
         }
@@ -702,6 +827,22 @@ static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo, const kc_
         for (int x = u->first[v]; x < u->first[v + 1]; x++)
             if (--indeg[u->node[x]] == 0)
                 ready_push(&rh, u->node[x]);
+    }
+    if (g->params_by_use) {
+        /* params numbered by their first reader in canonical node order
+         * (then operand position): declaration order does not matter */
+        int next = g->n_inputs;
+        for (int v = g->n_inputs; v < base; v++)
+            newid[v] = -1;
+        for (int t = 0; t < nn; t++) {
+            const kc_node *n = &g->nodes[order[t]];
+            for (int i = 0; i < n->n_in; i++)
+                if (n->in[i] >= g->n_inputs && n->in[i] < base && newid[n->in[i]] < 0)
+                    newid[n->in[i]] = next++;
+        }
+        for (int v = g->n_inputs; v < base; v++)
+            if (newid[v] < 0)
+                newid[v] = next++;
     }
     /* renumber */
     for (int v = 0; v < nv; v++)
@@ -809,7 +950,7 @@ static void tb_sig(tbuf *b, const kc_value *v)
 char *kc_graph_canonical_text(const kc_graph *g)
 {
     tbuf b = {0};
-    char at[160];
+    char at[KC_ATTR_TEXT_MAX];
     tb_str(&b, KC_GRAPH_FORMAT "\ninputs ");
     tb_int(&b, g->n_inputs);
     tb_put(&b, "\n", 1);
@@ -874,8 +1015,6 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
     kc_code rc = KC_OK;
     json_t *names = json_object();
     kc_graph *g = calloc(1, sizeof *g);
-    int *topo = NULL, *indeg = NULL;
-    kc_uses uses = {0};
     if (!g || !names) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", c.origin);
         goto fail;
@@ -1008,8 +1147,27 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
             g->values[g->outputs[i]].output = (int)i;
     }
     g->n_outputs = (int)json_array_size(jout);
+    if ((rc = finish(&c, g)))
+        goto fail;
+    json_decref(names);
+    json_decref(root);
+    *out = g;
+    return KC_OK;
+fail:
+    json_decref(names);
+    json_decref(root);
+    kc_graph_free(g);
+    return rc;
+}
 
-    /* topological order (Kahn), then shape inference in that order */
+/* Topological order (Kahn), shape inference in that order, canonical order. */
+static kc_code finish(parse_ctx *cp, kc_graph *g)
+{
+    parse_ctx c = *cp;
+    kc_err *err = c.err;
+    kc_code rc = KC_OK;
+    int *topo = NULL, *indeg = NULL;
+    kc_uses uses = {0};
     int nn = g->n_nodes;
     topo = malloc(sizeof(int) * (size_t)(nn + 1));
     indeg = calloc((size_t)nn + 1, sizeof(int));
@@ -1045,23 +1203,29 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
     for (int t = 0; t < nn; t++)
         if ((rc = infer(&c, g, topo[t])))
             goto fail;
-    if ((rc = canon_order(&c, g, topo, &uses)))
-        goto fail;
-    uses_free(&uses);
-    free(topo);
-    free(indeg);
-    json_decref(names);
-    json_decref(root);
-    *out = g;
-    return KC_OK;
+    rc = canon_order(&c, g, topo, &uses);
 fail:
     uses_free(&uses);
     free(topo);
     free(indeg);
-    json_decref(names);
-    json_decref(root);
-    kc_graph_free(g);
     return rc;
+}
+
+kc_code kc_graph_finish(kc_graph *g, const char *origin, kc_err *err)
+{
+    parse_ctx c = {.origin = origin ? origin : "<graph>", .err = err};
+    for (int v = 0; v < g->n_values; v++)
+        g->values[v].nuses = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        for (int k = 0; k < g->nodes[ni].n_in; k++)
+            g->values[g->nodes[ni].in[k]].nuses++;
+    return finish(&c, g);
+}
+
+kc_code kc_graph_infer_node(kc_graph *g, int ni, const char *origin, kc_err *err)
+{
+    parse_ctx c = {.origin = origin ? origin : "<graph>", .err = err};
+    return infer(&c, g, ni);
 }
 
 kc_code kc_graph_load(const char *path, kc_graph **out, kc_err *err)

@@ -20,9 +20,11 @@
 
 #define KC_GRAPH_FORMAT "kcache-graph/1"
 #define KC_MAX_RANK 6
-#define KC_NODE_MAX_IN 3
+#define KC_NODE_MAX_IN 8
 
-typedef enum kc_dtype { KC_DT_F32 = 0 } kc_dtype;
+/* Element types. f32 is what kernels compute in; int64 and bool carry
+ * indices, shapes and masks (ONNX Gather, Where, comparisons, Cast). */
+typedef enum kc_dtype { KC_DT_F32 = 0, KC_DT_I64, KC_DT_BOOL, KC_DT_COUNT } kc_dtype;
 
 typedef enum kc_op {
     KC_OP_MATMUL = 0,
@@ -41,8 +43,14 @@ typedef enum kc_op {
     KC_OP_TRANSPOSE,
     KC_OP_SDPA,
     KC_OP_CONV2D,
+/* The extended set (kc_ops.h): ONNX operators. Each lowers to one "op"
+ * kernel specialised on its shapes, dtypes and attributes (kc_xattrs). */
+#define KC_OP_X(id, name, lo, hi) KC_OP_##id,
+#include "kc_ops_list.h"
+#undef KC_OP_X
     KC_OP_COUNT
 } kc_op;
+#define KC_OP_EXT_FIRST (KC_OP_CONV2D + 1)
 
 typedef struct kc_shape {
     int rank;
@@ -61,6 +69,18 @@ typedef struct kc_attrs {
     int padding;      /* conv2d (default 0) */
 } kc_attrs;
 
+/* Attributes of extended ops: up to KC_XA_FIELDS fields, each a list of
+ * integers or one number, named by the op's schema (kc_ops.c). Every field
+ * holds its resolved value, as kc_attrs does. */
+#define KC_XA_FIELDS 6
+#define KC_XA_INTS 12
+#define KC_ATTR_TEXT_MAX 1024 /* canonical attribute text of one node */
+typedef struct kc_xattrs {
+    int n[KC_XA_FIELDS]; /* integers in field f */
+    int64_t i[KC_XA_FIELDS][KC_XA_INTS];
+    double f[KC_XA_FIELDS];
+} kc_xattrs;
+
 typedef enum kc_value_role { KC_VAL_INPUT, KC_VAL_PARAM, KC_VAL_NODE } kc_value_role;
 
 typedef struct kc_value {
@@ -69,6 +89,8 @@ typedef struct kc_value {
     kc_shape shape;
     kc_value_role role;
     int producer; /* node index for KC_VAL_NODE, else -1 */
+    void *data;   /* KC_VAL_PARAM: its values when the model carries them (ONNX
+                     initializers; owned); NULL = none (JSON graphs) */
     int nuses;    /* number of node operands reading it */
     int output;   /* position in the graph's outputs, or -1 */
 } kc_value;
@@ -79,6 +101,7 @@ typedef struct kc_node {
     int in[KC_NODE_MAX_IN]; /* value ids */
     int out;                /* value id */
     kc_attrs attrs;
+    kc_xattrs *xa; /* extended ops: attributes (owned); NULL for the original ops */
 } kc_node;
 
 /* A validated graph in canonical order: values are inputs (in declared
@@ -90,6 +113,8 @@ typedef struct kc_graph {
     kc_value *values;
     kc_node *nodes;
     int *outputs; /* value ids, in declared order */
+    bool params_by_use; /* params are numbered by first use, not declaration order
+                           (ONNX initializers; set before kc_graph_finish) */
     char fp[KC_KEY_HEX_LEN + 1];
 } kc_graph;
 
@@ -101,6 +126,15 @@ typedef struct kc_graph {
  * mismatch, undefined input, duplicate name, cycle, undefined output. */
 kc_code kc_graph_parse(const char *json_text, size_t len, const char *origin, kc_graph **out,
                        kc_err *err);
+/* Finishes a graph built in memory (the ONNX importer): values are inputs,
+ * then params, then node outputs, nodes in any order, outputs set. Counts
+ * uses, checks for cycles, infers every node's output and reorders into
+ * canonical order with the fingerprint; errors as kc_graph_parse's. */
+kc_code kc_graph_finish(kc_graph *g, const char *origin, kc_err *err);
+/* Infers node ni's output dtype and shape from its (already inferred)
+ * inputs, resolving attribute defaults; for builders that need shapes as
+ * they go. */
+kc_code kc_graph_infer_node(kc_graph *g, int ni, const char *origin, kc_err *err);
 /* Reads a file and parses it (errors name the path). */
 kc_code kc_graph_load(const char *path, kc_graph **out, kc_err *err);
 void kc_graph_free(kc_graph *g);
@@ -114,6 +148,7 @@ const char *kc_op_name(kc_op op);
 bool kc_op_is_pointwise(kc_op op); /* add..exp */
 bool kc_op_is_binary(kc_op op);    /* add, sub, mul, div */
 const char *kc_dtype_name(kc_dtype dt);
+size_t kc_dtype_size(kc_dtype dt); /* bytes per element: 4, 8, 1 */
 int64_t kc_shape_numel(const kc_shape *s);
 bool kc_shape_equal(const kc_shape *a, const kc_shape *b);
 /* Numpy-style broadcast of a and b into out; false if incompatible. */

@@ -13,11 +13,15 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_ops.h"
+
 static const char *const kind_names[KC_KK_COUNT] = {"pointwise", "gemm", "softmax", "layernorm",
-                                                    "rmsnorm",   "sdpa", "conv2d",  "transpose"};
+                                                    "rmsnorm",   "sdpa", "conv2d",  "transpose",
+                                                    "op"};
 
 const char *kc_kernel_kind_name(kc_kernel_kind k)
 {
@@ -283,7 +287,17 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
             for (int i = 0; i < n->n_in; i++)
                 add_operand(k, g, n->in[i]);
             const kc_shape *xs = &g->values[n->in[0]].shape;
-            int64_t cols = xs->dims[xs->rank - 1];
+            int64_t cols = xs->rank ? xs->dims[xs->rank - 1] : 1;
+            if (n->op >= KC_OP_EXT_FIRST) {
+                k->kind = KC_KK_OP;
+                k->op = n->op;
+                k->xa = *n->xa;
+                for (int i = 0; i < k->n_in; i++)
+                    k->in_dt[i] = g->values[k->in_value[i]].dtype;
+                k->out_dt = g->values[n->out].dtype;
+                nk++;
+                continue;
+            }
             switch (n->op) {
             case KC_OP_SOFTMAX:
             case KC_OP_LAYERNORM:
@@ -400,6 +414,32 @@ static json_t *kernel_json(const kc_kernel *k, bool bind)
         json_object_set_new(o, "conv", conv);
         break;
     }
+    case KC_KK_OP: {
+        json_t *ai = json_array(), *af = json_array(), *dt = json_array();
+        int nf;
+        const kc_xa_field *fs = kc_op_fields(k->op, &nf);
+        for (int f = 0; f < nf; f++) {
+            if (fs[f].kind == KC_XA_FLOAT) {
+                char num[40]; /* %a: exact, and JSON has no infinities */
+                snprintf(num, sizeof num, "%a", k->xa.f[f]);
+                json_array_append_new(af, json_string(num));
+            } else {
+                json_t *l = json_array();
+                for (int j = 0; j < k->xa.n[f]; j++)
+                    json_array_append_new(l, json_integer(k->xa.i[f][j]));
+                json_array_append_new(ai, l);
+            }
+        }
+        for (int i = 0; i < k->n_in; i++)
+            json_array_append_new(dt, json_string(kc_dtype_name(k->in_dt[i])));
+        json_array_append_new(dt, json_string(kc_dtype_name(k->out_dt)));
+        json_object_set_new(o, "op", json_string(kc_op_name(k->op)));
+        json_object_set_new(o, "ints", ai);
+        json_object_set_new(o, "nums", af);
+        json_object_set_new(o, "dt", dt);
+        json_object_set_new(o, "gen", json_string(kc_ops_codegen_fp()));
+        break;
+    }
     default:
         break;
     }
@@ -491,6 +531,56 @@ static bool chain_from(json_t *a, kc_pw_chain *ch)
     return true;
 }
 
+static bool dtype_from(json_t *j, kc_dtype *dt)
+{
+    const char *s = json_string_value(j);
+    for (int d = 0; s && d < KC_DT_COUNT; d++)
+        if (strcmp(s, kc_dtype_name((kc_dtype)d)) == 0) {
+            *dt = (kc_dtype)d;
+            return true;
+        }
+    return false;
+}
+
+/* The OP section of a kernel object. */
+static bool op_from_json(json_t *o, kc_kernel *k)
+{
+    const char *op = json_string_value(json_object_get(o, "op"));
+    json_t *ai = json_object_get(o, "ints"), *af = json_object_get(o, "nums");
+    json_t *dt = json_object_get(o, "dt");
+    int x = -1;
+    for (int i = KC_OP_EXT_FIRST; op && i < KC_OP_COUNT; i++)
+        if (strcmp(op, kc_op_name((kc_op)i)) == 0)
+            x = i;
+    if (x < 0 || !json_is_array(ai) || !json_is_array(af) || !json_is_array(dt) ||
+        (int)json_array_size(dt) != k->n_in + 1)
+        return false;
+    k->op = (kc_op)x;
+    int nf;
+    const kc_xa_field *fs = kc_op_fields(k->op, &nf);
+    size_t ii = 0, fi = 0;
+    memset(&k->xa, 0, sizeof k->xa);
+    for (int f = 0; f < nf; f++) {
+        if (fs[f].kind == KC_XA_FLOAT) {
+            const char *num = json_string_value(json_array_get(af, fi++));
+            if (!num)
+                return false;
+            k->xa.f[f] = strtod(num, NULL);
+            continue;
+        }
+        json_t *l = json_array_get(ai, ii++);
+        if (!json_is_array(l) || json_array_size(l) > KC_XA_INTS)
+            return false;
+        k->xa.n[f] = (int)json_array_size(l);
+        for (int j = 0; j < k->xa.n[f]; j++)
+            k->xa.i[f][j] = json_integer_value(json_array_get(l, (size_t)j));
+    }
+    for (int i = 0; i < k->n_in; i++)
+        if (!dtype_from(json_array_get(dt, (size_t)i), &k->in_dt[i]))
+            return false;
+    return dtype_from(json_array_get(dt, (size_t)k->n_in), &k->out_dt);
+}
+
 /* Parses a kernel object as produced by kc_kernel_json_object. */
 kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
 kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
@@ -556,6 +646,8 @@ kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
         k->conv.stride = (int)json_integer_value(json_array_get(conv, 9));
         k->conv.padding = (int)json_integer_value(json_array_get(conv, 10));
     }
+    if (k->kind == KC_KK_OP && !op_from_json(o, k))
+        goto bad;
     const char *impl = json_string_value(json_object_get(o, "impl"));
     snprintf(k->impl, sizeof k->impl, "%s", impl ? impl : "");
     k->dtype = KC_DT_F32;

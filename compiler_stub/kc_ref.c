@@ -27,13 +27,21 @@ float **kc_values_new(const kc_graph *g, uint64_t seed)
     for (int i = 0; i < g->n_values; i++) {
         const kc_value *val = &g->values[i];
         int64_t n = kc_shape_numel(&val->shape);
-        v[i] = calloc((size_t)n, sizeof(float));
+        /* int64 and bool values take their own element size (the buffers
+         * are typed by the value's dtype; float * is only the carrier) */
+        v[i] = calloc((size_t)n + 1, kc_dtype_size(val->dtype));
         if (!v[i]) {
             kc_values_free(g, v);
             return NULL;
         }
         if (val->role == KC_VAL_NODE)
             continue;
+        if (val->data) { /* a model's own weights (ONNX initializers) */
+            memcpy(v[i], val->data, (size_t)n * kc_dtype_size(val->dtype));
+            continue;
+        }
+        if (val->dtype != KC_DT_F32)
+            continue; /* indices and masks: zeros, always in range */
         /* params scaled by 1/sqrt(fan-in) so deep stacks stay in range */
         double scale = 1.0;
         if (val->role == KC_VAL_PARAM && val->shape.rank >= 2)
@@ -229,6 +237,14 @@ static void ref_node(const kc_graph *g, const kc_node *n, float *const *v)
     default:
         break;
     }
+}
+
+const char *kc_reference_unsupported(const kc_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op >= KC_OP_EXT_FIRST)
+            return kc_op_name(g->nodes[i].op);
+    return NULL;
 }
 
 void kc_reference_run(const kc_graph *g, float *const *values)

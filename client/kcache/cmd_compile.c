@@ -25,6 +25,7 @@
 #include "kc_cpu.h"
 #include "kc_graph.h"
 #include "kc_lower.h"
+#include "kc_onnx.h"
 #include "kc_remote.h"
 #include "kc_tiers.h"
 #include "kc_util.h"
@@ -53,6 +54,10 @@ typedef struct copts {
     bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
     uint64_t seed;
+    kc_opt_list shapes;                       /* --shape NAME=D1xD2 (ONNX models) */
+    kc_shape_bind binds[KC_OPT_LIST_MAX];     /* parsed from shapes */
+    int n_binds;
+    const char *data; /* run: an ONNX test-data directory */
 } copts;
 
 /* An open session: store, tiers, scratch directory. */
@@ -90,6 +95,8 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
                            {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256},
                            {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX},
                            {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0},
+                           {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0},
+                           {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0},
                            {0}};
     bool several = strcmp(argv[0], "compile") == 0;
     int n = kc_opts_parse(cli, argc, argv, opts, need_graph ? 1 : 0, several ? KC_MAX_GRAPHS : 1);
@@ -103,6 +110,13 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
     if (o->tag && kc_tag_check(o->tag, &err) != KC_OK)
         return kc_opts_error(cli, argv[0], "--tag: %s", err.msg), -1;
     o->n_graphs = n;
+    for (int i = 0; i < o->shapes.n; i++) {
+        char msg[256];
+        if (!kc_shape_bind_parse(o->shapes.v[i], &o->binds[o->n_binds++], msg, sizeof msg)) {
+            kc_opts_error(cli, argv[0], "%s", msg);
+            return -1;
+        }
+    }
     for (int i = 0; i < n; i++)
         o->graphs[i] = argv[1 + i];
     o->graph = n ? o->graphs[0] : NULL;
@@ -315,7 +329,7 @@ static int compile_one(session *s, const copts *o, const char *path, const char 
 {
     kc_err err = {0};
     memset(out, 0, sizeof *out);
-    if (kc_graph_load(path, &out->g, &err) != KC_OK ||
+    if (kc_model_load(path, o->binds, o->n_binds, &out->g, &err) != KC_OK ||
         open_backend(o, s, target, &out->b, &err) != KC_OK) {
         compiled_free(out);
         return kc_cli_fail(s->cli, &err);
@@ -366,6 +380,31 @@ int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
     return rc;
 }
 
+/* run --data: compares the outputs with DIR/output_N.pb. The tolerance is
+ * the ONNX backend tests' own (rtol 1e-3, atol 1e-5). */
+static int check_data(kc_cli *cli, const kc_graph *g, const char *dir, float *const *vals,
+                      json_t *outs, bool *all_ok)
+{
+    kc_onnx_check checks[g->n_outputs + 1];
+    kc_err err = {0};
+    if (kc_onnx_data_check(g, dir, vals, 1e-3, 1e-5, checks, all_ok, &err) != KC_OK)
+        return kc_cli_fail(cli, &err);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const kc_onnx_check *c = &checks[i];
+        char sh[96];
+        kc_shape_str(&g->values[g->outputs[i]].shape, sh, sizeof sh);
+        if (!cli->json && cli->verbosity >= 0)
+            printf("output %s %s: max abs err %.3g, max rel err %.3g, %lld outside tolerance: %s\n",
+                   c->name, sh, c->max_abs, c->max_rel, (long long)c->bad,
+                   c->ok ? "ok" : "MISMATCH");
+        json_array_append_new(outs, json_pack("{s:s,s:f,s:f,s:I,s:b}", "name", c->name, "max_abs",
+                                              isfinite(c->max_abs) ? c->max_abs : -1.0, "max_rel",
+                                              isfinite(c->max_rel) ? c->max_rel : -1.0, "bad",
+                                              (json_int_t)c->bad, "ok", c->ok));
+    }
+    return KC_EXIT_OK;
+}
+
 int kc_cmd_run(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -396,6 +435,19 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     double ms = 0;
     if (!vals) {
         kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the graph's tensors");
+        rc = kc_cli_fail(cli, &err);
+        goto done;
+    }
+    const char *no_ref = o.check ? kc_reference_unsupported(g) : NULL;
+    if (no_ref) {
+        kc_err_set(&err, KC_ERR_UNSUPPORTED,
+                   "%s: --check: the reference interpreter has no '%s'; check against ONNX test "
+                   "data with --data DIR instead",
+                   o.graph, no_ref);
+        rc = kc_cli_fail(cli, &err);
+        goto done;
+    }
+    if (o.data && kc_onnx_data_inputs(g, o.data, vals, &err) != KC_OK) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
@@ -431,12 +483,14 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
                                                   isfinite(mr) ? mr : -1.0, "ok", ok));
         }
     }
+    if (o.data && (rc = check_data(cli, g, o.data, vals, outs, &all_ok)) != KC_EXIT_OK)
+        goto done;
     if (cli->json) {
         json_t *j = program_json(o.graph, p);
         json_object_set_new(j, "outputs", outs);
         outs = NULL;
         json_object_set_new(j, "ok", json_boolean(all_ok));
-        json_object_set_new(j, "checked", json_boolean(o.check));
+        json_object_set_new(j, "checked", json_boolean(o.check || o.data));
         json_object_set_new(j, "iters", json_integer(o.iters));
         json_object_set_new(j, "ms_per_iter", json_real(ms));
         summary_json(j);
@@ -446,8 +500,8 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         printf("ran %d iteration%s: %.3f ms each\n", o.iters, o.iters == 1 ? "" : "s", ms);
     }
     if (!all_ok) {
-        fprintf(stderr, "kcache: %s: outputs differ from the reference beyond tolerance\n",
-                o.graph);
+        fprintf(stderr, "kcache: %s: outputs differ from the %s beyond tolerance\n", o.graph,
+                o.data ? "expected data" : "reference");
         rc = KC_EXIT_FAIL;
     }
 done:
@@ -563,7 +617,8 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_device_fp dev = {0};
     char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
     nearest near = {0};
-    if (kc_graph_load(o.graph, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
+    if (kc_model_load(o.graph, o.binds, o.n_binds, &g, &err) ||
+        open_backend(&o, &s, o.target, &b, &err) ||
         b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;

@@ -1,0 +1,72 @@
+/*
+ * kc_onnx_internal.h - shared between the importer's model walk
+ * (kc_onnx.c) and its operator handlers (kc_onnx_ops.c); not installed.
+ */
+#ifndef KC_ONNX_INTERNAL_H
+#define KC_ONNX_INTERNAL_H
+
+#include <jansson.h>
+
+#include "kc_onnx.h"
+#include "onnx.pb-c.h"
+
+/* An ONNX value by name: a graph value (id >= 0), a constant (data), or both
+ * (a constant read as data gets a param id on first use). */
+typedef struct ox_val {
+    char *name; /* owned */
+    int id;     /* kc value id, or -1 */
+    bool is_const;
+    kc_dtype dt;    /* constants */
+    kc_shape shape; /* constants */
+    void *data;     /* constants: numel(shape) elements of dt (owned) */
+} ox_val;
+
+typedef struct ox_ctx {
+    const char *origin;
+    kc_err *err;
+    int64_t opset;
+    kc_graph *g; /* under construction: values in creation order */
+    int cap_values, cap_nodes;
+    ox_val **vals;
+    int n_vals, cap_vals;
+    json_t *names;        /* name -> index into vals */
+    char label[512];      /* "node 3 'name' (Conv, opset 9)" for messages */
+    const char *cur_name; /* base for the names of helper values */
+    int n_tmp;
+} ox_ctx;
+
+bool ox_dtype_from_onnx(int32_t t, kc_dtype *dt);
+const char *ox_onnx_type_name(int32_t t);
+kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype *dt,
+                         kc_shape *shape, void **data, kc_err *err);
+
+ox_val *ox_lookup(ox_ctx *c, const char *name);
+ox_val *ox_define(ox_ctx *c, const char *name);
+/* The graph value id of v, making a param of a constant; -1 on error. */
+int ox_use(ox_ctx *c, ox_val *v);
+/* Emits a node (attributes xa for extended ops, NULL = defaults) with
+ * shape inference; returns the output value id, or -1 with c->err set
+ * (naming the ONNX node). name NULL = a helper name. */
+int ox_emit(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs *xa, const char *name);
+/* The same for the original ops that take kc_attrs (matmul's transpose_b,
+ * layernorm's eps). */
+int ox_emit_attrs(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs *xa,
+                  const kc_attrs *at, const char *name);
+const kc_value *ox_kv(ox_ctx *c, int id);
+
+ox_val *ox_const_new(ox_ctx *c, const char *name, kc_dtype dt, const kc_shape *s);
+bool ox_const_ints(const ox_val *v, int64_t *out, int cap, int *n);
+double ox_const_num(const ox_val *v, int64_t i);
+void ox_const_set(ox_val *v, int64_t i, double x);
+
+const Onnx__AttributeProto *ox_attr(const Onnx__NodeProto *n, const char *name);
+int64_t ox_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt);
+double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt);
+int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int cap);
+const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt, char *buf,
+                        size_t cap);
+
+/* Converts one node (kc_onnx_ops.c). */
+kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np);
+
+#endif

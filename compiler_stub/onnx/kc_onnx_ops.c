@@ -1,0 +1,1735 @@
+/*
+ * kc_onnx_ops.c - ONNX operators -> kc_graph nodes, one handler per op type
+ * in one table (ops[] at the end). Handlers resolve opset differences
+ * (attributes that became inputs, default axes), fold constant shape
+ * arithmetic (Shape -> Gather -> Concat -> Reshape chains), and decompose
+ * what the IR expresses otherwise (Split -> slices, Flatten -> reshape, ...).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_onnx_internal.h"
+#include "kc_ops.h"
+
+typedef kc_code (*ox_handler)(ox_ctx *c, const Onnx__NodeProto *np);
+
+#define MAXI 64 /* integers read from a constant (shapes, pads, axes) */
+
+static kc_code fail(ox_ctx *c, kc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kc_code fail(ox_ctx *c, kc_code code, const char *fmt, ...)
+{
+    char why[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return kc_err_set(c->err, code, "%s: %s: %s", c->origin, c->label, why);
+}
+
+/* Input i, or NULL when absent (optional inputs are spelled ""). Sets an
+ * error (and *rc) when the name is not defined. */
+static ox_val *in_val(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *rc)
+{
+    if (i >= np->n_input || !np->input[i] || !*np->input[i])
+        return NULL;
+    ox_val *v = ox_lookup(c, np->input[i]);
+    if (!v)
+        *rc = fail(c, KC_ERR_INVALID, "input '%s' is not defined by an earlier node, an input or "
+                                      "an initializer",
+                   np->input[i]);
+    return v;
+}
+
+/* Input i as a graph value id (required). */
+static int in_id(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *rc)
+{
+    kc_code r = KC_OK;
+    ox_val *v = in_val(c, np, i, &r);
+    if (r) {
+        *rc = r;
+        return -1;
+    }
+    if (!v) {
+        *rc = fail(c, KC_ERR_INVALID, "required input %zu is missing", i);
+        return -1;
+    }
+    int id = ox_use(c, v);
+    if (id < 0)
+        *rc = c->err->code ? c->err->code : fail(c, KC_ERR_INVALID, "bad input %zu", i);
+    return id;
+}
+
+static const char *out_name(const Onnx__NodeProto *np, size_t k)
+{
+    return k < np->n_output && np->output[k] ? np->output[k] : "";
+}
+
+/* Binds output k to graph value id. */
+static kc_code bind(ox_ctx *c, const Onnx__NodeProto *np, size_t k, int id)
+{
+    if (id < 0)
+        return c->err->code ? c->err->code : fail(c, KC_ERR_INVALID, "cannot convert");
+    const char *name = out_name(np, k);
+    if (!*name)
+        return KC_OK;
+    ox_val *v = ox_define(c, name);
+    if (!v)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    v->id = id;
+    return KC_OK;
+}
+
+/* Output k becomes another name for v (Identity, Dropout, no-op casts). */
+static kc_code alias(ox_ctx *c, const Onnx__NodeProto *np, size_t k, const ox_val *v)
+{
+    const char *name = out_name(np, k);
+    if (!*name)
+        return KC_OK;
+    ox_val *o = v->is_const ? ox_const_new(c, name, v->dt, &v->shape) : ox_define(c, name);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    o->id = v->id;
+    if (v->is_const)
+        memcpy(o->data, v->data, (size_t)kc_shape_numel(&v->shape) * kc_dtype_size(v->dt));
+    return KC_OK;
+}
+
+/* Emits op on the node's first n inputs and binds output 0. */
+static kc_code simple(ox_ctx *c, const Onnx__NodeProto *np, kc_op op, int n, const kc_xattrs *xa)
+{
+    int ins[KC_NODE_MAX_IN];
+    kc_code rc = KC_OK;
+    for (int i = 0; i < n; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    return bind(c, np, 0, ox_emit(c, op, ins, n, xa, out_name(np, 0)));
+}
+
+static void xa_init(kc_op op, kc_xattrs *xa)
+{
+    kc_xattrs_defaults(op, xa);
+}
+
+static void xa_list(kc_xattrs *xa, int f, const int64_t *v, int n)
+{
+    xa->n[f] = n;
+    for (int i = 0; i < n && i < KC_XA_INTS; i++)
+        xa->i[f][i] = v[i];
+}
+
+/* The integers of input i, which must be a constant (they decide a shape or
+ * an attribute, so they are folded into the key). -1 if absent. */
+static int const_ints(ox_ctx *c, const Onnx__NodeProto *np, size_t i, const char *what, int64_t *out,
+                      kc_code *rc)
+{
+    ox_val *v = in_val(c, np, i, rc);
+    if (*rc || !v)
+        return -1;
+    int n;
+    if (!ox_const_ints(v, out, MAXI, &n)) {
+        *rc = fail(c, KC_ERR_UNSUPPORTED,
+                   "%s ('%s') must be a constant (an initializer, a Constant or constant shape "
+                   "arithmetic): kcache folds it into the compiled kernel",
+                   what, np->input[i]);
+        return -1;
+    }
+    return n;
+}
+
+static const kc_shape *shape_of(ox_ctx *c, const ox_val *v)
+{
+    return v->id >= 0 ? &ox_kv(c, v->id)->shape : &v->shape;
+}
+
+static kc_dtype dtype_of(ox_ctx *c, const ox_val *v)
+{
+    return v->id >= 0 ? ox_kv(c, v->id)->dtype : v->dt;
+}
+
+/* Reshape of a value (folded for constants). */
+static kc_code reshape_to(ox_ctx *c, const Onnx__NodeProto *np, ox_val *x, const kc_shape *s,
+                          const char *name, int *id_out, ox_val **const_out)
+{
+    if (const_out)
+        *const_out = NULL;
+    if (kc_shape_numel(s) != kc_shape_numel(shape_of(c, x))) {
+        char a[96], b[96];
+        return fail(c, KC_ERR_INVALID, "cannot reshape %s to %s",
+                    kc_shape_str(shape_of(c, x), a, sizeof a), kc_shape_str(s, b, sizeof b));
+    }
+    if (x->is_const && x->id < 0 && const_out) {
+        ox_val *o = ox_const_new(c, name, x->dt, s);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        memcpy(o->data, x->data, (size_t)kc_shape_numel(s) * kc_dtype_size(x->dt));
+        *const_out = o;
+        return KC_OK;
+    }
+    int id = ox_use(c, x);
+    if (id < 0)
+        return c->err->code;
+    if (kc_shape_equal(s, &ox_kv(c, id)->shape)) {
+        *id_out = id;
+        return KC_OK;
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_RESHAPE, &xa);
+    xa_list(&xa, 0, s->dims, s->rank);
+    *id_out = ox_emit(c, KC_OP_RESHAPE, &id, 1, &xa, np ? NULL : name);
+    return *id_out < 0 ? c->err->code : KC_OK;
+}
+
+/* Output 0 = x reshaped to s. */
+static kc_code out_reshape(ox_ctx *c, const Onnx__NodeProto *np, ox_val *x, const kc_shape *s)
+{
+    int id = -1;
+    ox_val *k = NULL;
+    kc_code rc = reshape_to(c, np, x, s, out_name(np, 0), &id, &k);
+    if (rc || k)
+        return rc;
+    if (id == x->id) /* same shape: an alias */
+        return alias(c, np, 0, x);
+    return bind(c, np, 0, id);
+}
+
+/* ---- constant folding ------------------------------------------------------------ */
+
+static bool all_const(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (np->n_input == 0)
+        return false;
+    for (size_t i = 0; i < np->n_input; i++) {
+        ox_val *v = in_val(c, np, i, &rc);
+        if (rc)
+            return false;
+        if (v && (!v->is_const || kc_shape_numel(&v->shape) > 65536))
+            return false;
+    }
+    return true;
+}
+
+static double ew_fold(const char *op, double a, double b, double x, kc_dtype dt)
+{
+    if (!strcmp(op, "Add") || !strcmp(op, "Sum"))
+        return a + b;
+    if (!strcmp(op, "Sub"))
+        return a - b;
+    if (!strcmp(op, "Mul"))
+        return a * b;
+    if (!strcmp(op, "Div"))
+        return dt == KC_DT_I64 ? (b != 0 ? (double)((int64_t)a / (int64_t)b) : 0) : a / b;
+    if (!strcmp(op, "Equal"))
+        return a == b;
+    if (!strcmp(op, "Less"))
+        return a < b;
+    if (!strcmp(op, "Greater"))
+        return a > b;
+    if (!strcmp(op, "LessOrEqual"))
+        return a <= b;
+    if (!strcmp(op, "GreaterOrEqual"))
+        return a >= b;
+    if (!strcmp(op, "And"))
+        return a != 0 && b != 0;
+    if (!strcmp(op, "Or"))
+        return a != 0 || b != 0;
+    if (!strcmp(op, "Not"))
+        return a == 0;
+    if (!strcmp(op, "Neg"))
+        return -a;
+    if (!strcmp(op, "Abs"))
+        return fabs(a);
+    if (!strcmp(op, "Max"))
+        return a > b ? a : b;
+    if (!strcmp(op, "Min"))
+        return a < b ? a : b;
+    if (!strcmp(op, "Where"))
+        return a != 0 ? b : x;
+    if (!strcmp(op, "Sqrt"))
+        return sqrt(a);
+    if (!strcmp(op, "Pow"))
+        return pow(a, b);
+    return a; /* Cast, Identity */
+}
+
+static int64_t bcast_index(const kc_shape *s, const kc_shape *t, int64_t i)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        int64_t idx = i % t->dims[d];
+        i /= t->dims[d];
+        int sd = s->rank - t->rank + d;
+        if (sd >= 0) {
+            if (s->dims[sd] != 1)
+                off += idx * stride;
+            stride *= s->dims[sd];
+        }
+    }
+    return off;
+}
+
+/* Folds an elementwise op whose inputs are all constants; false if not
+ * applicable. out_dt < 0: the first input's dtype (or the third's for Where). */
+static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *rc)
+{
+    if (!all_const(c, np) || np->n_input > 3)
+        return false;
+    ox_val *v[3] = {NULL, NULL, NULL};
+    kc_shape t = {.rank = 0};
+    for (size_t i = 0; i < np->n_input; i++) {
+        v[i] = in_val(c, np, i, rc);
+        if (!v[i])
+            return false;
+        if (!kc_shape_broadcast(&t, &v[i]->shape, &t))
+            return false;
+    }
+    const char *op = np->op_type;
+    bool cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") ||
+               !strcmp(op, "LessOrEqual") || !strcmp(op, "GreaterOrEqual") ||
+               !strcmp(op, "And") || !strcmp(op, "Or") || !strcmp(op, "Not");
+    kc_dtype dt = out_dt >= 0                   ? (kc_dtype)out_dt
+                  : cmp                         ? KC_DT_BOOL
+                  : !strcmp(op, "Where") && v[1] ? v[1]->dt
+                                                : v[0]->dt;
+    ox_val *o = ox_const_new(c, out_name(np, 0), dt, &t);
+    if (!o) {
+        *rc = fail(c, KC_ERR_NOMEM, "out of memory");
+        return true;
+    }
+    int64_t n = kc_shape_numel(&t);
+    for (int64_t i = 0; i < n; i++) {
+        double a = ox_const_num(v[0], bcast_index(&v[0]->shape, &t, i));
+        double b = v[1] ? ox_const_num(v[1], bcast_index(&v[1]->shape, &t, i)) : 0;
+        double x = v[2] ? ox_const_num(v[2], bcast_index(&v[2]->shape, &t, i)) : 0;
+        ox_const_set(o, i, ew_fold(op, a, b, x, v[0]->dt));
+    }
+    return true;
+}
+
+/* ---- elementwise ------------------------------------------------------------------- */
+
+/* Opset < 7 broadcasting: B aligned at `axis` of A when broadcast=1. */
+static kc_code legacy_bcast(ox_ctx *c, const Onnx__NodeProto *np, int *a, int *b)
+{
+    if (c->opset >= 7 || !ox_attr_int(np, "broadcast", 0))
+        return KC_OK;
+    const kc_shape *as = &ox_kv(c, *a)->shape, *bs = &ox_kv(c, *b)->shape;
+    int64_t axis = ox_attr_int(np, "axis", as->rank - bs->rank);
+    if (axis < 0)
+        axis += as->rank;
+    if (bs->rank >= as->rank || axis < 0 || axis + bs->rank > as->rank)
+        return KC_OK;
+    kc_shape t = {.rank = as->rank - (int)axis};
+    for (int d = 0; d < t.rank; d++)
+        t.dims[d] = d < bs->rank ? bs->dims[d] : 1;
+    kc_xattrs xa;
+    xa_init(KC_OP_RESHAPE, &xa);
+    xa_list(&xa, 0, t.dims, t.rank);
+    *b = ox_emit(c, KC_OP_RESHAPE, b, 1, &xa, NULL);
+    return *b < 0 ? c->err->code : KC_OK;
+}
+
+static kc_op binary_op(const char *t)
+{
+    return !strcmp(t, "Add")   ? KC_OP_ADD
+           : !strcmp(t, "Sub") ? KC_OP_SUB
+           : !strcmp(t, "Mul") ? KC_OP_MUL
+           : !strcmp(t, "Div") ? KC_OP_DIV
+           : !strcmp(t, "Pow") ? KC_OP_POW
+           : !strcmp(t, "Max") ? KC_OP_MAX
+           : !strcmp(t, "Min") ? KC_OP_MIN
+           : !strcmp(t, "Sum") ? KC_OP_ADD
+           : !strcmp(t, "Mean") ? KC_OP_ADD
+           : !strcmp(t, "Equal") ? KC_OP_EQUAL
+           : !strcmp(t, "Less")  ? KC_OP_LESS
+           : !strcmp(t, "Greater") ? KC_OP_GREATER
+           : !strcmp(t, "LessOrEqual") ? KC_OP_LESS_EQUAL
+           : !strcmp(t, "GreaterOrEqual") ? KC_OP_GREATER_EQUAL
+           : !strcmp(t, "And") ? KC_OP_AND
+           : !strcmp(t, "Or")  ? KC_OP_OR
+           : !strcmp(t, "Xor") ? KC_OP_XOR
+           : !strcmp(t, "Mod") ? KC_OP_MOD
+                               : KC_OP_COUNT;
+}
+
+/* Binary and variadic elementwise ops (Sum/Max/Min/Mean chain pairwise). */
+static kc_code h_binary(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (fold_ew(c, np, -1, &rc))
+        return rc;
+    kc_op op = binary_op(np->op_type);
+    if (op == KC_OP_MOD && !ox_attr_int(np, "fmod", 0))
+        return fail(c, KC_ERR_UNSUPPORTED, "Mod with fmod=0 (integer modulus) is not supported");
+    if (np->n_input == 1) {
+        kc_code r2 = KC_OK;
+        ox_val *v = in_val(c, np, 0, &r2);
+        return r2 ? r2 : v ? alias(c, np, 0, v) : fail(c, KC_ERR_INVALID, "missing input");
+    }
+    int acc = in_id(c, np, 0, &rc);
+    if (acc < 0)
+        return rc;
+    for (size_t i = 1; i < np->n_input; i++) {
+        int b = in_id(c, np, i, &rc);
+        if (b < 0)
+            return rc;
+        if ((rc = legacy_bcast(c, np, &acc, &b)))
+            return rc;
+        bool last = i + 1 == np->n_input && strcmp(np->op_type, "Mean") != 0;
+        int ins[2] = {acc, b};
+        if (kc_op_is_binary(op) && ox_kv(c, acc)->dtype != KC_DT_F32)
+            return fail(c, KC_ERR_UNSUPPORTED,
+                        "%s on %s tensors computed at run time is not supported (only constant "
+                        "shape arithmetic is folded)",
+                        np->op_type, kc_dtype_name(ox_kv(c, acc)->dtype));
+        acc = ox_emit(c, op, ins, 2, NULL, last ? out_name(np, 0) : NULL);
+        if (acc < 0)
+            return c->err->code;
+    }
+    if (!strcmp(np->op_type, "Mean")) {
+        kc_shape one = {.rank = 0};
+        char nm[160];
+        snprintf(nm, sizeof nm, "%s#mean", c->cur_name);
+        ox_val *k = ox_const_new(c, nm, KC_DT_F32, &one);
+        if (!k)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        ((float *)k->data)[0] = (float)np->n_input;
+        int ins[2] = {acc, ox_use(c, k)};
+        acc = ox_emit(c, KC_OP_DIV, ins, 2, NULL, out_name(np, 0));
+    }
+    return bind(c, np, 0, acc);
+}
+
+static kc_op unary_op(const char *t)
+{
+    static const struct {
+        const char *name;
+        kc_op op;
+    } tab[] = {{"Relu", KC_OP_RELU},         {"Tanh", KC_OP_TANH},
+               {"Exp", KC_OP_EXP},           {"Sigmoid", KC_OP_SIGMOID},
+               {"Neg", KC_OP_NEG},           {"Abs", KC_OP_ABS},
+               {"Sqrt", KC_OP_SQRT},         {"Log", KC_OP_LOG},
+               {"Reciprocal", KC_OP_RECIPROCAL}, {"Floor", KC_OP_FLOOR},
+               {"Ceil", KC_OP_CEIL},         {"Erf", KC_OP_ERF},
+               {"Sin", KC_OP_SIN},           {"Cos", KC_OP_COS},
+               {"Tan", KC_OP_TAN},           {"Asin", KC_OP_ASIN},
+               {"Acos", KC_OP_ACOS},         {"Atan", KC_OP_ATAN},
+               {"Sinh", KC_OP_SINH},         {"Cosh", KC_OP_COSH},
+               {"Asinh", KC_OP_ASINH},       {"Acosh", KC_OP_ACOSH},
+               {"Atanh", KC_OP_ATANH},       {"Sign", KC_OP_SIGN},
+               {"Softplus", KC_OP_SOFTPLUS}, {"Softsign", KC_OP_SOFTSIGN},
+               {"Round", KC_OP_ROUND},       {"HardSwish", KC_OP_HARDSWISH},
+               {"Not", KC_OP_NOT},           {NULL, KC_OP_COUNT}};
+    for (int i = 0; tab[i].name; i++)
+        if (!strcmp(tab[i].name, t))
+            return tab[i].op;
+    return KC_OP_COUNT;
+}
+
+static kc_code h_unary(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if ((!strcmp(np->op_type, "Neg") || !strcmp(np->op_type, "Not") ||
+         !strcmp(np->op_type, "Abs") || !strcmp(np->op_type, "Sqrt")) &&
+        fold_ew(c, np, -1, &rc))
+        return rc;
+    return simple(c, np, unary_op(np->op_type), 1, NULL);
+}
+
+/* Unary ops with float attributes: (ONNX name, default) per field. */
+static kc_code h_unary_attr(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    const char *t = np->op_type;
+    kc_op op = !strcmp(t, "LeakyRelu")         ? KC_OP_LEAKY_RELU
+               : !strcmp(t, "Elu")             ? KC_OP_ELU
+               : !strcmp(t, "Selu")            ? KC_OP_SELU
+               : !strcmp(t, "Celu")            ? KC_OP_CELU
+               : !strcmp(t, "ThresholdedRelu") ? KC_OP_THRESHOLDED_RELU
+               : !strcmp(t, "HardSigmoid")     ? KC_OP_HARD_SIGMOID
+                                               : KC_OP_SHRINK;
+    kc_xattrs xa;
+    xa_init(op, &xa);
+    int nf;
+    const kc_xa_field *fs = kc_op_fields(op, &nf);
+    for (int f = 0; f < nf; f++)
+        xa.f[f] = ox_attr_float(np, fs[f].name, fs[f].dflt);
+    return simple(c, np, op, 1, &xa);
+}
+
+static kc_code h_clip(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_xattrs xa;
+    xa_init(KC_OP_CLIP, &xa);
+    if (c->opset < 11) {
+        xa.f[0] = ox_attr_float(np, "min", -INFINITY);
+        xa.f[1] = ox_attr_float(np, "max", INFINITY);
+    } else {
+        kc_code rc = KC_OK;
+        for (size_t i = 1; i <= 2; i++) {
+            ox_val *b = in_val(c, np, i, &rc);
+            if (rc)
+                return rc;
+            if (!b)
+                continue;
+            if (!b->is_const || kc_shape_numel(&b->shape) != 1)
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "Clip bound '%s' must be a constant scalar (it is folded into the "
+                            "kernel)",
+                            np->input[i]);
+            xa.f[i - 1] = ox_const_num(b, 0);
+        }
+    }
+    return simple(c, np, KC_OP_CLIP, 1, &xa);
+}
+
+static kc_code h_prelu(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    ox_val *sv = in_val(c, np, 1, &rc);
+    if (x < 0 || rc || !sv)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "PRelu needs X and slope");
+    const kc_shape *xs = &ox_kv(c, x)->shape, *ss = shape_of(c, sv);
+    int s = -1;
+    /* a per-channel slope [C] for [N, C, ...] (PyTorch's PReLU export) */
+    if (ss->rank == 1 && xs->rank > 2 && ss->dims[0] == xs->dims[1] && ss->dims[0] > 1) {
+        kc_shape t = {.rank = xs->rank - 1};
+        for (int d = 0; d < t.rank; d++)
+            t.dims[d] = d ? 1 : ss->dims[0];
+        ox_val *k = NULL;
+        if ((rc = reshape_to(c, NULL, sv, &t, "slope", &s, &k)))
+            return rc;
+        if (k)
+            s = ox_use(c, k);
+    } else {
+        s = ox_use(c, sv);
+    }
+    int ins[2] = {x, s};
+    return bind(c, np, 0, ox_emit(c, KC_OP_PRELU, ins, 2, NULL, out_name(np, 0)));
+}
+
+static kc_code h_where(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (fold_ew(c, np, -1, &rc))
+        return rc;
+    return simple(c, np, KC_OP_WHERE, 3, NULL);
+}
+
+static kc_code h_compare(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (fold_ew(c, np, -1, &rc))
+        return rc;
+    return simple(c, np, binary_op(np->op_type), 2, NULL);
+}
+
+static kc_code h_cast(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int64_t to = ox_attr_int(np, "to", 0);
+    kc_dtype dt;
+    if (!ox_dtype_from_onnx((int32_t)to, &dt))
+        return fail(c, KC_ERR_UNSUPPORTED, "Cast to %s is not supported",
+                    ox_onnx_type_name((int32_t)to));
+    if (fold_ew(c, np, dt, &rc))
+        return rc;
+    ox_val *v = in_val(c, np, 0, &rc);
+    if (rc || !v)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    if (dtype_of(c, v) == dt)
+        return alias(c, np, 0, v);
+    kc_xattrs xa;
+    xa_init(KC_OP_CAST, &xa);
+    xa.i[0][0] = dt;
+    return simple(c, np, KC_OP_CAST, 1, &xa);
+}
+
+static kc_code h_identity(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *v = in_val(c, np, 0, &rc);
+    if (rc || !v)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    if ((rc = alias(c, np, 0, v)))
+        return rc;
+    if (!strcmp(np->op_type, "Dropout") && np->n_output > 1 && *out_name(np, 1)) {
+        /* inference: the mask is all true */
+        ox_val *m = ox_const_new(c, out_name(np, 1), KC_DT_BOOL, shape_of(c, v));
+        if (!m)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        memset(m->data, 1, (size_t)kc_shape_numel(&m->shape));
+    }
+    return KC_OK;
+}
+
+/* ---- constants and shapes ------------------------------------------------------------ */
+
+static kc_code h_constant(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    const Onnx__AttributeProto *a = np->n_attribute ? np->attribute[0] : NULL;
+    if (!a || !a->name)
+        return fail(c, KC_ERR_INVALID, "Constant without a value");
+    kc_shape s = {.rank = 0};
+    ox_val *o = NULL;
+    if (!strcmp(a->name, "value") && a->t) {
+        o = ox_define(c, out_name(np, 0));
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        o->is_const = true;
+        char what[600];
+        snprintf(what, sizeof what, "%s: %s", c->origin, c->label);
+        return ox_tensor_decode(a->t, what, &o->dt, &o->shape, &o->data, c->err);
+    }
+    if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
+        bool f = a->name[6] == 'f';
+        o = ox_const_new(c, out_name(np, 0), f ? KC_DT_F32 : KC_DT_I64, &s);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        ox_const_set(o, 0, f ? a->f : (double)a->i);
+        return KC_OK;
+    }
+    if (!strcmp(a->name, "value_floats") || !strcmp(a->name, "value_ints")) {
+        bool f = a->name[6] == 'f';
+        size_t n = f ? a->n_floats : a->n_ints;
+        if (n == 0)
+            return fail(c, KC_ERR_UNSUPPORTED, "empty constants are not supported");
+        s.rank = 1;
+        s.dims[0] = (int64_t)n;
+        o = ox_const_new(c, out_name(np, 0), f ? KC_DT_F32 : KC_DT_I64, &s);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++)
+            ox_const_set(o, (int64_t)i, f ? a->floats[i] : (double)a->ints[i]);
+        return KC_OK;
+    }
+    return fail(c, KC_ERR_UNSUPPORTED, "Constant attribute '%s' is not supported", a->name);
+}
+
+static kc_code h_constant_of_shape(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    int64_t d[MAXI];
+    kc_code rc = KC_OK;
+    int n = const_ints(c, np, 0, "the shape", d, &rc);
+    if (n < 0)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing shape");
+    if (n > KC_MAX_RANK)
+        return fail(c, KC_ERR_UNSUPPORTED, "rank %d exceeds %d", n, KC_MAX_RANK);
+    kc_shape s = {.rank = n};
+    for (int i = 0; i < n; i++) {
+        if (d[i] < 1 || d[i] > (1 << 24))
+            return fail(c, KC_ERR_UNSUPPORTED, "dimension %lld (empty tensors are not supported)",
+                        (long long)d[i]);
+        s.dims[i] = d[i];
+    }
+    kc_dtype dt = KC_DT_F32;
+    double val = 0;
+    const Onnx__AttributeProto *a = ox_attr(np, "value");
+    if (a && a->t) {
+        void *data;
+        kc_shape vs;
+        if ((rc = ox_tensor_decode(a->t, c->label, &dt, &vs, &data, c->err)))
+            return rc;
+        ox_val tmp = {.dt = dt, .data = data};
+        val = ox_const_num(&tmp, 0);
+        free(data);
+    }
+    if (kc_shape_numel(&s) > (1 << 24))
+        return fail(c, KC_ERR_TOO_LARGE, "constant too large");
+    ox_val *o = ox_const_new(c, out_name(np, 0), dt, &s);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < kc_shape_numel(&s); i++)
+        ox_const_set(o, i, val);
+    return KC_OK;
+}
+
+static kc_code h_shape(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *v = in_val(c, np, 0, &rc);
+    if (rc || !v)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *s = shape_of(c, v);
+    int64_t st = ox_attr_int(np, "start", 0), en = ox_attr_int(np, "end", s->rank);
+    if (st < 0)
+        st += s->rank;
+    if (en < 0)
+        en += s->rank;
+    st = st < 0 ? 0 : st > s->rank ? s->rank : st;
+    en = en < 0 ? 0 : en > s->rank ? s->rank : en;
+    if (!strcmp(np->op_type, "Size")) {
+        kc_shape one = {.rank = 0};
+        ox_val *o = ox_const_new(c, out_name(np, 0), KC_DT_I64, &one);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        ((int64_t *)o->data)[0] = kc_shape_numel(s);
+        return KC_OK;
+    }
+    if (en <= st)
+        return fail(c, KC_ERR_UNSUPPORTED, "an empty Shape result is not supported");
+    kc_shape r = {.rank = 1, .dims = {en - st}};
+    ox_val *o = ox_const_new(c, out_name(np, 0), KC_DT_I64, &r);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = st; i < en; i++)
+        ((int64_t *)o->data)[i - st] = s->dims[i];
+    return KC_OK;
+}
+
+static kc_code h_range(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (!all_const(c, np))
+        return fail(c, KC_ERR_UNSUPPORTED, "Range needs constant start, limit and delta");
+    ox_val *a = in_val(c, np, 0, &rc), *b = in_val(c, np, 1, &rc), *d = in_val(c, np, 2, &rc);
+    if (rc || !a || !b || !d)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    double st = ox_const_num(a, 0), lim = ox_const_num(b, 0), dl = ox_const_num(d, 0);
+    double cnt = dl != 0 ? ceil((lim - st) / dl) : 0;
+    if (cnt < 1 || cnt > (1 << 24))
+        return fail(c, KC_ERR_UNSUPPORTED, "Range of %g elements is not supported", cnt);
+    kc_shape s = {.rank = 1, .dims = {(int64_t)cnt}};
+    ox_val *o = ox_const_new(c, out_name(np, 0), a->dt, &s);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < (int64_t)cnt; i++)
+        ox_const_set(o, i, st + (double)i * dl);
+    return KC_OK;
+}
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+static kc_code h_reshape(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    int64_t d[MAXI];
+    int n = c->opset < 5 ? ox_attr_ints(np, "shape", d, MAXI)
+                         : const_ints(c, np, 1, "the target shape", d, &rc);
+    if (rc)
+        return rc;
+    if (n < 0 || n > KC_MAX_RANK)
+        return fail(c, KC_ERR_UNSUPPORTED, "target shape of rank %d", n);
+    const kc_shape *xs = shape_of(c, x);
+    bool allowzero = ox_attr_int(np, "allowzero", 0) != 0;
+    kc_shape t = {.rank = n};
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < n; i++) {
+        int64_t v = d[i];
+        if (v == 0 && !allowzero) {
+            if (i >= xs->rank)
+                return fail(c, KC_ERR_INVALID, "shape entry %d copies a missing dimension", i);
+            v = xs->dims[i];
+        }
+        if (v == -1) {
+            if (infer >= 0)
+                return fail(c, KC_ERR_INVALID, "more than one -1 in the target shape");
+            infer = i;
+            continue;
+        }
+        if (v < 1)
+            return fail(c, KC_ERR_UNSUPPORTED, "target dimension %lld", (long long)v);
+        t.dims[i] = v;
+        known *= v;
+    }
+    if (infer >= 0) {
+        if (known == 0 || kc_shape_numel(xs) % known)
+            return fail(c, KC_ERR_INVALID, "cannot infer the -1 dimension");
+        t.dims[infer] = kc_shape_numel(xs) / known;
+    }
+    return out_reshape(c, np, x, &t);
+}
+
+static kc_code h_flatten(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *xs = shape_of(c, x);
+    int64_t axis = ox_attr_int(np, "axis", 1);
+    if (axis < 0)
+        axis += xs->rank;
+    if (axis < 0 || axis > xs->rank)
+        return fail(c, KC_ERR_INVALID, "axis %lld out of range", (long long)axis);
+    kc_shape t = {.rank = 2, .dims = {1, 1}};
+    for (int d = 0; d < xs->rank; d++)
+        t.dims[d >= axis] *= xs->dims[d];
+    return out_reshape(c, np, x, &t);
+}
+
+static kc_code h_squeeze(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    bool un = !strcmp(np->op_type, "Unsqueeze");
+    int64_t ax[MAXI];
+    int n = c->opset < 13 ? ox_attr_ints(np, "axes", ax, MAXI)
+                          : const_ints(c, np, 1, "axes", ax, &rc);
+    if (rc)
+        return rc;
+    const kc_shape *xs = shape_of(c, x);
+    int orank = un ? xs->rank + (n > 0 ? n : 0) : xs->rank;
+    if (un && n < 1)
+        return fail(c, KC_ERR_INVALID, "Unsqueeze needs axes");
+    if (orank > KC_MAX_RANK || n > KC_MAX_RANK)
+        return fail(c, KC_ERR_UNSUPPORTED, "rank exceeds %d", KC_MAX_RANK);
+    bool mark[KC_MAX_RANK + 1] = {false};
+    for (int i = 0; i < n; i++) {
+        int64_t a = ax[i] < 0 ? ax[i] + orank : ax[i];
+        if (a < 0 || a >= orank)
+            return fail(c, KC_ERR_INVALID, "axis %lld out of range", (long long)ax[i]);
+        mark[a] = true;
+    }
+    kc_shape t = {.rank = 0};
+    if (un) {
+        for (int d = 0, s = 0; d < orank; d++)
+            t.dims[t.rank++] = mark[d] ? 1 : xs->dims[s++];
+    } else {
+        for (int d = 0; d < xs->rank; d++) {
+            bool drop = n > 0 ? mark[d] : xs->dims[d] == 1;
+            if (drop && xs->dims[d] != 1)
+                return fail(c, KC_ERR_INVALID, "cannot squeeze dimension %d of size %lld", d,
+                            (long long)xs->dims[d]);
+            if (!drop)
+                t.dims[t.rank++] = xs->dims[d];
+        }
+    }
+    return out_reshape(c, np, x, &t);
+}
+
+static kc_code h_transpose(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    int64_t perm[MAXI];
+    int n = ox_attr_ints(np, "perm", perm, MAXI);
+    if (n < 0) {
+        n = xs->rank;
+        for (int i = 0; i < n; i++)
+            perm[i] = n - 1 - i;
+    }
+    bool last2 = n == xs->rank && n >= 2 && perm[n - 1] == n - 2 && perm[n - 2] == n - 1;
+    bool ident = n == xs->rank;
+    for (int i = 0; i < n - 2 && last2; i++)
+        last2 = perm[i] == i;
+    for (int i = 0; i < n && ident; i++)
+        ident = perm[i] == i;
+    if (ident) {
+        ox_val *v = in_val(c, np, 0, &rc);
+        return alias(c, np, 0, v);
+    }
+    if (last2 && ox_kv(c, x)->dtype == KC_DT_F32)
+        return bind(c, np, 0, ox_emit(c, KC_OP_TRANSPOSE, &x, 1, NULL, out_name(np, 0)));
+    if (n > KC_MAX_RANK)
+        return fail(c, KC_ERR_UNSUPPORTED, "perm too long");
+    kc_xattrs xa;
+    xa_init(KC_OP_PERMUTE, &xa);
+    xa_list(&xa, 0, perm, n);
+    return bind(c, np, 0, ox_emit(c, KC_OP_PERMUTE, &x, 1, &xa, out_name(np, 0)));
+}
+
+/* Concat (folded for constants; chained for more than KC_NODE_MAX_IN inputs). */
+static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int64_t axis = ox_attr_int(np, "axis", c->opset < 4 ? 1 : 0);
+    if (all_const(c, np)) {
+        ox_val *first = in_val(c, np, 0, &rc);
+        if (rc || !first)
+            return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+        int r = first->shape.rank;
+        int64_t ax = axis < 0 ? axis + r : axis;
+        if (ax < 0 || ax >= r)
+            return fail(c, KC_ERR_INVALID, "axis %lld out of range", (long long)axis);
+        kc_shape t = first->shape;
+        t.dims[ax] = 0;
+        for (size_t i = 0; i < np->n_input; i++) {
+            ox_val *v = in_val(c, np, i, &rc);
+            if (rc || !v || v->shape.rank != r || v->dt != first->dt)
+                return rc ? rc : fail(c, KC_ERR_INVALID, "inputs differ in rank or dtype");
+            t.dims[ax] += v->shape.dims[ax];
+        }
+        ox_val *o = ox_const_new(c, out_name(np, 0), first->dt, &t);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < ax; d++)
+            outer *= t.dims[d];
+        for (int d = (int)ax + 1; d < r; d++)
+            inner *= t.dims[d];
+        size_t es = kc_dtype_size(first->dt), off = 0;
+        for (int64_t q = 0; q < outer; q++)
+            for (size_t i = 0; i < np->n_input; i++) {
+                ox_val *v = in_val(c, np, i, &rc);
+                size_t chunk = (size_t)(v->shape.dims[ax] * inner) * es;
+                memcpy((char *)o->data + off, (char *)v->data + (size_t)q * chunk, chunk);
+                off += chunk;
+            }
+        return KC_OK;
+    }
+    int ins[KC_NODE_MAX_IN], n = 0, acc = -1;
+    kc_xattrs xa;
+    xa_init(KC_OP_CONCAT, &xa);
+    xa.i[0][0] = axis;
+    for (size_t i = 0; i < np->n_input; i++) {
+        if (n == KC_NODE_MAX_IN) {
+            if ((acc = ox_emit(c, KC_OP_CONCAT, ins, n, &xa, NULL)) < 0)
+                return c->err->code;
+            n = 0;
+            ins[n++] = acc;
+        }
+        if ((ins[n++] = in_id(c, np, i, &rc)) < 0)
+            return rc;
+    }
+    return bind(c, np, 0, ox_emit(c, KC_OP_CONCAT, ins, n, &xa, out_name(np, 0)));
+}
+
+/* Emits (or folds) a slice of x with per-dim start/end/step already normalized. */
+static kc_code slice_out(ox_ctx *c, const Onnx__NodeProto *np, size_t k, ox_val *x,
+                         const int64_t *st, const int64_t *en, const int64_t *sp)
+{
+    const kc_shape *xs = shape_of(c, x);
+    bool whole = true;
+    for (int d = 0; d < xs->rank; d++)
+        whole = whole && st[d] == 0 && en[d] == xs->dims[d] && sp[d] == 1;
+    if (whole)
+        return alias(c, np, k, x);
+    kc_xattrs xa;
+    xa_init(KC_OP_SLICE, &xa);
+    xa_list(&xa, 0, st, xs->rank);
+    xa_list(&xa, 1, en, xs->rank);
+    xa_list(&xa, 2, sp, xs->rank);
+    if (x->is_const && x->id < 0) {
+        kc_shape t = *xs;
+        for (int d = 0; d < xs->rank; d++) {
+            int64_t len = sp[d] > 0 ? (en[d] - st[d] + sp[d] - 1) / sp[d]
+                                    : (st[d] - en[d] - sp[d] - 1) / -sp[d];
+            if (len < 1)
+                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+            t.dims[d] = len;
+        }
+        ox_val *o = ox_const_new(c, out_name(np, k), x->dt, &t);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        int64_t n = kc_shape_numel(&t);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t rem = i, off = 0, stride = 1;
+            for (int d = xs->rank - 1; d >= 0; d--) {
+                int64_t o2 = rem % t.dims[d];
+                rem /= t.dims[d];
+                off += (st[d] + o2 * sp[d]) * stride;
+                stride *= xs->dims[d];
+            }
+            ox_const_set(o, i, ox_const_num(x, off));
+        }
+        return KC_OK;
+    }
+    int id = ox_use(c, x);
+    if (id < 0)
+        return c->err->code;
+    return bind(c, np, k, ox_emit(c, KC_OP_SLICE, &id, 1, &xa, out_name(np, k)));
+}
+
+static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *xs = shape_of(c, x);
+    int64_t starts[MAXI], ends[MAXI], axes[MAXI], steps[MAXI];
+    int ns, ne, na, nst = -1;
+    if (c->opset < 10) {
+        ns = ox_attr_ints(np, "starts", starts, MAXI);
+        ne = ox_attr_ints(np, "ends", ends, MAXI);
+        na = ox_attr_ints(np, "axes", axes, MAXI);
+    } else {
+        ns = const_ints(c, np, 1, "starts", starts, &rc);
+        ne = rc ? -1 : const_ints(c, np, 2, "ends", ends, &rc);
+        na = rc ? -1 : const_ints(c, np, 3, "axes", axes, &rc);
+        nst = rc ? -1 : const_ints(c, np, 4, "steps", steps, &rc);
+        if (rc)
+            return rc;
+    }
+    if (ns < 0 || ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns) ||
+        ns > xs->rank)
+        return fail(c, KC_ERR_INVALID, "starts, ends, axes and steps differ in length");
+    int64_t st[KC_MAX_RANK], en[KC_MAX_RANK], sp[KC_MAX_RANK];
+    for (int d = 0; d < xs->rank; d++) {
+        st[d] = 0;
+        en[d] = xs->dims[d];
+        sp[d] = 1;
+    }
+    for (int i = 0; i < ns; i++) {
+        int64_t a = na >= 0 ? axes[i] : i;
+        if (a < 0)
+            a += xs->rank;
+        if (a < 0 || a >= xs->rank)
+            return fail(c, KC_ERR_INVALID, "axis %lld out of range", (long long)axes[i]);
+        int64_t D = xs->dims[a], s = starts[i], e = ends[i], step = nst >= 0 ? steps[i] : 1;
+        if (step == 0)
+            return fail(c, KC_ERR_INVALID, "step 0");
+        if (s < 0)
+            s += D;
+        if (e < 0)
+            e += D;
+        if (step > 0) {
+            s = s < 0 ? 0 : s > D ? D : s;
+            e = e < 0 ? 0 : e > D ? D : e;
+            if (s >= e)
+                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+        } else {
+            s = s < 0 ? -1 : s > D - 1 ? D - 1 : s;
+            e = e < -1 ? -1 : e > D - 1 ? D - 1 : e;
+            if (s <= e)
+                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+        }
+        st[a] = s;
+        en[a] = e;
+        sp[a] = step;
+    }
+    return slice_out(c, np, 0, x, st, en, sp);
+}
+
+static kc_code h_split(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *xs = shape_of(c, x);
+    int64_t axis = ox_attr_int(np, "axis", 0);
+    if (axis < 0)
+        axis += xs->rank;
+    if (axis < 0 || axis >= xs->rank)
+        return fail(c, KC_ERR_INVALID, "axis out of range");
+    int64_t sizes[MAXI];
+    int n = c->opset < 13 ? ox_attr_ints(np, "split", sizes, MAXI)
+                          : const_ints(c, np, 1, "split sizes", sizes, &rc);
+    if (rc)
+        return rc;
+    int nout = (int)np->n_output;
+    if (n < 0) {
+        if (nout < 1 || xs->dims[axis] % nout)
+            return fail(c, KC_ERR_INVALID, "cannot split %lld into %d equal parts",
+                        (long long)xs->dims[axis], nout);
+        n = nout;
+        for (int i = 0; i < n; i++)
+            sizes[i] = xs->dims[axis] / nout;
+    }
+    if (n != nout)
+        return fail(c, KC_ERR_INVALID, "%d split sizes for %d outputs", n, nout);
+    int64_t st[KC_MAX_RANK], en[KC_MAX_RANK], sp[KC_MAX_RANK], at = 0;
+    for (int k = 0; k < n; k++) {
+        for (int d = 0; d < xs->rank; d++) {
+            st[d] = 0;
+            en[d] = xs->dims[d];
+            sp[d] = 1;
+        }
+        if (sizes[k] < 1 || at + sizes[k] > xs->dims[axis])
+            return fail(c, KC_ERR_UNSUPPORTED, "split sizes do not fit (empty parts unsupported)");
+        st[axis] = at;
+        en[axis] = at + sizes[k];
+        at += sizes[k];
+        if ((rc = slice_out(c, np, (size_t)k, x, st, en, sp)))
+            return rc;
+    }
+    return KC_OK;
+}
+
+static kc_code h_pad(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    kc_xattrs xa;
+    xa_init(KC_OP_PAD, &xa);
+    int64_t pads[MAXI];
+    int n;
+    char mode[32];
+    const char *m = ox_attr_str(np, "mode", "constant", mode, sizeof mode);
+    xa.i[0][0] = !strcmp(m, "reflect") ? 1 : !strcmp(m, "edge") ? 2 : !strcmp(m, "constant") ? 0 : -1;
+    if (xa.i[0][0] < 0)
+        return fail(c, KC_ERR_UNSUPPORTED, "Pad mode '%s' is not supported", m);
+    if (c->opset < 11) {
+        n = ox_attr_ints(np, c->opset < 2 ? "paddings" : "pads", pads, MAXI);
+        xa.f[2] = ox_attr_float(np, "value", 0.0);
+    } else {
+        n = const_ints(c, np, 1, "pads", pads, &rc);
+        if (rc)
+            return rc;
+        ox_val *cv = in_val(c, np, 2, &rc);
+        if (rc)
+            return rc;
+        if (cv) {
+            if (!cv->is_const)
+                return fail(c, KC_ERR_UNSUPPORTED, "the pad value must be a constant");
+            xa.f[2] = ox_const_num(cv, 0);
+        }
+        if (np->n_input > 3 && *np->input[3])
+            return fail(c, KC_ERR_UNSUPPORTED, "Pad axes are not supported");
+    }
+    if (n != 2 * xs->rank)
+        return fail(c, KC_ERR_INVALID, "%d pads for rank %d", n, xs->rank);
+    xa_list(&xa, 1, pads, n);
+    return bind(c, np, 0, ox_emit(c, KC_OP_PAD, &x, 1, &xa, out_name(np, 0)));
+}
+
+static kc_code h_gather(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *x = in_val(c, np, 0, &rc), *ix = in_val(c, np, 1, &rc);
+    if (rc || !x || !ix)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    int64_t axis = ox_attr_int(np, "axis", 0);
+    const kc_shape *xs = shape_of(c, x);
+    if (axis < 0)
+        axis += xs->rank;
+    if (axis < 0 || axis >= xs->rank)
+        return fail(c, KC_ERR_INVALID, "axis out of range");
+    if (x->is_const && x->id < 0 && ix->is_const && ix->id < 0) {
+        const kc_shape *is = &ix->shape;
+        kc_shape t = {.rank = 0};
+        if (xs->rank + is->rank - 1 > KC_MAX_RANK)
+            return fail(c, KC_ERR_UNSUPPORTED, "result rank too large");
+        for (int d = 0; d < axis; d++)
+            t.dims[t.rank++] = xs->dims[d];
+        for (int d = 0; d < is->rank; d++)
+            t.dims[t.rank++] = is->dims[d];
+        for (int d = (int)axis + 1; d < xs->rank; d++)
+            t.dims[t.rank++] = xs->dims[d];
+        ox_val *o = ox_const_new(c, out_name(np, 0), x->dt, &t);
+        if (!o)
+            return fail(c, KC_ERR_NOMEM, "out of memory");
+        int64_t outer = 1, inner = 1, A = xs->dims[axis], ni = kc_shape_numel(is);
+        for (int d = 0; d < axis; d++)
+            outer *= xs->dims[d];
+        for (int d = (int)axis + 1; d < xs->rank; d++)
+            inner *= xs->dims[d];
+        for (int64_t q = 0; q < outer; q++)
+            for (int64_t j = 0; j < ni; j++) {
+                int64_t k = (int64_t)ox_const_num(ix, j);
+                if (k < 0)
+                    k += A;
+                if (k < 0 || k >= A)
+                    return fail(c, KC_ERR_INVALID, "index %lld out of range", (long long)k);
+                for (int64_t i = 0; i < inner; i++)
+                    ox_const_set(o, (q * ni + j) * inner + i,
+                                 ox_const_num(x, (q * A + k) * inner + i));
+            }
+        return KC_OK;
+    }
+    int ins[2] = {ox_use(c, x), ox_use(c, ix)};
+    if (ins[0] < 0 || ins[1] < 0)
+        return c->err->code;
+    kc_xattrs xa;
+    xa_init(KC_OP_GATHER, &xa);
+    xa.i[0][0] = axis;
+    return bind(c, np, 0, ox_emit(c, KC_OP_GATHER, ins, 2, &xa, out_name(np, 0)));
+}
+
+static kc_code h_tile_expand(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    bool tile = !strcmp(np->op_type, "Tile");
+    ox_val *x = in_val(c, np, 0, &rc);
+    if (rc || !x)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    int64_t d[MAXI];
+    int n = const_ints(c, np, 1, tile ? "repeats" : "the target shape", d, &rc);
+    if (rc || n < 0)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *xs = shape_of(c, x);
+    kc_xattrs xa;
+    kc_op op = tile ? KC_OP_TILE : KC_OP_EXPAND;
+    xa_init(op, &xa);
+    if (tile) {
+        if (n != xs->rank)
+            return fail(c, KC_ERR_INVALID, "%d repeats for rank %d", n, xs->rank);
+        bool same = true;
+        for (int i = 0; i < n; i++)
+            same = same && d[i] == 1;
+        if (same)
+            return alias(c, np, 0, x);
+        xa_list(&xa, 0, d, n);
+    } else {
+        if (n > KC_MAX_RANK)
+            return fail(c, KC_ERR_UNSUPPORTED, "rank too large");
+        kc_shape t = {.rank = n}, o;
+        for (int i = 0; i < n; i++)
+            t.dims[i] = d[i];
+        if (!kc_shape_broadcast(xs, &t, &o)) {
+            char a[96], b[96];
+            return fail(c, KC_ERR_INVALID, "cannot expand %s to %s",
+                        kc_shape_str(xs, a, sizeof a), kc_shape_str(&t, b, sizeof b));
+        }
+        if (kc_shape_equal(&o, xs))
+            return alias(c, np, 0, x);
+        xa_list(&xa, 0, o.dims, o.rank);
+    }
+    int id = ox_use(c, x);
+    if (id < 0)
+        return c->err->code;
+    return bind(c, np, 0, ox_emit(c, op, &id, 1, &xa, out_name(np, 0)));
+}
+
+static kc_code h_depth_space(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    int64_t b = ox_attr_int(np, "blocksize", 0);
+    if (xs->rank != 4 || b < 1)
+        return fail(c, KC_ERR_INVALID, "needs a 4-D input and blocksize >= 1");
+    int64_t N = xs->dims[0], C = xs->dims[1], H = xs->dims[2], W = xs->dims[3];
+    char mode[16];
+    bool d2s = !strcmp(np->op_type, "DepthToSpace");
+    bool crd = d2s && !strcmp(ox_attr_str(np, "mode", "DCR", mode, sizeof mode), "CRD");
+    kc_shape s1, s2;
+    int64_t perm[6];
+    if (d2s) {
+        if (C % (b * b))
+            return fail(c, KC_ERR_INVALID, "channels not divisible by blocksize^2");
+        if (crd) {
+            s1 = (kc_shape){6, {N, C / (b * b), b, b, H, W}};
+            memcpy(perm, (int64_t[]){0, 1, 4, 2, 5, 3}, sizeof perm);
+        } else {
+            s1 = (kc_shape){6, {N, b, b, C / (b * b), H, W}};
+            memcpy(perm, (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof perm);
+        }
+        s2 = (kc_shape){4, {N, C / (b * b), H * b, W * b}};
+    } else {
+        if (H % b || W % b)
+            return fail(c, KC_ERR_INVALID, "spatial dims not divisible by blocksize");
+        s1 = (kc_shape){6, {N, C, H / b, b, W / b, b}};
+        memcpy(perm, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof perm);
+        s2 = (kc_shape){4, {N, C * b * b, H / b, W / b}};
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_RESHAPE, &xa);
+    xa_list(&xa, 0, s1.dims, 6);
+    int r = ox_emit(c, KC_OP_RESHAPE, &x, 1, &xa, NULL);
+    if (r < 0)
+        return c->err->code;
+    xa_init(KC_OP_PERMUTE, &xa);
+    xa_list(&xa, 0, perm, 6);
+    int p = ox_emit(c, KC_OP_PERMUTE, &r, 1, &xa, NULL);
+    if (p < 0)
+        return c->err->code;
+    xa_init(KC_OP_RESHAPE, &xa);
+    xa_list(&xa, 0, s2.dims, 4);
+    return bind(c, np, 0, ox_emit(c, KC_OP_RESHAPE, &p, 1, &xa, out_name(np, 0)));
+}
+
+/* ---- convolution and pooling ----------------------------------------------------------- */
+
+/* Explicit pads from auto_pad (SAME_UPPER, SAME_LOWER, VALID) or "pads". */
+static kc_code window_pads(ox_ctx *c, const Onnx__NodeProto *np, const kc_shape *xs,
+                           const int64_t *kernel, const int64_t *strides, const int64_t *dil,
+                           int64_t *pads)
+{
+    int sp = xs->rank - 2;
+    char ap[32];
+    const char *autop = ox_attr_str(np, "auto_pad", "NOTSET", ap, sizeof ap);
+    if (!strcmp(autop, "NOTSET")) {
+        int n = ox_attr_ints(np, "pads", pads, 2 * KC_MAX_RANK);
+        if (n < 0) {
+            for (int i = 0; i < 2 * sp; i++)
+                pads[i] = 0;
+        } else if (n != 2 * sp) {
+            return fail(c, KC_ERR_INVALID, "%d pads for %d spatial dimensions", n, sp);
+        }
+        return KC_OK;
+    }
+    for (int d = 0; d < sp; d++) {
+        pads[d] = pads[d + sp] = 0;
+        if (!strcmp(autop, "VALID"))
+            continue;
+        int64_t in = xs->dims[2 + d], out = (in + strides[d] - 1) / strides[d];
+        int64_t total = (out - 1) * strides[d] + (kernel[d] - 1) * dil[d] + 1 - in;
+        if (total < 0)
+            total = 0;
+        bool upper = !strcmp(autop, "SAME_UPPER");
+        if (!upper && strcmp(autop, "SAME_LOWER"))
+            return fail(c, KC_ERR_UNSUPPORTED, "auto_pad '%s' is not supported", autop);
+        pads[d] = upper ? total / 2 : total - total / 2;
+        pads[d + sp] = total - pads[d];
+    }
+    return KC_OK;
+}
+
+static kc_code list_or(const Onnx__NodeProto *np, const char *name, int64_t *out, int n,
+                       int64_t dflt)
+{
+    int got = ox_attr_ints(np, name, out, KC_MAX_RANK);
+    if (got < 0)
+        for (int i = 0; i < n; i++)
+            out[i] = dflt;
+    return got < 0 || got == n ? KC_OK : KC_ERR_INVALID;
+}
+
+static kc_code h_conv(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    bool tr = !strcmp(np->op_type, "ConvTranspose");
+    int ins[3], n = np->n_input > 2 && *np->input[2] ? 3 : 2;
+    for (int i = 0; i < n; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    const kc_shape *xs = &ox_kv(c, ins[0])->shape, *ws = &ox_kv(c, ins[1])->shape;
+    int sp = xs->rank - 2;
+    if (sp < 1 || sp > 3 || ws->rank != xs->rank)
+        return fail(c, KC_ERR_UNSUPPORTED, "%s with %d spatial dimensions", np->op_type, sp);
+    int64_t kernel[KC_MAX_RANK], strides[KC_MAX_RANK], dil[KC_MAX_RANK], pads[2 * KC_MAX_RANK],
+        outpad[KC_MAX_RANK];
+    for (int d = 0; d < sp; d++)
+        kernel[d] = ws->dims[2 + d];
+    if (list_or(np, "strides", strides, sp, 1) || list_or(np, "dilations", dil, sp, 1) ||
+        list_or(np, "output_padding", outpad, sp, 0))
+        return fail(c, KC_ERR_INVALID, "strides, dilations or output_padding do not match %d "
+                                       "spatial dimensions",
+                    sp);
+    int64_t group = ox_attr_int(np, "group", 1);
+    kc_xattrs xa;
+    kc_op op = tr ? KC_OP_CONV_TRANSPOSE : KC_OP_CONV;
+    xa_init(op, &xa);
+    if (!tr) {
+        if ((rc = window_pads(c, np, xs, kernel, strides, dil, pads)))
+            return rc;
+    } else {
+        int64_t oshape[KC_MAX_RANK];
+        int no = ox_attr_ints(np, "output_shape", oshape, KC_MAX_RANK);
+        char ap[32];
+        const char *autop = ox_attr_str(np, "auto_pad", "NOTSET", ap, sizeof ap);
+        bool same = !strcmp(autop, "SAME_UPPER") || !strcmp(autop, "SAME_LOWER");
+        if (no >= 0 || same) {
+            if (no > sp) /* a full [N, C, ...] shape */
+                memmove(oshape, oshape + (no - sp), sizeof(int64_t) * (size_t)sp);
+            for (int d = 0; d < sp; d++) {
+                int64_t want = no >= 0 ? oshape[d] : xs->dims[2 + d] * strides[d];
+                int64_t total = strides[d] * (xs->dims[2 + d] - 1) + outpad[d] +
+                                (kernel[d] - 1) * dil[d] + 1 - want;
+                if (total < 0) {
+                    outpad[d] -= total; /* grow the end instead of negative pads */
+                    total = 0;
+                }
+                bool upper = !strcmp(autop, "SAME_UPPER");
+                pads[d] = upper ? total / 2 : total - total / 2;
+                pads[d + sp] = total - pads[d];
+            }
+        } else if ((rc = window_pads(c, np, xs, kernel, strides, dil, pads))) {
+            return rc;
+        }
+        xa_list(&xa, 4, outpad, sp);
+    }
+    xa_list(&xa, 0, strides, sp);
+    xa_list(&xa, 1, pads, 2 * sp);
+    xa_list(&xa, 2, dil, sp);
+    xa.n[3] = 1;
+    xa.i[3][0] = group;
+    return bind(c, np, 0, ox_emit(c, op, ins, n, &xa, out_name(np, 0)));
+}
+
+static kc_code h_pool(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    int sp = xs->rank - 2;
+    if (sp < 1 || sp > 3)
+        return fail(c, KC_ERR_UNSUPPORTED, "%s on a rank-%d input", np->op_type, xs->rank);
+    bool global = !strncmp(np->op_type, "Global", 6);
+    bool mx = strstr(np->op_type, "Max") != NULL;
+    if (np->n_output > 1 && *out_name(np, 1))
+        return fail(c, KC_ERR_UNSUPPORTED, "the Indices output of MaxPool is not supported");
+    int64_t kernel[KC_MAX_RANK], strides[KC_MAX_RANK], dil[KC_MAX_RANK], pads[2 * KC_MAX_RANK];
+    if (global) {
+        for (int d = 0; d < sp; d++) {
+            kernel[d] = xs->dims[2 + d];
+            strides[d] = dil[d] = 1;
+            pads[d] = pads[d + sp] = 0;
+        }
+    } else {
+        if (ox_attr_ints(np, "kernel_shape", kernel, KC_MAX_RANK) != sp)
+            return fail(c, KC_ERR_INVALID, "kernel_shape must have %d entries", sp);
+        if (list_or(np, "strides", strides, sp, 1) || list_or(np, "dilations", dil, sp, 1))
+            return fail(c, KC_ERR_INVALID, "strides or dilations do not match");
+        if ((rc = window_pads(c, np, xs, kernel, strides, dil, pads)))
+            return rc;
+    }
+    kc_op op = mx ? KC_OP_MAXPOOL : KC_OP_AVGPOOL;
+    kc_xattrs xa;
+    xa_init(op, &xa);
+    xa_list(&xa, 0, kernel, sp);
+    xa_list(&xa, 1, strides, sp);
+    xa_list(&xa, 2, pads, 2 * sp);
+    if (mx) {
+        xa_list(&xa, 3, dil, sp);
+        xa.i[4][0] = ox_attr_int(np, "ceil_mode", 0);
+    } else {
+        for (int d = 0; d < sp; d++)
+            if (dil[d] != 1)
+                return fail(c, KC_ERR_UNSUPPORTED, "AveragePool dilations are not supported");
+        xa.i[3][0] = ox_attr_int(np, "count_include_pad", 0);
+        xa.i[4][0] = ox_attr_int(np, "ceil_mode", 0);
+    }
+    return bind(c, np, 0, ox_emit(c, op, &x, 1, &xa, out_name(np, 0)));
+}
+
+/* ---- normalisation, softmax, reductions ---------------------------------------------- */
+
+static kc_code h_batchnorm(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    for (size_t k = 1; k < np->n_output; k++)
+        if (*out_name(np, k) && c->opset >= 9)
+            return fail(c, KC_ERR_UNSUPPORTED, "training-mode outputs are not supported");
+    kc_xattrs xa;
+    xa_init(KC_OP_BATCHNORM, &xa);
+    xa.f[0] = ox_attr_float(np, "epsilon", 1e-5);
+    return simple(c, np, KC_OP_BATCHNORM, 5, &xa);
+}
+
+static kc_code h_instancenorm(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_xattrs xa;
+    xa_init(KC_OP_INSTANCENORM, &xa);
+    xa.f[0] = ox_attr_float(np, "epsilon", 1e-5);
+    return simple(c, np, KC_OP_INSTANCENORM, 3, &xa);
+}
+
+static kc_code h_layernorm(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    if (np->n_output > 1 && (*out_name(np, 1) || (np->n_output > 2 && *out_name(np, 2))))
+        return fail(c, KC_ERR_UNSUPPORTED, "the Mean and InvStdDev outputs are not supported");
+    int ins[3], n = np->n_input > 2 && *np->input[2] ? 3 : 2;
+    for (int i = 0; i < n; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    const kc_shape *xs = &ox_kv(c, ins[0])->shape;
+    int64_t axis = ox_attr_int(np, "axis", -1);
+    double eps = ox_attr_float(np, "epsilon", 1e-5);
+    if (axis < 0)
+        axis += xs->rank;
+    bool rank1 = true;
+    for (int i = 1; i < n; i++)
+        rank1 = rank1 && ox_kv(c, ins[i])->shape.rank == 1;
+    if (axis == xs->rank - 1 && n == 3 && rank1 && ox_kv(c, ins[0])->dtype == KC_DT_F32) {
+        kc_attrs at = {.eps = eps, .heads = 1, .stride = 1};
+        return bind(c, np, 0, ox_emit_attrs(c, KC_OP_LAYERNORM, ins, 3, NULL, &at, out_name(np, 0)));
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_LAYERNORM_ND, &xa);
+    xa.i[0][0] = axis;
+    xa.f[1] = eps;
+    return bind(c, np, 0, ox_emit(c, KC_OP_LAYERNORM_ND, ins, n, &xa, out_name(np, 0)));
+}
+
+static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    bool legacy = c->opset < 13;
+    int64_t axis = ox_attr_int(np, "axis", legacy ? 1 : -1);
+    if (axis < 0)
+        axis += xs->rank;
+    kc_op op = !strcmp(np->op_type, "Softmax")      ? KC_OP_SOFTMAX_ND
+               : !strcmp(np->op_type, "LogSoftmax") ? KC_OP_LOGSOFTMAX
+                                                    : KC_OP_HARDMAX;
+    if (op == KC_OP_SOFTMAX_ND && axis == xs->rank - 1 && xs->rank >= 1)
+        return bind(c, np, 0, ox_emit(c, KC_OP_SOFTMAX, &x, 1, NULL, out_name(np, 0)));
+    kc_xattrs xa;
+    xa_init(op, &xa);
+    xa.i[0][0] = axis;
+    xa.i[1][0] = legacy;
+    return bind(c, np, 0, ox_emit(c, op, &x, 1, &xa, out_name(np, 0)));
+}
+
+static kc_code h_reduce(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const struct {
+        const char *name;
+        kc_op op;
+    } tab[] = {{"ReduceSum", KC_OP_REDUCE_SUM},
+               {"ReduceMean", KC_OP_REDUCE_MEAN},
+               {"ReduceMax", KC_OP_REDUCE_MAX},
+               {"ReduceMin", KC_OP_REDUCE_MIN},
+               {"ReduceProd", KC_OP_REDUCE_PROD},
+               {"ReduceL1", KC_OP_REDUCE_L1},
+               {"ReduceL2", KC_OP_REDUCE_L2},
+               {"ReduceSumSquare", KC_OP_REDUCE_SUM_SQUARE},
+               {"ReduceLogSum", KC_OP_REDUCE_LOG_SUM},
+               {"ReduceLogSumExp", KC_OP_REDUCE_LOG_SUM_EXP},
+               {NULL, KC_OP_COUNT}};
+    kc_op op = KC_OP_COUNT;
+    for (int i = 0; tab[i].name; i++)
+        if (!strcmp(tab[i].name, np->op_type))
+            op = tab[i].op;
+    kc_code rc = KC_OK;
+    int64_t axes[MAXI];
+    int n;
+    bool input_axes = op == KC_OP_REDUCE_SUM && c->opset >= 13;
+    if (input_axes)
+        n = const_ints(c, np, 1, "axes", axes, &rc);
+    else
+        n = ox_attr_ints(np, "axes", axes, MAXI);
+    if (rc)
+        return rc;
+    if (n > KC_XA_INTS)
+        return fail(c, KC_ERR_UNSUPPORTED, "too many axes");
+    if (n <= 0 && input_axes && ox_attr_int(np, "noop_with_empty_axes", 0)) {
+        ox_val *v = in_val(c, np, 0, &rc);
+        return rc ? rc : alias(c, np, 0, v);
+    }
+    kc_xattrs xa;
+    xa_init(op, &xa);
+    if (n > 0)
+        xa_list(&xa, 0, axes, n);
+    xa.i[1][0] = ox_attr_int(np, "keepdims", 1);
+    return simple(c, np, op, 1, &xa);
+}
+
+static kc_code h_argmax(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_op op = !strcmp(np->op_type, "ArgMax") ? KC_OP_ARGMAX : KC_OP_ARGMIN;
+    kc_xattrs xa;
+    xa_init(op, &xa);
+    xa.i[0][0] = ox_attr_int(np, "axis", 0);
+    xa.i[1][0] = ox_attr_int(np, "keepdims", 1);
+    xa.i[2][0] = ox_attr_int(np, "select_last_index", 0);
+    return simple(c, np, op, 1, &xa);
+}
+
+static kc_code h_lrn(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_xattrs xa;
+    xa_init(KC_OP_LRN, &xa);
+    xa.i[0][0] = ox_attr_int(np, "size", 1);
+    xa.f[1] = ox_attr_float(np, "alpha", 1e-4);
+    xa.f[2] = ox_attr_float(np, "beta", 0.75);
+    xa.f[3] = ox_attr_float(np, "bias", 1.0);
+    return simple(c, np, KC_OP_LRN, 1, &xa);
+}
+
+/* ---- matrix products ------------------------------------------------------------------- */
+
+static kc_code h_gemm(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int ins[3], n = np->n_input > 2 && *np->input[2] ? 3 : 2;
+    for (int i = 0; i < n; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    double alpha = ox_attr_float(np, "alpha", 1.0), beta = ox_attr_float(np, "beta", 1.0);
+    int64_t ta = ox_attr_int(np, "transA", 0), tb = ox_attr_int(np, "transB", 0);
+    if (!ta && alpha == 1.0 && (beta == 1.0 || n == 2) && ox_kv(c, ins[0])->shape.rank == 2 &&
+        ox_kv(c, ins[1])->shape.rank == 2) {
+        /* the common Linear layer: matmul (+ bias), which fuses into one GEMM */
+        kc_attrs at = {.transpose_b = tb != 0, .eps = 1e-5, .heads = 1, .stride = 1};
+        int mm = ox_emit_attrs(c, KC_OP_MATMUL, ins, 2, NULL, &at, n == 2 ? out_name(np, 0) : NULL);
+        if (mm < 0 || n == 2)
+            return bind(c, np, 0, mm);
+        int add[2] = {mm, ins[2]};
+        return bind(c, np, 0, ox_emit(c, KC_OP_ADD, add, 2, NULL, out_name(np, 0)));
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_GEMM, &xa);
+    xa.f[0] = alpha;
+    xa.f[1] = beta;
+    xa.i[2][0] = ta;
+    xa.i[3][0] = tb;
+    return bind(c, np, 0, ox_emit(c, KC_OP_GEMM, ins, n, &xa, out_name(np, 0)));
+}
+
+static kc_code h_matmul(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int a = in_id(c, np, 0, &rc), b = a < 0 ? -1 : in_id(c, np, 1, &rc);
+    if (b < 0)
+        return rc;
+    kc_shape as = ox_kv(c, a)->shape, bs = ox_kv(c, b)->shape;
+    if (as.rank < 1 || bs.rank < 1)
+        return fail(c, KC_ERR_INVALID, "MatMul of a scalar");
+    bool a1 = as.rank == 1, b1 = bs.rank == 1;
+    kc_xattrs xa;
+    if (a1 || b1) { /* promote 1-D operands, drop the added dims afterwards */
+        kc_shape t = a1 ? (kc_shape){2, {1, as.dims[0]}} : (kc_shape){2, {bs.dims[0], 1}};
+        int *which = a1 ? &a : &b;
+        xa_init(KC_OP_RESHAPE, &xa);
+        xa_list(&xa, 0, t.dims, 2);
+        if ((*which = ox_emit(c, KC_OP_RESHAPE, which, 1, &xa, NULL)) < 0)
+            return c->err->code;
+        if (a1 && b1)
+            return fail(c, KC_ERR_UNSUPPORTED, "MatMul of two vectors");
+        as = ox_kv(c, a)->shape;
+        bs = ox_kv(c, b)->shape;
+    }
+    bool plain = bs.rank == 2;
+    if (!plain && bs.rank == as.rank) {
+        plain = true;
+        for (int d = 0; d < as.rank - 2; d++)
+            plain = plain && as.dims[d] == bs.dims[d];
+    }
+    bool reshape_after = a1 || b1;
+    int id;
+    if (plain)
+        id = ox_emit(c, KC_OP_MATMUL, (int[]){a, b}, 2, NULL, reshape_after ? NULL : out_name(np, 0));
+    else
+        id = ox_emit(c, KC_OP_MATMUL_ND, (int[]){a, b}, 2, NULL,
+                     reshape_after ? NULL : out_name(np, 0));
+    if (id < 0 || !reshape_after)
+        return bind(c, np, 0, id);
+    kc_shape o = ox_kv(c, id)->shape, t = {.rank = 0};
+    for (int d = 0; d < o.rank; d++)
+        if (!((a1 && d == o.rank - 2) || (b1 && d == o.rank - 1)))
+            t.dims[t.rank++] = o.dims[d];
+    xa_init(KC_OP_RESHAPE, &xa);
+    xa_list(&xa, 0, t.dims, t.rank);
+    return bind(c, np, 0, ox_emit(c, KC_OP_RESHAPE, &id, 1, &xa, out_name(np, 0)));
+}
+
+/* ---- the table ------------------------------------------------------------------------- */
+
+static const struct {
+    const char *op_type;
+    ox_handler fn;
+} ops[] = {
+    {"Add", h_binary},
+    {"Sub", h_binary},
+    {"Mul", h_binary},
+    {"Div", h_binary},
+    {"Pow", h_binary},
+    {"Max", h_binary},
+    {"Min", h_binary},
+    {"Sum", h_binary},
+    {"Mean", h_binary},
+    {"Mod", h_binary},
+    {"Equal", h_compare},
+    {"Less", h_compare},
+    {"Greater", h_compare},
+    {"LessOrEqual", h_compare},
+    {"GreaterOrEqual", h_compare},
+    {"And", h_compare},
+    {"Or", h_compare},
+    {"Xor", h_compare},
+    {"Where", h_where},
+    {"Relu", h_unary},
+    {"Tanh", h_unary},
+    {"Exp", h_unary},
+    {"Sigmoid", h_unary},
+    {"Neg", h_unary},
+    {"Abs", h_unary},
+    {"Sqrt", h_unary},
+    {"Log", h_unary},
+    {"Reciprocal", h_unary},
+    {"Floor", h_unary},
+    {"Ceil", h_unary},
+    {"Erf", h_unary},
+    {"Sin", h_unary},
+    {"Cos", h_unary},
+    {"Tan", h_unary},
+    {"Asin", h_unary},
+    {"Acos", h_unary},
+    {"Atan", h_unary},
+    {"Sinh", h_unary},
+    {"Cosh", h_unary},
+    {"Asinh", h_unary},
+    {"Acosh", h_unary},
+    {"Atanh", h_unary},
+    {"Sign", h_unary},
+    {"Softplus", h_unary},
+    {"Softsign", h_unary},
+    {"Round", h_unary},
+    {"HardSwish", h_unary},
+    {"Not", h_unary},
+    {"LeakyRelu", h_unary_attr},
+    {"Elu", h_unary_attr},
+    {"Selu", h_unary_attr},
+    {"Celu", h_unary_attr},
+    {"ThresholdedRelu", h_unary_attr},
+    {"HardSigmoid", h_unary_attr},
+    {"Shrink", h_unary_attr},
+    {"Clip", h_clip},
+    {"PRelu", h_prelu},
+    {"Cast", h_cast},
+    {"Identity", h_identity},
+    {"Dropout", h_identity},
+    {"Constant", h_constant},
+    {"ConstantOfShape", h_constant_of_shape},
+    {"Shape", h_shape},
+    {"Size", h_shape},
+    {"Range", h_range},
+    {"Reshape", h_reshape},
+    {"Flatten", h_flatten},
+    {"Squeeze", h_squeeze},
+    {"Unsqueeze", h_squeeze},
+    {"Transpose", h_transpose},
+    {"Concat", h_concat},
+    {"Slice", h_slice},
+    {"Split", h_split},
+    {"Pad", h_pad},
+    {"Gather", h_gather},
+    {"Tile", h_tile_expand},
+    {"Expand", h_tile_expand},
+    {"DepthToSpace", h_depth_space},
+    {"SpaceToDepth", h_depth_space},
+    {"Conv", h_conv},
+    {"ConvTranspose", h_conv},
+    {"MaxPool", h_pool},
+    {"AveragePool", h_pool},
+    {"GlobalMaxPool", h_pool},
+    {"GlobalAveragePool", h_pool},
+    {"BatchNormalization", h_batchnorm},
+    {"InstanceNormalization", h_instancenorm},
+    {"LayerNormalization", h_layernorm},
+    {"LRN", h_lrn},
+    {"Softmax", h_softmax},
+    {"LogSoftmax", h_softmax},
+    {"Hardmax", h_softmax},
+    {"ReduceSum", h_reduce},
+    {"ReduceMean", h_reduce},
+    {"ReduceMax", h_reduce},
+    {"ReduceMin", h_reduce},
+    {"ReduceProd", h_reduce},
+    {"ReduceL1", h_reduce},
+    {"ReduceL2", h_reduce},
+    {"ReduceSumSquare", h_reduce},
+    {"ReduceLogSum", h_reduce},
+    {"ReduceLogSumExp", h_reduce},
+    {"ArgMax", h_argmax},
+    {"ArgMin", h_argmax},
+    {"Gemm", h_gemm},
+    {"MatMul", h_matmul},
+};
+
+kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    const char *t = np->op_type ? np->op_type : "";
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(ops[i].op_type, t))
+            return ops[i].fn(c, np);
+    return kc_err_set(c->err, KC_ERR_UNSUPPORTED, "%s: %s: unsupported operator '%s'", c->origin,
+                      c->label, t);
+}
