@@ -581,6 +581,12 @@ static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, 
     json_object_set_new(r, "descs", ds);
     json_object_set_new(r, "kernels", ks);
     json_object_set_new(r, "autotune", tune);
+    /* the canonical form, so explain can name the first node in which
+     * another graph differs from this one (kc_graph_canon_diff) */
+    char *canon = kc_graph_canonical_text(p->graph);
+    if (canon)
+        json_object_set_new(r, "canon", json_string(canon));
+    free(canon);
     char *txt = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(r);
     json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I}", "device", p->device.id, "device_hash",

@@ -58,7 +58,10 @@ const char *kc_ops_codegen_fp(void)
 
 static const char *ctype(kc_dtype dt)
 {
-    return dt == KC_DT_I64 ? "int64_t" : dt == KC_DT_BOOL ? "uint8_t" : "float";
+    return dt == KC_DT_I64    ? "int64_t"
+           : dt == KC_DT_BOOL ? "uint8_t"
+           : dt == KC_DT_F64  ? "double"
+                              : "float";
 }
 
 /* A double as a C expression (exact; infinities spelled out). */
@@ -77,76 +80,76 @@ static const char *ew_expr(kc_op op, kc_dtype out)
 {
     switch (op) {
     case KC_OP_SIGMOID:
-        return "(1.f / (1.f + expf(-(a))))";
+        return "(1.f / (1.f + exp(-(a))))";
     case KC_OP_NEG:
         return "(-(a))";
     case KC_OP_ABS:
-        return "fabsf(a)";
+        return "fabs(a)";
     case KC_OP_SQRT:
-        return "sqrtf(a)";
+        return "sqrt(a)";
     case KC_OP_LOG:
-        return "logf(a)";
+        return "log(a)";
     case KC_OP_RECIPROCAL:
         return "(1.f / (a))";
     case KC_OP_FLOOR:
-        return "floorf(a)";
+        return "floor(a)";
     case KC_OP_CEIL:
-        return "ceilf(a)";
+        return "ceil(a)";
     case KC_OP_ERF:
-        return "erff(a)";
+        return "erf(a)";
     case KC_OP_SIN:
-        return "sinf(a)";
+        return "sin(a)";
     case KC_OP_COS:
-        return "cosf(a)";
+        return "cos(a)";
     case KC_OP_TAN:
-        return "tanf(a)";
+        return "tan(a)";
     case KC_OP_ASIN:
-        return "asinf(a)";
+        return "asin(a)";
     case KC_OP_ACOS:
-        return "acosf(a)";
+        return "acos(a)";
     case KC_OP_ATAN:
-        return "atanf(a)";
+        return "atan(a)";
     case KC_OP_SINH:
-        return "sinhf(a)";
+        return "sinh(a)";
     case KC_OP_COSH:
-        return "coshf(a)";
+        return "cosh(a)";
     case KC_OP_ASINH:
-        return "asinhf(a)";
+        return "asinh(a)";
     case KC_OP_ACOSH:
-        return "acoshf(a)";
+        return "acosh(a)";
     case KC_OP_ATANH:
-        return "atanhf(a)";
+        return "atanh(a)";
     case KC_OP_SIGN:
         return "((a) > 0 ? 1.f : (a) < 0 ? -1.f : 0.f)";
     case KC_OP_SOFTPLUS:
-        return "((a) > 20.f ? (a) : log1pf(expf(a)))";
+        return "((a) > 20.f ? (a) : log1p(exp(a)))";
     case KC_OP_SOFTSIGN:
-        return "((a) / (1.f + fabsf(a)))";
+        return "((a) / (1.f + fabs(a)))";
     case KC_OP_ROUND:
-        return "nearbyintf(a)";
+        return "nearbyint(a)";
     case KC_OP_HARDSWISH:
-        return "((a) * fmaxf(0.f, fminf(1.f, (a) / 6.f + 0.5f)))";
+        return "((a) * fmax(0.f, fmin(1.f, (a) / 6.f + 0.5f)))";
     case KC_OP_LEAKY_RELU:
-        return "((a) < 0 ? (float)KC_AF[0] * (a) : (a))";
+        return "((a) < 0 ? (kc_to)KC_AF[0] * (a) : (a))";
     case KC_OP_ELU:
-        return "((a) < 0 ? (float)KC_AF[0] * (expf(a) - 1.f) : (a))";
+        return "((a) < 0 ? (kc_to)KC_AF[0] * (exp(a) - 1.f) : (a))";
     case KC_OP_SELU:
-        return "((a) <= 0 ? (float)KC_AF[1] * ((float)KC_AF[0] * expf(a) - (float)KC_AF[0]) : "
-               "(float)KC_AF[1] * (a))";
+        return "((a) <= 0 ? (kc_to)KC_AF[1] * ((kc_to)KC_AF[0] * exp(a) - (kc_to)KC_AF[0]) : "
+               "(kc_to)KC_AF[1] * (a))";
     case KC_OP_CELU:
-        return "(fmaxf(0.f, (a)) + fminf(0.f, (float)KC_AF[0] * (expf((a) / (float)KC_AF[0]) - "
+        return "(fmax(0.f, (a)) + fmin(0.f, (kc_to)KC_AF[0] * (exp((a) / (kc_to)KC_AF[0]) - "
                "1.f)))";
     case KC_OP_THRESHOLDED_RELU:
-        return "((a) > (float)KC_AF[0] ? (a) : 0.f)";
+        return "((a) > (kc_to)KC_AF[0] ? (a) : 0.f)";
     case KC_OP_HARD_SIGMOID:
-        return "fmaxf(0.f, fminf(1.f, (float)KC_AF[0] * (a) + (float)KC_AF[1]))";
+        return "fmax(0.f, fmin(1.f, (kc_to)KC_AF[0] * (a) + (kc_to)KC_AF[1]))";
     case KC_OP_CLIP:
-        return "((a) < KC_AF[0] ? (float)KC_AF[0] : (a) > KC_AF[1] ? (float)KC_AF[1] : (a))";
+        return "((a) < KC_AF[0] ? (kc_to)KC_AF[0] : (a) > KC_AF[1] ? (kc_to)KC_AF[1] : (a))";
     case KC_OP_SHRINK:
-        return "((a) < -KC_AF[0] ? (a) + (float)KC_AF[1] : (a) > KC_AF[0] ? (a) - (float)KC_AF[1] "
+        return "((a) < -KC_AF[0] ? (a) + (kc_to)KC_AF[1] : (a) > KC_AF[0] ? (a) - (kc_to)KC_AF[1] "
                ": 0.f)";
     case KC_OP_POW:
-        return "powf(a, b)";
+        return "pow(a, b)";
     case KC_OP_MAX:
         return "((a) > (b) || isnan(a) ? (a) : (b))";
     case KC_OP_MIN:
@@ -154,7 +157,12 @@ static const char *ew_expr(kc_op op, kc_dtype out)
     case KC_OP_PRELU:
         return "((a) < 0 ? (b) * (a) : (a))";
     case KC_OP_MOD:
-        return "fmodf(a, b)";
+        return "fmod(a, b)";
+    case KC_OP_PYMOD: /* the sign of the divisor, as Python's % */
+        return out == KC_DT_I64
+                   ? "((b) == 0 ? 0 : (((a) % (b)) + (b)) % (b))"
+                   : "(fmod(a, b) != 0 && ((fmod(a, b) < 0) != ((b) < 0)) ? fmod(a, b) "
+                     "+ (b) : fmod(a, b))";
     case KC_OP_EQUAL:
         return "((a) == (b))";
     case KC_OP_LESS:
@@ -179,6 +187,13 @@ static const char *ew_expr(kc_op op, kc_dtype out)
         return out == KC_DT_BOOL ? "((a) != 0)" : "(a)";
     case KC_OP_EXPAND:
         return "(a)";
+    case KC_OP_ARITH:
+        /* one line: the generated #define must not span lines; integer
+         * division by zero gives 0 rather than a trap */
+        return "(KC_AI[0][0] == 0 ? (a) + (b) : KC_AI[0][0] == 1 ? (a) - (b) : KC_AI[0][0] == 2 ? "
+               "(a) * (b) : KC_AI[0][0] == 3 ? ((b) != 0 || (kc_to)0.5 != 0 ? (a) / (b) : 0) : "
+               "KC_AI[0][0] == 4 ? ((a) > (b) ? (a) : (b)) : KC_AI[0][0] == 5 ? ((a) < (b) ? (a) : "
+               "(b)) : (kc_to)pow((double)(a), (double)(b)))";
     default:
         return NULL;
     }
@@ -201,8 +216,8 @@ static void window_defs(FILE *f, const kc_kernel *k)
     bool pool = k->op == KC_OP_MAXPOOL || k->op == KC_OP_AVGPOOL;
     int fs = pool ? 1 : 0, fp = pool ? 2 : 1, fd = k->op == KC_OP_AVGPOOL ? -1 : pool ? 3 : 2;
     static const char *const ax[3] = {"D", "H", "W"};
-    fprintf(f, "#define KC_N %lldL\n#define KC_C %lldL\n#define KC_O %lldL\n", (long long)x->dims[0],
-            (long long)x->dims[1], (long long)o->dims[1]);
+    fprintf(f, "#define KC_N %lldL\n#define KC_C %lldL\n#define KC_O %lldL\n",
+            (long long)x->dims[0], (long long)x->dims[1], (long long)o->dims[1]);
     for (int d = 0; d < 3; d++) {
         int s = d - (3 - sp); /* spatial index, or < 0 for a padded dim */
         long long in = s >= 0 ? x->dims[2 + s] : 1, out = s >= 0 ? o->dims[2 + s] : 1;
@@ -227,8 +242,10 @@ kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err)
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return kc_err_set(err, KC_ERR_NOMEM, "codegen: out of memory");
-    fprintf(f, "/* generated by kcache %s (%s): op kernel %s */\n#include <math.h>\n#include "
-               "<stdint.h>\n",
+    /* tgmath: one expression serves f32, f64 and integer operands */
+    fprintf(f,
+            "/* generated by kcache %s (%s): op kernel %s */\n#include <tgmath.h>\n#include "
+            "<stdint.h>\n",
             KC_VERSION, KC_CPU_OPS_CODEGEN, kc_op_name(k->op));
     const kc_shape *o = &k->out_shape;
     fprintf(f, "#define KC_NIN %d\n#define KC_RANK_OUT %d\nstatic const long KC_OUT[8] = ", k->n_in,

@@ -19,12 +19,13 @@
 #include "kc_hash.h"
 
 #define KC_GRAPH_FORMAT "kcache-graph/1"
-#define KC_MAX_RANK 6
+#define KC_MAX_RANK 8
 #define KC_NODE_MAX_IN 8
 
 /* Element types. f32 is what kernels compute in; int64 and bool carry
- * indices, shapes and masks (ONNX Gather, Where, comparisons, Cast). */
-typedef enum kc_dtype { KC_DT_F32 = 0, KC_DT_I64, KC_DT_BOOL, KC_DT_COUNT } kc_dtype;
+ * indices, shapes and masks (ONNX Gather, Where, comparisons, Cast); f64
+ * only flows through the typed elementwise ops (arith, compare, cast). */
+typedef enum kc_dtype { KC_DT_F32 = 0, KC_DT_I64, KC_DT_BOOL, KC_DT_F64, KC_DT_COUNT } kc_dtype;
 
 typedef enum kc_op {
     KC_OP_MATMUL = 0,
@@ -112,7 +113,7 @@ typedef struct kc_graph {
     int n_values, n_nodes, n_inputs, n_params, n_outputs;
     kc_value *values;
     kc_node *nodes;
-    int *outputs; /* value ids, in declared order */
+    int *outputs;       /* value ids, in declared order */
     bool params_by_use; /* params are numbered by first use, not declaration order
                            (ONNX initializers; set before kc_graph_finish) */
     char fp[KC_KEY_HEX_LEN + 1];
@@ -143,12 +144,18 @@ void kc_graph_free(kc_graph *g);
  * Useful for explain and tests; kc_graph.fp == SHA-256 of this text. */
 char *kc_graph_canonical_text(const kc_graph *g);
 
+/* Describes where g differs from another graph's canonical text (as a
+ * graph record keeps it): the first differing node (its name in g, op and
+ * both canonical lines), or the input/param declaration, or the outputs.
+ * Writes one or more "  ..." lines into out; false if they are equal. */
+bool kc_graph_canon_diff(const kc_graph *g, const char *theirs, char *out, size_t cap);
+
 /* Helpers shared by lowering, backends and tools. */
 const char *kc_op_name(kc_op op);
 bool kc_op_is_pointwise(kc_op op); /* add..exp */
 bool kc_op_is_binary(kc_op op);    /* add, sub, mul, div */
 const char *kc_dtype_name(kc_dtype dt);
-size_t kc_dtype_size(kc_dtype dt); /* bytes per element: 4, 8, 1 */
+size_t kc_dtype_size(kc_dtype dt); /* bytes per element: 4, 8, 1, 8 */
 int64_t kc_shape_numel(const kc_shape *s);
 bool kc_shape_equal(const kc_shape *a, const kc_shape *b);
 /* Numpy-style broadcast of a and b into out; false if incompatible. */

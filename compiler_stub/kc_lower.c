@@ -19,9 +19,8 @@
 
 #include "kc_ops.h"
 
-static const char *const kind_names[KC_KK_COUNT] = {"pointwise", "gemm", "softmax", "layernorm",
-                                                    "rmsnorm",   "sdpa", "conv2d",  "transpose",
-                                                    "op"};
+static const char *const kind_names[KC_KK_COUNT] = {
+    "pointwise", "gemm", "softmax", "layernorm", "rmsnorm", "sdpa", "conv2d", "transpose", "op"};
 
 const char *kc_kernel_kind_name(kc_kernel_kind k)
 {

@@ -24,16 +24,28 @@ void kc_op_ext_arity(kc_op op, int *lo, int *hi)
     *hi = arity_tab[op - KC_OP_EXT_FIRST].hi;
 }
 
-#define L(n) {n, KC_XA_LIST, 0, false}
-#define LR(n) {n, KC_XA_LIST, 0, true}
-#define I(n, d) {n, KC_XA_INT, d, false}
-#define F(n, d) {n, KC_XA_FLOAT, d, false}
+#define L(n)                                                                                       \
+    {                                                                                              \
+        n, KC_XA_LIST, 0, false                                                                    \
+    }
+#define LR(n)                                                                                      \
+    {                                                                                              \
+        n, KC_XA_LIST, 0, true                                                                     \
+    }
+#define I(n, d)                                                                                    \
+    {                                                                                              \
+        n, KC_XA_INT, d, false                                                                     \
+    }
+#define F(n, d)                                                                                    \
+    {                                                                                              \
+        n, KC_XA_FLOAT, d, false                                                                   \
+    }
 
 static const kc_xa_field no_fields[] = {{0}};
 static const kc_xa_field f_alpha001[] = {F("alpha", 0.01), {0}};
 static const kc_xa_field f_alpha1[] = {F("alpha", 1.0), {0}};
-static const kc_xa_field f_selu[] = {F("alpha", 1.67326319217681884765625),
-                                     F("gamma", 1.05070102214813232421875), {0}};
+static const kc_xa_field f_selu[] = {
+    F("alpha", 1.67326319217681884765625), F("gamma", 1.05070102214813232421875), {0}};
 static const kc_xa_field f_hsig[] = {F("alpha", 0.2), F("beta", 0.5), {0}};
 static const kc_xa_field f_clip[] = {F("min", -INFINITY), F("max", INFINITY), {0}};
 static const kc_xa_field f_shrink[] = {F("lambd", 0.5), F("bias", 0.0), {0}};
@@ -45,22 +57,22 @@ static const kc_xa_field f_pad[] = {I("mode", 0), LR("pads"), F("value", 0.0), {
 static const kc_xa_field f_shape[] = {LR("shape"), {0}};
 static const kc_xa_field f_tile[] = {LR("repeats"), {0}};
 static const kc_xa_field f_conv[] = {L("strides"), L("pads"), L("dilations"), I("group", 1), {0}};
-static const kc_xa_field f_convt[] = {L("strides"),  L("pads"), L("dilations"), I("group", 1),
-                                      L("output_padding"), {0}};
-static const kc_xa_field f_maxpool[] = {LR("kernel"),  L("strides"), L("pads"), L("dilations"),
-                                        I("ceil_mode", 0), {0}};
-static const kc_xa_field f_avgpool[] = {LR("kernel"), L("strides"), L("pads"),
-                                        I("count_include_pad", 0), I("ceil_mode", 0), {0}};
+static const kc_xa_field f_convt[] = {L("strides"),  L("pads"),           L("dilations"),
+                                      I("group", 1), L("output_padding"), {0}};
+static const kc_xa_field f_maxpool[] = {LR("kernel"),   L("strides"),      L("pads"),
+                                        L("dilations"), I("ceil_mode", 0), {0}};
+static const kc_xa_field f_avgpool[] = {
+    LR("kernel"), L("strides"), L("pads"), I("count_include_pad", 0), I("ceil_mode", 0), {0}};
 static const kc_xa_field f_eps[] = {F("eps", 1e-5), {0}};
 static const kc_xa_field f_lnorm[] = {I("axis", -1), F("eps", 1e-5), {0}};
 static const kc_xa_field f_softmax[] = {I("axis", -1), I("legacy", 0), {0}};
 static const kc_xa_field f_reduce[] = {L("axes"), I("keepdims", 1), {0}};
-static const kc_xa_field f_arg[] = {I("axis", 0), I("keepdims", 1), I("select_last_index", 0),
-                                    {0}};
-static const kc_xa_field f_gemm[] = {F("alpha", 1.0), F("beta", 1.0), I("trans_a", 0),
-                                     I("trans_b", 0), {0}};
-static const kc_xa_field f_lrn[] = {I("size", 1), F("alpha", 1e-4), F("beta", 0.75),
-                                    F("bias", 1.0), {0}};
+static const kc_xa_field f_arg[] = {I("axis", 0), I("keepdims", 1), I("select_last_index", 0), {0}};
+static const kc_xa_field f_gemm[] = {
+    F("alpha", 1.0), F("beta", 1.0), I("trans_a", 0), I("trans_b", 0), {0}};
+static const kc_xa_field f_arith[] = {I("mode", 0), {0}};
+static const kc_xa_field f_lrn[] = {
+    I("size", 1), F("alpha", 1e-4), F("beta", 0.75), F("bias", 1.0), {0}};
 #undef L
 #undef LR
 #undef I
@@ -146,6 +158,9 @@ const kc_xa_field *kc_op_fields(kc_op op, int *n_fields)
         break;
     case KC_OP_LRN:
         f = f_lrn;
+        break;
+    case KC_OP_ARITH:
+        f = f_arith;
         break;
     default:
         if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP)
@@ -291,21 +306,41 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     *o = *a;
     ov->dtype = dt;
     kc_op op = n->op;
-    bool f32_only = kc_op_is_elementwise(op) ||
-                    (op >= KC_OP_CONV && op <= KC_OP_LRN && op != KC_OP_ARGMAX &&
-                     op != KC_OP_ARGMIN) ||
-                    op == KC_OP_HARDMAX;
-    if (f32_only)
-        for (int i = 0; i < n->n_in; i++)
-            if (in[i]->dtype != KC_DT_F32)
-                return FAIL("input %d ('%s') must be f32, got %s", i, in[i]->name,
-                            kc_dtype_name(in[i]->dtype));
+    /* dtypes: the numeric elementwise ops, reductions, softmax and argmax
+     * take f32 and f64 (a few int64 as well); convolution, pooling and
+     * normalisation are f32 only */
+    bool is_reduce = (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP) ||
+                     op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
+    bool ints_ok = op == KC_OP_NEG || op == KC_OP_ABS || op == KC_OP_CLIP || op == KC_OP_SIGN ||
+                   op == KC_OP_MAX || op == KC_OP_MIN || op == KC_OP_PYMOD || op == KC_OP_MOD ||
+                   op == KC_OP_REDUCE_SUM || op == KC_OP_REDUCE_MAX || op == KC_OP_REDUCE_MIN ||
+                   op == KC_OP_REDUCE_PROD || op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
+    bool floating = kc_op_is_elementwise(op) || is_reduce || op == KC_OP_SOFTMAX_ND ||
+                    op == KC_OP_LOGSOFTMAX || op == KC_OP_HARDMAX || op == KC_OP_PYMOD;
+    bool f32_only = !floating && op >= KC_OP_CONV && op <= KC_OP_LRN;
+    for (int i = 0; i < n->n_in && (floating || f32_only); i++) {
+        kc_dtype d = in[i]->dtype;
+        bool ok = d == KC_DT_F32 || (floating && d == KC_DT_F64) || (ints_ok && d == KC_DT_I64);
+        if (op == KC_OP_PRELU || op == KC_OP_POW || op == KC_OP_MAX || op == KC_OP_MIN ||
+            op == KC_OP_MOD || op == KC_OP_PYMOD)
+            ok = ok && d == dt;
+        if (!ok)
+            return FAIL("input %d ('%s') cannot be %s for %s", i, in[i]->name, kc_dtype_name(d),
+                        kc_op_name(op));
+    }
     switch (op) {
     case KC_OP_POW:
     case KC_OP_MAX:
     case KC_OP_MIN:
     case KC_OP_PRELU:
     case KC_OP_MOD:
+    case KC_OP_PYMOD:
+        if (!bcast(a, &in[1]->shape, o, msg, cap))
+            return false;
+        break;
+    case KC_OP_ARITH:
+        if (in[1]->dtype != dt || dt == KC_DT_BOOL || xa->i[0][0] < 0 || xa->i[0][0] > 6)
+            return FAIL("arith takes two operands of one numeric dtype and a mode 0..6");
         if (!bcast(a, &in[1]->shape, o, msg, cap))
             return false;
         break;
@@ -433,7 +468,8 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("pads need 2 x rank (%d) entries; mode must be 0..2", 2 * a->rank);
         for (int d = 0; d < a->rank; d++) {
             o->dims[d] = a->dims[d] + xa->i[1][d] + xa->i[1][d + a->rank];
-            if (xa->i[0][0] == 1 && (xa->i[1][d] >= a->dims[d] || xa->i[1][d + a->rank] >= a->dims[d]))
+            if (xa->i[0][0] == 1 &&
+                (xa->i[1][d] >= a->dims[d] || xa->i[1][d + a->rank] >= a->dims[d]))
                 return FAIL("reflect pads must be smaller than the dimension");
         }
         if (!dims_ok(o))
@@ -532,8 +568,6 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
         break;
     case KC_OP_ARGMAX:
     case KC_OP_ARGMIN:
-        if (dt != KC_DT_F32)
-            return FAIL("argmax/argmin take f32");
         if (!norm_axis(&xa->i[0][0], a->rank, false))
             return FAIL("axis out of range for rank %d", a->rank);
         ov->dtype = KC_DT_I64;

@@ -92,3 +92,7 @@ KC_OP_X(GEMM, "gemm", 2, 3)
 KC_OP_X(MATMUL_ND, "matmul_nd", 2, 2)
 KC_OP_X(LRN, "lrn", 1, 1)
 KC_OP_X(HARDMAX, "hardmax", 1, 1)
+/* typed binary arithmetic (int64, f64): mode 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min, 6 pow */
+KC_OP_X(ARITH, "arith", 2, 2)
+/* modulus with the divisor's sign (ONNX Mod, fmod=0) */
+KC_OP_X(PYMOD, "mod", 2, 2)

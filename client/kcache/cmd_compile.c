@@ -54,8 +54,8 @@ typedef struct copts {
     bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
     uint64_t seed;
-    kc_opt_list shapes;                       /* --shape NAME=D1xD2 (ONNX models) */
-    kc_shape_bind binds[KC_OPT_LIST_MAX];     /* parsed from shapes */
+    kc_opt_list shapes;                   /* --shape NAME=D1xD2 (ONNX models) */
+    kc_shape_bind binds[KC_OPT_LIST_MAX]; /* parsed from shapes */
     int n_binds;
     const char *data; /* run: an ONNX test-data directory */
 } copts;
@@ -421,9 +421,12 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     if (rc)
         return rc;
     compiled_graph c;
+    if (o.data) /* symbolic input dims take the data's shapes */
+        kc_onnx_data_binds(o.data, o.binds, &o.n_binds, KC_OPT_LIST_MAX);
     rc = compile_one(&s, &o, o.graph, o.target, true, &c);
     if (rc) {
         session_close(&s);
+        kc_shape_binds_free(o.binds, o.n_binds);
         return rc;
     }
     kc_program *p = c.p;
@@ -510,13 +513,14 @@ done:
     kc_values_free(g, ref);
     compiled_free(&c);
     session_close(&s);
+    kc_shape_binds_free(o.binds, o.n_binds);
     return rc;
 }
 
 /* ---- explain ---------------------------------------------------------------- */
 
 typedef struct nearest {
-    const char *graph_fp, *device_hash, *compiler_fp, *options;
+    const char *graph_fp, *device_hash, *compiler_fp, *options, *graph_name;
     kc_store *store;
     int best_score;
     char best_key[KC_KEY_HEX_LEN + 1];
@@ -538,9 +542,12 @@ static int scan_graph(const kc_entry_info *info, void *ctx)
     const char *dh = json_string_value(json_object_get(m, "device_hash"));
     const char *cf = json_string_value(json_object_get(m, "compiler_fp"));
     const char *op = json_string_value(json_object_get(m, "options"));
+    const char *gn = json_string_value(json_object_get(m, "graph_name"));
+    /* the same graph name breaks ties: an edited model finds its old record */
     int score =
-        (gf && strcmp(gf, n->graph_fp) == 0) * 8 + (dh && strcmp(dh, n->device_hash) == 0) * 4 +
-        (cf && strcmp(cf, n->compiler_fp) == 0) * 2 + (op && strcmp(op, n->options) == 0) * 1;
+        (gf && strcmp(gf, n->graph_fp) == 0) * 16 + (dh && strcmp(dh, n->device_hash) == 0) * 8 +
+        (cf && strcmp(cf, n->compiler_fp) == 0) * 4 + (op && strcmp(op, n->options) == 0) * 2 +
+        (gn && *gn && strcmp(gn, n->graph_name) == 0) * 1;
     if (score > n->best_score) {
         n->best_score = score;
         memcpy(n->best_key, info->key, sizeof n->best_key);
@@ -564,6 +571,24 @@ static const char *device_field_words(const char *field)
         if (strcmp(field, names[i][0]) == 0)
             return names[i][1];
     return NULL;
+}
+
+/* Names the first node in which g differs from the graph of record key. */
+static void explain_graph_diff(kc_store *st, const char *key, const kc_graph *g)
+{
+    kc_artifact a;
+    kc_err e = {0};
+    if (kc_store_get(st, key, &a, &e) != KC_OK)
+        return;
+    json_t *r = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
+    kc_artifact_free(&a);
+    const char *canon = json_string_value(json_object_get(r, "canon"));
+    char buf[8192];
+    if (!canon)
+        printf("  (that record predates per-node canonical lines: no node diff)\n");
+    else if (kc_graph_canon_diff(g, canon, buf, sizeof buf))
+        fputs(buf, stdout);
+    json_decref(r);
 }
 
 static void diff_device(const char *mine, json_t *theirs)
@@ -618,8 +643,8 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
     nearest near = {0};
     if (kc_model_load(o.graph, o.binds, o.n_binds, &g, &err) ||
-        open_backend(&o, &s, o.target, &b, &err) ||
-        b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
+        open_backend(&o, &s, o.target, &b, &err) || b->device_fp(b, &dev, &err) ||
+        b->compiler_fp(b, cfp, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
@@ -658,6 +683,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
         near.device_hash = dev.hash;
         near.compiler_fp = cfp;
         near.options = opts;
+        near.graph_name = g->name;
         near.store = s.store;
         kc_filter f = {.kind = "graph"};
         kc_store_list(s.store, &f, scan_graph, &near, &err);
@@ -672,8 +698,10 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
             const char *dh = json_string_value(json_object_get(m, "device_hash"));
             const char *cf = json_string_value(json_object_get(m, "compiler_fp"));
             const char *op = json_string_value(json_object_get(m, "options"));
-            if (!gf || strcmp(gf, g->fp))
+            if (!gf || strcmp(gf, g->fp)) {
                 printf("  graph fp         there %s (the graph itself differs)\n", gf ? gf : "?");
+                explain_graph_diff(s.store, near.best_key, g);
+            }
             if (!dh || strcmp(dh, dev.hash)) {
                 printf("  device fp        there %s\n", dh ? dh : "?");
                 diff_device(dev.json, json_object_get(m, "device_json"));

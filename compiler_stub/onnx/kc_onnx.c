@@ -10,6 +10,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,29 +54,141 @@ bool kc_shape_bind_parse(const char *text, kc_shape_bind *b, char *msg, size_t c
 
 /* ---- tensors ------------------------------------------------------------------- */
 
+/* ONNX element types kcache computes in: FLOAT, DOUBLE, INT64, BOOL as they
+ * are; the narrower integers (INT8..INT32, UINT8..UINT64) widened to int64
+ * and FLOAT16/BFLOAT16 widened to f32, in data files and models alike (so
+ * results can differ where the narrow type would overflow or round). */
 bool ox_dtype_from_onnx(int32_t t, kc_dtype *dt)
 {
     switch (t) {
-    case 1: /* FLOAT */
+    case 1:  /* FLOAT */
+    case 10: /* FLOAT16 */
+    case 16: /* BFLOAT16 */
         *dt = KC_DT_F32;
         return true;
-    case 7: /* INT64 */
-    case 6: /* INT32: widened */
+    case 2:  /* UINT8 */
+    case 3:  /* INT8 */
+    case 4:  /* UINT16 */
+    case 5:  /* INT16 */
+    case 6:  /* INT32 */
+    case 7:  /* INT64 */
+    case 12: /* UINT32 */
+    case 13: /* UINT64 */
         *dt = KC_DT_I64;
         return true;
     case 9: /* BOOL */
         *dt = KC_DT_BOOL;
+        return true;
+    case 11: /* DOUBLE */
+        *dt = KC_DT_F64;
         return true;
     default:
         return false;
     }
 }
 
+/* Bytes per element of an ONNX type in raw_data. */
+static size_t onnx_elem_size(int32_t t)
+{
+    switch (t) {
+    case 2:
+    case 3:
+    case 9:
+        return 1;
+    case 4:
+    case 5:
+    case 10:
+    case 16:
+        return 2;
+    case 1:
+    case 6:
+    case 12:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, f;
+    if (e == 0) {
+        if (m == 0) {
+            f = s;
+        } else { /* subnormal */
+            e = 127 - 15 + 1;
+            while (!(m & 0x400)) {
+                m <<= 1;
+                e--;
+            }
+            f = s | (e << 23) | ((m & 0x3ff) << 13);
+        }
+    } else if (e == 31) {
+        f = s | 0x7f800000u | (m << 13);
+    } else {
+        f = s | ((e + 127 - 15) << 23) | (m << 13);
+    }
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+
+/* One element of ONNX type t at p (raw little-endian bytes) as a double. */
+static double raw_elem(int32_t t, const uint8_t *p)
+{
+    switch (t) {
+    case 1: {
+        float v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case 10: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return half_to_float(h);
+    }
+    case 16: {
+        uint32_t f = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+        float v;
+        memcpy(&v, &f, 4);
+        return v;
+    }
+    case 2:
+        return p[0];
+    case 3:
+        return (int8_t)p[0];
+    case 4: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case 5: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case 6: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case 12: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case 9:
+        return p[0] != 0;
+    default:
+        return 0;
+    }
+}
+
 const char *ox_onnx_type_name(int32_t t)
 {
-    static const char *const names[] = {"UNDEFINED", "FLOAT",  "UINT8",   "INT8",      "UINT16",
-                                        "INT16",     "INT32",  "INT64",   "STRING",    "BOOL",
-                                        "FLOAT16",   "DOUBLE", "UINT32",  "UINT64",    "COMPLEX64",
+    static const char *const names[] = {"UNDEFINED",  "FLOAT",   "UINT8",  "INT8",   "UINT16",
+                                        "INT16",      "INT32",   "INT64",  "STRING", "BOOL",
+                                        "FLOAT16",    "DOUBLE",  "UINT32", "UINT64", "COMPLEX64",
                                         "COMPLEX128", "BFLOAT16"};
     return t >= 0 && t < (int32_t)(sizeof names / sizeof names[0]) ? names[t] : "unknown";
 }
@@ -87,12 +201,13 @@ kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype 
     int32_t ty = t->has_data_type ? t->data_type : 0;
     if (!ox_dtype_from_onnx(ty, dt))
         return kc_err_set(err, KC_ERR_UNSUPPORTED,
-                          "%s: tensor data type %s is not supported (kcache takes FLOAT, INT64, "
-                          "INT32 and BOOL)",
+                          "%s: tensor data type %s is not supported (kcache takes floating-point, "
+                          "integer and BOOL tensors)",
                           what, ox_onnx_type_name(ty));
     if (t->n_external_data || t->segment)
-        return kc_err_set(err, KC_ERR_UNSUPPORTED, "%s: external or segmented tensor data is not "
-                                                   "supported",
+        return kc_err_set(err, KC_ERR_UNSUPPORTED,
+                          "%s: external or segmented tensor data is not "
+                          "supported",
                           what);
     if (t->n_dims > KC_MAX_RANK)
         return kc_err_set(err, KC_ERR_UNSUPPORTED, "%s: rank %zu exceeds %d", what, t->n_dims,
@@ -113,48 +228,65 @@ kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype 
     uint8_t *d = calloc((size_t)n + 1, esz);
     if (!d)
         return kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", what);
-    size_t have = 0;
-    size_t src_esz = ty == 6 ? 4 : esz;
+    ox_val tmp = {.dt = *dt, .data = d}; /* typed stores through ox_const_set */
+    size_t src_esz = onnx_elem_size(ty);
+    bool same = (ty == 1 || ty == 7 || ty == 11); /* stored as kcache keeps it */
     if (t->has_raw_data) {
-        have = t->raw_data.len / src_esz;
-        if (t->raw_data.len % src_esz || have != (size_t)n)
+        if (t->raw_data.len != (size_t)n * src_esz)
             goto size_err;
-        for (int64_t i = 0; i < n; i++) {
-            const uint8_t *s = t->raw_data.data + (size_t)i * src_esz;
-            if (ty == 6) {
-                int32_t v;
-                memcpy(&v, s, 4);
-                ((int64_t *)d)[i] = v;
-            } else if (*dt == KC_DT_BOOL) {
-                d[i] = s[0] != 0;
-            } else {
-                memcpy(d + (size_t)i * esz, s, esz);
+        if (same) {
+            memcpy(d, t->raw_data.data, (size_t)n * esz);
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                const uint8_t *p = t->raw_data.data + (size_t)i * src_esz;
+                if (ty == 13) { /* UINT64: keep the bits */
+                    int64_t v;
+                    memcpy(&v, p, 8);
+                    ((int64_t *)d)[i] = v;
+                } else {
+                    ox_const_set(&tmp, i, raw_elem(ty, p));
+                }
             }
         }
     } else if (ty == 1) {
         if (t->n_float_data != (size_t)n)
             goto size_err;
         memcpy(d, t->float_data, (size_t)n * 4);
+    } else if (ty == 11) {
+        if (t->n_double_data != (size_t)n)
+            goto size_err;
+        memcpy(d, t->double_data, (size_t)n * 8);
     } else if (ty == 7) {
         if (t->n_int64_data != (size_t)n)
             goto size_err;
         memcpy(d, t->int64_data, (size_t)n * 8);
+    } else if (ty == 12 || ty == 13) {
+        if (t->n_uint64_data != (size_t)n)
+            goto size_err;
+        for (int64_t i = 0; i < n; i++)
+            ((int64_t *)d)[i] = (int64_t)t->uint64_data[i];
     } else {
+        /* int32_data carries INT8..INT32, UINT8, UINT16, BOOL and the raw
+         * 16-bit patterns of FLOAT16 / BFLOAT16 */
         if (t->n_int32_data != (size_t)n)
             goto size_err;
         for (int64_t i = 0; i < n; i++) {
-            if (*dt == KC_DT_BOOL)
-                d[i] = t->int32_data[i] != 0;
-            else
-                ((int64_t *)d)[i] = t->int32_data[i];
+            int32_t v = t->int32_data[i];
+            if (ty == 10 || ty == 16) {
+                uint8_t b2[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+                ox_const_set(&tmp, i, raw_elem(ty, b2));
+            } else {
+                ox_const_set(&tmp, i, (double)v);
+            }
         }
     }
     *data = d;
     return KC_OK;
 size_err:
     free(d);
-    return kc_err_set(err, KC_ERR_INVALID, "%s: tensor data does not match its dims (%lld elements)",
-                      what, (long long)n);
+    return kc_err_set(err, KC_ERR_INVALID,
+                      "%s: tensor data does not match its dims (%lld elements)", what,
+                      (long long)n);
 }
 
 kc_code kc_onnx_tensor_load(const char *path, kc_dtype *dt, kc_shape *shape, void **data,
@@ -362,18 +494,18 @@ ox_val *ox_const_new(ox_ctx *c, const char *name, kc_dtype dt, const kc_shape *s
 /* Integer values of a constant (i64 or bool or integral f32). */
 bool ox_const_ints(const ox_val *v, int64_t *out, int cap, int *n)
 {
-    if (!v || !v->is_const)
+    if (!v || !(v->is_const || v->bound))
         return false;
     int64_t cnt = kc_shape_numel(&v->shape);
     if (cnt > cap)
         return false;
     for (int64_t i = 0; i < cnt; i++) {
-        if (v->dt == KC_DT_I64)
+        if (v->dt == KC_DT_I64) /* exactly: INT64_MAX is a common "to the end" */
             out[i] = ((const int64_t *)v->data)[i];
-        else if (v->dt == KC_DT_BOOL)
-            out[i] = ((const uint8_t *)v->data)[i];
-        else
-            out[i] = (int64_t)((const float *)v->data)[i];
+        else {
+            double x = ox_const_num(v, i);
+            out[i] = x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : (int64_t)x;
+        }
     }
     *n = (int)cnt;
     return true;
@@ -383,15 +515,21 @@ double ox_const_num(const ox_val *v, int64_t i)
 {
     return v->dt == KC_DT_I64    ? (double)((const int64_t *)v->data)[i]
            : v->dt == KC_DT_BOOL ? (double)((const uint8_t *)v->data)[i]
+           : v->dt == KC_DT_F64  ? ((const double *)v->data)[i]
                                  : (double)((const float *)v->data)[i];
 }
 
 void ox_const_set(ox_val *v, int64_t i, double x)
 {
-    if (v->dt == KC_DT_I64)
-        ((int64_t *)v->data)[i] = (int64_t)x;
+    if (v->dt == KC_DT_I64) /* saturating: a double out of range is no UB */
+        ((int64_t *)v->data)[i] = isnan(x)       ? 0
+                                  : x >= 9.2e18  ? INT64_MAX
+                                  : x <= -9.2e18 ? INT64_MIN
+                                                 : (int64_t)x;
     else if (v->dt == KC_DT_BOOL)
         ((uint8_t *)v->data)[i] = x != 0;
+    else if (v->dt == KC_DT_F64)
+        ((double *)v->data)[i] = x;
     else
         ((float *)v->data)[i] = (float)x;
 }
@@ -430,8 +568,8 @@ int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int c
     return a->n_ints > (size_t)cap ? cap + 1 : cnt;
 }
 
-const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt,
-                        char *buf, size_t cap)
+const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt, char *buf,
+                        size_t cap)
 {
     const Onnx__AttributeProto *a = ox_attr(n, name);
     if (!a || !a->has_s)
@@ -442,8 +580,20 @@ const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *
 
 /* ---- the model ---------------------------------------------------------------------------- */
 
+/* A positional binding "#K" for the K-th graph input (run --data takes
+ * them from input_K.pb), or NULL. */
+static const kc_shape_bind *positional(const kc_shape_bind *b, int nb, int pos)
+{
+    char want[16];
+    snprintf(want, sizeof want, "#%d", pos);
+    for (int i = 0; i < nb; i++)
+        if (strcmp(b[i].name, want) == 0)
+            return &b[i];
+    return NULL;
+}
+
 static kc_code value_info_shape(ox_ctx *c, const Onnx__ValueInfoProto *vi, const kc_shape_bind *b,
-                                int nb, kc_dtype *dt, kc_shape *s)
+                                int nb, int pos, kc_dtype *dt, kc_shape *s)
 {
     const char *name = vi->name ? vi->name : "";
     const Onnx__TypeProto *tp = vi->type;
@@ -451,10 +601,12 @@ static kc_code value_info_shape(ox_ctx *c, const Onnx__ValueInfoProto *vi, const
         return kc_err_set(c->err, KC_ERR_UNSUPPORTED, "%s: input '%s' is not a tensor", c->origin,
                           name);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
-    if (!ox_dtype_from_onnx(tt->elem_type, dt) || tt->elem_type == 6)
-        return kc_err_set(c->err, KC_ERR_UNSUPPORTED,
-                          "%s: input '%s' has element type %s (kcache takes FLOAT, INT64, BOOL)",
-                          c->origin, name, ox_onnx_type_name(tt->elem_type));
+    if (!ox_dtype_from_onnx(tt->elem_type, dt))
+        return kc_err_set(
+            c->err, KC_ERR_UNSUPPORTED,
+            "%s: input '%s' has element type %s (kcache takes floating-point, integer "
+            "and BOOL tensors)",
+            c->origin, name, ox_onnx_type_name(tt->elem_type));
     for (int i = 0; i < nb; i++)
         if (strcmp(b[i].name, name) == 0) {
             *s = b[i].shape;
@@ -464,6 +616,15 @@ static kc_code value_info_shape(ox_ctx *c, const Onnx__ValueInfoProto *vi, const
                                   c->origin, name, s->rank, tt->shape->n_dim);
             return KC_OK;
         }
+    const kc_shape_bind *pb = positional(b, nb, pos);
+    bool symbolic = !tt->shape;
+    for (size_t d = 0; tt->shape && d < tt->shape->n_dim; d++)
+        symbolic = symbolic || tt->shape->dim[d]->value_case !=
+                                   ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    if (symbolic && pb && (!tt->shape || tt->shape->n_dim == (size_t)pb->shape.rank)) {
+        *s = pb->shape;
+        return KC_OK;
+    }
     if (!tt->shape)
         return kc_err_set(c->err, KC_ERR_INVALID,
                           "%s: input '%s' has no declared shape: bind it with --shape %s=D1xD2...",
@@ -546,8 +707,8 @@ static kc_code arrange(ox_ctx *c)
     return KC_OK;
 }
 
-kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const kc_shape_bind *binds,
-                      int n_binds, kc_graph **out, kc_err *err)
+kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin,
+                      const kc_shape_bind *binds, int n_binds, kc_graph **out, kc_err *err)
 {
     *out = NULL;
     origin = origin ? origin : "<onnx>";
@@ -565,7 +726,8 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
     c.g->params_by_use = true;
     const Onnx__GraphProto *gp = m->graph;
     if (!gp || gp->n_node == 0 || gp->n_output == 0) {
-        rc = kc_err_set(err, KC_ERR_INVALID, "%s: the model has no graph, nodes or outputs", origin);
+        rc =
+            kc_err_set(err, KC_ERR_INVALID, "%s: the model has no graph, nodes or outputs", origin);
         goto out;
     }
     c.opset = -1;
@@ -576,13 +738,32 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
     }
     if (c.opset < 0 && m->n_opset_import == 0)
         c.opset = 1; /* IR v1/v2 models carry no opset import */
+    if (c.opset < 0) {
+        rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
+                        "%s: the model imports no ai.onnx opset (kcache imports opsets 6 to 17)",
+                        origin);
+        goto out;
+    }
     if (c.opset < 6 || c.opset > 17) {
         rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
                         "%s: ONNX opset %lld is not supported (kcache imports opsets 6 to 17)",
                         origin, (long long)c.opset);
         goto out;
     }
-    c.g->name = strdup("");
+    /* every operator first: an unsupported one is the error that matters */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *t = np->op_type ? np->op_type : "";
+        bool other = np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0;
+        if (other || !ox_op_known(t)) {
+            rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
+                            "%s: node %zu '%s' (%s, opset %lld): unsupported operator '%s%s%s'",
+                            origin, i, np->name ? np->name : "", t, (long long)c.opset,
+                            other ? np->domain : "", other ? "." : "", t);
+            goto out;
+        }
+    }
+    c.g->name = strdup(gp->name ? gp->name : ""); /* never part of the fingerprint */
     if (!c.g->name) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);
         goto out;
@@ -602,6 +783,7 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
             goto out;
     }
     /* inputs that are not initializers */
+    int pos = 0;
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];
         const char *name = vi->name ? vi->name : "";
@@ -610,7 +792,7 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
             continue;
         kc_dtype dt;
         kc_shape s;
-        if ((rc = value_info_shape(&c, vi, binds, n_binds, &dt, &s)))
+        if ((rc = value_info_shape(&c, vi, binds, n_binds, pos++, &dt, &s)))
             goto out;
         ox_val *v = ox_define(&c, name);
         int id = v ? new_value(&c, name, KC_VAL_INPUT) : -1;
@@ -623,6 +805,16 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
         v->id = id;
         v->dt = dt;
         v->shape = s;
+        const kc_shape_bind *pb = positional(binds, n_binds, pos - 1);
+        if (pb && pb->data && pb->dt == dt && kc_shape_equal(&pb->shape, &s)) {
+            size_t bytes = (size_t)kc_shape_numel(&s) * kc_dtype_size(dt);
+            if (!(v->data = malloc(bytes ? bytes : 1))) {
+                rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);
+                goto out;
+            }
+            memcpy(v->data, pb->data, bytes);
+            v->bound = true;
+        }
     }
     for (int i = 0; i < n_binds; i++) {
         bool used = false;
@@ -633,19 +825,13 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
     /* nodes, in file order (ONNX requires it to be topological) */
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *np = gp->node[i];
-        c.cur_name = np->name && *np->name ? np->name
+        c.cur_name = np->name && *np->name           ? np->name
                      : np->n_output && np->output[0] ? np->output[0]
-                                                      : "node";
+                                                     : "node";
         snprintf(c.label, sizeof c.label, "node %zu '%s' (%s, opset %lld)", i,
                  np->name && *np->name ? np->name : "", np->op_type ? np->op_type : "?",
                  (long long)c.opset);
         c.n_tmp = 0;
-        if (np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0) {
-            rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
-                            "%s: %s: operator domain '%s' is not supported", origin, c.label,
-                            np->domain);
-            goto out;
-        }
         if ((rc = ox_convert_node(&c, np)))
             goto out;
     }

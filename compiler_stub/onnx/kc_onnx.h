@@ -21,11 +21,23 @@
 #include "kc_graph.h"
 
 /* A --shape binding: NAME=D1xD2x... names a graph input (its whole shape)
- * or a symbolic dimension (dim_param; then exactly one dimension). */
+ * or a symbolic dimension (dim_param; then exactly one dimension). "#K"
+ * binds the K-th graph input by position, and only where its declared
+ * shape is symbolic (run --data derives these from input_K.pb). */
 typedef struct kc_shape_bind {
     char name[128];
     kc_shape shape;
+    /* "#K" bindings from run --data also carry the input's values (owned,
+     * kc_shape_binds_free): an input that decides a shape or attribute
+     * (Reshape's shape, ReduceSum's axes, Clip's bounds, ...) is then
+     * folded like a constant, and the compiled kernels are specialised to
+     * those values (they are part of the key). */
+    void *data;
+    kc_dtype dt;
 } kc_shape_bind;
+
+/* Frees the data of n bindings. */
+void kc_shape_binds_free(kc_shape_bind *b, int n);
 
 /* Parses "NAME=2x3x224x224" into *b; false (with a reason in msg) if malformed. */
 bool kc_shape_bind_parse(const char *text, kc_shape_bind *b, char *msg, size_t cap);
@@ -36,8 +48,8 @@ bool kc_shape_bind_parse(const char *text, kc_shape_bind *b, char *msg, size_t c
  * naming op type, node name and opset), an unbound symbolic dimension
  * (naming the input and the dimension), a shape-deciding input that is not
  * a constant, shape mismatches. *out is owned by the caller (kc_graph_free). */
-kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const kc_shape_bind *binds,
-                      int n_binds, kc_graph **out, kc_err *err);
+kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin,
+                      const kc_shape_bind *binds, int n_binds, kc_graph **out, kc_err *err);
 kc_code kc_onnx_load(const char *path, const kc_shape_bind *binds, int n_binds, kc_graph **out,
                      kc_err *err);
 
@@ -63,6 +75,12 @@ kc_code kc_onnx_tensor_load(const char *path, kc_dtype *dt, kc_shape *shape, voi
  * that differs from the model's inputs, a damaged TensorProto, a dtype or
  * shape that differs from the input's. */
 kc_code kc_onnx_data_inputs(const kc_graph *g, const char *dir, float *const *values, kc_err *err);
+
+/* Appends positional bindings "#K" with the shapes and values of
+ * DIR/input_K.pb to binds (up to cap entries in all; *n is updated; free
+ * with kc_shape_binds_free). Unreadable files are skipped here:
+ * kc_onnx_data_inputs reports them. */
+void kc_onnx_data_binds(const char *dir, kc_shape_bind *binds, int *n, int cap);
 
 /* One output compared with DIR/output_N.pb. */
 typedef struct kc_onnx_check {

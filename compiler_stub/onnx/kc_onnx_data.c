@@ -40,13 +40,41 @@ static kc_code load_for(const kc_graph *g, int v, const char *dir, const char *p
     if (dt != val->dtype || !same) {
         free(*data);
         *data = NULL;
-        return kc_err_set(err, KC_ERR_INVALID,
-                          "%s: holds %s %s, but the model's %s '%s' is %s %s", path,
-                          kc_dtype_name(dt), kc_shape_str(&sh, s1, sizeof s1),
+        return kc_err_set(err, KC_ERR_INVALID, "%s: holds %s %s, but the model's %s '%s' is %s %s",
+                          path, kc_dtype_name(dt), kc_shape_str(&sh, s1, sizeof s1),
                           k == 0 && strcmp(prefix, "input") == 0 ? "input" : prefix, val->name,
                           kc_dtype_name(val->dtype), kc_shape_str(&val->shape, s2, sizeof s2));
     }
     return KC_OK;
+}
+
+void kc_onnx_data_binds(const char *dir, kc_shape_bind *binds, int *n, int cap)
+{
+    int cnt = count_files(dir, "input");
+    for (int k = 0; k < cnt && *n < cap; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/input_%d.pb", dir, k);
+        kc_dtype dt;
+        kc_shape sh;
+        void *data = NULL;
+        kc_err e = {0};
+        if (kc_onnx_tensor_load(path, &dt, &sh, &data, &e) != KC_OK)
+            continue;
+        kc_shape_bind *b = &binds[(*n)++];
+        memset(b, 0, sizeof *b);
+        snprintf(b->name, sizeof b->name, "#%d", k);
+        b->shape = sh;
+        b->data = data;
+        b->dt = dt;
+    }
+}
+
+void kc_shape_binds_free(kc_shape_bind *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(b[i].data);
+        b[i].data = NULL;
+    }
 }
 
 kc_code kc_onnx_data_inputs(const kc_graph *g, const char *dir, float *const *values, kc_err *err)
@@ -94,6 +122,9 @@ kc_code kc_onnx_data_check(const kc_graph *g, const char *dir, float *const *val
             if (dt == KC_DT_F32) {
                 a = ((const float *)values[v])[i];
                 b = ((const float *)want)[i];
+            } else if (dt == KC_DT_F64) {
+                a = ((const double *)(const void *)values[v])[i];
+                b = ((const double *)want)[i];
             } else if (dt == KC_DT_I64) {
                 a = (double)((const int64_t *)(const void *)values[v])[i];
                 b = (double)((const int64_t *)want)[i];
@@ -106,7 +137,7 @@ kc_code kc_onnx_data_check(const kc_graph *g, const char *dir, float *const *val
             double d = fabs(a - b);
             if (isnan(d) || (isinf(a) && a == b))
                 d = isnan(d) ? INFINITY : 0;
-            double tol = dt == KC_DT_F32 ? atol + rtol * fabs(b) : 0;
+            double tol = dt == KC_DT_F32 || dt == KC_DT_F64 ? atol + rtol * fabs(b) : 0;
             if (!(d <= tol))
                 c->bad++;
             if (d > c->max_abs || isnan(d))

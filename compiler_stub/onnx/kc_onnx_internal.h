@@ -16,6 +16,8 @@ typedef struct ox_val {
     char *name; /* owned */
     int id;     /* kc value id, or -1 */
     bool is_const;
+    bool bound;     /* a graph input whose run --data values decide shapes (data
+                       holds them; only shape/attribute positions read it) */
     kc_dtype dt;    /* constants */
     kc_shape shape; /* constants */
     void *data;     /* constants: numel(shape) elements of dt (owned) */
@@ -66,6 +68,8 @@ int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int c
 const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt, char *buf,
                         size_t cap);
 
+/* True when kc_onnx_ops.c has a handler for op_type. */
+bool ox_op_known(const char *op_type);
 /* Converts one node (kc_onnx_ops.c). */
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np);
 

@@ -37,8 +37,9 @@ static ox_val *in_val(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *r
         return NULL;
     ox_val *v = ox_lookup(c, np->input[i]);
     if (!v)
-        *rc = fail(c, KC_ERR_INVALID, "input '%s' is not defined by an earlier node, an input or "
-                                      "an initializer",
+        *rc = fail(c, KC_ERR_INVALID,
+                   "input '%s' is not defined by an earlier node, an input or "
+                   "an initializer",
                    np->input[i]);
     return v;
 }
@@ -122,8 +123,8 @@ static void xa_list(kc_xattrs *xa, int f, const int64_t *v, int n)
 
 /* The integers of input i, which must be a constant (they decide a shape or
  * an attribute, so they are folded into the key). -1 if absent. */
-static int const_ints(ox_ctx *c, const Onnx__NodeProto *np, size_t i, const char *what, int64_t *out,
-                      kc_code *rc)
+static int const_ints(ox_ctx *c, const Onnx__NodeProto *np, size_t i, const char *what,
+                      int64_t *out, kc_code *rc)
 {
     ox_val *v = in_val(c, np, i, rc);
     if (*rc || !v)
@@ -288,12 +289,12 @@ static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *r
     }
     const char *op = np->op_type;
     bool cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") ||
-               !strcmp(op, "LessOrEqual") || !strcmp(op, "GreaterOrEqual") ||
-               !strcmp(op, "And") || !strcmp(op, "Or") || !strcmp(op, "Not");
-    kc_dtype dt = out_dt >= 0                   ? (kc_dtype)out_dt
-                  : cmp                         ? KC_DT_BOOL
+               !strcmp(op, "LessOrEqual") || !strcmp(op, "GreaterOrEqual") || !strcmp(op, "And") ||
+               !strcmp(op, "Or") || !strcmp(op, "Not");
+    kc_dtype dt = out_dt >= 0                    ? (kc_dtype)out_dt
+                  : cmp                          ? KC_DT_BOOL
                   : !strcmp(op, "Where") && v[1] ? v[1]->dt
-                                                : v[0]->dt;
+                                                 : v[0]->dt;
     ox_val *o = ox_const_new(c, out_name(np, 0), dt, &t);
     if (!o) {
         *rc = fail(c, KC_ERR_NOMEM, "out of memory");
@@ -334,25 +335,25 @@ static kc_code legacy_bcast(ox_ctx *c, const Onnx__NodeProto *np, int *a, int *b
 
 static kc_op binary_op(const char *t)
 {
-    return !strcmp(t, "Add")   ? KC_OP_ADD
-           : !strcmp(t, "Sub") ? KC_OP_SUB
-           : !strcmp(t, "Mul") ? KC_OP_MUL
-           : !strcmp(t, "Div") ? KC_OP_DIV
-           : !strcmp(t, "Pow") ? KC_OP_POW
-           : !strcmp(t, "Max") ? KC_OP_MAX
-           : !strcmp(t, "Min") ? KC_OP_MIN
-           : !strcmp(t, "Sum") ? KC_OP_ADD
-           : !strcmp(t, "Mean") ? KC_OP_ADD
-           : !strcmp(t, "Equal") ? KC_OP_EQUAL
-           : !strcmp(t, "Less")  ? KC_OP_LESS
-           : !strcmp(t, "Greater") ? KC_OP_GREATER
-           : !strcmp(t, "LessOrEqual") ? KC_OP_LESS_EQUAL
+    return !strcmp(t, "Add")              ? KC_OP_ADD
+           : !strcmp(t, "Sub")            ? KC_OP_SUB
+           : !strcmp(t, "Mul")            ? KC_OP_MUL
+           : !strcmp(t, "Div")            ? KC_OP_DIV
+           : !strcmp(t, "Pow")            ? KC_OP_POW
+           : !strcmp(t, "Max")            ? KC_OP_MAX
+           : !strcmp(t, "Min")            ? KC_OP_MIN
+           : !strcmp(t, "Sum")            ? KC_OP_ADD
+           : !strcmp(t, "Mean")           ? KC_OP_ADD
+           : !strcmp(t, "Equal")          ? KC_OP_EQUAL
+           : !strcmp(t, "Less")           ? KC_OP_LESS
+           : !strcmp(t, "Greater")        ? KC_OP_GREATER
+           : !strcmp(t, "LessOrEqual")    ? KC_OP_LESS_EQUAL
            : !strcmp(t, "GreaterOrEqual") ? KC_OP_GREATER_EQUAL
-           : !strcmp(t, "And") ? KC_OP_AND
-           : !strcmp(t, "Or")  ? KC_OP_OR
-           : !strcmp(t, "Xor") ? KC_OP_XOR
-           : !strcmp(t, "Mod") ? KC_OP_MOD
-                               : KC_OP_COUNT;
+           : !strcmp(t, "And")            ? KC_OP_AND
+           : !strcmp(t, "Or")             ? KC_OP_OR
+           : !strcmp(t, "Xor")            ? KC_OP_XOR
+           : !strcmp(t, "Mod")            ? KC_OP_MOD
+                                          : KC_OP_COUNT;
 }
 
 /* Binary and variadic elementwise ops (Sum/Max/Min/Mean chain pairwise). */
@@ -363,7 +364,7 @@ static kc_code h_binary(ox_ctx *c, const Onnx__NodeProto *np)
         return rc;
     kc_op op = binary_op(np->op_type);
     if (op == KC_OP_MOD && !ox_attr_int(np, "fmod", 0))
-        return fail(c, KC_ERR_UNSUPPORTED, "Mod with fmod=0 (integer modulus) is not supported");
+        op = KC_OP_PYMOD;
     if (np->n_input == 1) {
         kc_code r2 = KC_OK;
         ox_val *v = in_val(c, np, 0, &r2);
@@ -379,13 +380,32 @@ static kc_code h_binary(ox_ctx *c, const Onnx__NodeProto *np)
         if ((rc = legacy_bcast(c, np, &acc, &b)))
             return rc;
         bool last = i + 1 == np->n_input && strcmp(np->op_type, "Mean") != 0;
+        kc_dtype adt = ox_kv(c, acc)->dtype;
+        if (op == KC_OP_POW && ox_kv(c, b)->dtype != adt) { /* Pow(float, int64) */
+            kc_xattrs cx;
+            xa_init(KC_OP_CAST, &cx);
+            cx.i[0][0] = adt;
+            if ((b = ox_emit(c, KC_OP_CAST, &b, 1, &cx, NULL)) < 0)
+                return c->err->code;
+        }
         int ins[2] = {acc, b};
-        if (kc_op_is_binary(op) && ox_kv(c, acc)->dtype != KC_DT_F32)
-            return fail(c, KC_ERR_UNSUPPORTED,
-                        "%s on %s tensors computed at run time is not supported (only constant "
-                        "shape arithmetic is folded)",
-                        np->op_type, kc_dtype_name(ox_kv(c, acc)->dtype));
-        acc = ox_emit(c, op, ins, 2, NULL, last ? out_name(np, 0) : NULL);
+        int mode = op == KC_OP_ADD   ? 0
+                   : op == KC_OP_SUB ? 1
+                   : op == KC_OP_MUL ? 2
+                   : op == KC_OP_DIV ? 3
+                   : op == KC_OP_MAX ? 4
+                   : op == KC_OP_MIN ? 5
+                   : op == KC_OP_POW ? 6
+                                     : -1;
+        if (adt != KC_DT_F32 && mode >= 0) {
+            /* int64 / f64 arithmetic: the typed elementwise op */
+            kc_xattrs ax;
+            xa_init(KC_OP_ARITH, &ax);
+            ax.i[0][0] = mode;
+            acc = ox_emit(c, KC_OP_ARITH, ins, 2, &ax, last ? out_name(np, 0) : NULL);
+        } else {
+            acc = ox_emit(c, op, ins, 2, NULL, last ? out_name(np, 0) : NULL);
+        }
         if (acc < 0)
             return c->err->code;
     }
@@ -408,21 +428,36 @@ static kc_op unary_op(const char *t)
     static const struct {
         const char *name;
         kc_op op;
-    } tab[] = {{"Relu", KC_OP_RELU},         {"Tanh", KC_OP_TANH},
-               {"Exp", KC_OP_EXP},           {"Sigmoid", KC_OP_SIGMOID},
-               {"Neg", KC_OP_NEG},           {"Abs", KC_OP_ABS},
-               {"Sqrt", KC_OP_SQRT},         {"Log", KC_OP_LOG},
-               {"Reciprocal", KC_OP_RECIPROCAL}, {"Floor", KC_OP_FLOOR},
-               {"Ceil", KC_OP_CEIL},         {"Erf", KC_OP_ERF},
-               {"Sin", KC_OP_SIN},           {"Cos", KC_OP_COS},
-               {"Tan", KC_OP_TAN},           {"Asin", KC_OP_ASIN},
-               {"Acos", KC_OP_ACOS},         {"Atan", KC_OP_ATAN},
-               {"Sinh", KC_OP_SINH},         {"Cosh", KC_OP_COSH},
-               {"Asinh", KC_OP_ASINH},       {"Acosh", KC_OP_ACOSH},
-               {"Atanh", KC_OP_ATANH},       {"Sign", KC_OP_SIGN},
-               {"Softplus", KC_OP_SOFTPLUS}, {"Softsign", KC_OP_SOFTSIGN},
-               {"Round", KC_OP_ROUND},       {"HardSwish", KC_OP_HARDSWISH},
-               {"Not", KC_OP_NOT},           {NULL, KC_OP_COUNT}};
+    } tab[] = {{"Relu", KC_OP_RELU},
+               {"Tanh", KC_OP_TANH},
+               {"Exp", KC_OP_EXP},
+               {"Sigmoid", KC_OP_SIGMOID},
+               {"Neg", KC_OP_NEG},
+               {"Abs", KC_OP_ABS},
+               {"Sqrt", KC_OP_SQRT},
+               {"Log", KC_OP_LOG},
+               {"Reciprocal", KC_OP_RECIPROCAL},
+               {"Floor", KC_OP_FLOOR},
+               {"Ceil", KC_OP_CEIL},
+               {"Erf", KC_OP_ERF},
+               {"Sin", KC_OP_SIN},
+               {"Cos", KC_OP_COS},
+               {"Tan", KC_OP_TAN},
+               {"Asin", KC_OP_ASIN},
+               {"Acos", KC_OP_ACOS},
+               {"Atan", KC_OP_ATAN},
+               {"Sinh", KC_OP_SINH},
+               {"Cosh", KC_OP_COSH},
+               {"Asinh", KC_OP_ASINH},
+               {"Acosh", KC_OP_ACOSH},
+               {"Atanh", KC_OP_ATANH},
+               {"Sign", KC_OP_SIGN},
+               {"Softplus", KC_OP_SOFTPLUS},
+               {"Softsign", KC_OP_SOFTSIGN},
+               {"Round", KC_OP_ROUND},
+               {"HardSwish", KC_OP_HARDSWISH},
+               {"Not", KC_OP_NOT},
+               {NULL, KC_OP_COUNT}};
     for (int i = 0; tab[i].name; i++)
         if (!strcmp(tab[i].name, t))
             return tab[i].op;
@@ -474,7 +509,7 @@ static kc_code h_clip(ox_ctx *c, const Onnx__NodeProto *np)
                 return rc;
             if (!b)
                 continue;
-            if (!b->is_const || kc_shape_numel(&b->shape) != 1)
+            if (!(b->is_const || b->bound) || kc_shape_numel(&b->shape) != 1)
                 return fail(c, KC_ERR_UNSUPPORTED,
                             "Clip bound '%s' must be a constant scalar (it is folded into the "
                             "kernel)",
@@ -554,6 +589,21 @@ static kc_code h_identity(ox_ctx *c, const Onnx__NodeProto *np)
     ox_val *v = in_val(c, np, 0, &rc);
     if (rc || !v)
         return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    if (!strcmp(np->op_type, "Dropout")) {
+        ox_val *tm = in_val(c, np, 2, &rc); /* training_mode (opset 12) */
+        if (rc)
+            return rc;
+        bool training = ox_attr_int(np, "is_test", 1) == 0 && c->opset < 7;
+        if (tm && (!tm->is_const || ox_const_num(tm, 0) != 0))
+            training = true;
+        ox_val *ratio = in_val(c, np, 1, &rc);
+        if (training && ratio && ratio->is_const && ox_const_num(ratio, 0) == 0)
+            training = false; /* nothing is dropped: the identity, mask all true */
+        if (training)
+            return fail(c, KC_ERR_UNSUPPORTED,
+                        "Dropout in training mode (random) is not "
+                        "supported");
+    }
     if ((rc = alias(c, np, 0, v)))
         return rc;
     if (!strcmp(np->op_type, "Dropout") && np->n_output > 1 && *out_name(np, 1)) {
@@ -683,11 +733,12 @@ static kc_code h_shape(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_range(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    if (!all_const(c, np))
-        return fail(c, KC_ERR_UNSUPPORTED, "Range needs constant start, limit and delta");
     ox_val *a = in_val(c, np, 0, &rc), *b = in_val(c, np, 1, &rc), *d = in_val(c, np, 2, &rc);
     if (rc || !a || !b || !d)
         return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    /* the length decides the output shape: constants, or inputs bound by run --data */
+    if (!(a->is_const || a->bound) || !(b->is_const || b->bound) || !(d->is_const || d->bound))
+        return fail(c, KC_ERR_UNSUPPORTED, "Range needs constant start, limit and delta");
     double st = ox_const_num(a, 0), lim = ox_const_num(b, 0), dl = ox_const_num(d, 0);
     double cnt = dl != 0 ? ceil((lim - st) / dl) : 0;
     if (cnt < 1 || cnt > (1 << 24))
@@ -773,8 +824,8 @@ static kc_code h_squeeze(ox_ctx *c, const Onnx__NodeProto *np)
         return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
     bool un = !strcmp(np->op_type, "Unsqueeze");
     int64_t ax[MAXI];
-    int n = c->opset < 13 ? ox_attr_ints(np, "axes", ax, MAXI)
-                          : const_ints(c, np, 1, "axes", ax, &rc);
+    int n =
+        c->opset < 13 ? ox_attr_ints(np, "axes", ax, MAXI) : const_ints(c, np, 1, "axes", ax, &rc);
     if (rc)
         return rc;
     const kc_shape *xs = shape_of(c, x);
@@ -964,8 +1015,7 @@ static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
         if (rc)
             return rc;
     }
-    if (ns < 0 || ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns) ||
-        ns > xs->rank)
+    if (ns < 0 || ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns) || ns > xs->rank)
         return fail(c, KC_ERR_INVALID, "starts, ends, axes and steps differ in length");
     int64_t st[KC_MAX_RANK], en[KC_MAX_RANK], sp[KC_MAX_RANK];
     for (int d = 0; d < xs->rank; d++) {
@@ -1063,7 +1113,10 @@ static kc_code h_pad(ox_ctx *c, const Onnx__NodeProto *np)
     int n;
     char mode[32];
     const char *m = ox_attr_str(np, "mode", "constant", mode, sizeof mode);
-    xa.i[0][0] = !strcmp(m, "reflect") ? 1 : !strcmp(m, "edge") ? 2 : !strcmp(m, "constant") ? 0 : -1;
+    xa.i[0][0] = !strcmp(m, "reflect")    ? 1
+                 : !strcmp(m, "edge")     ? 2
+                 : !strcmp(m, "constant") ? 0
+                                          : -1;
     if (xa.i[0][0] < 0)
         return fail(c, KC_ERR_UNSUPPORTED, "Pad mode '%s' is not supported", m);
     if (c->opset < 11) {
@@ -1077,7 +1130,7 @@ static kc_code h_pad(ox_ctx *c, const Onnx__NodeProto *np)
         if (rc)
             return rc;
         if (cv) {
-            if (!cv->is_const)
+            if (!(cv->is_const || cv->bound))
                 return fail(c, KC_ERR_UNSUPPORTED, "the pad value must be a constant");
             xa.f[2] = ox_const_num(cv, 0);
         }
@@ -1175,8 +1228,8 @@ static kc_code h_tile_expand(ox_ctx *c, const Onnx__NodeProto *np)
             t.dims[i] = d[i];
         if (!kc_shape_broadcast(xs, &t, &o)) {
             char a[96], b[96];
-            return fail(c, KC_ERR_INVALID, "cannot expand %s to %s",
-                        kc_shape_str(xs, a, sizeof a), kc_shape_str(&t, b, sizeof b));
+            return fail(c, KC_ERR_INVALID, "cannot expand %s to %s", kc_shape_str(xs, a, sizeof a),
+                        kc_shape_str(&t, b, sizeof b));
         }
         if (kc_shape_equal(&o, xs))
             return alias(c, np, 0, x);
@@ -1303,8 +1356,9 @@ static kc_code h_conv(ox_ctx *c, const Onnx__NodeProto *np)
         kernel[d] = ws->dims[2 + d];
     if (list_or(np, "strides", strides, sp, 1) || list_or(np, "dilations", dil, sp, 1) ||
         list_or(np, "output_padding", outpad, sp, 0))
-        return fail(c, KC_ERR_INVALID, "strides, dilations or output_padding do not match %d "
-                                       "spatial dimensions",
+        return fail(c, KC_ERR_INVALID,
+                    "strides, dilations or output_padding do not match %d "
+                    "spatial dimensions",
                     sp);
     int64_t group = ox_attr_int(np, "group", 1);
     kc_xattrs xa;
@@ -1416,11 +1470,45 @@ static kc_code h_instancenorm(ox_ctx *c, const Onnx__NodeProto *np)
     return simple(c, np, KC_OP_INSTANCENORM, 3, &xa);
 }
 
+/* LayerNormalization's optional Mean and InvStdDev outputs, decomposed:
+ * reduce_mean, (x - mean)^2, reduce_mean, + eps, sqrt, reciprocal. */
+static kc_code layernorm_stats(ox_ctx *c, const Onnx__NodeProto *np, int x, int64_t axis,
+                               double eps)
+{
+    const kc_shape *xs = &ox_kv(c, x)->shape;
+    kc_xattrs ra;
+    xa_init(KC_OP_REDUCE_MEAN, &ra);
+    for (int d = (int)axis; d < xs->rank; d++)
+        ra.i[0][ra.n[0]++] = d;
+    ra.i[1][0] = 1;
+    int mean = ox_emit(c, KC_OP_REDUCE_MEAN, &x, 1, &ra, *out_name(np, 1) ? out_name(np, 1) : NULL);
+    if (mean < 0)
+        return c->err->code;
+    kc_code rc = bind(c, np, 1, mean);
+    if (rc || np->n_output < 3 || !*out_name(np, 2))
+        return rc;
+    int d = ox_emit(c, KC_OP_SUB, (int[]){x, mean}, 2, NULL, NULL);
+    int sq = d < 0 ? -1 : ox_emit(c, KC_OP_MUL, (int[]){d, d}, 2, NULL, NULL);
+    int var = sq < 0 ? -1 : ox_emit(c, KC_OP_REDUCE_MEAN, &sq, 1, &ra, NULL);
+    if (var < 0)
+        return c->err->code;
+    kc_shape one = {.rank = 0};
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s#eps", c->cur_name);
+    ox_val *e = ox_const_new(c, nm, KC_DT_F32, &one);
+    if (!e)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    ((float *)e->data)[0] = (float)eps;
+    int ve = ox_emit(c, KC_OP_ADD, (int[]){var, ox_use(c, e)}, 2, NULL, NULL);
+    int sd = ve < 0 ? -1 : ox_emit(c, KC_OP_SQRT, &ve, 1, NULL, NULL);
+    int inv = sd < 0 ? -1 : ox_emit(c, KC_OP_RECIPROCAL, &sd, 1, NULL, out_name(np, 2));
+    return bind(c, np, 2, inv);
+}
+
 static kc_code h_layernorm(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    if (np->n_output > 1 && (*out_name(np, 1) || (np->n_output > 2 && *out_name(np, 2))))
-        return fail(c, KC_ERR_UNSUPPORTED, "the Mean and InvStdDev outputs are not supported");
+    bool stats = np->n_output > 1 && (*out_name(np, 1) || (np->n_output > 2 && *out_name(np, 2)));
     int ins[3], n = np->n_input > 2 && *np->input[2] ? 3 : 2;
     for (int i = 0; i < n; i++)
         if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
@@ -1433,15 +1521,19 @@ static kc_code h_layernorm(ox_ctx *c, const Onnx__NodeProto *np)
     bool rank1 = true;
     for (int i = 1; i < n; i++)
         rank1 = rank1 && ox_kv(c, ins[i])->shape.rank == 1;
+    if (axis < 0 || axis >= xs->rank)
+        return fail(c, KC_ERR_INVALID, "axis out of range");
     if (axis == xs->rank - 1 && n == 3 && rank1 && ox_kv(c, ins[0])->dtype == KC_DT_F32) {
         kc_attrs at = {.eps = eps, .heads = 1, .stride = 1};
-        return bind(c, np, 0, ox_emit_attrs(c, KC_OP_LAYERNORM, ins, 3, NULL, &at, out_name(np, 0)));
+        rc = bind(c, np, 0, ox_emit_attrs(c, KC_OP_LAYERNORM, ins, 3, NULL, &at, out_name(np, 0)));
+    } else {
+        kc_xattrs xa;
+        xa_init(KC_OP_LAYERNORM_ND, &xa);
+        xa.i[0][0] = axis;
+        xa.f[1] = eps;
+        rc = bind(c, np, 0, ox_emit(c, KC_OP_LAYERNORM_ND, ins, n, &xa, out_name(np, 0)));
     }
-    kc_xattrs xa;
-    xa_init(KC_OP_LAYERNORM_ND, &xa);
-    xa.i[0][0] = axis;
-    xa.f[1] = eps;
-    return bind(c, np, 0, ox_emit(c, KC_OP_LAYERNORM_ND, ins, n, &xa, out_name(np, 0)));
+    return rc || !stats ? rc : layernorm_stats(c, np, ins[0], axis, eps);
 }
 
 static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
@@ -1595,7 +1687,8 @@ static kc_code h_matmul(ox_ctx *c, const Onnx__NodeProto *np)
     bool reshape_after = a1 || b1;
     int id;
     if (plain)
-        id = ox_emit(c, KC_OP_MATMUL, (int[]){a, b}, 2, NULL, reshape_after ? NULL : out_name(np, 0));
+        id = ox_emit(c, KC_OP_MATMUL, (int[]){a, b}, 2, NULL,
+                     reshape_after ? NULL : out_name(np, 0));
     else
         id = ox_emit(c, KC_OP_MATMUL_ND, (int[]){a, b}, 2, NULL,
                      reshape_after ? NULL : out_name(np, 0));
@@ -1723,6 +1816,14 @@ static const struct {
     {"Gemm", h_gemm},
     {"MatMul", h_matmul},
 };
+
+bool ox_op_known(const char *op_type)
+{
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(ops[i].op_type, op_type))
+            return true;
+    return false;
+}
 
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np)
 {

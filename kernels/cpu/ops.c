@@ -80,8 +80,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 }
 #endif
 
-#if defined(KC_OPK_PERMUTE) || defined(KC_OPK_SLICE) || defined(KC_OPK_TILE) ||                   \
-    defined(KC_OPK_PAD)
+#if defined(KC_OPK_PERMUTE) || defined(KC_OPK_SLICE) || defined(KC_OPK_TILE) || defined(KC_OPK_PAD)
 /* output element -> input element, one dimension at a time */
 KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 {
@@ -248,7 +247,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
             for (long id = 0; id < KC_ID; id++)
                 for (long ih = 0; ih < KC_IH; ih++)
                     for (long iw = 0; iw < KC_IW; iw++) {
-                        const float xv = x[(((n * KC_C + c) * KC_ID + id) * KC_IH + ih) * KC_IW + iw];
+                        const float xv =
+                            x[(((n * KC_C + c) * KC_ID + id) * KC_IH + ih) * KC_IW + iw];
                         for (long oo = 0; oo < OG; oo++) {
                             const long o = g * OG + oo;
                             const float *wk = w + (c * OG + oo) * KC_KD * KC_KH * KC_KW;
@@ -359,7 +359,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 {
     (void)rt;
     const float *x = (const float *)in[0];
-    const float *sc = KC_NIN > 1 ? (const float *)in[1] : 0, *b = KC_NIN > 2 ? (const float *)in[2] : 0;
+    const float *sc = KC_NIN > 1 ? (const float *)in[1] : 0,
+                *b = KC_NIN > 2 ? (const float *)in[2] : 0;
     float *y = (float *)out;
     long rows = 1, cols = 1;
     for (int d = 0; d < KC_RANK_OUT; d++)
@@ -384,8 +385,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
-    float *y = (float *)out;
+    const kc_t0 *x = (const kc_t0 *)in[0];
+    kc_to *y = (kc_to *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, cols = 1, inner = 1;
     for (int d = 0; d < KC_RANK_OUT; d++) {
@@ -398,8 +399,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
     }
     for (long o = 0; o < outer; o++)
         for (long in_ = 0; in_ < inner; in_++) {
-            const float *xr = x + o * cols * inner + in_;
-            float *yr = y + o * cols * inner + in_;
+            const kc_t0 *xr = x + o * cols * inner + in_;
+            kc_to *yr = y + o * cols * inner + in_;
             double m = -INFINITY, s = 0;
             long arg = 0;
             for (long c = 0; c < cols; c++)
@@ -410,16 +411,16 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #if defined(KC_OPK_HARDMAX)
             (void)s;
             for (long c = 0; c < cols; c++)
-                yr[c * inner] = c == arg ? 1.f : 0.f;
+                yr[c * inner] = c == arg ? 1 : 0;
 #else
             (void)arg;
             for (long c = 0; c < cols; c++)
                 s += exp(xr[c * inner] - m);
             for (long c = 0; c < cols; c++)
 #if defined(KC_OPK_LOGSOFTMAX)
-                yr[c * inner] = (float)(xr[c * inner] - m - log(s));
+                yr[c * inner] = (kc_to)(xr[c * inner] - m - log(s));
 #else
-                yr[c * inner] = (float)(exp(xr[c * inner] - m) / s);
+                yr[c * inner] = (kc_to)(exp(xr[c * inner] - m) / s);
 #endif
 #endif
         }
@@ -432,14 +433,17 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
-    float *y = (float *)out;
+    const kc_t0 *x = (const kc_t0 *)in[0];
+    kc_to *y = (kc_to *)out;
     const int r = KC_RANK_IN[0];
     const long n = kc_numel(KC_IN[0], r), no = KC_OUT_N;
     double *acc = malloc(sizeof(double) * (size_t)no);
     if (!acc)
         return;
-    const double init = KC_REDUCE == 2 ? -INFINITY : KC_REDUCE == 3 ? INFINITY : KC_REDUCE == 4 ? 1 : 0;
+    const double init = KC_REDUCE == 2   ? -INFINITY
+                        : KC_REDUCE == 3 ? INFINITY
+                        : KC_REDUCE == 4 ? 1
+                                         : 0;
     for (long i = 0; i < no; i++)
         acc[i] = init;
     for (long i = 0; i < n; i++) {
@@ -486,7 +490,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
             v = sqrt(v);
         else if (KC_REDUCE == 8 || KC_REDUCE == 9)
             v = log(v);
-        y[i] = (float)v;
+        y[i] = (kc_to)v;
     }
     free(acc);
 }
@@ -496,7 +500,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
+    const kc_t0 *x = (const kc_t0 *)in[0];
     int64_t *y = (int64_t *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, inner = 1;
@@ -508,9 +512,9 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
     for (long o = 0; o < outer; o++)
         for (long i = 0; i < inner; i++) {
             long best = 0;
-            float bv = x[o * A * inner + i];
+            kc_t0 bv = x[o * A * inner + i];
             for (long a = 1; a < A; a++) {
-                float v = x[(o * A + a) * inner + i];
+                kc_t0 v = x[(o * A + a) * inner + i];
 #if defined(KC_OPK_ARGMAX)
                 int better = KC_AI[2][0] ? v >= bv : v > bv;
 #else
@@ -605,8 +609,9 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
                     double v = x[(n * C + k) * S + i];
                     sq += v * v;
                 }
-                y[(n * C + c) * S + i] = (float)(x[(n * C + c) * S + i] /
-                                                 pow(KC_AF[3] + KC_AF[1] / (double)size * sq, KC_AF[2]));
+                y[(n * C + c) * S + i] =
+                    (float)(x[(n * C + c) * S + i] /
+                            pow(KC_AF[3] + KC_AF[1] / (double)size * sq, KC_AF[2]));
             }
 }
 #endif
