@@ -856,7 +856,29 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
             to.cflags = flags;
         json_array_foreach(graphs, gi, gj)
         {
+            /* an entry is a path, or {"graph": path, "shape": ["NAME=D1xD2", ...]}
+             * for ONNX models with symbolic dimensions */
             const char *rel = json_string_value(gj);
+            copts go = to;
+            if (json_is_object(gj)) {
+                rel = json_string_value(json_object_get(gj, "graph"));
+                size_t si;
+                json_t *sj;
+                json_array_foreach(json_object_get(gj, "shape"), si, sj)
+                {
+                    char msg[256];
+                    const char *sv = json_string_value(sj);
+                    if (go.n_binds >= KC_OPT_LIST_MAX || !sv ||
+                        !kc_shape_bind_parse(sv, &go.binds[go.n_binds++], msg, sizeof msg)) {
+                        kc_err_set(&err, KC_ERR_INVALID, "%s: graphs[%zu]: %s", o.graph, gi,
+                                   sv ? msg : "\"shape\" entries must be strings");
+                        kc_cli_fail(cli, &err);
+                        rel = NULL;
+                        failed++;
+                        break;
+                    }
+                }
+            }
             if (!rel)
                 continue;
             char path[4096];
@@ -866,7 +888,7 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
                 snprintf(path, sizeof path, "%s/%s", mdir, rel);
             compiled_graph c;
             total++;
-            if (compile_one(&s, &to, path, target, false, &c) != KC_EXIT_OK) {
+            if (compile_one(&s, &go, path, target, false, &c) != KC_EXIT_OK) {
                 failed++;
                 continue;
             }
