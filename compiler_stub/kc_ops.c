@@ -257,10 +257,28 @@ static bool dims_ok(const kc_shape *s)
 }
 
 /* Spatial output sizes of conv/pool windows. */
+/* Attribute integers that feed shape arithmetic stay in this range, so no
+ * product or sum of them can overflow. */
+#define KC_ATTR_LIM ((int64_t)1 << 24)
+
+static bool list_in_range(const kc_xattrs *xa, int f, int64_t lo, int64_t hi)
+{
+    for (int i = 0; i < xa->n[f]; i++)
+        if (xa->i[f][i] < lo || xa->i[f][i] > hi)
+            return false;
+    return true;
+}
+
 static bool window_out(const kc_shape *x, kc_xattrs *xa, const int64_t *kernel, int fs, int fp,
                        int fd, bool ceil_mode, kc_shape *o, char *msg, size_t cap)
 {
     int sp = x->rank - 2;
+    if (!list_in_range(xa, fs, 1, KC_ATTR_LIM) || !list_in_range(xa, fp, 0, KC_ATTR_LIM) ||
+        (fd >= 0 && !list_in_range(xa, fd, 1, KC_ATTR_LIM)))
+        return FAIL("strides, pads or dilations out of range");
+    for (int d = 0; d < sp && d < KC_MAX_RANK; d++)
+        if (kernel[d] < 1 || kernel[d] > KC_ATTR_LIM)
+            return FAIL("kernel size out of range");
     if (sp < 1)
         return FAIL("needs an input of rank >= 3 ([N, C, spatial...])");
     if (!list_default(xa, fs, sp, 1) || !list_default(xa, fp, 2 * sp, 0) ||
@@ -389,6 +407,9 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("%s has %d entries for an input of rank %d", kc_op_fields(op, NULL)->name,
                         xa->n[0], a->rank);
         kc_shape t = {.rank = xa->n[0]};
+        if (!list_in_range(xa, 0, 1, KC_ATTR_LIM))
+            return FAIL("%s entries must be in 1..%lld", kc_op_fields(op, NULL)->name,
+                        (long long)KC_ATTR_LIM);
         for (int i = 0; i < t.rank; i++)
             t.dims[i] = xa->i[0][i];
         if (op == KC_OP_TILE)
@@ -454,7 +475,8 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("starts, ends and steps need one entry per dimension (%d)", a->rank);
         for (int d = 0; d < a->rank; d++) {
             int64_t st = xa->i[0][d], en = xa->i[1][d], sp = xa->i[2][d], D = a->dims[d];
-            if (sp == 0 || st < 0 || st >= D || en < -1 || en > D)
+            if (sp == 0 || sp > KC_ATTR_LIM || sp < -KC_ATTR_LIM || st < 0 || st >= D || en < -1 ||
+                en > D)
                 return FAIL("slice bounds out of range in dimension %d", d);
             int64_t len = sp > 0 ? (en - st + sp - 1) / sp : (st - en + (-sp) - 1) / (-sp);
             if (len < 1)
@@ -464,8 +486,10 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
         break;
     }
     case KC_OP_PAD: {
-        if (xa->n[1] != 2 * a->rank || xa->i[0][0] < 0 || xa->i[0][0] > 2)
-            return FAIL("pads need 2 x rank (%d) entries; mode must be 0..2", 2 * a->rank);
+        if (xa->n[1] != 2 * a->rank || xa->i[0][0] < 0 || xa->i[0][0] > 2 ||
+            !list_in_range(xa, 1, -KC_ATTR_LIM, KC_ATTR_LIM))
+            return FAIL("pads need 2 x rank (%d) entries within +-2^24; mode must be 0..2",
+                        2 * a->rank);
         for (int d = 0; d < a->rank; d++) {
             o->dims[d] = a->dims[d] + xa->i[1][d] + xa->i[1][d + a->rank];
             if (xa->i[0][0] == 1 &&
@@ -516,6 +540,9 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             if (!list_default(xa, 0, sp, 1) || !list_default(xa, 1, 2 * sp, 0) ||
                 !list_default(xa, 2, sp, 1) || !list_default(xa, 4, sp, 0))
                 return FAIL("attribute lists do not match %d spatial dimensions", sp);
+            if (!list_in_range(xa, 0, 1, KC_ATTR_LIM) || !list_in_range(xa, 1, 0, KC_ATTR_LIM) ||
+                !list_in_range(xa, 2, 1, KC_ATTR_LIM) || !list_in_range(xa, 4, 0, KC_ATTR_LIM))
+                return FAIL("strides, pads, dilations or output_padding out of range");
             o->dims[1] = w->dims[1] * grp;
             for (int d = 0; d < sp; d++)
                 o->dims[2 + d] = xa->i[0][d] * (a->dims[2 + d] - 1) + xa->i[4][d] +

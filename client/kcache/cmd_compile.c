@@ -329,7 +329,8 @@ static int compile_one(session *s, const copts *o, const char *path, const char 
 {
     kc_err err = {0};
     memset(out, 0, sizeof *out);
-    if (kc_model_load(path, o->binds, o->n_binds, &out->g, &err) != KC_OK ||
+    kc_onnx_opts oo = {.binds = o->binds, .n_binds = o->n_binds, .skip_weights = !load};
+    if (kc_model_load(path, &oo, &out->g, &err) != KC_OK ||
         open_backend(o, s, target, &out->b, &err) != KC_OK) {
         compiled_free(out);
         return kc_cli_fail(s->cli, &err);
@@ -642,9 +643,9 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_device_fp dev = {0};
     char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
     nearest near = {0};
-    if (kc_model_load(o.graph, o.binds, o.n_binds, &g, &err) ||
-        open_backend(&o, &s, o.target, &b, &err) || b->device_fp(b, &dev, &err) ||
-        b->compiler_fp(b, cfp, &err)) {
+    kc_onnx_opts oo = {.binds = o.binds, .n_binds = o.n_binds, .skip_weights = true};
+    if (kc_model_load(o.graph, &oo, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
+        b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }

@@ -9,6 +9,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -194,10 +198,24 @@ const char *ox_onnx_type_name(int32_t t)
 }
 
 /* Decodes a TensorProto's values into a malloc'd array of kc dtype. */
+int64_t ox_tensor_numel(const Onnx__TensorProto *t)
+{
+    int64_t n = 1;
+    for (size_t i = 0; i < t->n_dims; i++) {
+        if (t->dims[i] < 0 || t->dims[i] > (1 << 24))
+            return 0; /* decode reports it */
+        n *= t->dims[i];
+        if (n > ((int64_t)1 << 31))
+            return n;
+    }
+    return n;
+}
+
 kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype *dt,
                          kc_shape *shape, void **data, kc_err *err)
 {
-    *data = NULL;
+    if (data)
+        *data = NULL;
     int32_t ty = t->has_data_type ? t->data_type : 0;
     if (!ox_dtype_from_onnx(ty, dt))
         return kc_err_set(err, KC_ERR_UNSUPPORTED,
@@ -224,6 +242,8 @@ kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype 
         if (n > ((int64_t)1 << 31))
             return kc_err_set(err, KC_ERR_TOO_LARGE, "%s: tensor too large", what);
     }
+    if (!data)
+        return KC_OK; /* shape and dtype only */
     size_t esz = kc_dtype_size(*dt);
     uint8_t *d = calloc((size_t)n + 1, esz);
     if (!d)
@@ -393,6 +413,10 @@ int ox_use(ox_ctx *c, ox_val *v)
     kc_value *kv = &c->g->values[id];
     kv->dtype = v->dt;
     kv->shape = v->shape;
+    if (!v->data) { /* skip_weights: shapes only */
+        v->id = id;
+        return id;
+    }
     size_t bytes = (size_t)kc_shape_numel(&v->shape) * kc_dtype_size(v->dt);
     kv->data = malloc(bytes ? bytes : 1);
     if (!kv->data) {
@@ -503,8 +527,7 @@ bool ox_const_ints(const ox_val *v, int64_t *out, int cap, int *n)
         if (v->dt == KC_DT_I64) /* exactly: INT64_MAX is a common "to the end" */
             out[i] = ((const int64_t *)v->data)[i];
         else {
-            double x = ox_const_num(v, i);
-            out[i] = x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : (int64_t)x;
+            out[i] = ox_sat_i64(ox_const_num(v, i));
         }
     }
     *n = (int)cnt;
@@ -513,6 +536,8 @@ bool ox_const_ints(const ox_val *v, int64_t *out, int cap, int *n)
 
 double ox_const_num(const ox_val *v, int64_t i)
 {
+    if (!v->data)
+        return 0; /* a weight imported without values (skip_weights) */
     return v->dt == KC_DT_I64    ? (double)((const int64_t *)v->data)[i]
            : v->dt == KC_DT_BOOL ? (double)((const uint8_t *)v->data)[i]
            : v->dt == KC_DT_F64  ? ((const double *)v->data)[i]
@@ -521,11 +546,10 @@ double ox_const_num(const ox_val *v, int64_t i)
 
 void ox_const_set(ox_val *v, int64_t i, double x)
 {
+    if (!v->data)
+        return;
     if (v->dt == KC_DT_I64) /* saturating: a double out of range is no UB */
-        ((int64_t *)v->data)[i] = isnan(x)       ? 0
-                                  : x >= 9.2e18  ? INT64_MAX
-                                  : x <= -9.2e18 ? INT64_MIN
-                                                 : (int64_t)x;
+        ((int64_t *)v->data)[i] = ox_sat_i64(x);
     else if (v->dt == KC_DT_BOOL)
         ((uint8_t *)v->data)[i] = x != 0;
     else if (v->dt == KC_DT_F64)
@@ -707,9 +731,14 @@ static kc_code arrange(ox_ctx *c)
     return KC_OK;
 }
 
-kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin,
-                      const kc_shape_bind *binds, int n_binds, kc_graph **out, kc_err *err)
+kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const kc_onnx_opts *o,
+                      kc_graph **out, kc_err *err)
 {
+    kc_onnx_opts none = {0};
+    if (!o)
+        o = &none;
+    const kc_shape_bind *binds = o->binds;
+    int n_binds = o->n_binds;
     *out = NULL;
     origin = origin ? origin : "<onnx>";
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
@@ -779,6 +808,12 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin,
             goto out;
         }
         v->is_const = true;
+        if (o->skip_weights && ox_tensor_numel(t) > OX_FOLD_MAX) {
+            /* shape and dtype only: never folded, becomes a param without values */
+            if ((rc = ox_tensor_decode(t, what, &v->dt, &v->shape, NULL, err)))
+                goto out;
+            continue;
+        }
         if ((rc = ox_tensor_decode(t, what, &v->dt, &v->shape, &v->data, err)))
             goto out;
     }
@@ -887,16 +922,30 @@ out:
     return rc;
 }
 
-kc_code kc_onnx_load(const char *path, const kc_shape_bind *binds, int n_binds, kc_graph **out,
-                     kc_err *err)
+kc_code kc_onnx_load(const char *path, const kc_onnx_opts *o, kc_graph **out, kc_err *err)
 {
-    uint8_t *buf;
-    size_t len;
-    kc_code rc = kc_read_file(path, &buf, &len, err);
-    if (rc)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "cannot open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+        close(fd);
+        /* not a plain file (a pipe, /dev/stdin) or empty: read it instead */
+        uint8_t *buf;
+        size_t len;
+        kc_code rc = kc_read_file(path, &buf, &len, err);
+        if (rc)
+            return rc;
+        rc = kc_onnx_parse(buf, len, path, o, out, err);
+        free(buf);
         return rc;
-    rc = kc_onnx_parse(buf, len, path, binds, n_binds, out, err);
-    free(buf);
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return kc_err_errno(err, KC_ERR_IO, errno, "cannot map %s", path);
+    kc_code rc = kc_onnx_parse(m, (size_t)st.st_size, path, o, out, err);
+    munmap(m, (size_t)st.st_size);
     return rc;
 }
 
@@ -917,12 +966,11 @@ bool kc_onnx_is_model(const char *path)
     return ch == 0x08;
 }
 
-kc_code kc_model_load(const char *path, const kc_shape_bind *binds, int n_binds, kc_graph **out,
-                      kc_err *err)
+kc_code kc_model_load(const char *path, const kc_onnx_opts *o, kc_graph **out, kc_err *err)
 {
     if (kc_onnx_is_model(path))
-        return kc_onnx_load(path, binds, n_binds, out, err);
-    if (n_binds > 0)
+        return kc_onnx_load(path, o, out, err);
+    if (o && o->n_binds > 0)
         return kc_err_set(err, KC_ERR_INVALID,
                           "%s: --shape applies to ONNX models; a kcache-graph/1 file declares its "
                           "shapes",

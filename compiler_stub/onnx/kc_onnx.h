@@ -42,24 +42,35 @@ void kc_shape_binds_free(kc_shape_bind *b, int n);
 /* Parses "NAME=2x3x224x224" into *b; false (with a reason in msg) if malformed. */
 bool kc_shape_bind_parse(const char *text, kc_shape_bind *b, char *msg, size_t cap);
 
-/* Imports an ONNX model from memory; origin names it in messages. Errors
- * (KC_ERR_INVALID unless noted): not a ModelProto (truncated or damaged
- * protobuf), an opset outside 6..17, an unsupported operator (KC_ERR_UNSUPPORTED,
- * naming op type, node name and opset), an unbound symbolic dimension
- * (naming the input and the dimension), a shape-deciding input that is not
- * a constant, shape mismatches. *out is owned by the caller (kc_graph_free). */
-kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin,
-                      const kc_shape_bind *binds, int n_binds, kc_graph **out, kc_err *err);
-kc_code kc_onnx_load(const char *path, const kc_shape_bind *binds, int n_binds, kc_graph **out,
-                     kc_err *err);
+/* How to import. */
+typedef struct kc_onnx_opts {
+    const kc_shape_bind *binds; /* --shape bindings (may be NULL) */
+    int n_binds;
+    /* Leave large initializers (over 65536 elements, never folded) without
+     * values: compile, explain and prewarm need shapes only, and a model's
+     * weights are most of its bytes. kcache run needs them (false). */
+    bool skip_weights;
+} kc_onnx_opts;
+
+/* Imports an ONNX model from memory; origin names it in messages; o may be
+ * NULL (no bindings, weights kept). Errors (KC_ERR_INVALID unless noted):
+ * not a ModelProto (truncated or damaged protobuf), an opset outside 6..17
+ * or an unsupported operator (KC_ERR_UNSUPPORTED, naming op type, node name
+ * and opset), an unbound symbolic dimension (naming the input and the
+ * dimension), a shape-deciding input that is not a constant, shape
+ * mismatches. *out is owned by the caller (kc_graph_free). */
+kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const kc_onnx_opts *o,
+                      kc_graph **out, kc_err *err);
+/* The same from a file (mapped, not copied). */
+kc_code kc_onnx_load(const char *path, const kc_onnx_opts *o, kc_graph **out, kc_err *err);
 
 /* True when path names an ONNX model (".onnx", or a file starting like a
  * ModelProto rather than a JSON object). */
 bool kc_onnx_is_model(const char *path);
 
-/* Loads a graph from a kcache-graph/1 JSON file or an ONNX model. */
-kc_code kc_model_load(const char *path, const kc_shape_bind *binds, int n_binds, kc_graph **out,
-                      kc_err *err);
+/* Loads a graph from a kcache-graph/1 JSON file or an ONNX model (o as for
+ * kc_onnx_parse; bindings are an error for JSON graphs). */
+kc_code kc_model_load(const char *path, const kc_onnx_opts *o, kc_graph **out, kc_err *err);
 
 /* Reads a serialized TensorProto (the test-data input_N.pb / output_N.pb):
  * *data (malloc'd, caller frees) holds numel(*shape) elements of *dt.

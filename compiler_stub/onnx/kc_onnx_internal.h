@@ -37,8 +37,15 @@ typedef struct ox_ctx {
     int n_tmp;
 } ox_ctx;
 
+/* Constants up to this many elements may be folded (evaluated at import);
+ * larger ones are only ever params. */
+#define OX_FOLD_MAX 65536
+
 bool ox_dtype_from_onnx(int32_t t, kc_dtype *dt);
+/* Elements of a TensorProto by its dims (0 when a dim is out of range). */
+int64_t ox_tensor_numel(const Onnx__TensorProto *t);
 const char *ox_onnx_type_name(int32_t t);
+/* Decodes t's dtype, shape and (data != NULL) values into a malloc'd array. */
 kc_code ox_tensor_decode(const Onnx__TensorProto *t, const char *what, kc_dtype *dt,
                          kc_shape *shape, void **data, kc_err *err);
 
@@ -55,6 +62,13 @@ int ox_emit(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs *xa, 
 int ox_emit_attrs(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs *xa,
                   const kc_attrs *at, const char *name);
 const kc_value *ox_kv(ox_ctx *c, int id);
+
+/* A double as int64 without undefined behaviour: NaN is 0, out-of-range
+ * values saturate. */
+static inline int64_t ox_sat_i64(double x)
+{
+    return x != x ? 0 : x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : (int64_t)x;
+}
 
 ox_val *ox_const_new(ox_ctx *c, const char *name, kc_dtype dt, const kc_shape *s);
 bool ox_const_ints(const ox_val *v, int64_t *out, int cap, int *n);

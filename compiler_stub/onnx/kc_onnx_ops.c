@@ -63,6 +63,13 @@ static int in_id(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *rc)
     return id;
 }
 
+/* A constant small enough to fold (evaluate at import). Larger ones are
+ * params in every mode, so skip_weights never changes the graph. */
+static bool folds(const ox_val *v)
+{
+    return v && v->is_const && v->data && kc_shape_numel(&v->shape) <= OX_FOLD_MAX;
+}
+
 static const char *out_name(const Onnx__NodeProto *np, size_t k)
 {
     return k < np->n_output && np->output[k] ? np->output[k] : "";
@@ -89,12 +96,16 @@ static kc_code alias(ox_ctx *c, const Onnx__NodeProto *np, size_t k, const ox_va
     const char *name = out_name(np, k);
     if (!*name)
         return KC_OK;
-    ox_val *o = v->is_const ? ox_const_new(c, name, v->dt, &v->shape) : ox_define(c, name);
+    ox_val *o = folds(v) ? ox_const_new(c, name, v->dt, &v->shape) : ox_define(c, name);
     if (!o)
         return fail(c, KC_ERR_NOMEM, "out of memory");
     o->id = v->id;
-    if (v->is_const)
+    if (folds(v)) {
         memcpy(o->data, v->data, (size_t)kc_shape_numel(&v->shape) * kc_dtype_size(v->dt));
+    } else if (v->is_const && o->id < 0) { /* a weight without values: the same param */
+        if ((o->id = ox_use(c, (ox_val *)v)) < 0)
+            return c->err->code;
+    }
     return KC_OK;
 }
 
@@ -161,7 +172,7 @@ static kc_code reshape_to(ox_ctx *c, const Onnx__NodeProto *np, ox_val *x, const
         return fail(c, KC_ERR_INVALID, "cannot reshape %s to %s",
                     kc_shape_str(shape_of(c, x), a, sizeof a), kc_shape_str(s, b, sizeof b));
     }
-    if (x->is_const && x->id < 0 && const_out) {
+    if (folds(x) && x->id < 0 && const_out) {
         ox_val *o = ox_const_new(c, name, x->dt, s);
         if (!o)
             return fail(c, KC_ERR_NOMEM, "out of memory");
@@ -207,7 +218,7 @@ static bool all_const(ox_ctx *c, const Onnx__NodeProto *np)
         ox_val *v = in_val(c, np, i, &rc);
         if (rc)
             return false;
-        if (v && (!v->is_const || kc_shape_numel(&v->shape) > 65536))
+        if (v && (!folds(v) || kc_shape_numel(&v->shape) > OX_FOLD_MAX))
             return false;
     }
     return true;
@@ -222,7 +233,11 @@ static double ew_fold(const char *op, double a, double b, double x, kc_dtype dt)
     if (!strcmp(op, "Mul"))
         return a * b;
     if (!strcmp(op, "Div"))
-        return dt == KC_DT_I64 ? (b != 0 ? (double)((int64_t)a / (int64_t)b) : 0) : a / b;
+        /* integer division that cannot trap: x / 0 is 0, x / -1 is -x */
+        return dt != KC_DT_I64       ? a / b
+               : ox_sat_i64(b) == 0  ? 0
+               : ox_sat_i64(b) == -1 ? -a
+                                     : (double)(ox_sat_i64(a) / ox_sat_i64(b));
     if (!strcmp(op, "Equal"))
         return a == b;
     if (!strcmp(op, "Less"))
@@ -669,11 +684,14 @@ static kc_code h_constant_of_shape(ox_ctx *c, const Onnx__NodeProto *np)
     if (n > KC_MAX_RANK)
         return fail(c, KC_ERR_UNSUPPORTED, "rank %d exceeds %d", n, KC_MAX_RANK);
     kc_shape s = {.rank = n};
+    int64_t numel = 1;
     for (int i = 0; i < n; i++) {
         if (d[i] < 1 || d[i] > (1 << 24))
             return fail(c, KC_ERR_UNSUPPORTED, "dimension %lld (empty tensors are not supported)",
                         (long long)d[i]);
         s.dims[i] = d[i];
+        if ((numel *= d[i]) > (1 << 24))
+            return fail(c, KC_ERR_TOO_LARGE, "constant too large");
     }
     kc_dtype dt = KC_DT_F32;
     double val = 0;
@@ -785,10 +803,12 @@ static kc_code h_reshape(ox_ctx *c, const Onnx__NodeProto *np)
             infer = i;
             continue;
         }
-        if (v < 1)
+        if (v < 1 || v > (1 << 24))
             return fail(c, KC_ERR_UNSUPPORTED, "target dimension %lld", (long long)v);
         t.dims[i] = v;
         known *= v;
+        if (known > ((int64_t)1 << 31))
+            return fail(c, KC_ERR_INVALID, "target shape too large");
     }
     if (infer >= 0) {
         if (known == 0 || kc_shape_numel(xs) % known)
@@ -911,6 +931,10 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
             ox_val *v = in_val(c, np, i, &rc);
             if (rc || !v || v->shape.rank != r || v->dt != first->dt)
                 return rc ? rc : fail(c, KC_ERR_INVALID, "inputs differ in rank or dtype");
+            for (int d = 0; d < r; d++)
+                if (d != ax && v->shape.dims[d] != first->shape.dims[d])
+                    return fail(c, KC_ERR_INVALID, "input %zu differs outside axis %lld", i,
+                                (long long)ax);
             t.dims[ax] += v->shape.dims[ax];
         }
         ox_val *o = ox_const_new(c, out_name(np, 0), first->dt, &t);
@@ -963,7 +987,7 @@ static kc_code slice_out(ox_ctx *c, const Onnx__NodeProto *np, size_t k, ox_val 
     xa_list(&xa, 0, st, xs->rank);
     xa_list(&xa, 1, en, xs->rank);
     xa_list(&xa, 2, sp, xs->rank);
-    if (x->is_const && x->id < 0) {
+    if (folds(x) && x->id < 0) {
         kc_shape t = *xs;
         for (int d = 0; d < xs->rank; d++) {
             int64_t len = sp[d] > 0 ? (en[d] - st[d] + sp[d] - 1) / sp[d]
@@ -1049,7 +1073,8 @@ static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
         }
         st[a] = s;
         en[a] = e;
-        sp[a] = step;
+        /* a step beyond the dimension takes one element either way */
+        sp[a] = step > D ? D : step < -D ? -D : step;
     }
     return slice_out(c, np, 0, x, st, en, sp);
 }
@@ -1089,7 +1114,7 @@ static kc_code h_split(ox_ctx *c, const Onnx__NodeProto *np)
             en[d] = xs->dims[d];
             sp[d] = 1;
         }
-        if (sizes[k] < 1 || at + sizes[k] > xs->dims[axis])
+        if (sizes[k] < 1 || sizes[k] > xs->dims[axis] || at + sizes[k] > xs->dims[axis])
             return fail(c, KC_ERR_UNSUPPORTED, "split sizes do not fit (empty parts unsupported)");
         st[axis] = at;
         en[axis] = at + sizes[k];
@@ -1155,7 +1180,7 @@ static kc_code h_gather(ox_ctx *c, const Onnx__NodeProto *np)
         axis += xs->rank;
     if (axis < 0 || axis >= xs->rank)
         return fail(c, KC_ERR_INVALID, "axis out of range");
-    if (x->is_const && x->id < 0 && ix->is_const && ix->id < 0) {
+    if (folds(x) && x->id < 0 && folds(ix) && ix->id < 0) {
         const kc_shape *is = &ix->shape;
         kc_shape t = {.rank = 0};
         if (xs->rank + is->rank - 1 > KC_MAX_RANK)
@@ -1176,7 +1201,7 @@ static kc_code h_gather(ox_ctx *c, const Onnx__NodeProto *np)
             inner *= xs->dims[d];
         for (int64_t q = 0; q < outer; q++)
             for (int64_t j = 0; j < ni; j++) {
-                int64_t k = (int64_t)ox_const_num(ix, j);
+                int64_t k = ox_sat_i64(ox_const_num(ix, j));
                 if (k < 0)
                     k += A;
                 if (k < 0 || k >= A)
@@ -1249,8 +1274,8 @@ static kc_code h_depth_space(ox_ctx *c, const Onnx__NodeProto *np)
         return rc;
     const kc_shape *xs = &ox_kv(c, x)->shape;
     int64_t b = ox_attr_int(np, "blocksize", 0);
-    if (xs->rank != 4 || b < 1)
-        return fail(c, KC_ERR_INVALID, "needs a 4-D input and blocksize >= 1");
+    if (xs->rank != 4 || b < 1 || b > 4096)
+        return fail(c, KC_ERR_INVALID, "needs a 4-D input and blocksize 1..4096");
     int64_t N = xs->dims[0], C = xs->dims[1], H = xs->dims[2], W = xs->dims[3];
     char mode[16];
     bool d2s = !strcmp(np->op_type, "DepthToSpace");
@@ -1392,6 +1417,27 @@ static kc_code h_conv(ox_ctx *c, const Onnx__NodeProto *np)
             return rc;
         }
         xa_list(&xa, 4, outpad, sp);
+    }
+    bool plain2d = !tr && sp == 2 && group == 1 && strides[0] == strides[1] && dil[0] == 1 &&
+                   dil[1] == 1 && strides[0] <= 64 && pads[0] <= 64;
+    for (int i = 1; i < 4 && plain2d; i++)
+        plain2d = pads[i] == pads[0];
+    if (plain2d && ox_kv(c, ins[0])->dtype == KC_DT_F32) {
+        /* the zoo's conv2d (oneDNN-tunable, bias fused as its epilogue) */
+        kc_attrs at = {.eps = 1e-5, .heads = 1, .stride = (int)strides[0], .padding = (int)pads[0]};
+        int cv = ox_emit_attrs(c, KC_OP_CONV2D, ins, 2, NULL, &at, n == 2 ? out_name(np, 0) : NULL);
+        if (cv < 0 || n == 2)
+            return bind(c, np, 0, cv);
+        kc_code r2 = KC_OK;
+        ox_val *bv = in_val(c, np, 2, &r2);
+        kc_shape bs = {.rank = 3, .dims = {ox_kv(c, cv)->shape.dims[1], 1, 1}};
+        int bid = -1;
+        ox_val *bk = NULL;
+        if (r2 || (r2 = reshape_to(c, NULL, bv, &bs, "bias", &bid, &bk)))
+            return r2;
+        if (bk)
+            bid = ox_use(c, bk);
+        return bind(c, np, 0, ox_emit(c, KC_OP_ADD, (int[]){cv, bid}, 2, NULL, out_name(np, 0)));
     }
     xa_list(&xa, 0, strides, sp);
     xa_list(&xa, 1, pads, 2 * sp);
