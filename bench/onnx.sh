@@ -17,11 +17,11 @@ LAYERS=${LAYERS:-12}
 VOCAB=${VOCAB:-50257}
 DATA=/usr/share/libonnx-testdata/data
 [[ -x $KCACHE ]] || { echo "onnx.sh: $KCACHE missing (scripts/build.sh)" >&2; exit 2; }
-stamp="$MODELS/.layers-$LAYERS-vocab-$VOCAB"
-if [[ ! -e $stamp ]]; then
+# (re)generated when absent or written with other sizes
+if [[ $(cat "$MODELS/.sizes" 2>/dev/null) != "$LAYERS $VOCAB" ]]; then
     mkdir -p "$MODELS"
     /usr/bin/python3 "$ROOT/examples/gen_onnx_models.py" "$MODELS" --layers "$LAYERS" --vocab "$VOCAB" >&2
-    touch "$stamp"
+    echo "$LAYERS $VOCAB" >"$MODELS/.sizes"
 fi
 WORK=$(mktemp -d /tmp/kc-onnx-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

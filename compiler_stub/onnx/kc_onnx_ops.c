@@ -927,8 +927,13 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
             return fail(c, KC_ERR_INVALID, "axis %lld out of range", (long long)axis);
         kc_shape t = first->shape;
         t.dims[ax] = 0;
+        /* the inputs, taken before the output's name is defined (it may
+         * shadow one of them) */
+        ox_val *vs[MAXI];
+        if (np->n_input > MAXI)
+            return fail(c, KC_ERR_UNSUPPORTED, "more than %d constant inputs", MAXI);
         for (size_t i = 0; i < np->n_input; i++) {
-            ox_val *v = in_val(c, np, i, &rc);
+            ox_val *v = vs[i] = in_val(c, np, i, &rc);
             if (rc || !v || v->shape.rank != r || v->dt != first->dt)
                 return rc ? rc : fail(c, KC_ERR_INVALID, "inputs differ in rank or dtype");
             for (int d = 0; d < r; d++)
@@ -948,7 +953,7 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
         size_t es = kc_dtype_size(first->dt), off = 0;
         for (int64_t q = 0; q < outer; q++)
             for (size_t i = 0; i < np->n_input; i++) {
-                ox_val *v = in_val(c, np, i, &rc);
+                const ox_val *v = vs[i];
                 size_t chunk = (size_t)(v->shape.dims[ax] * inner) * es;
                 memcpy((char *)o->data + off, (char *)v->data + (size_t)q * chunk, chunk);
                 off += chunk;

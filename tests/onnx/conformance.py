@@ -8,7 +8,8 @@ Categories: pytorch-converted, pytorch-operator, simple, node. A model is
 "unsupported" when kcache refuses one of its op types ("unsupported
 operator"); anything else that does not pass is a failure, with its reason.
 
-Exit status: 1 when fewer pytorch-* models pass than --floor (CI), else 0.
+Exit status: 1 when fewer pytorch-* models pass than --floor (default: the
+floor below, what the importer achieved when it was recorded), else 0.
 """
 import argparse
 import concurrent.futures
@@ -18,6 +19,9 @@ import sys
 import time
 
 DATA = "/usr/share/libonnx-testdata/data"
+# pytorch-* models passing when this was last raised (117 of 117); CI fails
+# below it. Raise it when more pass; never lower it to make CI green.
+PYTORCH_FLOOR = 117
 CATEGORIES = ["pytorch-converted", "pytorch-operator", "simple", "node"]
 
 
@@ -50,6 +54,9 @@ def run_one(kcache, cache_dir, model_dir, timeout):
             err = (p.stderr or p.stdout).strip().splitlines()
             msg = err[-1] if err else "exit %d" % p.returncode
             msg = msg.replace(model_dir + "/", "").replace(DATA + "/", "")
+            # an op type (or opset) outside kcache's set; everything else that
+            # does not pass (data types, training modes, empty tensors, wrong
+            # numbers) is a failure with its reason
             if "unsupported operator" in msg or "kcache imports opsets" in msg:
                 return "unsupported", msg
             return "failed", "%s: %s" % (s, msg)
@@ -65,8 +72,8 @@ def main():
     ap.add_argument("--out", default="docs/CONFORMANCE.md")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=int, default=120)
-    ap.add_argument("--floor", type=int, default=0,
-                    help="fail when fewer pytorch-* models pass")
+    ap.add_argument("--floor", type=int, default=PYTORCH_FLOOR,
+                    help="fail when fewer pytorch-* models pass (default %d)" % PYTORCH_FLOOR)
     ap.add_argument("--categories", default=",".join(CATEGORIES))
     args = ap.parse_args()
     kcache = os.path.abspath(args.kcache)
