@@ -346,9 +346,14 @@ Test(graph_validation, shape_mismatch)
 
 Test(graph_validation, dtype_errors)
 {
-    parse_fails("{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\","
+    parse_fails("{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtype\":\"f16\","
                 "\"shape\":[4]}],\"nodes\":[],\"outputs\":[\"x\"]}",
-                KC_ERR_INVALID, "input 'x': unsupported dtype 'f64'");
+                KC_ERR_INVALID, "input 'x': unsupported dtype 'f16'");
+    /* f64, i64 and bool exist for the extended ops; the original ops stay f32 */
+    parse_fails("{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\","
+                "\"shape\":[4]}],\"nodes\":[{\"op\":\"relu\",\"in\":[\"x\"],\"out\":\"y\"}],"
+                "\"outputs\":[\"y\"]}",
+                KC_ERR_INVALID, "input 'x' must be f32, got f64");
 }
 
 Test(graph_validation, undefined_input_and_duplicate_output)
