@@ -314,6 +314,10 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     kc_node *n = &g->nodes[ni];
     kc_xattrs *xa = n->xa;
     const kc_value *in[KC_NODE_MAX_IN];
+    int lo, hi;
+    kc_op_ext_arity(n->op, &lo, &hi);
+    if (n->n_in < lo || n->n_in > hi || !xa)
+        return FAIL("%s takes %d to %d inputs, got %d", kc_op_name(n->op), lo, hi, n->n_in);
     for (int i = 0; i < n->n_in; i++)
         in[i] = &g->values[n->in[i]];
     kc_value *ov = &g->values[n->out];

@@ -961,6 +961,8 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
         return KC_OK;
     }
     int ins[KC_NODE_MAX_IN], n = 0, acc = -1;
+    if (np->n_input == 0)
+        return fail(c, KC_ERR_INVALID, "Concat without inputs");
     kc_xattrs xa;
     xa_init(KC_OP_CONCAT, &xa);
     xa.i[0][0] = axis;
