@@ -187,6 +187,10 @@ static const char *ew_expr(kc_op op, kc_dtype out)
         return out == KC_DT_BOOL ? "((a) != 0)" : "(a)";
     case KC_OP_EXPAND:
         return "(a)";
+    case KC_OP_ISINF:
+        return "(isinf(a) && ((a) > 0 ? KC_AI[0][0] : KC_AI[1][0]))";
+    case KC_OP_ISNAN:
+        return "isnan(a)";
     case KC_OP_ARITH:
         /* one line: the generated #define must not span lines; integer
          * division by zero gives 0 rather than a trap */

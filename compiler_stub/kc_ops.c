@@ -71,6 +71,9 @@ static const kc_xa_field f_arg[] = {I("axis", 0), I("keepdims", 1), I("select_la
 static const kc_xa_field f_gemm[] = {
     F("alpha", 1.0), F("beta", 1.0), I("trans_a", 0), I("trans_b", 0), {0}};
 static const kc_xa_field f_arith[] = {I("mode", 0), {0}};
+static const kc_xa_field f_isinf[] = {I("detect_positive", 1), I("detect_negative", 1), {0}};
+static const kc_xa_field f_trilu[] = {I("upper", 1), I("k", 0), {0}};
+static const kc_xa_field f_cumsum[] = {I("axis", 0), I("exclusive", 0), I("reverse", 0), {0}};
 static const kc_xa_field f_lrn[] = {
     I("size", 1), F("alpha", 1e-4), F("beta", 0.75), F("bias", 1.0), {0}};
 #undef L
@@ -161,6 +164,18 @@ const kc_xa_field *kc_op_fields(kc_op op, int *n_fields)
         break;
     case KC_OP_ARITH:
         f = f_arith;
+        break;
+    case KC_OP_ISINF:
+        f = f_isinf;
+        break;
+    case KC_OP_TRILU:
+        f = f_trilu;
+        break;
+    case KC_OP_GATHER_ELEMENTS:
+        f = f_axis;
+        break;
+    case KC_OP_CUMSUM:
+        f = f_cumsum;
         break;
     default:
         if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP)
@@ -359,6 +374,27 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     case KC_OP_PYMOD:
         if (!bcast(a, &in[1]->shape, o, msg, cap))
             return false;
+        break;
+    case KC_OP_ISINF:
+    case KC_OP_ISNAN:
+        if (dt != KC_DT_F32 && dt != KC_DT_F64)
+            return FAIL("%s takes f32 or f64", kc_op_name(op));
+        ov->dtype = KC_DT_BOOL;
+        break;
+    case KC_OP_TRILU:
+        if (a->rank < 2 || xa->i[1][0] < -KC_ATTR_LIM || xa->i[1][0] > KC_ATTR_LIM)
+            return FAIL("trilu needs rank >= 2 and |k| <= 2^24");
+        break;
+    case KC_OP_GATHER_ELEMENTS:
+        if (in[1]->dtype != KC_DT_I64 || in[1]->shape.rank != a->rank)
+            return FAIL("indices must be int64 of the data's rank");
+        if (!norm_axis(&xa->i[0][0], a->rank, false))
+            return FAIL("axis out of range for rank %d", a->rank);
+        *o = in[1]->shape;
+        break;
+    case KC_OP_CUMSUM:
+        if (dt == KC_DT_BOOL || !norm_axis(&xa->i[0][0], a->rank, false))
+            return FAIL("cumsum takes a numeric tensor and an axis within rank %d", a->rank);
         break;
     case KC_OP_ARITH:
         if (in[1]->dtype != dt || dt == KC_DT_BOOL || xa->i[0][0] < 0 || xa->i[0][0] > 6)

@@ -96,3 +96,12 @@ KC_OP_X(HARDMAX, "hardmax", 1, 1)
 KC_OP_X(ARITH, "arith", 2, 2)
 /* modulus with the divisor's sign (ONNX Mod, fmod=0) */
 KC_OP_X(PYMOD, "mod", 2, 2)
+/* isinf(detect_positive, detect_negative) and isnan: bool results */
+KC_OP_X(ISINF, "isinf", 1, 1)
+KC_OP_X(ISNAN, "isnan", 1, 1)
+/* the upper/lower triangle of the last two dims, diagonal offset k */
+KC_OP_X(TRILU, "trilu", 1, 1)
+/* out[i] = data[i with its axis coordinate replaced by indices[i]] */
+KC_OP_X(GATHER_ELEMENTS, "gather_elements", 2, 2)
+/* running sum along axis (exclusive, reverse) */
+KC_OP_X(CUMSUM, "cumsum", 1, 1)

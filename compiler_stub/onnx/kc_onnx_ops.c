@@ -582,6 +582,23 @@ static kc_code h_cast(ox_ctx *c, const Onnx__NodeProto *np)
     kc_code rc = KC_OK;
     int64_t to = ox_attr_int(np, "to", 0);
     kc_dtype dt;
+    if (!strcmp(np->op_type, "CastLike")) { /* the dtype of the second input */
+        ox_val *like = in_val(c, np, 1, &rc);
+        if (rc || !like)
+            return rc ? rc : fail(c, KC_ERR_INVALID, "CastLike needs target_type");
+        dt = dtype_of(c, like);
+        if (fold_ew(c, np, dt, &rc))
+            return rc;
+        ox_val *v = in_val(c, np, 0, &rc);
+        if (rc || !v)
+            return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+        if (dtype_of(c, v) == dt)
+            return alias(c, np, 0, v);
+        kc_xattrs xa;
+        xa_init(KC_OP_CAST, &xa);
+        xa.i[0][0] = dt;
+        return simple(c, np, KC_OP_CAST, 1, &xa);
+    }
     if (!ox_dtype_from_onnx((int32_t)to, &dt))
         return fail(c, KC_ERR_UNSUPPORTED, "Cast to %s is not supported",
                     ox_onnx_type_name((int32_t)to));
@@ -1756,6 +1773,81 @@ static kc_code h_matmul(ox_ctx *c, const Onnx__NodeProto *np)
     return bind(c, np, 0, ox_emit(c, KC_OP_RESHAPE, &id, 1, &xa, out_name(np, 0)));
 }
 
+/* ---- the smaller ones ----------------------------------------------------------------- */
+
+static kc_code h_isinf(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    if (!strcmp(np->op_type, "IsNaN"))
+        return simple(c, np, KC_OP_ISNAN, 1, NULL);
+    kc_xattrs xa;
+    xa_init(KC_OP_ISINF, &xa);
+    xa.i[0][0] = ox_attr_int(np, "detect_positive", 1) != 0;
+    xa.i[1][0] = ox_attr_int(np, "detect_negative", 1) != 0;
+    return simple(c, np, KC_OP_ISINF, 1, &xa);
+}
+
+static kc_code h_trilu(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    kc_xattrs xa;
+    xa_init(KC_OP_TRILU, &xa);
+    xa.i[0][0] = ox_attr_int(np, "upper", 1) != 0;
+    int64_t k[MAXI];
+    int n = const_ints(c, np, 1, "k", k, &rc);
+    if (rc)
+        return rc;
+    xa.i[1][0] = n > 0 ? k[0] : 0;
+    return simple(c, np, KC_OP_TRILU, 1, &xa);
+}
+
+static kc_code h_gather_elements(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_xattrs xa;
+    xa_init(KC_OP_GATHER_ELEMENTS, &xa);
+    xa.i[0][0] = ox_attr_int(np, "axis", 0);
+    return simple(c, np, KC_OP_GATHER_ELEMENTS, 2, &xa);
+}
+
+static kc_code h_cumsum(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    int64_t ax[MAXI];
+    int n = const_ints(c, np, 1, "axis", ax, &rc);
+    if (rc || n != 1)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "CumSum needs one axis");
+    kc_xattrs xa;
+    xa_init(KC_OP_CUMSUM, &xa);
+    xa.i[0][0] = ax[0];
+    xa.i[1][0] = ox_attr_int(np, "exclusive", 0) != 0;
+    xa.i[2][0] = ox_attr_int(np, "reverse", 0) != 0;
+    return simple(c, np, KC_OP_CUMSUM, 1, &xa);
+}
+
+/* EyeLike depends only on its input's shape: a constant. */
+static kc_code h_eyelike(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    kc_code rc = KC_OK;
+    ox_val *v = in_val(c, np, 0, &rc);
+    if (rc || !v)
+        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    const kc_shape *s = shape_of(c, v);
+    kc_dtype dt = dtype_of(c, v);
+    const Onnx__AttributeProto *a = ox_attr(np, "dtype");
+    if (a && a->has_i && !ox_dtype_from_onnx((int32_t)a->i, &dt))
+        return fail(c, KC_ERR_UNSUPPORTED, "EyeLike dtype %s", ox_onnx_type_name((int32_t)a->i));
+    if (s->rank != 2 || kc_shape_numel(s) > OX_FOLD_MAX)
+        return fail(c, KC_ERR_UNSUPPORTED, "EyeLike of a non-2-D or large tensor");
+    kc_shape t = *s;
+    int64_t k = ox_attr_int(np, "k", 0);
+    ox_val *o = ox_const_new(c, out_name(np, 0), dt, &t);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < t.dims[0]; i++)
+        for (int64_t j = 0; j < t.dims[1]; j++)
+            ox_const_set(o, i * t.dims[1] + j, j - i == k ? 1 : 0);
+    return KC_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 static const struct {
@@ -1820,6 +1912,13 @@ static const struct {
     {"Clip", h_clip},
     {"PRelu", h_prelu},
     {"Cast", h_cast},
+    {"CastLike", h_cast},
+    {"IsInf", h_isinf},
+    {"IsNaN", h_isinf},
+    {"Trilu", h_trilu},
+    {"GatherElements", h_gather_elements},
+    {"CumSum", h_cumsum},
+    {"EyeLike", h_eyelike},
     {"Identity", h_identity},
     {"Dropout", h_identity},
     {"Constant", h_constant},

@@ -615,3 +615,77 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
             }
 }
 #endif
+
+#if defined(KC_OPK_TRILU)
+KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+{
+    (void)rt;
+    const kc_t0 *x = (const kc_t0 *)in[0];
+    kc_to *y = (kc_to *)out;
+    const long R = KC_OUT[KC_RANK_OUT - 2], C = KC_OUT[KC_RANK_OUT - 1], n = KC_OUT_N;
+    for (long i = 0; i < n; i++) {
+        long d = (i % C) - (i / C) % R; /* column - row */
+        int keep = KC_AI[0][0] ? d >= KC_AI[1][0] : d <= KC_AI[1][0];
+        y[i] = keep ? x[i] : (kc_to)0;
+    }
+}
+#endif
+
+#if defined(KC_OPK_GATHER_ELEMENTS)
+KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+{
+    (void)rt;
+    const kc_t0 *x = (const kc_t0 *)in[0];
+    const int64_t *ix = (const int64_t *)in[1];
+    kc_to *y = (kc_to *)out;
+    const int r = KC_RANK_OUT, ax = (int)KC_AI[0][0];
+    const long n = KC_OUT_N, A = KC_IN[0][ax];
+    for (long i = 0; i < n; i++) {
+        long rem = i, off = 0, stride = 1;
+        int bad = 0;
+        for (int d = r - 1; d >= 0; d--) {
+            long c = rem % KC_OUT[d];
+            rem /= KC_OUT[d];
+            if (d == ax) {
+                long k = (long)ix[i];
+                c = k < 0 ? k + A : k;
+                bad = c < 0 || c >= A;
+            }
+            off += c * stride;
+            stride *= KC_IN[0][d];
+        }
+        y[i] = bad ? (kc_to)0 : x[off]; /* out of range: 0, never a stray read */
+    }
+}
+#endif
+
+#if defined(KC_OPK_CUMSUM)
+KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+{
+    (void)rt;
+    const kc_t0 *x = (const kc_t0 *)in[0];
+    kc_to *y = (kc_to *)out;
+    const int ax = (int)KC_AI[0][0];
+    long outer = 1, inner = 1;
+    const long A = KC_OUT[ax];
+    for (int d = 0; d < ax; d++)
+        outer *= KC_OUT[d];
+    for (int d = ax + 1; d < KC_RANK_OUT; d++)
+        inner *= KC_OUT[d];
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            double acc = 0;
+            for (long s = 0; s < A; s++) {
+                long a = KC_AI[2][0] ? A - 1 - s : s;
+                long at = (o * A + a) * inner + i;
+                if (KC_AI[1][0]) {
+                    y[at] = (kc_to)acc;
+                    acc += x[at];
+                } else {
+                    acc += x[at];
+                    y[at] = (kc_to)acc;
+                }
+            }
+        }
+}
+#endif
