@@ -160,6 +160,9 @@ int64_t kc_shape_numel(const kc_shape *s);
 bool kc_shape_equal(const kc_shape *a, const kc_shape *b);
 /* Numpy-style broadcast of a and b into out; false if incompatible. */
 bool kc_shape_broadcast(const kc_shape *a, const kc_shape *b, kc_shape *out);
+/* The offset in a tensor of shape s of element i of a tensor of shape t
+ * that s broadcasts to (numpy rules, right-aligned). */
+int64_t kc_shape_bcast_offset(const kc_shape *s, const kc_shape *t, int64_t i);
 /* Formats "[2,3,4]" into buf; returns buf. */
 char *kc_shape_str(const kc_shape *s, char *buf, size_t cap);
 

@@ -61,23 +61,6 @@ void kc_values_free(const kc_graph *g, float **values)
     free(values);
 }
 
-/* offset into a tensor of shape s of element i of the broadcast shape t */
-static int64_t bcast_off(const kc_shape *s, const kc_shape *t, int64_t i)
-{
-    int64_t off = 0, stride = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        int64_t idx = i % t->dims[d];
-        i /= t->dims[d];
-        int sd = s->rank - t->rank + d;
-        if (sd >= 0) {
-            if (s->dims[sd] != 1)
-                off += idx * stride;
-            stride *= s->dims[sd];
-        }
-    }
-    return off;
-}
-
 static double pw(kc_op op, double a, double b)
 {
     switch (op) {
@@ -114,8 +97,8 @@ static void ref_node(const kc_graph *g, const kc_node *n, float *const *v)
     if (kc_op_is_pointwise(n->op)) {
         const kc_shape *bs = b ? &g->values[n->in[1]].shape : NULL;
         for (int64_t i = 0; i < numel; i++) {
-            double x = a[bcast_off(as, os, i)];
-            double w = b ? b[bcast_off(bs, os, i)] : 0;
+            double x = a[kc_shape_bcast_offset(as, os, i)];
+            double w = b ? b[kc_shape_bcast_offset(bs, os, i)] : 0;
             y[i] = (float)pw(n->op, x, w);
         }
         return;

@@ -208,6 +208,25 @@ static void mb_write(mb *b, const char *path)
     free(buf);
 }
 
+static char *dir;
+
+/* Writes IN -> op1 -> (op2 named name2 ->) y into dir/file; returns the path. */
+static char *chain_model(const char *file, int64_t opset, const char *in, const int64_t *d,
+                         int rank, const char *op1, const char *op2, const char *name2)
+{
+    mb b;
+    mb_init(&b, opset);
+    mb_input(&b, in, d, rank);
+    mb_node(&b, op1, "first", in, op2 ? "h" : "y");
+    if (op2)
+        mb_node(&b, op2, name2, "h", "y");
+    mb_output(&b, "y");
+    char *p = kc_test_path(dir, file);
+    mb_write(&b, p);
+    mb_free(&b);
+    return p;
+}
+
 /* ---- the model most tests use ------------------------------------------------------ */
 
 /* Two conv branches on one input, added, then relu:
@@ -275,7 +294,6 @@ static void build(const spec *s, const char *path)
     mb_free(&b);
 }
 
-static char *dir;
 static void setup(void)
 {
     dir = kc_test_mkdtemp("onnx");
@@ -442,16 +460,8 @@ Test(onnx, truncated_protobuf_is_a_clear_error)
 
 Test(onnx, unknown_operator_names_op_node_and_opset)
 {
-    mb b;
-    mb_init(&b, 11);
-    int64_t d[2] = {2, 3};
-    mb_input(&b, "x", d, 2);
-    mb_node(&b, "Relu", "r", "x", "h");
-    mb_node(&b, "FancyOp", "my_fancy_node", "h", "y");
-    mb_output(&b, "y");
-    char *p = kc_test_path(dir, "u.onnx");
-    mb_write(&b, p);
-    mb_free(&b);
+    char *p =
+        chain_model("u.onnx", 11, "x", (int64_t[]){2, 3}, 2, "Relu", "FancyOp", "my_fancy_node");
     kc_test_result r = run_kcache("compile", p, NULL, NULL, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "FancyOp") && strstr(r.err, "my_fancy_node") &&
@@ -463,15 +473,7 @@ Test(onnx, unknown_operator_names_op_node_and_opset)
 
 Test(onnx, opset_outside_6_to_17_is_refused)
 {
-    mb b;
-    mb_init(&b, 21);
-    int64_t d[2] = {2, 3};
-    mb_input(&b, "x", d, 2);
-    mb_node(&b, "Relu", "r", "x", "y");
-    mb_output(&b, "y");
-    char *p = kc_test_path(dir, "o.onnx");
-    mb_write(&b, p);
-    mb_free(&b);
+    char *p = chain_model("o.onnx", 21, "x", (int64_t[]){2, 3}, 2, "Relu", NULL, NULL);
     kc_test_result r = run_kcache("compile", p, NULL, NULL, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "opset 21") && strstr(r.err, "6 to 17"), "%s", r.err);
@@ -481,15 +483,7 @@ Test(onnx, opset_outside_6_to_17_is_refused)
 
 Test(onnx, unbound_symbolic_dimension_names_the_input_and_shape_binds_it)
 {
-    mb b;
-    mb_init(&b, 13);
-    int64_t d[2] = {-1, 4};
-    mb_input(&b, "tokens", d, 2);
-    mb_node(&b, "Sigmoid", "s", "tokens", "y");
-    mb_output(&b, "y");
-    char *p = kc_test_path(dir, "s.onnx");
-    mb_write(&b, p);
-    mb_free(&b);
+    char *p = chain_model("s.onnx", 13, "tokens", (int64_t[]){-1, 4}, 2, "Sigmoid", NULL, NULL);
     kc_test_result r = run_kcache("compile", p, NULL, NULL, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "'tokens'") && strstr(r.err, "symbolic 'N'") &&
@@ -693,16 +687,9 @@ Test(onnx, zoo_fingerprints_are_unchanged_by_the_extended_ir)
 
 Test(onnx, prewarm_manifests_take_onnx_models_with_shapes)
 {
-    char *m1 = kc_test_path(dir, "m1.onnx"), *s = kc_test_path(dir, "sym.onnx");
+    char *m1 = kc_test_path(dir, "m1.onnx");
     build(&(spec){.seed = 1, .pad_a = 1, .width = 6}, m1);
-    mb b;
-    mb_init(&b, 13);
-    int64_t d[2] = {-1, 4};
-    mb_input(&b, "tokens", d, 2);
-    mb_node(&b, "Sigmoid", "s", "tokens", "y");
-    mb_output(&b, "y");
-    mb_write(&b, s);
-    mb_free(&b);
+    char *s = chain_model("sym.onnx", 13, "tokens", (int64_t[]){-1, 4}, 2, "Sigmoid", NULL, NULL);
     char *man = kc_test_path(dir, "manifest.json");
     const char *text =
         "{\"format\":\"kcache-manifest/1\",\"targets\":[{\"device\":\"cpu\"}],"

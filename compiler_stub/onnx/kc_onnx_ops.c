@@ -44,6 +44,15 @@ static ox_val *in_val(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *r
     return v;
 }
 
+/* Required input i (an error naming it when absent); NULL with *rc set. */
+static ox_val *need_in(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *rc)
+{
+    ox_val *v = in_val(c, np, i, rc);
+    if (!v && !*rc)
+        *rc = fail(c, KC_ERR_INVALID, "required input %zu is missing", i);
+    return *rc ? NULL : v;
+}
+
 /* Input i as a graph value id (required). */
 static int in_id(ox_ctx *c, const Onnx__NodeProto *np, size_t i, kc_code *rc)
 {
@@ -271,22 +280,6 @@ static double ew_fold(const char *op, double a, double b, double x, kc_dtype dt)
     return a; /* Cast, Identity */
 }
 
-static int64_t bcast_index(const kc_shape *s, const kc_shape *t, int64_t i)
-{
-    int64_t off = 0, stride = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        int64_t idx = i % t->dims[d];
-        i /= t->dims[d];
-        int sd = s->rank - t->rank + d;
-        if (sd >= 0) {
-            if (s->dims[sd] != 1)
-                off += idx * stride;
-            stride *= s->dims[sd];
-        }
-    }
-    return off;
-}
-
 /* Folds an elementwise op whose inputs are all constants; false if not
  * applicable. out_dt < 0: the first input's dtype (or the third's for Where). */
 static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *rc)
@@ -317,9 +310,9 @@ static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *r
     }
     int64_t n = kc_shape_numel(&t);
     for (int64_t i = 0; i < n; i++) {
-        double a = ox_const_num(v[0], bcast_index(&v[0]->shape, &t, i));
-        double b = v[1] ? ox_const_num(v[1], bcast_index(&v[1]->shape, &t, i)) : 0;
-        double x = v[2] ? ox_const_num(v[2], bcast_index(&v[2]->shape, &t, i)) : 0;
+        double a = ox_const_num(v[0], kc_shape_bcast_offset(&v[0]->shape, &t, i));
+        double b = v[1] ? ox_const_num(v[1], kc_shape_bcast_offset(&v[1]->shape, &t, i)) : 0;
+        double x = v[2] ? ox_const_num(v[2], kc_shape_bcast_offset(&v[2]->shape, &t, i)) : 0;
         ox_const_set(o, i, ew_fold(op, a, b, x, v[0]->dt));
     }
     return true;
@@ -587,26 +580,15 @@ static kc_code h_cast(ox_ctx *c, const Onnx__NodeProto *np)
         if (rc || !like)
             return rc ? rc : fail(c, KC_ERR_INVALID, "CastLike needs target_type");
         dt = dtype_of(c, like);
-        if (fold_ew(c, np, dt, &rc))
-            return rc;
-        ox_val *v = in_val(c, np, 0, &rc);
-        if (rc || !v)
-            return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
-        if (dtype_of(c, v) == dt)
-            return alias(c, np, 0, v);
-        kc_xattrs xa;
-        xa_init(KC_OP_CAST, &xa);
-        xa.i[0][0] = dt;
-        return simple(c, np, KC_OP_CAST, 1, &xa);
-    }
-    if (!ox_dtype_from_onnx((int32_t)to, &dt))
+    } else if (!ox_dtype_from_onnx((int32_t)to, &dt)) {
         return fail(c, KC_ERR_UNSUPPORTED, "Cast to %s is not supported",
                     ox_onnx_type_name((int32_t)to));
+    }
     if (fold_ew(c, np, dt, &rc))
         return rc;
-    ox_val *v = in_val(c, np, 0, &rc);
-    if (rc || !v)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
     if (dtype_of(c, v) == dt)
         return alias(c, np, 0, v);
     kc_xattrs xa;
@@ -618,9 +600,9 @@ static kc_code h_cast(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_identity(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *v = in_val(c, np, 0, &rc);
-    if (rc || !v)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
     if (!strcmp(np->op_type, "Dropout")) {
         ox_val *tm = in_val(c, np, 2, &rc); /* training_mode (opset 12) */
         if (rc)
@@ -735,9 +717,9 @@ static kc_code h_constant_of_shape(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_shape(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *v = in_val(c, np, 0, &rc);
-    if (rc || !v)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
     const kc_shape *s = shape_of(c, v);
     int64_t st = ox_attr_int(np, "start", 0), en = ox_attr_int(np, "end", s->rank);
     if (st < 0)
@@ -792,9 +774,9 @@ static kc_code h_range(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_reshape(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     int64_t d[MAXI];
     int n = c->opset < 5 ? ox_attr_ints(np, "shape", d, MAXI)
                          : const_ints(c, np, 1, "the target shape", d, &rc);
@@ -838,9 +820,9 @@ static kc_code h_reshape(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_flatten(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     const kc_shape *xs = shape_of(c, x);
     int64_t axis = ox_attr_int(np, "axis", 1);
     if (axis < 0)
@@ -856,9 +838,9 @@ static kc_code h_flatten(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_squeeze(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     bool un = !strcmp(np->op_type, "Unsqueeze");
     int64_t ax[MAXI];
     int n =
@@ -1045,9 +1027,9 @@ static kc_code slice_out(ox_ctx *c, const Onnx__NodeProto *np, size_t k, ox_val 
 static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     const kc_shape *xs = shape_of(c, x);
     int64_t starts[MAXI], ends[MAXI], axes[MAXI], steps[MAXI];
     int ns, ne, na, nst = -1;
@@ -1106,9 +1088,9 @@ static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_split(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     const kc_shape *xs = shape_of(c, x);
     int64_t axis = ox_attr_int(np, "axis", 0);
     if (axis < 0)
@@ -1249,9 +1231,9 @@ static kc_code h_tile_expand(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
     bool tile = !strcmp(np->op_type, "Tile");
-    ox_val *x = in_val(c, np, 0, &rc);
-    if (rc || !x)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *x = need_in(c, np, 0, &rc);
+    if (!x)
+        return rc;
     int64_t d[MAXI];
     int n = const_ints(c, np, 1, tile ? "repeats" : "the target shape", d, &rc);
     if (rc || n < 0)
@@ -1827,9 +1809,9 @@ static kc_code h_cumsum(ox_ctx *c, const Onnx__NodeProto *np)
 static kc_code h_eyelike(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
-    ox_val *v = in_val(c, np, 0, &rc);
-    if (rc || !v)
-        return rc ? rc : fail(c, KC_ERR_INVALID, "missing input");
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
     const kc_shape *s = shape_of(c, v);
     kc_dtype dt = dtype_of(c, v);
     const Onnx__AttributeProto *a = ox_attr(np, "dtype");
