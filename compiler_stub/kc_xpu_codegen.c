@@ -395,6 +395,11 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
 {
     *source = NULL;
     const char *tpl = kc_xpu_template_for(k->kind);
+    if (!tpl && k->kind == KC_KK_OP)
+        return kc_err_set(err, KC_ERR_UNSUPPORTED,
+                          "XPU backend: the %s op (an imported ONNX operator) has no OpenCL C "
+                          "kernel yet; compile this model with --device cpu",
+                          kc_op_name(k->op));
     if (!tpl)
         return kc_err_set(err, KC_ERR_UNSUPPORTED, "XPU backend: no template for kernel kind %d",
                           (int)k->kind);

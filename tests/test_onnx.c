@@ -707,3 +707,14 @@ Test(onnx, prewarm_manifests_take_onnx_models_with_shapes)
     free(s);
     free(man);
 }
+
+Test(onnx, xpu_spirv_refuses_op_kernels_by_name)
+{
+    /* the extended ops have no OpenCL C yet: a clear error, not a crash */
+    char *p = chain_model("x.onnx", 13, "x", (int64_t[]){2, 3}, 2, "Sigmoid", NULL, NULL);
+    kc_test_result r = run_kcache("compile", p, "--device", "xpu-spirv", NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "sigmoid") && strstr(r.err, "--device cpu"), "%s", r.err);
+    kc_test_result_free(&r);
+    free(p);
+}
