@@ -1374,7 +1374,7 @@ static kc_code h_conv(ox_ctx *c, const Onnx__NodeProto *np)
     kc_code rc = KC_OK;
     bool tr = !strcmp(np->op_type, "ConvTranspose");
     int ins[3], n = np->n_input > 2 && *np->input[2] ? 3 : 2;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < 2; i++) /* the bias is taken where it is used */
         if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
             return rc;
     const kc_shape *xs = &ox_kv(c, ins[0])->shape, *ws = &ox_kv(c, ins[1])->shape;
@@ -1450,6 +1450,8 @@ static kc_code h_conv(ox_ctx *c, const Onnx__NodeProto *np)
     xa_list(&xa, 2, dil, sp);
     xa.n[3] = 1;
     xa.i[3][0] = group;
+    if (n == 3 && (ins[2] = in_id(c, np, 2, &rc)) < 0)
+        return rc;
     return bind(c, np, 0, ox_emit(c, op, ins, n, &xa, out_name(np, 0)));
 }
 
