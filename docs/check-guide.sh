@@ -151,13 +151,13 @@ sed 's/"gelu"/"relu"/' "$ROOT/examples/mlp.json" >"$T/mlp_relu.json"
 check "7 explain: the graph itself differs" bash -c "kcache --cache-dir '$T/bench' explain '$T/mlp_relu.json' | grep -q 'the graph itself differs'"
 check "7 explain names the first differing node" bash -c "kcache --cache-dir '$T/bench' explain '$T/mlp_relu.json' | grep -q \"first differing node: #2 't3' (relu)\""
 
-# Section 9: ONNX models.
+# Section 10: ONNX models.
 D=/usr/share/libonnx-testdata/data/pytorch-converted/test_Conv2d
 if [[ -d $D ]]; then
-    check "9 compile an ONNX model" kcache --cache-dir "$T/onnx" compile "$D/model.onnx"
-    check "9 run --data matches the ONNX test data" kcache --cache-dir "$T/onnx" run "$D/model.onnx" --data "$D/test_data_set_0"
+    check "10 compile an ONNX model" kcache --cache-dir "$T/onnx" compile "$D/model.onnx"
+    check "10 run --data matches the ONNX test data" kcache --cache-dir "$T/onnx" run "$D/model.onnx" --data "$D/test_data_set_0"
 else
-    echo "skip 9 (libonnx-testdata not installed)"
+    echo "skip 10 (libonnx-testdata not installed)"
 fi
 
 # Section 8: the Redis protocol.

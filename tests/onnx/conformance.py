@@ -106,7 +106,7 @@ def main():
              "`tests/onnx/conformance.py` in %.0f s with %d jobs (a shared cache: repeated "
              "kernels hit). Narrower integer types are computed as int64 and FLOAT16/BFLOAT16 "
              "as f32; inputs that decide a shape are bound from the data files (docs/GUIDE.md "
-             "section 9)." % (DATA, secs, args.jobs),
+             "section 10)." % (DATA, secs, args.jobs),
              "", "| category | models | passed | failed | unsupported op or opset | "
              "pass rate of supported |", "| --- | --- | --- | --- | --- | --- |"]
     summary = {}
