@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include "kc_remote_internal.h"
+#include "kc_log.h"
 #include "kc_util.h"
 
 /* ---------------------------------------------------------------- setup -- */
@@ -184,10 +185,10 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     if ((kc_remote_token_exposed(base_url, tok) ||
          (url_pass && kc_remote_token_exposed(base_url, "x"))) &&
         !(opts && opts->quiet_token_warning) && !atomic_exchange(&warned_clear, true))
-        fprintf(stderr,
-                "kcache: warning: credentials for %s go over plain http to a machine that is "
-                "not this one: anyone on the path can read them; use https\n",
-                shown);
+        kc_log(KC_LOG_WARN,
+               "credentials for %s go over plain http to a machine that is not this one: "
+               "anyone on the path can read them; use https",
+               shown);
     free(shown);
 
     kc_remote *r = calloc(1, sizeof *r);
@@ -653,10 +654,8 @@ static void warn_offline(kc_remote *r, const char *why)
     pthread_mutex_unlock(&r->state_mu);
     atomic_store(&r->offline, true);
     if (first && !r->quiet)
-        fprintf(stderr,
-                "kcache: warning: remote %s unusable (%s); carrying on without it for "
-                "this process\n",
-                r->base, why);
+        kc_log(KC_LOG_WARN, "remote %s unusable (%s); carrying on without it for this process",
+               r->base, why);
 }
 
 kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err)
@@ -913,10 +912,8 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
             rc = kc_remote_http_error(r, &q, err);
             /* A token without the write scope: say so once, keep reading. */
             if (q.status == 403 && !atomic_exchange(&r->no_write, true) && !r->quiet)
-                fprintf(stderr,
-                        "kcache: warning: %s; uploads to %s are off for this process "
-                        "(reads go on)\n",
-                        err ? err->msg : "upload refused (HTTP 403)", r->base);
+                kc_log(KC_LOG_WARN, "%s; uploads to %s are off for this process (reads go on)",
+                       err ? err->msg : "upload refused (HTTP 403)", r->base);
         }
     }
     kc_rbuf_free(&q.resp);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kc_log.h"
 #include "kc_remote_internal.h"
 
 void kc_remote_queue_init(kc_remote *r)
@@ -176,8 +177,7 @@ void kc_remote_queue_shutdown(kc_remote *r, long limit_ms)
     if (started)
         pthread_join(r->q_thread, NULL);
     if (left && !r->quiet)
-        fprintf(stderr, "kcache: warning: remote %s: %zu background upload(s) abandoned at exit\n",
-                r->base, left);
+        kc_log(KC_LOG_WARN, "remote %s: %zu background upload(s) abandoned at exit", r->base, left);
     pthread_cond_destroy(&r->q_work);
     pthread_cond_destroy(&r->q_idle);
     pthread_mutex_destroy(&r->q_mu);

@@ -120,9 +120,15 @@ Test(xpu_cli, device_xpu_spirv_caches_valid_spirv_without_a_driver)
     no_driver();
     kc_test_result r;
     kcache(&r, "compile", "xpu-spirv", 0);
+    /* every kernel of mlp.json is distinct: the summary's kernel count is the number of
+     * SPIR-V modules, each stored once (the backend no longer keeps a second copy) */
+    const char *sum = strstr(r.out, "graph record miss, ");
+    int n_kernels = sum ? atoi(sum + strlen("graph record miss, ")) : -1;
     kc_test_result_free(&r);
     kinds k = stored();
     cr_expect_gt(k.spirv, 0);
+    cr_expect_eq(k.spirv, n_kernels, "SPIR-V stored once per kernel: %d entries for %d kernels",
+                 k.spirv, n_kernels);
     cr_expect_eq(k.native, 0);
     cr_expect_eq(k.cpu, 0);
     kc_store *s = NULL;
