@@ -212,4 +212,14 @@ kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fing
                         int *n, kc_err *err);
 void kc_fingerprints_free(kc_fingerprint *fps, int n);
 
+/* Receives one of this machine's device ids (id non-NULL), or why one could not be
+ * fingerprinted (id NULL, why set); what names the device ("CPU fingerprint for native",
+ * "XPU fingerprint"). */
+typedef void (*kc_device_fn)(const char *id, const char *what, const char *why, void *ctx);
+
+/* This machine's device fingerprint ids, as `kcache fingerprint` computes them: the CPU
+ * at every ISA level it runs (native, x86-64-v2/v3/v4), then the Level Zero device and,
+ * only with one, its SPIR-V id. state_dir as in kc_backend_opts (may be NULL). */
+void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx);
+
 #endif

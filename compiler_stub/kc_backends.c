@@ -122,3 +122,39 @@ kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fing
     *out = fps;
     return KC_OK;
 }
+
+void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx)
+{
+    static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        if (i > 0 && !kc_cpu_target_runs_here(targets[i]))
+            continue;
+        kc_backend_opts bo = {.target = targets[i], .state_dir = state_dir};
+        kc_backend *b = NULL;
+        kc_device_fp fp = {0};
+        kc_err err = {0};
+        char what[64];
+        snprintf(what, sizeof what, "CPU fingerprint for %s", targets[i]);
+        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->device_fp(b, &fp, &err) == KC_OK)
+            fn(fp.id, what, NULL, ctx);
+        else
+            fn(NULL, what, err.msg, ctx);
+        kc_device_fp_free(&fp);
+        kc_backend_close(b);
+    }
+    /* the Level Zero device's native binaries, then (only on a machine with such a
+     * device) its SPIR-V, which any XPU can finalise */
+    for (int spirv = 0; spirv < 2; spirv++) {
+        kc_backend_opts bo = {.state_dir = state_dir};
+        kc_backend *b = NULL;
+        kc_device_fp fp = {0};
+        kc_err err = {0};
+        bool ok = kc_xpu_backend_open(&bo, spirv == 1, &b, &err) == KC_OK &&
+                  b->device_fp(b, &fp, &err) == KC_OK;
+        fn(ok ? fp.id : NULL, "XPU fingerprint", ok ? NULL : err.msg, ctx);
+        kc_device_fp_free(&fp);
+        kc_backend_close(b);
+        if (!ok)
+            break;
+    }
+}
