@@ -13,13 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_cpu.h"
+#include "kc_kernel_json.h"
 #include "kc_log.h"
 #include "kc_lower.h"
 #include "kc_util.h"
-
-json_t *kc_kernel_identity_object(const kc_kernel *k);
-kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
 
 #define KC_RECORD_FORMAT "kcache-graph-record/1"
 
