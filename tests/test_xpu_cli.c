@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kc_store.h"
+#include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kc_xpu.h"
 
@@ -269,4 +271,71 @@ Test(xpu_cli, run_replaces_a_native_binary_the_driver_rejects)
     kc_artifact_free(&now);
     kc_artifact_free(&good);
     kc_store_close(s);
+}
+
+/* kcache with the test driver against a real kcached, for the two-machine journey. */
+static void kcache_remote(kc_test_result *r, const char *dir, const char *url, const char *cmd,
+                          const char *extra)
+{
+    cr_assert_eq(kc_test_runl(r, KC_TEST_KCACHE, "--cache-dir", dir, "--remote", url, cmd, GRAPH,
+                              "--device", "xpu", extra, NULL),
+                 0);
+    cr_assert_eq(r->exit_code, 0, "kcache %s: exit %d\nstdout: %s\nstderr: %s", cmd, r->exit_code,
+                 r->out, r->err);
+}
+
+Test(xpu_cli, machine_b_pulls_and_compiles_with_zero_driver_builds)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    cr_assert_eq(kc_testserver_start(&ts, NULL, NULL), 0, "kcached did not start");
+    /* machine A: a cold compile, every artifact pushed (native binaries and their SPIR-V) */
+    kc_test_result r;
+    kcache_remote(&r, cache_dir, ts.url, "compile", "--json");
+    kc_test_result_free(&r);
+    kinds a = stored();
+    cr_assert_gt(a.native, 0);
+
+    /* machine B: a fresh cache directory, one pull, then a compile with no driver build */
+    char *b = kc_test_path(tmp_dir, "machine-b");
+    cr_assert_eq(
+        kc_test_runl(&r, KC_TEST_KCACHE, "--cache-dir", b, "--remote", ts.url, "pull", NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "pull: %s", r.err);
+    kc_test_result_free(&r);
+    kc_test_write_file(counter_path, "", 0);
+    kcache_remote(&r, b, ts.url, "compile", "--json");
+    cr_expect(strstr(r.out, "\"compiled\":0") != NULL, "machine B compiled: %s", r.out);
+    cr_expect(strstr(r.out, "\"graph_hit\":true") != NULL, "%s", r.out);
+    kc_test_result_free(&r);
+    cr_expect_eq(count_events("spirv-build"), 0, "machine B built a module from SPIR-V");
+
+    /* another device id on B misses, and explain names the differing field */
+    setenv("KC_ZE_TEST_DEVICE_ID", "0x56a1", 1);
+    kcache_remote(&r, b, ts.url, "explain", NULL);
+    cr_expect(strstr(r.out, "miss") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "device_id") != NULL, "explain does not name device_id: %s", r.out);
+    kc_test_result_free(&r);
+    /* its native binaries are built from the SPIR-V machine A pushed: clang only answers
+     * --version on B (a wrapper logs every other run) */
+    char *clang_log = kc_test_path(tmp_dir, "clang.log"), *wrapper = kc_test_path(tmp_dir, "clang");
+    char script[1024];
+    snprintf(script, sizeof script,
+             "#!/bin/sh\ncase \"$1\" in --version) ;; *) echo \"$@\" >>%s ;; esac\n"
+             "exec clang-14 \"$@\"\n",
+             clang_log);
+    cr_assert_eq(kc_test_write_file(wrapper, script, strlen(script)), 0);
+    chmod(wrapper, 0755);
+    kc_test_write_file(counter_path, "", 0);
+    setenv("KC_CLANG", wrapper, 1);
+    kcache_remote(&r, b, ts.url, "compile", "--json");
+    unsetenv("KC_CLANG");
+    kc_test_result_free(&r);
+    cr_expect_eq(count_events("spirv-build"), a.native, "one module per kernel from SPIR-V");
+    struct stat st;
+    cr_expect(stat(clang_log, &st) != 0, "clang compiled on machine B although the server had "
+                                         "the SPIR-V");
+    free(clang_log);
+    free(wrapper);
+    free(b);
+    kc_testserver_cleanup(&ts);
 }
