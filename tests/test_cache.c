@@ -2,7 +2,8 @@
  * test_cache.c - the one way into the cache (kc_cache.h): the local store behind the
  * interface, and the oneDNN blob path proven against a counting cache implementation
  * (it reads, writes and replaces a stale blob only through the interface), so it is
- * exercised on machines without a GPU engine.
+ * exercised on machines without a GPU engine; and the remote tier (kc_remote_cache.h)
+ * against a real kcached.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,6 +12,8 @@
 
 #include "kc_cache.h"
 #include "kc_keys.h"
+#include "kc_remote_cache.h"
+#include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kc_xpu.h"
 
@@ -175,5 +178,68 @@ Test(cache, local_store_behind_the_interface_gets_puts_replaces_and_drops)
     kc_cache_close(c);
     kc_store_close(s);
     kc_test_rmtree(dir);
+    free(dir);
+}
+
+Test(cache, remote_tier_uploads_reads_through_and_writes_back)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    cr_assert_eq(kc_testserver_start(&ts, NULL, NULL), 0, "kcached did not start");
+    char *dir = kc_test_mkdtemp("cache-tiers");
+    char *da = kc_test_path(dir, "a"), *db = kc_test_path(dir, "b");
+    kc_store *sa = NULL, *sb = NULL;
+    kc_remote *r = NULL;
+    kc_cache *a = NULL, *b = NULL;
+    kc_err e;
+    cr_assert_eq(kc_store_open(da, NULL, &sa, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_open(db, NULL, &sb, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_remote_cache_open(sa, r, false, &a, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_remote_cache_open(sb, r, false, &b, &e), KC_OK, "%s", e.msg);
+
+    /* A builds an artifact: stored locally and uploaded in the background */
+    char key[KC_KEY_HEX_LEN + 1], probe[KC_KEY_HEX_LEN + 1];
+    kc_key_kernel("cpu-so", "kernelfp", "devicehash", "compilerfp", key);
+    cr_assert_eq(kc_cache_put_payload(a, key, "cpu-so", "{\"device\":\"t\"}", "object", 6, 0, &e),
+                 KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_cache_flush(a, 10000), 0, "upload not finished");
+    kc_cache_stats st;
+    kc_cache_stats_get(a, &st);
+    cr_expect_eq(st.pushed, 1);
+    cr_expect_eq(kc_remote_has(r, key, &e), KC_OK, "the server lacks the artifact: %s", e.msg);
+    /* local-only state never reaches the server */
+    kc_key_toolchain_probe("-O2", "name=clang\n", probe);
+    cr_assert_eq(kc_cache_put_payload(a, probe, "blob", NULL, "v", 1, KC_CACHE_LOCAL, &e), KC_OK);
+    cr_expect_eq(kc_cache_flush(a, 10000), 0);
+    cr_expect_eq(kc_remote_has(r, probe, &e), KC_ERR_NOT_FOUND, "a local-only entry was uploaded");
+
+    /* B misses locally: KC_CACHE_LOCAL stays a miss, a plain get reads through and writes
+     * back, so the next lookup is local */
+    kc_artifact got;
+    cr_expect_eq(kc_cache_get(b, key, KC_CACHE_LOCAL, &got, &e), KC_ERR_NOT_FOUND);
+    cr_assert_eq(kc_cache_get(b, key, 0, &got, &e), KC_OK, "%s", e.msg);
+    cr_expect(got.payload_len == 6 && memcmp(got.payload, "object", 6) == 0);
+    kc_artifact_free(&got);
+    kc_cache_stats_get(b, &st);
+    cr_expect_eq(st.remote_hits, 1);
+    cr_expect_eq(kc_store_has(sb, key, &e), KC_OK, "the server hit was not written back");
+
+    /* offline: the server is never asked */
+    kc_cache *off = NULL;
+    kc_store_delete(sb, key, &e);
+    cr_assert_eq(kc_remote_cache_open(sb, r, true, &off, &e), KC_OK);
+    cr_expect_eq(kc_cache_has(off, key, 0, &e), KC_ERR_NOT_FOUND);
+    kc_cache_close(off);
+
+    kc_cache_close(a);
+    kc_cache_close(b);
+    kc_remote_close(r);
+    kc_store_close(sa);
+    kc_store_close(sb);
+    kc_testserver_cleanup(&ts);
+    kc_test_rmtree(dir);
+    free(da);
+    free(db);
     free(dir);
 }
