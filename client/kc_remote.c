@@ -1022,5 +1022,4 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .pull = kc_remote_server_pull,
                                          .pull_keys = kc_remote_server_pull_keys,
                                          .fetch = kc_remote_server_fetch,
-                                         .push = kc_remote_server_push,
                                          .push_keys = kc_remote_push_keys};

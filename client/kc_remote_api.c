@@ -134,7 +134,17 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
     if (!ps)
         ps = &local;
     memset(ps, 0, sizeof *ps);
-    return kc_remote_ops_of(r)->push(r, s, f, progress, pctx, ps, err);
+    const kc_remote_ops *ops = kc_remote_ops_of(r);
+    if (ops->offline(r))
+        return ops->offline_error(r, "PUT", err);
+    kc_key_list l;
+    kc_code rc = kc_remote_list_keys(s, f, &l, err);
+    if (rc != KC_OK)
+        return rc;
+    ps->considered = l.n;
+    rc = ops->push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
+    free(l.keys);
+    return rc;
 }
 
 kc_code kc_remote_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,

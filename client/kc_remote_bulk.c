@@ -792,22 +792,6 @@ kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *key
     return rc;
 }
 
-kc_code kc_remote_server_push(kc_remote *r, kc_store *s, const kc_filter *f,
-                              kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                              kc_err *err)
-{
-    if (atomic_load(&r->offline))
-        return kc_remote_offline_error(r, "PUT", NULL, err);
-    kc_key_list l;
-    kc_code rc = kc_remote_list_keys(s, f, &l, err);
-    if (rc != KC_OK)
-        return rc;
-    ps->considered = l.n;
-    rc = kc_remote_push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
-    free(l.keys);
-    return rc;
-}
-
 kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1], size_t n,
                             kc_remote_progress_fn progress, void *pctx, uint64_t base_done,
                             uint64_t total, kc_remote_push_stats *ps, kc_err *err)

@@ -164,9 +164,6 @@ kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const 
                                    kc_err *err);
 kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                bool *fetched, size_t *nfetched, kc_err *err);
-kc_code kc_remote_server_push(kc_remote *r, kc_store *s, const kc_filter *f,
-                              kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                              kc_err *err);
 
 void kc_remote_queue_init(kc_remote *r);
 /* Flushes for up to limit_ms, aborts what is left, joins the worker. */

@@ -39,9 +39,6 @@ typedef struct kc_remote_ops {
                          kc_err *err);
     kc_code (*fetch)(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
                      size_t *nfetched, kc_err *err);
-    /* Uploads every entry of s matching f that the server lacks (ps zeroed by the caller). */
-    kc_code (*push)(kc_remote *r, kc_store *s, const kc_filter *f, kc_remote_progress_fn progress,
-                    void *pctx, kc_remote_push_stats *ps, kc_err *err);
     /* Uploads keys[0..n) the server lacks; progress counts from base_done of total; adds
      * to *ps. */
     kc_code (*push_keys)(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1], size_t n,

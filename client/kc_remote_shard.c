@@ -496,22 +496,6 @@ static kc_code shard_push_keys(kc_remote *rr, kc_store *s, char (*keys)[KC_KEY_H
     return rc;
 }
 
-static kc_code shard_push(kc_remote *rr, kc_store *s, const kc_filter *f,
-                          kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                          kc_err *err)
-{
-    if (shard_offline(rr))
-        return all_offline(S(rr), "PUT", err);
-    kc_key_list v;
-    kc_code rc = kc_remote_list_keys(s, f, &v, err);
-    if (rc != KC_OK)
-        return rc;
-    ps->considered = v.n;
-    rc = shard_push_keys(rr, s, v.keys, v.n, progress, pctx, 0, v.n, ps, err);
-    free(v.keys);
-    return rc;
-}
-
 /* Several owners: one parallel GET per key (fetch) instead of one bundle. */
 static kc_code shard_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
@@ -541,5 +525,4 @@ static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .pull = shard_pull,
                                         .pull_keys = shard_pull_keys,
                                         .fetch = shard_fetch,
-                                        .push = shard_push,
                                         .push_keys = shard_push_keys};
