@@ -23,7 +23,6 @@
 #include "kc_cli_opts.h"
 #include "kc_compile.h"
 #include "kc_graph.h"
-#include "kc_lower.h"
 #include "kc_manifest.h"
 #include "kc_remote.h"
 #include "kc_remote_cache.h"
@@ -533,18 +532,16 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_err err = {0};
     kc_graph *g = NULL;
     kc_backend *b = NULL;
-    kc_kernel *ks = NULL;
-    int nk = 0;
-    kc_device_fp dev = {0};
-    char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
+    kc_explain x = {0};
     nearest near = {0};
+    kc_compile_opts co = {.autotune = o.autotune};
     if (kc_graph_load(o.graph, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
-        b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
+        kc_explain_keys(b, g, &co, &x, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
-    snprintf(opts, sizeof opts, "autotune=%d", o.autotune);
-    kc_key_graph_record(g->fp, dev.hash, cfp, opts, gkey);
+    const kc_device_fp dev = x.device; /* borrowed from x */
+    const char *cfp = x.compiler_fp, *gkey = x.graph_key, *opts = x.options;
     bool local = kc_store_has(s.store, gkey, &err) == KC_OK;
     bool remote = !local && s.remote && kc_remote_has(s.remote, gkey, &err) == KC_OK;
     printf("graph record key   %s  [%s]\n", gkey,
@@ -560,16 +557,15 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     printf("  device json      %s\n", dev.json);
     printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
     printf("  options          %s\n", opts);
-    if (kc_lower(g, &ks, &nk, &err) == KC_OK) {
-        printf("kernels (%d, before autotuning):\n", nk);
-        for (int i = 0; i < nk; i++) {
-            char kfp[KC_KEY_HEX_LEN + 1], key[KC_KEY_HEX_LEN + 1], sh[96];
-            kc_kernel_fp(&ks[i], kfp, &err);
-            kc_key_kernel(b->artifact_kind, kfp, dev.hash, cfp, key);
-            bool hit = kc_store_has(s.store, key, &err) == KC_OK;
+    if (x.n_kernels >= 0) {
+        printf("kernels (%d, before autotuning):\n", x.n_kernels);
+        for (int i = 0; i < x.n_kernels; i++) {
+            const kc_kernel *k = &x.kernels[i];
+            char sh[96];
+            bool hit = kc_store_has(s.store, x.kernel_keys[i], &err) == KC_OK;
             printf("  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
-                   kc_kernel_kind_name(ks[i].kind), kc_shape_str(&ks[i].out_shape, sh, sizeof sh),
-                   ks[i].n_fused, ks[i].n_fused == 1 ? "" : "s", kfp, key,
+                   kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
+                   k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
                    hit ? "local hit" : "miss");
         }
     }
@@ -607,8 +603,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     }
 done:
     json_decref(near.best_meta);
-    free(ks);
-    kc_device_fp_free(&dev);
+    kc_explain_free(&x);
     kc_backend_close(b);
     kc_graph_free(g);
     session_close(&s);

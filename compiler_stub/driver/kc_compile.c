@@ -630,7 +630,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     job *jobs = NULL;
     if ((rc = b->device_fp(b, &p->device, err)) || (rc = b->compiler_fp(b, p->compiler_fp, err)))
         goto fail;
-    snprintf(p->options, sizeof p->options, "autotune=%d", o->autotune);
+    kc_compile_options_text(o, p->options);
     kc_key_graph_record(g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
 
     kc_artifact rec;

@@ -60,6 +60,30 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
                    kc_program **out, kc_err *err);
 void kc_program_free(kc_program *p);
 
+/* The options part of a graph record key ("autotune=0" / "autotune=1"); o may be NULL. */
+void kc_compile_options_text(const kc_compile_opts *o, char out[64]);
+
+/* What kc_compile would look up for g on b, for `kcache explain`: the fingerprints, the
+ * options text and graph record key, and the kernels of a fresh lowering (before
+ * autotuning) with their fingerprints and keys, all from the driver's own recipes. */
+typedef struct kc_explain {
+    kc_device_fp device;
+    char compiler_fp[KC_KEY_HEX_LEN + 1];
+    char options[64];
+    char graph_key[KC_KEY_HEX_LEN + 1];
+    int n_kernels;                          /* -1 when lowering failed (lower_err says why) */
+    kc_kernel *kernels;                     /* n_kernels */
+    char (*kernel_fps)[KC_KEY_HEX_LEN + 1]; /* n_kernels */
+    char (*kernel_keys)[KC_KEY_HEX_LEN + 1];
+    kc_err lower_err;
+} kc_explain;
+
+/* Fills *x (kc_explain_free). Fails only when a fingerprint cannot be computed or out of
+ * memory; a graph that does not lower leaves n_kernels -1. */
+kc_code kc_explain_keys(kc_backend *b, const kc_graph *g, const kc_compile_opts *o, kc_explain *x,
+                        kc_err *err);
+void kc_explain_free(kc_explain *x);
+
 /* Runs a loaded program: values[v] is a buffer of numel(value v) floats for
  * every value id; inputs and params filled by the caller. */
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
