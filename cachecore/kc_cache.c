@@ -161,8 +161,3 @@ kc_code kc_cache_local_open(kc_store *s, kc_cache **out, kc_err *err)
     (*out)->impl = s;
     return KC_OK;
 }
-
-kc_store *kc_cache_local_store(kc_cache *c)
-{
-    return c && c->ops == &local_ops ? c->impl : NULL;
-}

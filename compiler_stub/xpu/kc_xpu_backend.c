@@ -285,14 +285,6 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
     return KC_OK;
 }
 
-void kc_xpu_backend_set_cache(kc_backend *b, kc_cache *c)
-{
-    kc_xpu_backend *xb = b->impl;
-    pthread_mutex_lock(&xb->lock);
-    xb->cache = c;
-    pthread_mutex_unlock(&xb->lock);
-}
-
 void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st)
 {
     kc_xpu_backend *xb = b->impl;

@@ -97,7 +97,4 @@ kc_code kc_cache_put_payload(kc_cache *c, const char *key, const char *kind, con
  * put with KC_CACHE_REPLACE deletes the old entry first. *out: kc_cache_close. */
 kc_code kc_cache_local_open(kc_store *s, kc_cache **out, kc_err *err);
 
-/* The store behind a local cache, NULL for any other implementation. */
-kc_store *kc_cache_local_store(kc_cache *c);
-
 #endif

@@ -193,10 +193,6 @@ kc_code kc_xpu_specialize(const char *name, const char *const *names, const char
 kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
                             kc_err *err);
 
-/* Replaces the cache opened with (c borrowed, may be NULL: SPIR-V is then rebuilt on every
- * compile). */
-void kc_xpu_backend_set_cache(kc_backend *b, kc_cache *c);
-
 /* Counters of an XPU backend since it was opened (SPIR-V builds/hits, native builds,
  * native loads, rejected native binaries). */
 void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st);
