@@ -10,8 +10,6 @@
  *        (default examples/manifest.json, run from the source tree)
  */
 #include <dlfcn.h>
-#include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +17,7 @@
 #include <unistd.h>
 
 #include "kc_compile.h"
+#include "kc_manifest.h"
 #include "kc_store.h"
 #include "kc_util.h"
 
@@ -44,26 +43,17 @@ static void die(const char *what, const kc_err *e)
 
 static zoo load_manifest(const char *path)
 {
-    json_error_t je;
-    json_t *m = json_load_file(path, 0, &je);
-    if (!m) {
-        fprintf(stderr,
-                "bench_compile: %s:%d: %s (run from the source tree or pass the manifest)\n", path,
-                je.line, je.text);
+    kc_manifest *m = NULL;
+    kc_err err = {0};
+    if (kc_manifest_load(path, &m, &err) != KC_OK) {
+        fprintf(stderr, "bench_compile: %s (run from the source tree or pass the manifest)\n",
+                err.msg);
         exit(2);
     }
-    char *copy = strdup(path);
-    const char *d = dirname(copy);
-    json_t *gs = json_object_get(m, "graphs");
-    zoo z = {.n = (int)json_array_size(gs)};
-    z.paths = calloc((size_t)z.n + 1, sizeof *z.paths);
-    for (int i = 0; i < z.n; i++) {
-        const char *rel = json_string_value(json_array_get(gs, (size_t)i));
-        z.paths[i] = malloc(strlen(d) + strlen(rel) + 2);
-        sprintf(z.paths[i], "%s/%s", d, rel);
-    }
-    free(copy);
-    json_decref(m);
+    zoo z = {.n = m->n_graphs, .paths = m->graphs};
+    m->graphs = NULL; /* the zoo keeps the paths */
+    m->n_graphs = 0;
+    kc_manifest_free(m);
     return z;
 }
 
@@ -77,13 +67,15 @@ static double pass(const zoo *z, kc_store *s, const char *target, const char *wo
     kc_backend *b = NULL;
     if (kc_cpu_backend_open(&bo, &b, &err))
         die("backend", &err);
-    kc_tiers t = {.store = s};
+    kc_cache *t = NULL;
+    if (kc_cache_local_open(s, &t, &err))
+        die("cache", &err);
     *kernels = *compiled = *hits = *graph_hits = 0;
     for (int i = 0; i < z->n; i++) {
         kc_graph *g = NULL;
         kc_program *p = NULL;
         kc_compile_opts o = {.load = true};
-        if (kc_graph_load(z->paths[i], &g, &err) || kc_compile(b, &t, g, &o, &p, &err))
+        if (kc_graph_load(z->paths[i], &g, &err) || kc_compile(b, t, g, &o, &p, &err))
             die(z->paths[i], &err);
         *kernels += p->n_kernels;
         *compiled += p->compiled;
@@ -92,6 +84,7 @@ static double pass(const zoo *z, kc_store *s, const char *target, const char *wo
         kc_program_free(p);
         kc_graph_free(g);
     }
+    kc_cache_close(t);
     kc_backend_close(b);
     *cpu = cpu_now() - c0;
     return kc_now() - t0;
@@ -111,14 +104,16 @@ static so_set write_objects(const zoo *z, kc_store *s, const char *target, const
     kc_backend *b = NULL;
     if (kc_cpu_backend_open(&bo, &b, &err))
         die("backend", &err);
-    kc_tiers t = {.store = s};
+    kc_cache *t = NULL;
+    if (kc_cache_local_open(s, &t, &err))
+        die("cache", &err);
     so_set set = {0};
     size_t cap = 0;
     for (int i = 0; i < z->n; i++) {
         kc_graph *g = NULL;
         kc_program *p = NULL;
         kc_compile_opts o = {0};
-        if (kc_graph_load(z->paths[i], &g, &err) || kc_compile(b, &t, g, &o, &p, &err))
+        if (kc_graph_load(z->paths[i], &g, &err) || kc_compile(b, t, g, &o, &p, &err))
             die(z->paths[i], &err);
         for (int k = 0; k < p->n_kernels; k++) {
             bool dup = false;
@@ -145,6 +140,7 @@ static so_set write_objects(const zoo *z, kc_store *s, const char *target, const
         kc_program_free(p);
         kc_graph_free(g);
     }
+    kc_cache_close(t);
     kc_backend_close(b);
     return set;
 }

@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include "kc_remote_internal.h"
+#include "kc_log.h"
 #include "kc_util.h"
 
 /* ---------------------------------------------------------------- setup -- */
@@ -157,14 +158,12 @@ static kc_code split_credentials(kc_remote *r, const char *base_url)
     return rc;
 }
 
-kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remote **out,
-                       kc_err *err)
+static const kc_remote_ops server_ops;
+
+kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, kc_remote **out,
+                              kc_err *err)
 {
     *out = NULL;
-    if (!base_url || !*base_url)
-        return kc_err_set(err, KC_ERR_INVALID, "remote: empty server URL");
-    if (strchr(base_url, ','))
-        return kc_remote_shard_open(base_url, opts, out, err);
     char *shown = kc_remote_redact_url(base_url);
     if (!shown)
         return kc_err_set(err, KC_ERR_NOMEM, "remote: out of memory");
@@ -184,15 +183,16 @@ kc_code kc_remote_open(const char *base_url, const kc_remote_opts *opts, kc_remo
     if ((kc_remote_token_exposed(base_url, tok) ||
          (url_pass && kc_remote_token_exposed(base_url, "x"))) &&
         !(opts && opts->quiet_token_warning) && !atomic_exchange(&warned_clear, true))
-        fprintf(stderr,
-                "kcache: warning: credentials for %s go over plain http to a machine that is "
-                "not this one: anyone on the path can read them; use https\n",
-                shown);
+        kc_log(KC_LOG_WARN,
+               "credentials for %s go over plain http to a machine that is not this one: "
+               "anyone on the path can read them; use https",
+               shown);
     free(shown);
 
     kc_remote *r = calloc(1, sizeof *r);
     if (!r)
         return kc_err_set(err, KC_ERR_NOMEM, "remote %s: out of memory", base_url);
+    r->head.ops = &server_ops;
     kc_remote_opts o = opts ? *opts : (kc_remote_opts){0};
     r->connect_ms = o.connect_timeout_ms > 0 ? o.connect_timeout_ms : 2000;
     r->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
@@ -291,27 +291,23 @@ void kc_remote_free_handle(kc_remote *r)
     free(r);
 }
 
-void kc_remote_close(kc_remote *r)
+static long server_close_limit_ms(const kc_remote *r)
 {
-    if (!r)
-        return;
-    if (r->shard) {
-        kc_remote_shard_close(r);
-        return;
-    }
-    long limit = r->timeout_ms < 10000 ? r->timeout_ms : 10000;
-    kc_remote_queue_shutdown(r, limit);
+    return r->timeout_ms < 10000 ? r->timeout_ms : 10000;
+}
+
+static void server_close(kc_remote *r, long limit_ms)
+{
+    kc_remote_queue_shutdown(r, limit_ms < 0 ? server_close_limit_ms(r) : limit_ms);
     kc_remote_free_handle(r);
 }
 
-bool kc_remote_offline(const kc_remote *r)
+static bool server_offline(const kc_remote *r)
 {
-    if (r->shard)
-        return kc_remote_shard_offline(r);
     return atomic_load(&((kc_remote *)r)->offline);
 }
 
-const char *kc_remote_url(const kc_remote *r)
+static const char *server_url(const kc_remote *r)
 {
     return r->base;
 }
@@ -653,10 +649,8 @@ static void warn_offline(kc_remote *r, const char *why)
     pthread_mutex_unlock(&r->state_mu);
     atomic_store(&r->offline, true);
     if (first && !r->quiet)
-        fprintf(stderr,
-                "kcache: warning: remote %s unusable (%s); carrying on without it for "
-                "this process\n",
-                r->base, why);
+        kc_log(KC_LOG_WARN, "remote %s unusable (%s); carrying on without it for this process",
+               r->base, why);
 }
 
 kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err)
@@ -815,13 +809,8 @@ char *kc_remote_artifact_url(kc_remote *r, const char *key)
 
 /* ------------------------------------------------------ single artifacts -- */
 
-kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
+static kc_code server_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
 {
-    memset(a, 0, sizeof *a);
-    if (r->shard)
-        return kc_remote_shard_get(r, key, a, err);
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
     kc_req q = {
         .method = "GET", .accept_zstd = true, .resp_limit = KC_PAYLOAD_MAX + KC_META_MAX + 4096};
     if (!(q.url = kc_remote_artifact_url(r, key)))
@@ -852,12 +841,8 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
     return rc;
 }
 
-kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
+static kc_code server_has(kc_remote *r, const char *key, kc_err *err)
 {
-    if (r->shard)
-        return kc_remote_shard_has(r, key, err);
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
     kc_req q = {.method = "HEAD", .resp_limit = 4096, .resp_truncate = true};
     if (!(q.url = kc_remote_artifact_url(r, key)))
         return kc_err_set(err, KC_ERR_NOMEM, "remote has %s: out of memory", key);
@@ -913,10 +898,8 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
             rc = kc_remote_http_error(r, &q, err);
             /* A token without the write scope: say so once, keep reading. */
             if (q.status == 403 && !atomic_exchange(&r->no_write, true) && !r->quiet)
-                fprintf(stderr,
-                        "kcache: warning: %s; uploads to %s are off for this process "
-                        "(reads go on)\n",
-                        err ? err->msg : "upload refused (HTTP 403)", r->base);
+                kc_log(KC_LOG_WARN, "%s; uploads to %s are off for this process (reads go on)",
+                       err ? err->msg : "upload refused (HTTP 403)", r->base);
         }
     }
     kc_rbuf_free(&q.resp);
@@ -925,11 +908,9 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
     return rc;
 }
 
-kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t len, bool *created,
-                      kc_err *err)
+static kc_code server_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
+                          bool *created, kc_err *err)
 {
-    if (r->shard)
-        return kc_remote_shard_put(r, key, env, len, created, err);
     return kc_remote_put_on(r, r->easy, key, env, len, created, err);
 }
 
@@ -1008,14 +989,9 @@ static kc_code missing_batch(kc_remote *r, const char *const *keys, size_t n, bo
     return rc;
 }
 
-kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                          kc_err *err)
+static kc_code server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                              kc_err *err)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!kc_key_valid(keys[i]))
-            return kc_err_set(err, KC_ERR_INVALID, "remote missing: invalid key '%.80s'", keys[i]);
-    if (r->shard)
-        return kc_remote_shard_missing(r, keys, n, missing, err);
     for (size_t off = 0; off < n; off += MISSING_BATCH) {
         size_t m = n - off < MISSING_BATCH ? n - off : MISSING_BATCH;
         kc_code rc = missing_batch(r, keys + off, m, missing + off, err);
@@ -1024,3 +1000,26 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
     }
     return KC_OK;
 }
+
+static kc_code server_offline_error(kc_remote *r, const char *method, kc_err *err)
+{
+    return kc_remote_offline_error(r, method, NULL, err);
+}
+
+static const kc_remote_ops server_ops = {.close = server_close,
+                                         .close_limit_ms = server_close_limit_ms,
+                                         .offline = server_offline,
+                                         .offline_error = server_offline_error,
+                                         .url = server_url,
+                                         .bundle_url = kc_remote_server_bundle_url,
+                                         .get = server_get,
+                                         .has = server_has,
+                                         .put = server_put,
+                                         .put_async = kc_remote_server_put_async,
+                                         .flush = kc_remote_server_flush,
+                                         .queue_stats = kc_remote_server_queue_stats,
+                                         .missing = server_missing,
+                                         .pull = kc_remote_server_pull,
+                                         .pull_keys = kc_remote_server_pull_keys,
+                                         .fetch = kc_remote_server_fetch,
+                                         .push_keys = kc_remote_push_keys};

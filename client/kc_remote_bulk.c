@@ -282,10 +282,8 @@ static kc_code append_param(CURL *h, char **buf, size_t *len, size_t *cap, bool 
     return rc;
 }
 
-char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
+char *kc_remote_server_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
-    if (r->shard) /* several servers: the first one's URL */
-        return kc_remote_bundle_url(r->child[0], device, f);
     char *u = NULL;
     size_t len = 0, cap = 0;
     bool first = true;
@@ -400,11 +398,10 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
     return rc;
 }
 
-kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
-                       kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err)
+kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devices,
+                              const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
+                              kc_bundle_stats *st, kc_err *err)
 {
-    if (r->shard)
-        return kc_remote_shard_pull(r, s, devices, f, progress, pctx, st, err);
     kc_bundle_stats total = {0};
     if (st)
         *st = total;
@@ -433,26 +430,11 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
     return rc;
 }
 
-kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                            kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                            kc_err *err)
+kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                                   kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                                   kc_err *err)
 {
     kc_bundle_stats total = {0};
-    if (st)
-        *st = total;
-    for (size_t i = 0; i < n; i++)
-        if (!kc_key_valid(keys[i]))
-            return kc_err_set(err, KC_ERR_INVALID, "pull: invalid key '%.80s'", keys[i]);
-    if (n == 0)
-        return KC_OK;
-    if (r->shard) { /* several owners: one parallel GET per key instead */
-        size_t got = 0;
-        kc_code rc = kc_remote_fetch(r, s, keys, n, NULL, &got, err);
-        total.artifacts = total.imported = got;
-        if (st)
-            *st = total;
-        return rc;
-    }
     json_t *arr = json_array();
     json_t *obj = json_object();
     for (size_t i = 0; arr && i < n; i++)
@@ -795,19 +777,9 @@ static kc_code fetch_finish(void *ctx, size_t idx, slot *sl, kc_err *err)
     return KC_OK;
 }
 
-kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
-                        size_t *nfetched, kc_err *err)
+kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                               bool *fetched, size_t *nfetched, kc_err *err)
 {
-    if (nfetched)
-        *nfetched = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (fetched)
-            fetched[i] = false;
-        if (!kc_key_valid(keys[i]))
-            return kc_err_set(err, KC_ERR_INVALID, "remote fetch: invalid key '%.80s'", keys[i]);
-    }
-    if (r->shard)
-        return kc_remote_shard_fetch(r, s, keys, n, fetched, nfetched, err);
     fetch_ctx fc = {.r = r, .s = s, .keys = keys, .fetched = fetched};
     xfer_ops ops = {.prepare = fetch_prepare,
                     .finish = fetch_finish,
@@ -817,28 +789,6 @@ kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size
     kc_code rc = run_parallel(r, n, &ops, NULL, NULL, 0, n, err);
     if (nfetched)
         *nfetched = fc.stored;
-    return rc;
-}
-
-kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
-                          kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                          kc_err *err)
-{
-    kc_remote_push_stats local = {0};
-    if (!ps)
-        ps = &local;
-    memset(ps, 0, sizeof *ps);
-    if (r->shard)
-        return kc_remote_shard_push(r, s, f, progress, pctx, ps, err);
-    if (atomic_load(&r->offline))
-        return kc_remote_offline_error(r, "PUT", NULL, err);
-    kc_key_list l;
-    kc_code rc = kc_remote_list_keys(s, f, &l, err);
-    if (rc != KC_OK)
-        return rc;
-    ps->considered = l.n;
-    rc = kc_remote_push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
-    free(l.keys);
     return rc;
 }
 
@@ -886,38 +836,5 @@ out:
     free(ptrs);
     free(miss);
     free(up);
-    return rc;
-}
-
-kc_code kc_remote_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                            kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                            kc_err *err)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!kc_key_valid(keys[i]))
-            return kc_err_set(err, KC_ERR_INVALID, "push: invalid key '%.80s'", keys[i]);
-    ps->considered += n;
-    if (r->shard)
-        return kc_remote_shard_push_list(r, s, keys, n, progress, pctx, ps, err);
-    char(*copy)[KC_KEY_HEX_LEN + 1] = malloc((n ? n : 1) * sizeof *copy);
-    if (!copy)
-        return kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
-    for (size_t i = 0; i < n; i++)
-        memcpy(copy[i], keys[i], KC_KEY_HEX_LEN + 1);
-    kc_code rc = kc_remote_push_keys(r, s, copy, n, progress, pctx, 0, n, ps, err);
-    free(copy);
-    return rc;
-}
-
-kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
-                       kc_remote_progress_fn progress, void *pctx, uint64_t *uploaded,
-                       uint64_t *skipped, kc_err *err)
-{
-    kc_remote_push_stats ps = {0};
-    kc_code rc = kc_remote_push_ex(r, s, f, progress, pctx, &ps, err);
-    if (uploaded)
-        *uploaded = ps.uploaded;
-    if (skipped)
-        *skipped = ps.skipped;
     return rc;
 }

@@ -1,7 +1,8 @@
 /*
  * kc_remote_internal.h - what the parts of the remote client share: the
  * handle's layout, one request's state, and the retry / offline policy.
- * Private to client/kc_remote*.c.
+ * Private to the single-server implementation (kc_remote.c, kc_remote_bulk.c,
+ * kc_remote_queue.c); the sharded composite never includes it.
  */
 #ifndef KC_REMOTE_INTERNAL_H
 #define KC_REMOTE_INTERNAL_H
@@ -12,6 +13,7 @@
 #include <curl/curl.h>
 
 #include "kc_remote.h"
+#include "kc_remote_ops.h"
 
 #define KC_REMOTE_SHARE_LOCKS 8
 #define KC_REMOTE_QUEUE_MAX_ITEMS 1024
@@ -66,18 +68,11 @@ typedef struct kc_qitem {
     size_t len;
 } kc_qitem;
 
-struct kc_shard;
-
+/* One server's handle (the sharded composite is another kc_remote, kc_remote_shard.c). */
 struct kc_remote {
-    /* Several servers (kc_remote_shard.c): this handle only routes to its
-     * children and every public function hands over to kc_remote_shard_*.
-     * NULL for a single server. */
-    struct kc_shard *shard;
-    kc_remote **child; /* one per server, in kc_shard_url order */
-    size_t nchild;
+    kc_remote_head head; /* first: the ops of this implementation */
 
-    char *base;    /* no trailing slash and no user:password (those are in userpwd);
-                      for a shard: the list as given, credentials redacted */
+    char *base;    /* no trailing slash and no user:password (those are in userpwd) */
     char *userpwd; /* "user:password" from the URL for curl, or NULL */
     char *ca_file;
     long connect_ms, timeout_ms;
@@ -149,51 +144,26 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
                          bool *created, kc_err *err);
 void kc_remote_free_handle(kc_remote *r);
 
-/* The keys of a store listing, in listing order: keys is malloc'd (the
- * caller frees it), n of them. */
-typedef struct kc_key_list {
-    char (*keys)[KC_KEY_HEX_LEN + 1];
-    size_t n, cap;
-    bool nomem; /* growing failed: the listing stopped */
-} kc_key_list;
-
-/* Lists the keys of s matching f (NULL: all) into *l (zeroed first). On
- * failure (the store's error, or KC_ERR_NOMEM naming the push) l holds
- * nothing to free. */
-kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err);
-
 /* Uploads keys[0..n) that the server lacks (kc_remote_push_ex without the
  * listing); progress counts from base_done of total. Adds to *ps. */
 kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1], size_t n,
                             kc_remote_progress_fn progress, void *pctx, uint64_t base_done,
                             uint64_t total, kc_remote_push_stats *ps, kc_err *err);
 
-/* ---- sharding over several servers (kc_remote_shard.c) ---- */
-kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_remote **out,
-                             kc_err *err);
-void kc_remote_shard_close(kc_remote *r);
-bool kc_remote_shard_offline(const kc_remote *r);
-kc_code kc_remote_shard_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
-kc_code kc_remote_shard_has(kc_remote *r, const char *key, kc_err *err);
-kc_code kc_remote_shard_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
-                            bool *created, kc_err *err);
-void kc_remote_shard_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
-size_t kc_remote_shard_flush(kc_remote *r, long timeout_ms);
-void kc_remote_shard_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
-                                 uint64_t *dropped);
-kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                                kc_err *err);
-kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devices,
-                             const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                             kc_bundle_stats *st, kc_err *err);
-kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
-                             kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                             kc_err *err);
-kc_code kc_remote_shard_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                                  kc_remote_progress_fn progress, void *pctx,
-                                  kc_remote_push_stats *ps, kc_err *err);
-kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                              bool *fetched, size_t *nfetched, kc_err *err);
+/* ---- the single-server implementation of kc_remote_ops ---- */
+char *kc_remote_server_bundle_url(kc_remote *r, const char *device, const kc_filter *f);
+void kc_remote_server_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
+size_t kc_remote_server_flush(kc_remote *r, long timeout_ms);
+void kc_remote_server_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
+                                  uint64_t *dropped);
+kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devices,
+                              const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
+                              kc_bundle_stats *st, kc_err *err);
+kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                                   kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                                   kc_err *err);
+kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                               bool *fetched, size_t *nfetched, kc_err *err);
 
 void kc_remote_queue_init(kc_remote *r);
 /* Flushes for up to limit_ms, aborts what is left, joins the worker. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kc_log.h"
 #include "kc_remote_internal.h"
 
 void kc_remote_queue_init(kc_remote *r)
@@ -61,13 +62,9 @@ static void *worker(void *arg)
     return NULL;
 }
 
-void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
+void kc_remote_server_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
 {
-    if (r && r->shard) {
-        kc_remote_shard_put_async(r, key, env, len);
-        return;
-    }
-    if (!r || !kc_key_valid(key) || atomic_load(&r->offline) || atomic_load(&r->no_write))
+    if (atomic_load(&r->offline) || atomic_load(&r->no_write))
         return;
     pthread_mutex_lock(&r->q_mu);
     if (r->q_stop || r->q_items >= KC_REMOTE_QUEUE_MAX_ITEMS ||
@@ -109,11 +106,9 @@ void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size
     pthread_mutex_unlock(&r->q_mu);
 }
 
-size_t kc_remote_flush(kc_remote *r, long timeout_ms)
+size_t kc_remote_server_flush(kc_remote *r, long timeout_ms)
 {
-    if (r && r->shard)
-        return kc_remote_shard_flush(r, timeout_ms);
-    if (!r || !r->q_inited)
+    if (!r->q_inited)
         return 0;
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
@@ -133,12 +128,9 @@ size_t kc_remote_flush(kc_remote *r, long timeout_ms)
     return left;
 }
 
-void kc_remote_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped)
+void kc_remote_server_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
+                                  uint64_t *dropped)
 {
-    if (r->shard) {
-        kc_remote_shard_queue_stats(r, uploaded, failed, dropped);
-        return;
-    }
     pthread_mutex_lock(&r->q_mu);
     if (uploaded)
         *uploaded = r->q_done;
@@ -176,8 +168,7 @@ void kc_remote_queue_shutdown(kc_remote *r, long limit_ms)
     if (started)
         pthread_join(r->q_thread, NULL);
     if (left && !r->quiet)
-        fprintf(stderr, "kcache: warning: remote %s: %zu background upload(s) abandoned at exit\n",
-                r->base, left);
+        kc_log(KC_LOG_WARN, "remote %s: %zu background upload(s) abandoned at exit", r->base, left);
     pthread_cond_destroy(&r->q_work);
     pthread_cond_destroy(&r->q_idle);
     pthread_mutex_destroy(&r->q_mu);

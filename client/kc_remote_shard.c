@@ -1,19 +1,60 @@
 /*
- * kc_remote_shard.c - client-side sharding behind the kc_remote API: a base
- * URL with commas opens one child handle per server, and each call is routed
- * by rendezvous hashing (kc_shard.h) over the children still online, so a
- * dead server costs only its share of keys and each warns once on its own.
+ * kc_remote_shard.c - client-side sharding behind the kc_remote API, as one composite: a
+ * base URL with commas opens one child handle per server, and each call is routed by
+ * rendezvous hashing (kc_shard.h) over the children still online, so a dead server costs
+ * only its share of keys and each warns once on its own. It talks to its children only
+ * through the public API (kc_remote.h) and knows nothing of their insides.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_remote_internal.h"
+#include "kc_remote_ops.h"
 #include "kc_shard.h"
 #include "kc_util.h"
 
+/* The composite: a kc_remote * of this implementation points at one of these. */
+typedef struct sharded {
+    kc_remote_head head; /* first */
+    kc_shard *shard;
+    kc_remote **child; /* one per server, in kc_shard_url order */
+    size_t nchild;
+    char *base; /* the list as given */
+} sharded;
+
+static sharded *S(const kc_remote *r)
+{
+    return (sharded *)(void *)r;
+}
+
+static const kc_remote_ops shard_ops;
+
 /* ----------------------------------------------------------- open/close -- */
+
+static void shard_close(kc_remote *rr, long limit_ms)
+{
+    sharded *r = S(rr);
+    /* Every child flushes its queue at the same time, within one shared
+     * limit (as for a single server), not one limit after the other. */
+    long limit = limit_ms;
+    for (size_t i = 0; limit_ms < 0 && i < r->nchild; i++) {
+        long t = kc_remote_ops_of(r->child[i])->close_limit_ms(r->child[i]);
+        limit = t > limit ? t : limit;
+    }
+    double deadline = kc_now() + (double)(limit > 0 ? limit : 0) / 1000.0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        long left = (long)((deadline - kc_now()) * 1000.0);
+        kc_remote_flush(r->child[i], left > 0 ? left : 0);
+    }
+    for (size_t i = 0; i < r->nchild; i++) {
+        long left = (long)((deadline - kc_now()) * 1000.0);
+        kc_remote_ops_of(r->child[i])->close(r->child[i], left > 0 ? left : 0);
+    }
+    free(r->child);
+    kc_shard_free(r->shard);
+    free(r->base);
+    free(r);
+}
 
 kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_remote **out,
                              kc_err *err)
@@ -23,7 +64,7 @@ kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_re
     kc_code rc = kc_shard_parse(list, &sh, err);
     if (rc != KC_OK)
         return rc;
-    kc_remote *r = calloc(1, sizeof *r);
+    sharded *r = calloc(1, sizeof *r);
     size_t n = kc_shard_count(sh);
     if (!r || !(r->base = kc_remote_redact_url(list)) ||
         !(r->child = calloc(n, sizeof *r->child))) {
@@ -33,51 +74,26 @@ kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_re
         kc_shard_free(sh);
         return kc_err_set(err, KC_ERR_NOMEM, "remote: out of memory");
     }
+    r->head.ops = &shard_ops;
     r->shard = sh;
-    r->quiet = opts && opts->quiet;
     for (size_t i = 0; i < n; i++) {
         rc = kc_remote_open(kc_shard_url(sh, i), opts, &r->child[i], err);
         if (rc != KC_OK) {
-            kc_remote_shard_close(r);
+            shard_close((kc_remote *)(void *)r, 0);
             return rc;
         }
         r->nchild++;
     }
-    *out = r;
+    *out = (kc_remote *)(void *)r;
     return KC_OK;
-}
-
-void kc_remote_shard_close(kc_remote *r)
-{
-    /* Every child flushes its queue at the same time, within one shared
-     * limit (as for a single server), not one limit after the other. */
-    long limit = 0;
-    for (size_t i = 0; i < r->nchild; i++) {
-        long t = r->child[i]->timeout_ms < 10000 ? r->child[i]->timeout_ms : 10000;
-        limit = t > limit ? t : limit;
-    }
-    double deadline = kc_now() + (double)limit / 1000.0;
-    for (size_t i = 0; i < r->nchild; i++) {
-        long left = (long)((deadline - kc_now()) * 1000.0);
-        kc_remote_flush(r->child[i], left > 0 ? left : 0);
-    }
-    for (size_t i = 0; i < r->nchild; i++) {
-        long left = (long)((deadline - kc_now()) * 1000.0);
-        kc_remote_queue_shutdown(r->child[i], left > 0 ? left : 0);
-        kc_remote_free_handle(r->child[i]);
-    }
-    free(r->child);
-    kc_shard_free(r->shard);
-    free(r->base);
-    free(r);
 }
 
 static bool child_online(const kc_remote *c)
 {
-    return !atomic_load(&((kc_remote *)c)->offline);
+    return !kc_remote_offline(c);
 }
 
-static uint64_t live_mask(const kc_remote *r)
+static uint64_t live_mask(const sharded *r)
 {
     uint64_t m = 0;
     for (size_t i = 0; i < r->nchild; i++)
@@ -86,12 +102,34 @@ static uint64_t live_mask(const kc_remote *r)
     return m;
 }
 
-bool kc_remote_shard_offline(const kc_remote *r)
+static bool shard_offline(const kc_remote *r)
 {
-    return live_mask(r) == 0;
+    return live_mask(S(r)) == 0;
 }
 
-static kc_code all_offline(const kc_remote *r, const char *what, kc_err *err)
+static long shard_close_limit_ms(const kc_remote *rr)
+{
+    const sharded *r = S(rr);
+    long limit = 0;
+    for (size_t i = 0; i < r->nchild; i++) {
+        long t = kc_remote_ops_of(r->child[i])->close_limit_ms(r->child[i]);
+        limit = t > limit ? t : limit;
+    }
+    return limit;
+}
+
+static const char *shard_url(const kc_remote *r)
+{
+    return S(r)->base;
+}
+
+/* Several servers: a bundle URL names the first one. */
+static char *shard_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
+{
+    return kc_remote_bundle_url(S(r)->child[0], device, f);
+}
+
+static kc_code all_offline(const sharded *r, const char *what, kc_err *err)
 {
     return kc_err_set(err, KC_ERR_REMOTE,
                       "%s on %s: every server is offline for this process (see the warnings)", what,
@@ -117,45 +155,45 @@ static kc_code all_offline(const kc_remote *r, const char *what, kc_err *err)
         }                                                                                          \
     } while (0)
 
-kc_code kc_remote_shard_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err)
+static kc_code shard_offline_error(kc_remote *r, const char *method, kc_err *err)
 {
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "remote get: invalid key '%.80s'", key);
+    return all_offline(S(r), method, err);
+}
+
+static kc_code shard_get(kc_remote *rr, const char *key, kc_artifact *a, kc_err *err)
+{
+    sharded *r = S(rr);
     SHARD_ROUTE(r, key, kc_remote_get(c, key, a, err));
     return all_offline(r, "GET", err);
 }
 
-kc_code kc_remote_shard_has(kc_remote *r, const char *key, kc_err *err)
+static kc_code shard_has(kc_remote *rr, const char *key, kc_err *err)
 {
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "remote has: invalid key '%.80s'", key);
+    sharded *r = S(rr);
     SHARD_ROUTE(r, key, kc_remote_has(c, key, err));
     return all_offline(r, "HEAD", err);
 }
 
-kc_code kc_remote_shard_put(kc_remote *r, const char *key, const uint8_t *env, size_t len,
-                            bool *created, kc_err *err)
+static kc_code shard_put(kc_remote *rr, const char *key, const uint8_t *env, size_t len,
+                         bool *created, kc_err *err)
 {
-    if (created)
-        *created = false;
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
+    sharded *r = S(rr);
     SHARD_ROUTE(r, key, kc_remote_put(c, key, env, len, created, err));
     return all_offline(r, "PUT", err);
 }
 
-void kc_remote_shard_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
+static void shard_put_async(kc_remote *rr, const char *key, const uint8_t *env, size_t len)
 {
-    if (!kc_key_valid(key))
-        return;
+    sharded *r = S(rr);
     uint64_t alive = live_mask(r);
     int i = kc_shard_pick(r->shard, key, alive);
     if (i >= 0)
         kc_remote_put_async(r->child[i], key, env, len);
 }
 
-size_t kc_remote_shard_flush(kc_remote *r, long timeout_ms)
+static size_t shard_flush(kc_remote *rr, long timeout_ms)
 {
+    sharded *r = S(rr);
     double deadline = kc_now() + (double)timeout_ms / 1000.0;
     size_t left = 0;
     for (size_t i = 0; i < r->nchild; i++) {
@@ -165,9 +203,10 @@ size_t kc_remote_shard_flush(kc_remote *r, long timeout_ms)
     return left;
 }
 
-void kc_remote_shard_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed,
-                                 uint64_t *dropped)
+static void shard_queue_stats(kc_remote *rr, uint64_t *uploaded, uint64_t *failed,
+                              uint64_t *dropped)
 {
+    sharded *r = S(rr);
     uint64_t u = 0, f = 0, d = 0;
     for (size_t i = 0; i < r->nchild; i++) {
         uint64_t cu = 0, cf = 0, cd = 0;
@@ -198,7 +237,7 @@ typedef struct split {
     bool *subflag;
 } split;
 
-static kc_code split_init(split *sp, size_t n, const kc_remote *r, const char *what, kc_err *err)
+static kc_code split_init(split *sp, size_t n, const sharded *r, const char *what, kc_err *err)
 {
     memset(sp, 0, sizeof *sp);
     sp->n = n;
@@ -225,7 +264,7 @@ static void split_free(split *sp)
 }
 
 /* Assigns each pending key its owner; false when no server is live. */
-static bool split_assign(split *sp, const kc_remote *r, const char *const *keys)
+static bool split_assign(split *sp, const sharded *r, const char *const *keys)
 {
     uint64_t alive = live_mask(r);
     if (!alive)
@@ -267,7 +306,7 @@ typedef kc_code (*split_part_fn)(void *ctx, kc_remote *child, split *sp, size_t 
  * keys to the next round (without it); any other failure is final for its
  * part and the first one is reported after every part ran (stop_at_error:
  * at once). No live server left: the "every server is offline" error. */
-static kc_code split_run(kc_remote *r, const char *const *keys, size_t n, const char *what,
+static kc_code split_run(sharded *r, const char *const *keys, size_t n, const char *what,
                          bool stop_at_error, split_part_fn part, void *ctx, kc_err *err)
 {
     split sp;
@@ -314,10 +353,10 @@ static kc_code missing_part(void *ctx, kc_remote *child, split *sp, size_t m, kc
     return rc;
 }
 
-kc_code kc_remote_shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                                kc_err *err)
+static kc_code shard_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                             kc_err *err)
 {
-    return split_run(r, keys, n, "POST /v1/artifacts/missing", true, missing_part, missing, err);
+    return split_run(S(r), keys, n, "POST /v1/artifacts/missing", true, missing_part, missing, err);
 }
 
 typedef struct fetch_parts {
@@ -338,11 +377,11 @@ static kc_code fetch_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_e
     return rc; /* a dead server's unfetched keys try the next live one */
 }
 
-kc_code kc_remote_shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                              bool *fetched, size_t *nfetched, kc_err *err)
+static kc_code shard_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                           bool *fetched, size_t *nfetched, kc_err *err)
 {
     fetch_parts fp = {.s = s, .fetched = fetched};
-    kc_code rc = split_run(r, keys, n, "fetch", false, fetch_part, &fp, err);
+    kc_code rc = split_run(S(r), keys, n, "fetch", false, fetch_part, &fp, err);
     if (nfetched)
         *nfetched = fp.total;
     return rc;
@@ -362,10 +401,11 @@ static void pull_progress_fn(uint64_t done, uint64_t total, uint64_t bytes, void
     pp->fn(pp->done + done, total ? pp->total + total : 0, pp->bytes + bytes, pp->ctx);
 }
 
-kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devices,
-                             const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                             kc_bundle_stats *st, kc_err *err)
+static kc_code shard_pull(kc_remote *rr, kc_store *s, const char *const *devices,
+                          const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
+                          kc_bundle_stats *st, kc_err *err)
 {
+    sharded *r = S(rr);
     /* Every server holds a disjoint share (and, after failovers, maybe a few
      * duplicates, which the idempotent import skips): pull from all. */
     kc_bundle_stats sum = {0};
@@ -378,7 +418,7 @@ kc_code kc_remote_shard_pull(kc_remote *r, kc_store *s, const char *const *devic
         kc_bundle_stats bs = {0};
         kc_code crc;
         if (!child_online(ch))
-            crc = kc_remote_offline_error(ch, "GET", NULL, &e);
+            crc = kc_remote_ops_of(ch)->offline_error(ch, "GET", &e);
         else
             crc =
                 kc_remote_pull(ch, s, devices, f, progress ? pull_progress_fn : NULL, &pp, &bs, &e);
@@ -420,52 +460,69 @@ static kc_code push_part(void *ctx, kc_remote *child, split *sp, size_t m, kc_er
     push_parts *pp = ctx;
     for (size_t j = 0; j < m; j++)
         memcpy(pp->part[j], sp->sub[j], KC_KEY_HEX_LEN + 1);
-    kc_code rc = kc_remote_push_keys(child, pp->s, pp->part, m, pp->progress, pp->pctx, pp->done,
-                                     pp->total, pp->ps, err);
+    kc_code rc = kc_remote_ops_of(child)->push_keys(child, pp->s, pp->part, m, pp->progress,
+                                                    pp->pctx, pp->done, pp->total, pp->ps, err);
     pp->done += m;
     /* nothing is settled for a server that died on the way: its part goes
      * to the next live one (some may be uploaded twice: harmless) */
     return rc;
 }
 
-kc_code kc_remote_shard_push_list(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                                  kc_remote_progress_fn progress, void *pctx,
-                                  kc_remote_push_stats *ps, kc_err *err)
+/* Keys split by owner, each part pushed by its server (a dead one's part goes on to the
+ * next live server). */
+static kc_code shard_push_keys(kc_remote *rr, kc_store *s, char (*keys)[KC_KEY_HEX_LEN + 1],
+                               size_t n, kc_remote_progress_fn progress, void *pctx,
+                               uint64_t base_done, uint64_t total, kc_remote_push_stats *ps,
+                               kc_err *err)
 {
-    if (kc_remote_shard_offline(r))
-        return all_offline(r, "PUT", err);
+    const char **ptrs = malloc((n ? n : 1) * sizeof *ptrs);
     push_parts pp = {.s = s,
                      .part = malloc((n ? n : 1) * sizeof *pp.part),
                      .progress = progress,
                      .pctx = pctx,
-                     .total = n,
+                     .done = base_done,
+                     .total = total,
                      .ps = ps};
-    kc_code rc = pp.part ? split_run(r, keys, n, "PUT", false, push_part, &pp, err)
-                         : kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
+    kc_code rc;
+    if (!ptrs || !pp.part) {
+        rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", S(rr)->base);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            ptrs[i] = keys[i];
+        rc = split_run(S(rr), ptrs, n, "PUT", false, push_part, &pp, err);
+    }
+    free(ptrs);
     free(pp.part);
     return rc;
 }
 
-kc_code kc_remote_shard_push(kc_remote *r, kc_store *s, const kc_filter *f,
-                             kc_remote_progress_fn progress, void *pctx, kc_remote_push_stats *ps,
-                             kc_err *err)
+/* Several owners: one parallel GET per key (fetch) instead of one bundle. */
+static kc_code shard_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
+                               kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                               kc_err *err)
 {
-    if (kc_remote_shard_offline(r))
-        return all_offline(r, "PUT", err);
-    kc_key_list v;
-    kc_code rc = kc_remote_list_keys(s, f, &v, err);
-    if (rc != KC_OK)
-        return rc;
-    ps->considered = v.n;
-    const char **ptrs = malloc((v.n ? v.n : 1) * sizeof *ptrs);
-    if (!ptrs) {
-        rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", r->base);
-    } else {
-        for (size_t i = 0; i < v.n; i++)
-            ptrs[i] = v.keys[i];
-        rc = kc_remote_shard_push_list(r, s, ptrs, v.n, progress, pctx, ps, err);
-    }
-    free(ptrs);
-    free(v.keys);
+    (void)progress, (void)pctx;
+    size_t got = 0;
+    kc_code rc = shard_fetch(r, s, keys, n, NULL, &got, err);
+    if (st)
+        st->artifacts = st->imported = got;
     return rc;
 }
+
+static const kc_remote_ops shard_ops = {.close = shard_close,
+                                        .close_limit_ms = shard_close_limit_ms,
+                                        .offline = shard_offline,
+                                        .offline_error = shard_offline_error,
+                                        .url = shard_url,
+                                        .bundle_url = shard_bundle_url,
+                                        .get = shard_get,
+                                        .has = shard_has,
+                                        .put = shard_put,
+                                        .put_async = shard_put_async,
+                                        .flush = shard_flush,
+                                        .queue_stats = shard_queue_stats,
+                                        .missing = shard_missing,
+                                        .pull = shard_pull,
+                                        .pull_keys = shard_pull_keys,
+                                        .fetch = shard_fetch,
+                                        .push_keys = shard_push_keys};

@@ -38,7 +38,7 @@ for f in bin/kcache bin/kcached include/kcache/kc_store.h include/kcache/kc_remo
          share/doc/kcache/examples/kcached.conf; do
   [ -e "$P/$f" ] || fail "cmake --install did not install $f"
 done
-for l in libkccore.a libkcremote.a libkccompiler.a; do
+for l in libkccore.a libkcremote.a libkccompiler.a libkcache.so; do
   [ -f "$LIBDIR/$l" ] || fail "cmake --install did not install $l"
 done
 if find "$P/include" -name '*_internal.h' | grep -q .; then fail "internal headers installed"; fi
@@ -70,13 +70,42 @@ int main(int argc, char **argv)
 EOF
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Werror "$T/use.c" -o "$T/use" $flags || fail "compile+link against kcache.pc"
-[ "$("$T/use" "$T/store")" = linked ] || fail "program linked through kcache.pc does not run"
+[ "$(LD_LIBRARY_PATH=$LIBDIR "$T/use" "$T/store")" = linked ] || fail "program linked through kcache.pc does not run"
 # Moving the install tree keeps kcache.pc valid (prefix relative to the file).
 mv "$P" "$T/moved"
 PKG_CONFIG_PATH=${LIBDIR/$P/$T/moved}/pkgconfig pkg-config --cflags kcache | grep -q "$T/moved" ||
   fail "kcache.pc is not relocatable"
 mv "$T/moved" "$P"
-pass "pkg-config --cflags --libs kcache builds and runs a client (relocatable prefix)"
+pass "pkg-config --cflags --libs kcache builds and runs a client on libkcache.so (relocatable prefix)"
+
+# --- 2b. the GUIDE's libkcache.so example, against a live kcached ------------
+sed -n '/<!-- libkcache-example -->/,/^```$/p' docs/GUIDE.md | sed '1,2d;$d' >"$T/example.c"
+[ -s "$T/example.c" ] || fail "no libkcache example in docs/GUIDE.md"
+[ -L "$LIBDIR/libkcache.so" ] && [ -f "$(readlink -f "$LIBDIR/libkcache.so")" ] ||
+  fail "cmake --install did not install libkcache.so"
+soname=$(objdump -p "$LIBDIR/libkcache.so" | awk '/SONAME/ {print $2}')
+[[ $soname =~ ^libkcache\.so\.[0-9]+\.[0-9]+$ ]] && [ -e "$LIBDIR/$soname" ] ||
+  fail "libkcache.so has no versioned soname ($soname)"
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Wextra -Werror "$T/example.c" -o "$T/example" $(pkg-config --cflags --libs kcache) ||
+  fail "the GUIDE's example does not build against the installed libkcache.so"
+objdump -p "$T/example" | grep -q "NEEDED *$soname" || fail "the example does not link $soname"
+"$P/bin/kcached" --listen 127.0.0.1:0 --port-file "$T/ex.port" --data "$T/ex-data" \
+  --log-level warn >"$T/ex-kcached.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do [ -s "$T/ex.port" ] && break; sleep 0.05; done
+[ -s "$T/ex.port" ] || { cat "$T/ex-kcached.log"; fail "kcached did not start"; }
+EXURL=http://127.0.0.1:$(cat "$T/ex.port")
+# one artifact on the server that the example's cache lacks
+echo "from the server" >"$T/ex-payload"
+"$P/bin/kcache" --cache-dir "$T/ex-seed" put --kind blob "$T/ex-payload" >/dev/null &&
+  "$P/bin/kcache" --cache-dir "$T/ex-seed" --remote "$EXURL" push >"$T/ex-push.log" 2>&1 ||
+  fail "could not seed the example's server"
+LD_LIBRARY_PATH=$LIBDIR "$T/example" "$T/ex-cache" "$EXURL" >"$T/example.out" 2>&1 ||
+  { cat "$T/example.out"; fail "the GUIDE's example failed"; }
+grep -q '^got hello back$' "$T/example.out" && grep -q '^pulled 1 new artifacts from ' "$T/example.out" ||
+  { cat "$T/example.out"; fail "the GUIDE's example printed something else"; }
+pass "the GUIDE's example builds against libkcache.so ($soname) and puts, gets and pulls"
 
 # --- 3. --help and man pages ----------------------------------------------
 "$P/bin/kcached" --help >"$T/kcached.help" || fail "kcached --help"

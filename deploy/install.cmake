@@ -1,20 +1,21 @@
 # deploy/install.cmake - `cmake --install` rules, included by the top-level
 # CMakeLists.txt after every target exists: binaries, static libraries, public
-# headers, kcache.pc, man pages, the systemd unit and the deploy examples.
+# headers, libkcache.so, kcache.pc, man pages, the systemd unit and the deploy examples.
 include(GNUInstallDirs)
 
 install(TARGETS kcache kcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS kccore kcremote kccompiler ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-
-# Public headers: everything of cachecore/ but its *_internal.h and the
-# store's own parts (pack files, frame checks), the client library and the
-# sharding helper, all under include/kcache/.
-file(GLOB KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/cachecore/*.h)
-list(FILTER KC_PUBLIC_HEADERS EXCLUDE REGEX "(_internal|kc_pack|kc_frame)\\.h$")
-list(APPEND KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/client/kc_remote.h)
-if(EXISTS ${PROJECT_SOURCE_DIR}/client/kc_shard.h)
-  list(APPEND KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/client/kc_shard.h)
+# libkcache.so.MAJOR.MINOR.PATCH, its soname link libkcache.so.MAJOR.MINOR and the
+# development link libkcache.so.
+if(TARGET kcache_shared)
+  install(TARGETS kcache_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+
+# Public headers: each library's include/kcache/ (nothing else is public), all under
+# include/kcache/.
+file(GLOB KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/cachecore/include/kcache/*.h
+     ${PROJECT_SOURCE_DIR}/client/include/kcache/*.h
+     ${PROJECT_SOURCE_DIR}/compiler_stub/include/kcache/*.h)
 install(FILES ${KC_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kcache)
 
 # pkg-config: the prefix is ${pcfiledir}/../.. (as many ".." as LIBDIR has

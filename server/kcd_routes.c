@@ -1422,6 +1422,141 @@ static void method_not_allowed(kcd_exchange *x, const char *allow)
         x->resp->allow = allow;
 }
 
+/* One route's work once its method matched and auth passed; rest is what follows a prefix
+ * path ("" for an exact one). */
+typedef void (*route_fn)(kcd_exchange *x, const kcd_request *req, const char *rest);
+
+static void r_healthz(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)req, (void)rest;
+    resp_text(x, 200, CT_TEXT, "ok\n");
+}
+
+static void r_metrics(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)req, (void)rest;
+    get_stats(x, true);
+}
+
+static void r_stats(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)req, (void)rest;
+    get_stats(x, false);
+}
+
+static void r_missing(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)rest;
+    want_body(x, req, BODY_MISSING, KCD_MISSING_BODY_MAX);
+}
+
+static void r_artifact(kcd_exchange *x, const kcd_request *req, const char *key)
+{
+    if (!kc_key_valid(key))
+        return resp_error(x, 400, "bad key '%.80s%s': want 64 lowercase hex characters", key,
+                          strlen(key) > 80 ? "..." : "");
+    memcpy(x->key, key, KC_KEY_HEX_LEN + 1);
+    if (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD)
+        return get_artifact(x, req);
+    if (x->route == KCD_R_ARTIFACT_DELETE)
+        return delete_key(x, "artifact");
+    want_body(x, req, BODY_ARTIFACT, x->ctx->max_blob);
+}
+
+static void r_bundle_get(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)rest;
+    get_bundle(x, req);
+}
+
+static void r_bundle_select(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)rest;
+    want_body(x, req, BODY_SELECT, KCD_MISSING_BODY_MAX);
+}
+
+static void r_bundle_post(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)rest;
+    if (!want_body(x, req, BODY_BUNDLE, UINT64_MAX))
+        return;
+    kc_err e = {0};
+    if (kc_store_open(x->ctx->data, &x->ctx->sopts, &x->import_store, &e) != KC_OK ||
+        kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
+        resp_store_error(x, &e);
+    else /* each artifact obeys --max-blob as a PUT does, before it is buffered */
+        kc_bundle_import_set_max_payload(x->import, x->ctx->max_blob);
+}
+
+static void r_ccache(kcd_exchange *x, const kcd_request *req, const char *cp)
+{
+    if (!kcd_ccache_path_valid(cp))
+        return resp_error(x, 400, "bad ccache path (want 1..%d of [A-Za-z0-9_.-/], no ..)",
+                          KCD_CCACHE_PATH_MAX);
+    snprintf(x->ccache_path, sizeof x->ccache_path, "%s", cp);
+    ccache_key(cp, x->key);
+    if (x->route == KCD_R_CCACHE_GET || x->route == KCD_R_CCACHE_HEAD)
+        return get_ccache(x);
+    if (x->route == KCD_R_CCACHE_DELETE)
+        return delete_key(x, "ccache entry");
+    want_body(x, req, BODY_CCACHE, x->ctx->max_blob);
+}
+
+#define R_READ KCD_SCOPE_READ
+#define R_WRITE KCD_SCOPE_WRITE
+
+/* The HTTP API, one row per method and path: rows with the same path form a group, tried
+ * in order (the first group whose path matches wins; a path ending in '/' matches as a
+ * prefix). A method outside the group is 405 with the group's Allow list. scope 0: no
+ * token needed. */
+static const struct route_row {
+    const char *method;
+    const char *path;
+    kcd_route route;
+    unsigned scope;
+    const char *allow; /* the group's Allow header for a 405 */
+    route_fn fn;
+} routes[] = {
+    {"GET", "/healthz", KCD_R_HEALTHZ, 0, "GET, HEAD", r_healthz},
+    {"HEAD", "/healthz", KCD_R_HEALTHZ, 0, "GET, HEAD", r_healthz},
+    {"GET", "/metrics", KCD_R_METRICS, R_READ, "GET, HEAD", r_metrics},
+    {"HEAD", "/metrics", KCD_R_METRICS, R_READ, "GET, HEAD", r_metrics},
+    {"GET", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
+    {"HEAD", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
+    {"POST", "/v1/artifacts/missing", KCD_R_MISSING, R_READ | R_WRITE, "POST", r_missing},
+    {"GET", "/v1/artifacts/", KCD_R_ARTIFACT_GET, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
+    {"HEAD", "/v1/artifacts/", KCD_R_ARTIFACT_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
+    {"PUT", "/v1/artifacts/", KCD_R_ARTIFACT_PUT, R_WRITE, "GET, HEAD, PUT, DELETE", r_artifact},
+    {"DELETE", "/v1/artifacts/", KCD_R_ARTIFACT_DELETE, KCD_SCOPE_ADMIN, "GET, HEAD, PUT, DELETE",
+     r_artifact},
+    {"POST", "/v1/bundle/select", KCD_R_BUNDLE_SELECT, R_READ, "POST", r_bundle_select},
+    {"GET", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, POST", r_bundle_get},
+    {"HEAD", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, POST", r_bundle_get},
+    {"POST", "/v1/bundle", KCD_R_BUNDLE_POST, R_WRITE, "GET, POST", r_bundle_post},
+    {"GET", "/ccache", KCD_R_CCACHE_GET, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"HEAD", "/ccache", KCD_R_CCACHE_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"PUT", "/ccache", KCD_R_CCACHE_PUT, R_WRITE, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"DELETE", "/ccache", KCD_R_CCACHE_DELETE, R_WRITE, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"GET", "/ccache/", KCD_R_CCACHE_GET, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"HEAD", "/ccache/", KCD_R_CCACHE_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"PUT", "/ccache/", KCD_R_CCACHE_PUT, R_WRITE, "GET, HEAD, PUT, DELETE", r_ccache},
+    {"DELETE", "/ccache/", KCD_R_CCACHE_DELETE, R_WRITE, "GET, HEAD, PUT, DELETE", r_ccache},
+};
+
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+/* Does p match row path rp (exactly, or as a prefix when rp ends in '/')? *rest: what
+ * follows. */
+static bool path_matches(const char *rp, const char *p, const char **rest)
+{
+    size_t n = strlen(rp);
+    bool prefix = n > 0 && rp[n - 1] == '/';
+    if (prefix ? strncmp(p, rp, n) != 0 : strcmp(p, rp) != 0)
+        return false;
+    *rest = p + n;
+    return true;
+}
+
 static void route(kcd_exchange *x, const kcd_request *req)
 {
     const char *m = req->method ? req->method : "";
@@ -1430,108 +1565,29 @@ static void route(kcd_exchange *x, const kcd_request *req)
         x->route = KCD_R_OTHER;
         return resp_error(x, 400, "%s", req->framing_error);
     }
-    bool get = !strcmp(m, "GET"), head = !strcmp(m, "HEAD"), put = !strcmp(m, "PUT"),
-         post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
-
-    if (!strcmp(p, "/healthz")) {
-        x->route = KCD_R_HEALTHZ;
-        if (!get && !head)
-            return method_not_allowed(x, "GET, HEAD");
-        return resp_text(x, 200, CT_TEXT, "ok\n");
+    const char *rest = NULL;
+    size_t g = 0;
+    while (g < N_ROUTES && !path_matches(routes[g].path, p, &rest))
+        g++;
+    if (g == N_ROUTES) {
+        x->route = KCD_R_OTHER;
+        return resp_error(x, 404, "no such route");
     }
-    if (!strcmp(p, "/metrics") || !strcmp(p, "/v1/stats")) {
-        bool prom = p[1] == 'm';
-        x->route = prom ? KCD_R_METRICS : KCD_R_STATS;
-        if (!get && !head)
-            return method_not_allowed(x, "GET, HEAD");
-        if (auth(x, req, KCD_SCOPE_READ))
-            get_stats(x, prom);
-        return;
-    }
-    if (!strcmp(p, "/v1/artifacts/missing")) {
-        x->route = KCD_R_MISSING;
-        if (!post)
-            return method_not_allowed(x, "POST");
-        if (auth(x, req, KCD_SCOPE_READ | KCD_SCOPE_WRITE))
-            want_body(x, req, BODY_MISSING, KCD_MISSING_BODY_MAX);
-        return;
-    }
-    if (!strncmp(p, "/v1/artifacts/", 14)) {
-        const char *key = p + 14;
-        x->route = get    ? KCD_R_ARTIFACT_GET
-                   : head ? KCD_R_ARTIFACT_HEAD
-                   : put  ? KCD_R_ARTIFACT_PUT
-                   : del  ? KCD_R_ARTIFACT_DELETE
-                          : KCD_R_OTHER;
-        if (x->route == KCD_R_OTHER)
-            return method_not_allowed(x, "GET, HEAD, PUT, DELETE");
-        unsigned need = put ? KCD_SCOPE_WRITE : del ? KCD_SCOPE_ADMIN : KCD_SCOPE_READ;
-        if (!auth(x, req, need))
-            return;
-        if (!kc_key_valid(key))
-            return resp_error(x, 400, "bad key '%.80s%s': want 64 lowercase hex characters", key,
-                              strlen(key) > 80 ? "..." : "");
-        memcpy(x->key, key, KC_KEY_HEX_LEN + 1);
-        if (get || head)
-            return get_artifact(x, req);
-        if (del)
-            return delete_key(x, "artifact");
-        want_body(x, req, BODY_ARTIFACT, x->ctx->max_blob);
-        return;
-    }
-    if (!strcmp(p, "/v1/bundle/select")) {
-        x->route = KCD_R_BUNDLE_SELECT;
-        if (!post)
-            return method_not_allowed(x, "POST");
-        if (auth(x, req, KCD_SCOPE_READ))
-            want_body(x, req, BODY_SELECT, KCD_MISSING_BODY_MAX);
-        return;
-    }
-    if (!strcmp(p, "/v1/bundle")) {
-        x->route = post ? KCD_R_BUNDLE_POST : KCD_R_BUNDLE_GET;
-        if (!get && !head && !post) {
-            x->route = KCD_R_OTHER;
-            return method_not_allowed(x, "GET, POST");
+    /* the group: every row with this path; a 405 counts under the group's one route, or
+     * as OTHER when its methods have different routes */
+    kcd_route group_route = routes[g].route;
+    for (size_t i = g; i < N_ROUTES && !strcmp(routes[i].path, routes[g].path); i++) {
+        if (!strcmp(routes[i].method, m)) {
+            x->route = routes[i].route;
+            if (routes[i].scope && !auth(x, req, routes[i].scope))
+                return;
+            return routes[i].fn(x, req, rest);
         }
-        if (!auth(x, req, post ? KCD_SCOPE_WRITE : KCD_SCOPE_READ))
-            return;
-        if (!post)
-            return get_bundle(x, req);
-        if (!want_body(x, req, BODY_BUNDLE, UINT64_MAX))
-            return;
-        kc_err e = {0};
-        if (kc_store_open(x->ctx->data, &x->ctx->sopts, &x->import_store, &e) != KC_OK ||
-            kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
-            resp_store_error(x, &e);
-        else /* each artifact obeys --max-blob as a PUT does, before it is buffered */
-            kc_bundle_import_set_max_payload(x->import, x->ctx->max_blob);
-        return;
+        if (routes[i].route != group_route)
+            group_route = KCD_R_OTHER;
     }
-    if (!strncmp(p, "/ccache/", 8) || !strcmp(p, "/ccache")) {
-        const char *cp = p[7] ? p + 8 : "";
-        x->route = get    ? KCD_R_CCACHE_GET
-                   : head ? KCD_R_CCACHE_HEAD
-                   : put  ? KCD_R_CCACHE_PUT
-                   : del  ? KCD_R_CCACHE_DELETE
-                          : KCD_R_OTHER;
-        if (x->route == KCD_R_OTHER)
-            return method_not_allowed(x, "GET, HEAD, PUT, DELETE");
-        if (!auth(x, req, (put || del) ? KCD_SCOPE_WRITE : KCD_SCOPE_READ))
-            return;
-        if (!kcd_ccache_path_valid(cp))
-            return resp_error(x, 400, "bad ccache path (want 1..%d of [A-Za-z0-9_.-/], no ..)",
-                              KCD_CCACHE_PATH_MAX);
-        snprintf(x->ccache_path, sizeof x->ccache_path, "%s", cp);
-        ccache_key(cp, x->key);
-        if (get || head)
-            return get_ccache(x);
-        if (del)
-            return delete_key(x, "ccache entry");
-        want_body(x, req, BODY_CCACHE, x->ctx->max_blob);
-        return;
-    }
-    x->route = KCD_R_OTHER;
-    resp_error(x, 404, "no such route");
+    x->route = group_route;
+    method_not_allowed(x, routes[g].allow);
 }
 
 kcd_exchange *kcd_exchange_begin(kcd_ctx *ctx, const kcd_request *req)

@@ -10,11 +10,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kc_log.h"
 #include "kcd_config.h"
 #include "kcd_log.h"
 #include "kcd_server.h"
 
 extern char **environ;
+
+/* The libraries' messages (kc_log.h) go to kcached's own log, at its levels. */
+static void log_to_kcd(kc_log_level level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    kcd_log(level == KC_LOG_WARN ? KCD_LOG_WARN : KCD_LOG_INFO, "%s", msg);
+}
 
 int main(int argc, char **argv)
 {
@@ -58,6 +66,7 @@ int main(int argc, char **argv)
         return 0;
     }
     kcd_log_set_level((kcd_log_level)cfg.log_level);
+    kc_log_set(log_to_kcd, NULL);
 
     /* Workers inherit this mask; only the main thread takes the signals. */
     sigset_t set;

@@ -17,7 +17,7 @@ typedef struct env {
     char *dir;
     kc_store *store;
     kc_backend *b;
-    kc_tiers t;
+    kc_cache *t;
 } env;
 
 static void env_open(env *e)
@@ -29,12 +29,13 @@ static void env_open(env *e)
     cr_assert_eq(kc_store_open(e->dir, NULL, &e->store, &err), KC_OK, "%s", err.msg);
     kc_backend_opts bo = {.target = "native", .work_dir = e->dir};
     cr_assert_eq(kc_cpu_backend_open(&bo, &e->b, &err), KC_OK, "%s", err.msg);
-    e->t.store = e->store;
+    cr_assert_eq(kc_cache_local_open(e->store, &e->t, &err), KC_OK, "%s", err.msg);
 }
 
 static void env_close(env *e)
 {
     kc_backend_close(e->b);
+    kc_cache_close(e->t);
     kc_store_close(e->store);
     kc_test_rmtree(e->dir);
     free(e->dir);
@@ -48,7 +49,7 @@ static int check_graph(env *e, const char *text, int expect_kernels)
     cr_assert_eq(kc_graph_parse(text, strlen(text), "<test>", &g, &err), KC_OK, "%s", err.msg);
     kc_compile_opts o = {.load = true, .jobs = 2};
     kc_program *p = NULL;
-    cr_assert_eq(kc_compile(e->b, &e->t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_compile(e->b, e->t, g, &o, &p, &err), KC_OK, "%s", err.msg);
     if (expect_kernels >= 0)
         cr_assert_eq(p->n_kernels, expect_kernels, "expected %d kernels, got %d", expect_kernels,
                      p->n_kernels);
@@ -250,7 +251,7 @@ Test(compile_numerics, damaged_graph_record_is_replaced, .timeout = 120)
     cr_assert_eq(kc_graph_parse(text, strlen(text), "<t>", &g, &err), KC_OK, "%s", err.msg);
     kc_compile_opts o = {.load = true};
     kc_program *p = NULL;
-    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_compile(e.b, e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
     char key[KC_KEY_HEX_LEN + 1];
     memcpy(key, p->graph_key, sizeof key);
     kc_program_free(p);
@@ -267,7 +268,7 @@ Test(compile_numerics, damaged_graph_record_is_replaced, .timeout = 120)
                  err.msg);
     cr_assert_eq(kc_store_put(e.store, &a, NULL, &err), KC_OK, "%s", err.msg);
     kc_artifact_free(&a);
-    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_compile(e.b, e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
     cr_assert_not(p->graph_hit, "a damaged record must not be used");
     cr_assert_eq(p->compiled, 0, "the kernel itself is still cached");
     float **v = kc_values_new(g, 1);
@@ -275,7 +276,7 @@ Test(compile_numerics, damaged_graph_record_is_replaced, .timeout = 120)
     kc_values_free(g, v);
     kc_program_free(p);
     /* and a good record replaced it */
-    cr_assert_eq(kc_compile(e.b, &e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_compile(e.b, e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
     cr_assert(p->graph_hit);
     kc_program_free(p);
     kc_graph_free(g);

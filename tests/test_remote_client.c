@@ -275,6 +275,7 @@ Test(remote_client, closed_port_warns_exactly_once, .init = cr_redirect_stderr)
 {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", closed_port());
+    kc_test_log_to_stderr(); /* the library warns through kc_log; a program prints it */
     kc_remote *r;
     kc_err err = {0};
     cr_assert_eq(kc_remote_open(url, NULL, &r, &err), KC_OK);

@@ -31,6 +31,7 @@ static char list[NSERV * 100];
 
 static void setup(void)
 {
+    kc_test_log_to_stderr(); /* warnings go through kc_log; the tests read them back */
     tmp = kc_test_mkdtemp("remote-shard");
     cr_assert_not_null(tmp);
     list[0] = '\0';

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kc_store.h"
+#include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kc_xpu.h"
 
@@ -120,9 +121,15 @@ Test(xpu_cli, device_xpu_spirv_caches_valid_spirv_without_a_driver)
     no_driver();
     kc_test_result r;
     kcache(&r, "compile", "xpu-spirv", 0);
+    /* every kernel of mlp.json is distinct: the summary's kernel count is the number of
+     * SPIR-V modules, each stored once (the backend no longer keeps a second copy) */
+    const char *sum = strstr(r.out, "graph record miss, ");
+    int n_kernels = sum ? atoi(sum + strlen("graph record miss, ")) : -1;
     kc_test_result_free(&r);
     kinds k = stored();
     cr_expect_gt(k.spirv, 0);
+    cr_expect_eq(k.spirv, n_kernels, "SPIR-V stored once per kernel: %d entries for %d kernels",
+                 k.spirv, n_kernels);
     cr_expect_eq(k.native, 0);
     cr_expect_eq(k.cpu, 0);
     kc_store *s = NULL;
@@ -263,4 +270,90 @@ Test(xpu_cli, run_replaces_a_native_binary_the_driver_rejects)
     kc_artifact_free(&now);
     kc_artifact_free(&good);
     kc_store_close(s);
+}
+
+/* The keys of a listing (up to 64). */
+typedef struct spirv_keys {
+    int n;
+    char keys[64][KC_KEY_HEX_LEN + 1];
+} spirv_keys;
+
+static int collect_key(const kc_entry_info *info, void *ctx)
+{
+    spirv_keys *k = ctx;
+    if (k->n < 64)
+        memcpy(k->keys[k->n++], info->key, KC_KEY_HEX_LEN + 1);
+    return 0;
+}
+
+/* kcache with the test driver against a real kcached, for the two-machine journey. */
+static void kcache_remote(kc_test_result *r, const char *dir, const char *url, const char *cmd,
+                          const char *extra)
+{
+    cr_assert_eq(kc_test_runl(r, KC_TEST_KCACHE, "--cache-dir", dir, "--remote", url, cmd, GRAPH,
+                              "--device", "xpu", extra, NULL),
+                 0);
+    cr_assert_eq(r->exit_code, 0, "kcache %s: exit %d\nstdout: %s\nstderr: %s", cmd, r->exit_code,
+                 r->out, r->err);
+}
+
+Test(xpu_cli, machine_b_pulls_and_compiles_with_zero_driver_builds)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    cr_assert_eq(kc_testserver_start(&ts, NULL, NULL), 0, "kcached did not start");
+    /* machine A: a cold compile, every artifact pushed (native binaries and their SPIR-V) */
+    kc_test_result r;
+    kcache_remote(&r, cache_dir, ts.url, "compile", "--json");
+    kc_test_result_free(&r);
+    kinds a = stored();
+    cr_assert_gt(a.native, 0);
+
+    /* machine B: a fresh cache directory, one pull, then a compile with no driver build */
+    char *b = kc_test_path(tmp_dir, "machine-b");
+    cr_assert_eq(
+        kc_test_runl(&r, KC_TEST_KCACHE, "--cache-dir", b, "--remote", ts.url, "pull", NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "pull: %s", r.err);
+    kc_test_result_free(&r);
+    kc_test_write_file(counter_path, "", 0);
+    kcache_remote(&r, b, ts.url, "compile", "--json");
+    cr_expect(strstr(r.out, "\"compiled\":0") != NULL, "machine B compiled: %s", r.out);
+    cr_expect(strstr(r.out, "\"graph_hit\":true") != NULL, "%s", r.out);
+    kc_test_result_free(&r);
+    cr_expect_eq(count_events("spirv-build"), 0, "machine B built a module from SPIR-V");
+
+    /* another device id on B misses, and explain names the differing field */
+    setenv("KC_ZE_TEST_DEVICE_ID", "0x56a1", 1);
+    kcache_remote(&r, b, ts.url, "explain", NULL);
+    cr_expect(strstr(r.out, "miss") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "device_id") != NULL, "explain does not name device_id: %s", r.out);
+    kc_test_result_free(&r);
+    /* its native binaries are built from the SPIR-V machine A pushed, not by clang on B:
+     * B's SPIR-V entries are A's envelopes (same metadata: A's creation time and compile
+     * milliseconds), fetched through the cache tiers */
+    kc_test_write_file(counter_path, "", 0);
+    kcache_remote(&r, b, ts.url, "compile", "--json");
+    kc_test_result_free(&r);
+    cr_expect_eq(count_events("spirv-build"), a.native, "one module per kernel from SPIR-V");
+    kc_store *sa = NULL, *sb = NULL;
+    kc_err e;
+    cr_assert_eq(kc_store_open(cache_dir, NULL, &sa, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_open(b, NULL, &sb, &e), KC_OK, "%s", e.msg);
+    spirv_keys sk = {0};
+    kc_filter f = {.kind = "spirv"};
+    cr_assert_eq(kc_store_list(sa, &f, collect_key, &sk, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(sk.n, a.spirv);
+    for (int i = 0; i < sk.n; i++) {
+        kc_artifact x, y;
+        cr_assert_eq(kc_store_get(sa, sk.keys[i], &x, &e), KC_OK, "%s", e.msg);
+        cr_assert_eq(kc_store_get(sb, sk.keys[i], &y, &e), KC_OK, "B lacks SPIR-V %s: %s",
+                     sk.keys[i], e.msg);
+        cr_expect_str_eq(y.meta, x.meta, "SPIR-V %s was rebuilt on B, not fetched", sk.keys[i]);
+        kc_artifact_free(&x);
+        kc_artifact_free(&y);
+    }
+    kc_store_close(sa);
+    kc_store_close(sb);
+    free(b);
+    kc_testserver_cleanup(&ts);
 }

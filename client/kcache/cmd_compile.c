@@ -1,13 +1,13 @@
 /*
  * cmd_compile.c - the compiler through the cache: compile, run, explain,
- * fingerprint and prewarm. Each command opens the store, the remote tier
- * (unless --offline) and one backend per device target, then hands the graph
- * to kc_compile (compiler_stub/).
+ * fingerprint and prewarm. Each command parses its options, opens the store and
+ * wires the cache tiers (the server unless --offline: kc_remote_cache), opens a backend
+ * by name (kc_backend_open) and hands the graph to kc_compile (compiler_stub/), then
+ * prints what came back.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -22,21 +22,14 @@
 #include "kc_cflags.h"
 #include "kc_cli_opts.h"
 #include "kc_compile.h"
-#include "kc_cpu.h"
 #include "kc_graph.h"
 #include "kc_lower.h"
+#include "kc_manifest.h"
 #include "kc_onnx.h"
 #include "kc_remote.h"
-#include "kc_tiers.h"
+#include "kc_remote_cache.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
-
-#if defined(__has_include)
-#if __has_include("kc_xpu.h")
-#include "kc_xpu.h"
-#define KC_HAVE_XPU 1
-#endif
-#endif
 
 /* Options every compile-family command understands. */
 #define KC_MAX_GRAPHS 256
@@ -60,12 +53,12 @@ typedef struct copts {
     const char *data; /* run: an ONNX test-data directory */
 } copts;
 
-/* An open session: store, tiers, scratch directory. */
+/* An open session: store, the cache tiers over it, scratch directory. */
 typedef struct session {
     kc_cli *cli;
     kc_store *store;
     kc_remote *remote;
-    kc_tiers tiers;
+    kc_cache *cache; /* local store -> server (unless --offline) */
     char work[4096];
     char state[3072];
     bool keep_work;
@@ -171,8 +164,6 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     kc_err ignore;
     if (kc_mkdirs(s->state, &ignore) != KC_OK)
         s->state[0] = 0;
-    s->tiers.store = s->store;
-    s->tiers.offline = o->offline;
     if (cli->remote && !o->offline) {
         /* same CA variable as pull/push, so a private-CA server works here too */
         const char *ca = getenv("KCACHE_CA_FILE");
@@ -187,7 +178,11 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
         }
-        s->tiers.remote = s->remote;
+    }
+    if (kc_remote_cache_open(s->store, s->remote, o->offline, &s->cache, &err) != KC_OK) {
+        kc_remote_close(s->remote);
+        kc_store_close(s->store);
+        return kc_cli_fail(cli, &err);
     }
     return KC_EXIT_OK;
 }
@@ -211,24 +206,27 @@ static void rm_tree_shallow(const char *dir)
 
 static void session_close(session *s)
 {
-    if (s->tiers.damaged)
+    kc_cache_stats st;
+    kc_cache_stats_get(s->cache, &st);
+    if (st.damaged)
         fprintf(stderr,
-                "kcache: warning: %d cached artifact(s) in %s failed their integrity check: "
+                "kcache: warning: %llu cached artifact(s) in %s failed their integrity check: "
                 "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
-                s->tiers.damaged, s->cli->cache_dir);
-    if (s->tiers.untrusted)
+                (unsigned long long)st.damaged, s->cli->cache_dir);
+    if (st.untrusted)
         fprintf(stderr,
-                "kcache: warning: %d artifact(s) from %s refused: not signed by a trusted key "
+                "kcache: warning: %llu artifact(s) from %s refused: not signed by a trusted key "
                 "(--trusted-keys); compiled here instead\n",
-                s->tiers.untrusted,
+                (unsigned long long)st.untrusted,
                 s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
     if (s->remote) {
-        size_t left = kc_tiers_flush(&s->tiers, 10000);
+        size_t left = kc_cache_flush(s->cache, 10000);
         if (left)
             fprintf(stderr, "kcache: warning: %zu upload(s) to %s not finished\n", left,
                     s->cli->remote_shown);
-        kc_remote_close(s->remote);
     }
+    kc_cache_close(s->cache);
+    kc_remote_close(s->remote);
     if (s->work[0]) {
         if (s->keep_work)
             rmdir(s->work); /* only if empty: failed sources stay for inspection */
@@ -238,7 +236,8 @@ static void session_close(session *s)
     kc_store_close(s->store);
 }
 
-/* Opens the backend for device/target. */
+/* Opens the backend for device/target through the registry; its own artifacts (SPIR-V,
+ * probes) go through the session's cache. */
 static kc_code open_backend(const copts *o, const session *s, const char *target, kc_backend **out,
                             kc_err *err)
 {
@@ -247,33 +246,9 @@ static kc_code open_backend(const copts *o, const session *s, const char *target
                           .templates_dir = o->templates,
                           .work_dir = s ? s->work : "/tmp",
                           .verbosity = s ? s->cli->verbosity : 0,
-                          .state_dir = s && s->state[0] ? s->state : NULL};
-    const char *dev = o->device ? o->device : "cpu";
-    if (strcmp(dev, "cpu") == 0)
-        return kc_cpu_backend_open(&bo, out, err);
-    if (strcmp(dev, "xpu") == 0 || strcmp(dev, "xpu-spirv") == 0 || strcmp(dev, "auto") == 0) {
-#ifdef KC_HAVE_XPU
-        bool spirv = strcmp(dev, "xpu-spirv") == 0;
-        if (strcmp(dev, "auto") == 0)
-            bo.target = NULL;
-        kc_code rc = kc_xpu_backend_open(&bo, spirv, out, err);
-        if (rc == KC_OK) {
-            if (s)
-                kc_xpu_backend_set_store(*out, s->store);
-            return KC_OK;
-        }
-        if (strcmp(dev, "auto") != 0)
-            return rc;
-#else
-        if (strcmp(dev, "auto") != 0)
-            return kc_err_set(err, KC_ERR_UNSUPPORTED, "--device %s: XPU backend not built", dev);
-#endif
-        kc_err_clear(err);
-        bo.target = target;
-        return kc_cpu_backend_open(&bo, out, err);
-    }
-    return kc_err_set(err, KC_ERR_INVALID, "unknown device '%s' (use cpu, xpu, xpu-spirv or auto)",
-                      dev);
+                          .state_dir = s && s->state[0] ? s->state : NULL,
+                          .cache = s ? s->cache : NULL};
+    return kc_backend_open(o->device, &bo, out, err);
 }
 
 static void summary_json(json_t *o)
@@ -341,7 +316,7 @@ static int compile_one(session *s, const copts *o, const char *path, const char 
                           .jobs = o->jobs,
                           .tag = o->tag,
                           .verbosity = s->cli->verbosity};
-    kc_code rc = kc_compile(out->b, &s->tiers, out->g, &co, &out->p, &err);
+    kc_code rc = kc_compile(out->b, s->cache, out->g, &co, &out->p, &err);
     if (rc != KC_OK) {
         if (rc == KC_ERR_COMPILE)
             s->keep_work = true;
@@ -411,7 +386,7 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     copts o;
     if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
-    if (o.target && strcmp(o.device, "cpu") == 0 && !kc_cpu_target_runs_here(o.target)) {
+    if (!kc_backend_target_runs_here(o.device, o.target)) {
         kc_err e;
         kc_err_set(&e, KC_ERR_UNSUPPORTED, "target %s cannot run on this CPU (compile it instead)",
                    o.target);
@@ -638,19 +613,17 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_err err = {0};
     kc_graph *g = NULL;
     kc_backend *b = NULL;
-    kc_kernel *ks = NULL;
-    int nk = 0;
-    kc_device_fp dev = {0};
-    char cfp[KC_KEY_HEX_LEN + 1], gkey[KC_KEY_HEX_LEN + 1], opts[64];
+    kc_explain x = {0};
     nearest near = {0};
+    kc_compile_opts co = {.autotune = o.autotune};
     kc_onnx_opts oo = {.binds = o.binds, .n_binds = o.n_binds, .skip_weights = true};
     if (kc_model_load(o.graph, &oo, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
-        b->device_fp(b, &dev, &err) || b->compiler_fp(b, cfp, &err)) {
+        kc_explain_keys(b, g, &co, &x, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
-    snprintf(opts, sizeof opts, "autotune=%d", o.autotune);
-    kc_artifact_key("graph", g->fp, dev.hash, cfp, opts, gkey);
+    const kc_device_fp dev = x.device; /* borrowed from x */
+    const char *cfp = x.compiler_fp, *gkey = x.graph_key, *opts = x.options;
     bool local = kc_store_has(s.store, gkey, &err) == KC_OK;
     bool remote = !local && s.remote && kc_remote_has(s.remote, gkey, &err) == KC_OK;
     printf("graph record key   %s  [%s]\n", gkey,
@@ -666,16 +639,15 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     printf("  device json      %s\n", dev.json);
     printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
     printf("  options          %s\n", opts);
-    if (kc_lower(g, &ks, &nk, &err) == KC_OK) {
-        printf("kernels (%d, before autotuning):\n", nk);
-        for (int i = 0; i < nk; i++) {
-            char kfp[KC_KEY_HEX_LEN + 1], key[KC_KEY_HEX_LEN + 1], sh[96];
-            kc_kernel_fp(&ks[i], kfp, &err);
-            kc_artifact_key(b->artifact_kind, kfp, dev.hash, cfp, "", key);
-            bool hit = kc_store_has(s.store, key, &err) == KC_OK;
+    if (x.n_kernels >= 0) {
+        printf("kernels (%d, before autotuning):\n", x.n_kernels);
+        for (int i = 0; i < x.n_kernels; i++) {
+            const kc_kernel *k = &x.kernels[i];
+            char sh[96];
+            bool hit = kc_store_has(s.store, x.kernel_keys[i], &err) == KC_OK;
             printf("  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
-                   kc_kernel_kind_name(ks[i].kind), kc_shape_str(&ks[i].out_shape, sh, sizeof sh),
-                   ks[i].n_fused, ks[i].n_fused == 1 ? "" : "s", kfp, key,
+                   kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
+                   k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
                    hit ? "local hit" : "miss");
         }
     }
@@ -716,8 +688,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     }
 done:
     json_decref(near.best_meta);
-    free(ks);
-    kc_device_fp_free(&dev);
+    kc_explain_free(&x);
     kc_backend_close(b);
     kc_graph_free(g);
     session_close(&s);
@@ -731,64 +702,42 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
     copts o;
     if (parse_opts(cli, argc, argv, &o, false) < 0)
         return KC_EXIT_USAGE;
-    static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+    kc_backend_opts bo = {
+        .target = o.target, .extra_flags = o.cflags, .templates_dir = o.templates};
+    kc_fingerprint *fps = NULL;
+    int n = 0;
+    kc_err err = {0};
+    if (kc_fingerprints(o.device, &bo, &fps, &n, &err) != KC_OK)
+        return kc_cli_fail(cli, &err);
     json_t *all = json_array();
-    int rc = KC_EXIT_OK;
-    bool want_cpu = strcmp(o.device, "cpu") == 0 || strcmp(o.device, "auto") == 0;
-    for (size_t i = 0; want_cpu && i < sizeof targets / sizeof targets[0]; i++) {
-        if (o.target && strcmp(o.target, targets[i]) != 0)
-            continue;
-        kc_backend_opts bo = {
-            .target = targets[i], .extra_flags = o.cflags, .templates_dir = o.templates};
-        kc_backend *b = NULL;
-        kc_err err = {0};
-        kc_device_fp fp = {0};
-        char cfp[KC_KEY_HEX_LEN + 1];
-        if (kc_cpu_backend_open(&bo, &b, &err) || b->device_fp(b, &fp, &err) ||
-            b->compiler_fp(b, cfp, &err)) {
-            kc_backend_close(b);
-            json_decref(all);
-            return kc_cli_fail(cli, &err);
-        }
-        bool runs = kc_cpu_target_runs_here(targets[i]);
-        if (cli->json) {
-            json_array_append_new(all, json_pack("{s:s,s:s,s:s,s:o,s:s,s:b}", "id", fp.id, "hash",
-                                                 fp.hash, "backend", "cpu", "fingerprint",
-                                                 json_loads(fp.json, 0, NULL), "compiler_fp", cfp,
-                                                 "runs_here", runs));
+    for (int i = 0; i < n; i++) {
+        const kc_fingerprint *f = &fps[i];
+        bool cpu = strcmp(f->backend, "cpu") == 0;
+        if (!f->fp.json) {
+            if (!cli->json)
+                printf("xpu: %s\n", f->note);
+        } else if (cpu && cli->json) {
+            json_array_append_new(
+                all, json_pack("{s:s,s:s,s:s,s:o,s:s,s:b}", "id", f->fp.id, "hash", f->fp.hash,
+                               "backend", "cpu", "fingerprint", json_loads(f->fp.json, 0, NULL),
+                               "compiler_fp", f->compiler_fp, "runs_here", f->runs_here));
+        } else if (cpu) {
+            printf("%s%s\n  device fp   %s\n  compiler fp %s\n  %s\n", f->fp.id,
+                   f->runs_here ? "" : "  (cannot run on this CPU)", f->fp.hash, f->compiler_fp,
+                   f->fp.json);
+        } else if (cli->json) {
+            json_array_append_new(all,
+                                  json_pack("{s:s,s:s,s:o}", "id", f->fp.id, "backend", f->backend,
+                                            "fingerprint", json_loads(f->fp.json, 0, NULL)));
         } else {
-            printf("%s%s\n  device fp   %s\n  compiler fp %s\n  %s\n", fp.id,
-                   runs ? "" : "  (cannot run on this CPU)", fp.hash, cfp, fp.json);
-        }
-        kc_device_fp_free(&fp);
-        kc_backend_close(b);
-    }
-#ifdef KC_HAVE_XPU
-    if (strcmp(o.device, "xpu") == 0 || strcmp(o.device, "auto") == 0) {
-        kc_xpu *x = NULL;
-        kc_err err = {0};
-        if (kc_xpu_probe(&x, &err) == KC_OK) {
-            char id[KC_XPU_FP_ID_MAX];
-            char *js = NULL;
-            if (kc_xpu_device_fingerprint(x, id, &js, &err) == KC_OK) {
-                if (cli->json)
-                    json_array_append_new(all,
-                                          json_pack("{s:s,s:s,s:o}", "id", id, "backend", "xpu",
-                                                    "fingerprint", json_loads(js, 0, NULL)));
-                else
-                    printf("%s\n  %s\n", id, js);
-            }
-            free(js);
-            kc_xpu_close(x);
-        } else if (!cli->json) {
-            printf("xpu: %s\n", err.msg);
+            printf("%s\n  %s\n", f->fp.id, f->fp.json);
         }
     }
-#endif
     if (cli->json)
         summary_json(all);
     json_decref(all);
-    return rc;
+    kc_fingerprints_free(fps, n);
+    return KC_EXIT_OK;
 }
 
 /* ---- prewarm ------------------------------------------------------------------- */
@@ -798,98 +747,53 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
     copts o;
     if (parse_opts(cli, argc, argv, &o, true) < 0)
         return KC_EXIT_USAGE;
-    json_error_t je;
-    json_t *m = json_load_file(o.graph, 0, &je);
+    kc_manifest *m = NULL;
     kc_err err = {0};
-    if (!m) {
-        kc_err_set(&err, KC_ERR_INVALID, "%s:%d:%d: bad JSON: %s", o.graph, je.line, je.column,
-                   je.text);
+    if (kc_manifest_load(o.graph, &m, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
-    }
-    json_t *graphs = json_object_get(m, "graphs"), *targets = json_object_get(m, "targets");
-    const char *fmt = json_string_value(json_object_get(m, "format"));
-    if (!fmt || strcmp(fmt, "kcache-manifest/1") || !json_is_array(graphs) ||
-        !json_is_array(targets)) {
-        json_decref(m);
-        kc_err_set(&err, KC_ERR_INVALID,
-                   "%s: a manifest needs \"format\": \"kcache-manifest/1\", \"graphs\" and "
-                   "\"targets\" arrays",
-                   o.graph);
-        return kc_cli_fail(cli, &err);
-    }
     /* a manifest is data, not a script: flags that could run a program are
      * refused before anything is compiled */
-    size_t ci;
-    json_t *ct;
-    json_array_foreach(targets, ci, ct)
-    {
-        const char *flags = json_string_value(json_object_get(ct, "cflags"));
-        if (!o.allow_cflags && kc_cflags_check(flags, o.graph, &err) != KC_OK) {
-            json_decref(m);
+    for (int ti = 0; ti < m->n_targets; ti++) {
+        if (!o.allow_cflags && kc_cflags_check(m->targets[ti].cflags, o.graph, &err) != KC_OK) {
+            kc_manifest_free(m);
             return kc_cli_fail(cli, &err);
         }
     }
-    if (json_is_true(json_object_get(m, "autotune")))
+    if (m->autotune)
         o.autotune = true;
-    char *mcopy = strdup(o.graph);
-    const char *mdir = dirname(mcopy);
     session s;
     int rc = session_open(cli, &o, &s);
     if (rc) {
-        free(mcopy);
-        json_decref(m);
+        kc_manifest_free(m);
         return rc;
     }
     int total = 0, compiled = 0, kernels = 0, hits = 0, failed = 0;
     double t0 = kc_now();
     json_t *devices = json_array(), *results = json_array();
-    size_t ti, gi;
-    json_t *t, *gj;
-    json_array_foreach(targets, ti, t)
-    {
+    for (int ti = 0; ti < m->n_targets; ti++) {
+        const kc_manifest_target *t = &m->targets[ti];
         copts to = o;
-        to.device = json_string_value(json_object_get(t, "device"));
-        if (!to.device)
-            to.device = "cpu";
-        const char *target = json_string_value(json_object_get(t, "target"));
-        const char *flags = json_string_value(json_object_get(t, "cflags"));
-        if (flags)
-            to.cflags = flags;
-        json_array_foreach(graphs, gi, gj)
-        {
-            /* an entry is a path, or {"graph": path, "shape": ["NAME=D1xD2", ...]}
-             * for ONNX models with symbolic dimensions */
-            const char *rel = json_string_value(gj);
+        to.device = t->device;
+        if (t->cflags)
+            to.cflags = t->cflags;
+        for (int gi = 0; gi < m->n_graphs; gi++) {
+            /* ONNX models with symbolic dimensions carry their own --shape bindings */
+            const char *path = m->graphs[gi];
             copts go = to;
-            if (json_is_object(gj)) {
-                rel = json_string_value(json_object_get(gj, "graph"));
-                size_t si;
-                json_t *sj;
-                json_array_foreach(json_object_get(gj, "shape"), si, sj)
-                {
-                    char msg[256];
-                    const char *sv = json_string_value(sj);
-                    if (go.n_binds >= KC_OPT_LIST_MAX || !sv ||
-                        !kc_shape_bind_parse(sv, &go.binds[go.n_binds++], msg, sizeof msg)) {
-                        kc_err_set(&err, KC_ERR_INVALID, "%s: graphs[%zu]: %s", o.graph, gi,
-                                   sv ? msg : "\"shape\" entries must be strings");
-                        kc_cli_fail(cli, &err);
-                        rel = NULL;
-                        failed++;
-                        break;
-                    }
+            const kc_manifest_shapes *sh = &m->shapes[gi];
+            bool bad = false;
+            for (int k = 0; k < sh->n && !bad; k++) {
+                char msg[256] = "too many shape bindings";
+                bad = go.n_binds >= KC_OPT_LIST_MAX ||
+                      !kc_shape_bind_parse(sh->v[k], &go.binds[go.n_binds++], msg, sizeof msg);
+                if (bad) {
+                    kc_err_set(&err, KC_ERR_INVALID, "%s: graphs[%d]: %s", o.graph, gi, msg);
+                    kc_cli_fail(cli, &err);
                 }
             }
-            if (!rel)
-                continue;
-            char path[4096];
-            if (rel[0] == '/')
-                snprintf(path, sizeof path, "%s", rel);
-            else
-                snprintf(path, sizeof path, "%s/%s", mdir, rel);
             compiled_graph c;
             total++;
-            if (compile_one(&s, &go, path, target, false, &c) != KC_EXIT_OK) {
+            if (bad || compile_one(&s, &go, path, t->target, false, &c) != KC_EXIT_OK) {
                 failed++;
                 continue;
             }
@@ -919,7 +823,7 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
             kc_cli_fail(cli, &err);
             failed++;
         } else {
-            kc_tiers_flush(&s.tiers, 30000);
+            kc_cache_flush(s.cache, 30000);
             size_t di;
             json_t *d;
             json_array_foreach(devices, di, d)
@@ -954,7 +858,6 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
         json_decref(results);
     }
     session_close(&s);
-    free(mcopy);
-    json_decref(m);
+    kc_manifest_free(m);
     return failed ? KC_EXIT_FAIL : KC_EXIT_OK;
 }

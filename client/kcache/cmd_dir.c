@@ -18,7 +18,6 @@
 
 #include "kc_backend.h"
 #include "kc_cli_opts.h"
-#include "kc_cpu.h"
 #include "kc_remote.h"
 #include "kc_snapshot.h"
 #include "kc_util.h"
@@ -201,7 +200,7 @@ static int resolve_device(kc_cli *cli, dir_args *a)
     kc_backend_opts bo = {.target = "native", .state_dir = state_dir};
     kc_backend *b = NULL;
     kc_device_fp fp = {0};
-    kc_code rc = kc_cpu_backend_open(&bo, &b, &err);
+    kc_code rc = kc_backend_open("cpu", &bo, &b, &err);
     if (rc == KC_OK)
         rc = b->device_fp(b, &fp, &err);
     if (rc == KC_OK)

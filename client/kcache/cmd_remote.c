@@ -15,16 +15,9 @@
 
 #include "kc_backend.h"
 #include "kc_cli_opts.h"
-#include "kc_cpu.h"
 #include "kc_remote.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
-#if defined(__has_include)
-#if __has_include("kc_xpu.h")
-#include "kc_xpu.h"
-#define KC_HAVE_XPU 1
-#endif
-#endif
 
 typedef struct progress_state {
     const char *verb;
@@ -151,56 +144,33 @@ static bool add_device(remote_args *a, const char *id)
     return true;
 }
 
-/* "auto": this machine's device fingerprint ids, as `kcache fingerprint`
- * computes them: the CPU at every ISA level it can run (native, x86-64-v2/
- * v3/v4) and, when built with XPU support, the Level Zero device. Returns
- * how many were found. */
+typedef struct auto_ctx {
+    kc_cli *cli;
+    remote_args *a;
+    int found;
+} auto_ctx;
+
+static void auto_device(const char *id, const char *what, const char *why, void *ctx)
+{
+    auto_ctx *x = ctx;
+    if (id && add_device(x->a, id))
+        x->found++;
+    else if (!id && x->cli->verbosity > 0)
+        kc_cli_info(x->cli, "kcache pull: no %s: %s\n", what, why);
+}
+
+/* "auto": this machine's device fingerprint ids (kc_backend_local_devices). Returns how
+ * many were found. */
 static int auto_devices(kc_cli *cli, remote_args *a)
 {
-    static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
-    int found = 0;
     /* the state directory `kcache compile` uses caches `cc --version` */
     char state[4096];
     snprintf(state, sizeof state, "%s/state", cli->cache_dir);
     kc_err ignore;
     const char *state_dir = kc_mkdirs(state, &ignore) == KC_OK ? state : NULL;
-    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
-        if (i > 0 && !kc_cpu_target_runs_here(targets[i]))
-            continue;
-        kc_backend_opts bo = {.target = targets[i], .state_dir = state_dir};
-        kc_backend *b = NULL;
-        kc_device_fp fp = {0};
-        kc_err err = {0};
-        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->device_fp(b, &fp, &err) == KC_OK) {
-            if (add_device(a, fp.id))
-                found++;
-        } else if (cli->verbosity > 0) {
-            kc_cli_info(cli, "kcache pull: no CPU fingerprint for %s: %s\n", targets[i], err.msg);
-        }
-        kc_device_fp_free(&fp);
-        kc_backend_close(b);
-    }
-#ifdef KC_HAVE_XPU
-    /* the Level Zero device's native binaries, then (only on a machine
-     * with such a device) its SPIR-V, which any XPU can finalise */
-    for (int spirv = 0; spirv < 2; spirv++) {
-        kc_backend_opts bo = {.state_dir = state_dir};
-        kc_backend *b = NULL;
-        kc_device_fp fp = {0};
-        kc_err err = {0};
-        bool ok = kc_xpu_backend_open(&bo, spirv == 1, &b, &err) == KC_OK &&
-                  b->device_fp(b, &fp, &err) == KC_OK;
-        if (ok && add_device(a, fp.id))
-            found++;
-        else if (!ok && cli->verbosity > 0)
-            kc_cli_info(cli, "kcache pull: no XPU fingerprint: %s\n", err.msg);
-        kc_device_fp_free(&fp);
-        kc_backend_close(b);
-        if (!ok)
-            break;
-    }
-#endif
-    return found;
+    auto_ctx x = {cli, a, 0};
+    kc_backend_local_devices(state_dir, auto_device, &x);
+    return x.found;
 }
 
 static void free_args(remote_args *a)

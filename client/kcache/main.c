@@ -13,6 +13,7 @@
 
 #include <openssl/crypto.h>
 
+#include "kc_log.h"
 #include "kc_remote.h"
 #include "kc_util.h"
 #include "kcache_cli.h"
@@ -263,6 +264,14 @@ static bool wants_help(int argc, char **argv)
     return false;
 }
 
+/* The libraries' messages (kc_log.h): warnings unless -q, notes with -v. */
+static void log_to_stderr(kc_log_level level, const char *msg, void *ctx)
+{
+    const kc_cli *cli = ctx;
+    if (level == KC_LOG_WARN ? cli->verbosity >= 0 : cli->verbosity > 0)
+        fprintf(stderr, level == KC_LOG_WARN ? "kcache: warning: %s\n" : "kcache: %s\n", msg);
+}
+
 int main(int argc, char **argv)
 {
     kc_cli cli = {.prog = argv[0]};
@@ -276,6 +285,7 @@ int main(int argc, char **argv)
     argc = take_global_options(&cli, &keys, argc, argv);
     if (argc < 0)
         return KC_EXIT_USAGE;
+    kc_log_set(log_to_stderr, &cli);
     if (keys.token_on_line && cli.verbosity >= 0)
         fprintf(stderr, "kcache: warning: --token on the command line can be read by every user "
                         "of this machine (ps, /proc); use --token-file or $KCACHE_TOKEN\n");

@@ -18,6 +18,8 @@
 
 #include "kc_testutil.h"
 
+#include "kc_log.h"
+
 extern char **environ;
 
 char *kc_test_mkdtemp(const char *tag)
@@ -316,4 +318,15 @@ int kc_test_make_ed25519(const char *priv, const char *pub)
          r.exit_code == 0;
     kc_test_result_free(&r);
     return ok ? 0 : -1;
+}
+
+static void log_to_stderr(kc_log_level level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, level == KC_LOG_WARN ? "kcache: warning: %s\n" : "kcache: %s\n", msg);
+}
+
+void kc_test_log_to_stderr(void)
+{
+    kc_log_set(log_to_stderr, NULL);
 }

@@ -73,4 +73,8 @@ int kc_test_make_ed25519(const char *priv, const char *pub);
 /* Joins dir and name into a malloc'd "dir/name". */
 char *kc_test_path(const char *dir, const char *name);
 
+/* Sets the libraries' log callback (kc_log.h) to write each message to stderr as kcache
+ * does ("kcache: warning: ..."), for tests that check what a user would see. */
+void kc_test_log_to_stderr(void);
+
 #endif

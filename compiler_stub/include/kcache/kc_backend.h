@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kc_cache.h"
 #include "kc_error.h"
 #include "kc_graph.h"
 
@@ -144,6 +145,9 @@ typedef struct kc_backend_opts {
                               (CPU: the C compiler's identity, keyed by the compiler binary's
                               path, size and mtime, so a warm start spawns no process);
                               NULL = none */
+    kc_cache *cache;       /* where a backend keeps what it builds besides the driver's kernel
+                              artifacts (XPU: SPIR-V, the toolchain probe; borrowed, must outlive
+                              the backend); NULL = nothing cached by the backend */
 } kc_backend_opts;
 
 typedef struct kc_backend kc_backend;
@@ -188,13 +192,48 @@ const char *kc_ops_codegen_fp(void);
 /* CPU source of an OP kernel (malloc'd, caller frees). */
 kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err);
 
-/* CPU backend (kc_cpu.c). */
-kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+/* ---- the registry (kc_backends.c) ---------------------------------------------- */
+
+/* Opens the backend for device: "cpu" (kc_cpu.c), "xpu" (Level Zero native binaries),
+ * "xpu-spirv" (SPIR-V, no device needed) or "auto" (an XPU when a Level Zero device
+ * answers, else the CPU with opts->target). opts may be NULL. *out: kc_backend_close.
+ * KC_ERR_INVALID names an unknown device; KC_ERR_UNSUPPORTED (with the reason) when the
+ * device's driver or toolchain is missing. */
+kc_code kc_backend_open(const char *device, const kc_backend_opts *opts, kc_backend **out,
+                        kc_err *err);
 void kc_backend_close(kc_backend *b);
 
-/* The XPU engineer declares in kc_xpu.h:
- *   kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only,
- *                               kc_backend **out, kc_err *err);
- * returning KC_ERR_UNSUPPORTED when no Level Zero device is present. */
+/* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
+kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+
+/* False when kernels built for device/target cannot run on this machine (a CPU ISA level
+ * this CPU lacks); true for every other device and for a NULL target. */
+bool kc_backend_target_runs_here(const char *device, const char *target);
+
+/* One device fingerprint as `kcache fingerprint` lists it. */
+typedef struct kc_fingerprint {
+    const char *backend; /* "cpu" or "xpu" (static) */
+    kc_device_fp fp;     /* id and json empty when the device is absent (see note) */
+    char compiler_fp[KC_KEY_HEX_LEN + 1]; /* "" where not computed (xpu) */
+    bool runs_here;
+    char note[KC_ERR_MSG_MAX]; /* why an XPU entry has no fingerprint ("" otherwise) */
+} kc_fingerprint;
+
+/* The fingerprints of device ("cpu": each CPU target, or only opts->target; "xpu": the
+ * first Level Zero device; "auto": both). *out (*n entries) freed with
+ * kc_fingerprints_free. */
+kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fingerprint **out,
+                        int *n, kc_err *err);
+void kc_fingerprints_free(kc_fingerprint *fps, int n);
+
+/* Receives one of this machine's device ids (id non-NULL), or why one could not be
+ * fingerprinted (id NULL, why set); what names the device ("CPU fingerprint for native",
+ * "XPU fingerprint"). */
+typedef void (*kc_device_fn)(const char *id, const char *what, const char *why, void *ctx);
+
+/* This machine's device fingerprint ids, as `kcache fingerprint` computes them: the CPU
+ * at every ISA level it runs (native, x86-64-v2/v3/v4), then the Level Zero device and,
+ * only with one, its SPIR-V id. state_dir as in kc_backend_opts (may be NULL). */
+void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx);
 
 #endif

@@ -141,35 +141,85 @@ static kc_code kc_xpu_onednn_pd(kc_xpu_onednn *o, const kc_kernel *k, dnnl_primi
                       kc_kernel_kind_name(k->kind));
 }
 
-kc_code kc_xpu_onednn_blob_key(const uint8_t *blob_id, size_t len, char out[KC_KEY_HEX_LEN + 1])
+void kc_xpu_onednn_blob_key(const uint8_t *blob_id, size_t len, char out[KC_KEY_HEX_LEN + 1])
 {
     const dnnl_version_t *v = dnnl_version();
-    char head[256];
-    int n = snprintf(head, sizeof head,
-                     "kind=onednn-blob\nkcache=%s\nonednn=%d.%d.%d-%s\nid=", KC_VERSION, v->major,
-                     v->minor, v->patch, v->hash ? v->hash : "");
-    kc_sha256_ctx *h = kc_sha256_new();
-    if (!h)
-        return KC_ERR_NOMEM;
-    kc_sha256_update(h, head, (size_t)n);
-    kc_sha256_update(h, blob_id, len);
-    uint8_t d[KC_SHA256_LEN];
-    kc_sha256_final(h, d);
-    kc_sha256_free(h);
-    kc_hex_encode(d, KC_SHA256_LEN, out);
-    return KC_OK;
+    char ver[128];
+    snprintf(ver, sizeof ver, "%d.%d.%d-%s", v->major, v->minor, v->patch, v->hash ? v->hash : "");
+    kc_key_onednn_blob(ver, blob_id, len, out);
 }
 
-kc_code kc_xpu_onednn_primitive(kc_xpu_onednn *o, kc_store *s, const kc_kernel *k,
+kc_code kc_xpu_blob_through_cache(kc_cache *c, const char *key, const char *meta,
+                                  const kc_xpu_blob_ops *ops, void *ctx, bool *hit, kc_err *err)
+{
+    if (hit)
+        *hit = false;
+    unsigned flags = 0;
+    kc_artifact a;
+    kc_err e;
+    if (kc_cache_get(c, key, 0, &a, &e) == KC_OK) {
+        kc_code rc =
+            a.payload_len > 0 ? ops->from_blob(ctx, a.payload, a.payload_len) : KC_ERR_MISS;
+        kc_artifact_free(&a);
+        if (rc == KC_OK) {
+            if (hit)
+                *hit = true;
+            return KC_OK;
+        }
+        flags = KC_CACHE_REPLACE; /* stale or empty blob: made fresh, replaced below */
+    }
+    uint8_t *blob = NULL;
+    size_t n = 0;
+    kc_code rc = ops->fresh(ctx, &blob, &n, err);
+    if (rc == KC_OK && blob && n > 0)
+        rc = kc_cache_put_payload(c, key, "onednn-blob", meta, blob, n, flags, err);
+    free(blob);
+    return rc;
+}
+
+/* The primitive being made by kc_xpu_onednn_primitive (kc_xpu_blob_ops' ctx). */
+typedef struct prim_job {
+    dnnl_primitive_desc_t pd;
+    kc_xpu_onednn_prim *p;
+} prim_job;
+
+static kc_code prim_from_blob(void *ctx, const uint8_t *blob, size_t len)
+{
+    prim_job *j = ctx;
+    return dnnl_primitive_create_from_cache_blob(&j->p->prim, j->pd, len, blob) == dnnl_success
+               ? KC_OK
+               : KC_ERR_MISS;
+}
+
+static kc_code prim_fresh(void *ctx, uint8_t **blob, size_t *len, kc_err *err)
+{
+    prim_job *j = ctx;
+    *blob = NULL;
+    *len = 0;
+    kc_code c = kc_dnnl(err, dnnl_primitive_create(&j->p->prim, j->pd), "primitive_create");
+    size_t n = 0;
+    if (c == KC_OK && dnnl_primitive_get_cache_blob(j->p->prim, &n, NULL) == dnnl_success &&
+        n > 0 && (*blob = malloc(n)) != NULL) {
+        if (dnnl_primitive_get_cache_blob(j->p->prim, &n, *blob) == dnnl_success) {
+            *len = n;
+        } else {
+            free(*blob);
+            *blob = NULL;
+        }
+    }
+    return c;
+}
+
+kc_code kc_xpu_onednn_primitive(kc_xpu_onednn *o, kc_cache *c, const kc_kernel *k,
                                 kc_xpu_onednn_prim **out, bool *hit, kc_err *err)
 {
     *out = NULL;
     if (hit)
         *hit = false;
     dnnl_primitive_desc_t pd = NULL;
-    kc_code c = kc_xpu_onednn_pd(o, k, &pd, err);
-    if (c != KC_OK)
-        return c;
+    kc_code rc = kc_xpu_onednn_pd(o, k, &pd, err);
+    if (rc != KC_OK)
+        return rc;
     int64_t id_len = 0;
     const uint8_t *id = NULL;
     char key[KC_KEY_HEX_LEN + 1] = "";
@@ -178,57 +228,28 @@ kc_code kc_xpu_onednn_primitive(kc_xpu_onednn *o, kc_store *s, const kc_kernel *
         id_len > 0 &&
         dnnl_primitive_desc_query(pd, dnnl_query_cache_blob_id, 0, &id) == dnnl_success && id)
         kc_xpu_onednn_blob_key(id, (size_t)id_len, key);
-    kc_xpu_onednn_prim *p = calloc(1, sizeof *p);
-    if (!p) {
+    prim_job j = {.pd = pd, .p = calloc(1, sizeof *j.p)};
+    if (!j.p) {
         dnnl_primitive_desc_destroy(pd);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
-    bool replace = false;
-    if (key[0]) {
-        kc_artifact a;
-        memset(&a, 0, sizeof a);
-        kc_err e;
-        if (kc_store_get(s, key, &a, &e) == KC_OK) {
-            if (a.payload_len > 0 && dnnl_primitive_create_from_cache_blob(
-                                         &p->prim, pd, a.payload_len, a.payload) == dnnl_success) {
-                if (hit)
-                    *hit = true;
-            } else {
-                replace = true; /* stale or empty blob: rebuild and replace below */
-            }
-            kc_artifact_free(&a);
-        }
-    }
-    if (!p->prim) {
-        c = kc_dnnl(err, dnnl_primitive_create(&p->prim, pd), "primitive_create");
-        size_t n = 0;
-        if (c == KC_OK && key[0] &&
-            dnnl_primitive_get_cache_blob(p->prim, &n, NULL) == dnnl_success && n > 0) {
-            uint8_t *blob = malloc(n);
-            if (blob && dnnl_primitive_get_cache_blob(p->prim, &n, blob) == dnnl_success) {
-                json_t *m = json_pack("{s:s, s:s}", "device", o->device, "kernel",
-                                      kc_kernel_kind_name(k->kind));
-                char *meta = m ? json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-                json_decref(m);
-                kc_artifact a;
-                memset(&a, 0, sizeof a);
-                kc_err e;
-                if (kc_artifact_init(&a, key, "onednn-blob", meta, blob, n, err) == KC_OK) {
-                    if (replace)
-                        kc_store_delete(s, key, &e);
-                    c = kc_store_put(s, &a, NULL, err);
-                    kc_artifact_free(&a);
-                }
-                free(meta);
-            }
-            free(blob);
-        }
+    if (key[0] && c) {
+        json_t *m =
+            json_pack("{s:s, s:s}", "device", o->device, "kernel", kc_kernel_kind_name(k->kind));
+        char *meta = m ? json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(m);
+        static const kc_xpu_blob_ops ops = {prim_from_blob, prim_fresh};
+        rc = kc_xpu_blob_through_cache(c, key, meta, &ops, &j, hit, err);
+        free(meta);
+    } else {
+        /* no cache blob id (or no cache): nothing to share, made fresh */
+        rc = kc_dnnl(err, dnnl_primitive_create(&j.p->prim, pd), "primitive_create");
     }
     dnnl_primitive_desc_destroy(pd);
-    if (c != KC_OK) {
-        kc_xpu_onednn_prim_free(p);
-        return c;
+    if (rc != KC_OK && !j.p->prim) {
+        kc_xpu_onednn_prim_free(j.p);
+        return rc;
     }
-    *out = p;
+    *out = j.p;
     return KC_OK;
 }

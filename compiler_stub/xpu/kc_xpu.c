@@ -467,7 +467,7 @@ static kc_code kc_xpu_tool_stat(const char *tool, char *out, size_t cap, size_t 
     return KC_OK;
 }
 
-kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN + 1], char **json,
+kc_code kc_xpu_toolchain_fingerprint_cached(kc_cache *s, char hex[KC_KEY_HEX_LEN + 1], char **json,
                                             kc_err *err)
 {
     if (json)
@@ -475,8 +475,7 @@ kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN
     if (!s)
         return kc_xpu_toolchain_fingerprint(hex, json, err);
     char probe[10000];
-    size_t o = (size_t)snprintf(probe, sizeof probe, "kind=xpu-toolchain-probe/2\nflags=%s\n",
-                                KC_XPU_CLANG_FLAGS_TEXT);
+    size_t o = 0;
     kc_code c = kc_xpu_tool_stat(kc_xpu_tool("KC_CLANG", "clang-14"), probe, sizeof probe, &o, err);
     if (c == KC_OK)
         c = kc_xpu_tool_stat(kc_xpu_tool("KC_LLVM_SPIRV", "llvm-spirv-14"), probe, sizeof probe, &o,
@@ -484,11 +483,11 @@ kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN
     if (c != KC_OK)
         return c;
     char key[KC_KEY_HEX_LEN + 1];
-    kc_sha256_hex(probe, o, key);
+    kc_key_toolchain_probe(KC_XPU_CLANG_FLAGS_TEXT, probe, key);
     kc_artifact a;
-    memset(&a, 0, sizeof a);
     kc_err e;
-    if (kc_store_get(s, key, &a, &e) == KC_OK) {
+    /* derived from this machine's tool files: never from or to a server */
+    if (kc_cache_get(s, key, KC_CACHE_LOCAL, &a, &e) == KC_OK) {
         char *text = strndup((const char *)a.payload, a.payload_len);
         kc_artifact_free(&a);
         if (!text)
@@ -506,11 +505,8 @@ kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN
         return c;
     /* Remember the --version output for these exact tool files (a failure to store only
      * costs the next call two subprocesses). */
-    if (kc_artifact_init(&a, key, "blob", "{\"device\":\"xpu-toolchain-probe\"}", text,
-                         strlen(text), &e) == KC_OK) {
-        kc_store_put(s, &a, NULL, &e);
-        kc_artifact_free(&a);
-    }
+    kc_cache_put_payload(s, key, "blob", "{\"device\":\"xpu-toolchain-probe\"}", text, strlen(text),
+                         KC_CACHE_LOCAL, &e);
     if (json)
         *json = text;
     else
@@ -753,52 +749,6 @@ void *kc_xpu_device_handle(kc_xpu *x)
 
 /* ---- keys and the store -------------------------------------------------------------- */
 
-void kc_xpu_spirv_key(const char *toolchain_hex, const char *source, size_t source_len,
-                      const char *cl_flags, char out[KC_KEY_HEX_LEN + 1])
-{
-    char src_hex[KC_KEY_HEX_LEN + 1];
-    kc_sha256_hex(source, source_len, src_hex);
-    kc_sha256_ctx *h = kc_sha256_new();
-    char line[1024];
-    int n = snprintf(line, sizeof line,
-                     "kind=spirv\nkcache=%s\ntoolchain=%s\nsource=%s\ncl_flags=", KC_VERSION,
-                     toolchain_hex, src_hex);
-    uint8_t d[KC_SHA256_LEN];
-    if (!h) { /* out of memory: fall back to a one-shot over the same text */
-        char all[2048];
-        snprintf(all, sizeof all, "%s%s\n", line, cl_flags ? cl_flags : "");
-        kc_sha256(all, strlen(all), d);
-    } else {
-        kc_sha256_update(h, line, (size_t)n);
-        if (cl_flags)
-            kc_sha256_update(h, cl_flags, strlen(cl_flags));
-        kc_sha256_update(h, "\n", 1);
-        kc_sha256_final(h, d);
-        kc_sha256_free(h);
-    }
-    kc_hex_encode(d, KC_SHA256_LEN, out);
-}
-
-void kc_xpu_native_key(const char *spirv_key, const char *device_fp_key, uint32_t driver_version,
-                       const char *build_flags, char out[KC_KEY_HEX_LEN + 1])
-{
-    size_t flen = build_flags ? strlen(build_flags) : 0;
-    size_t cap = 512 + flen;
-    char *text = malloc(cap);
-    char fallback[512];
-    if (!text) {
-        text = fallback;
-        cap = sizeof fallback;
-    }
-    snprintf(text, cap,
-             "kind=ze-native\nkcache=%s\nspirv=%s\ndevice=%s\ndriver_version=0x%08x\n"
-             "build_flags=%s\n",
-             KC_VERSION, spirv_key, device_fp_key, driver_version, build_flags ? build_flags : "");
-    kc_sha256_hex(text, strlen(text), out);
-    if (text != fallback)
-        free(text);
-}
-
 static char *kc_xpu_meta(const char *device, const char *kernel, const char *tag, double ms,
                          const char *extra_key, const char *extra_val)
 {
@@ -818,36 +768,17 @@ static char *kc_xpu_meta(const char *device, const char *kernel, const char *tag
     return s;
 }
 
-/* Stores (key, kind) = payload, replacing an existing entry when replace is set. */
-static kc_code kc_xpu_put(kc_store *s, const char *key, const char *kind, const char *meta,
+/* Stores (key, kind) = payload through the cache, replacing an existing entry when
+ * replace is set. */
+static kc_code kc_xpu_put(kc_cache *s, const char *key, const char *kind, const char *meta,
                           const uint8_t *payload, size_t len, bool replace, kc_err *err)
 {
-    kc_artifact a;
-    memset(&a, 0, sizeof a);
-    kc_code c = kc_artifact_init(&a, key, kind, meta, payload, len, err);
-    if (c != KC_OK)
-        return c;
-    if (replace) {
-        kc_err e;
-        kc_store_delete(s, key, &e); /* NOT_FOUND is fine: nothing to replace */
-    }
-    c = kc_store_put(s, &a, NULL, err);
-    kc_artifact_free(&a);
-    return c;
-}
-
-/* Gets a payload; a missing or corrupt (now quarantined) entry is a miss (KC_ERR_NOT_FOUND). */
-static kc_code kc_xpu_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err)
-{
-    memset(a, 0, sizeof *a);
-    kc_code c = kc_store_get(s, key, a, err);
-    if (c == KC_ERR_CORRUPT)
-        return KC_ERR_NOT_FOUND;
-    return c;
+    return kc_cache_put_payload(s, key, kind, meta, payload, len, replace ? KC_CACHE_REPLACE : 0,
+                                err);
 }
 
 typedef struct kc_xpu_ctx {
-    kc_store *s;
+    kc_cache *s;
     kc_xpu *x;
     const kc_xpu_compile_opts *opts;
     kc_xpu_stats *st;
@@ -864,7 +795,7 @@ static kc_code kc_xpu_ensure_spirv(kc_xpu_ctx *cx, const kc_xpu_kernel_src *k, c
     *spirv = NULL;
     *len = 0;
     kc_artifact a;
-    kc_code c = kc_xpu_get(cx->s, key, &a, err);
+    kc_code c = kc_cache_get(cx->s, key, 0, &a, err);
     if (c == KC_OK) {
         cx->st->spirv_hits++;
         *len = a.payload_len;
@@ -916,16 +847,16 @@ static kc_code kc_xpu_compile_one(kc_xpu_ctx *cx, const kc_xpu_kernel_src *k, kc
                                   kc_err *err)
 {
     memset(o, 0, sizeof *o);
-    kc_xpu_spirv_key(cx->toolchain, k->source, strlen(k->source), k->cl_flags, o->spirv_key);
+    kc_key_spirv(cx->toolchain, k->source, strlen(k->source), k->cl_flags, o->spirv_key);
     if (!cx->x) {
         uint8_t *unused = NULL;
         return kc_xpu_ensure_spirv(cx, k, o->spirv_key, false, &unused, &o->spirv_len, err);
     }
-    kc_xpu_native_key(o->spirv_key, cx->dev_key, cx->x->info.driver_version, k->build_flags,
-                      o->native_key);
+    kc_key_native(o->spirv_key, cx->dev_key, cx->x->info.driver_version, k->build_flags,
+                  o->native_key);
     /* Warm path: the native binary, no SPIR-V needed. */
     kc_artifact a;
-    kc_code c = kc_xpu_get(cx->s, o->native_key, &a, err);
+    kc_code c = kc_cache_get(cx->s, o->native_key, 0, &a, err);
     bool replace = false;
     if (c == KC_OK) {
         kc_xpu_module *m = NULL;
@@ -982,7 +913,7 @@ static kc_code kc_xpu_compile_one(kc_xpu_ctx *cx, const kc_xpu_kernel_src *k, kc
     return KC_OK;
 }
 
-kc_code kc_xpu_compile_kernels(kc_store *s, kc_xpu *x, const kc_xpu_kernel_src *kernels, size_t n,
+kc_code kc_xpu_compile_kernels(kc_cache *s, kc_xpu *x, const kc_xpu_kernel_src *kernels, size_t n,
                                const kc_xpu_compile_opts *opts, kc_xpu_kernel_out *outs,
                                kc_xpu_stats *stats, kc_err *err)
 {

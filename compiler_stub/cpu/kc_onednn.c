@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "kc_cpu.h"
+#include "kc_log.h"
 
 struct kc_onednn_gemm {
     dnnl_engine_t eng;
@@ -106,7 +107,7 @@ void kc_onednn_conv2d(void *ctx, const long *dims, const float *x, const float *
         g->conv = NULL;
     }
     if (!g->conv && build_conv(g, dims) != 0) {
-        fprintf(stderr, "kcache: oneDNN convolution primitive unavailable\n");
+        kc_log(KC_LOG_WARN, "oneDNN convolution primitive unavailable");
         abort();
     }
     dnnl_memory_t xm, wm, ym;
@@ -158,7 +159,7 @@ void kc_onednn_sgemm(void *ctx, long batch, long m, long n, long k, const float 
         g->prim = NULL;
     }
     if (!g->prim && build(g, batch, m, n, k, trans_b, b_batched) != 0) {
-        fprintf(stderr, "kcache: oneDNN matmul primitive unavailable\n");
+        kc_log(KC_LOG_WARN, "oneDNN matmul primitive unavailable");
         abort();
     }
     dnnl_memory_t am, bm, cm;

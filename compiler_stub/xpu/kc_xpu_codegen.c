@@ -52,18 +52,18 @@ const char *kc_xpu_kernel_dir(void)
 #ifdef KC_KERNELS_DIR
     return KC_KERNELS_DIR "/xpu";
 #else
-    /* __FILE__ is ".../compiler_stub/kc_xpu_codegen.c" in CMake builds. */
+    /* __FILE__ is ".../compiler_stub/xpu/kc_xpu_codegen.c" in CMake builds. */
     static char dir[1024];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "%s", __FILE__);
-        char *slash = strrchr(dir, '/');
-        if (slash)
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(dir, '/');
+            if (!slash) {
+                snprintf(dir, sizeof dir, ".");
+                break;
+            }
             *slash = 0;
-        slash = strrchr(dir, '/');
-        if (slash)
-            *slash = 0;
-        else
-            snprintf(dir, sizeof dir, ".");
+        }
         size_t n = strlen(dir);
         snprintf(dir + n, sizeof dir - n, "/kernels/xpu");
     }

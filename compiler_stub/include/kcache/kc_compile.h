@@ -12,12 +12,8 @@
 
 #include "kc_backend.h"
 #include "kc_graph.h"
-#include "kc_tiers.h"
-
-/* Artifact key: SHA-256 over kind, subject (graph or kernel fingerprint),
- * device fingerprint hash, compiler fingerprint and options (64 hex). */
-void kc_artifact_key(const char *kind, const char *subject_fp, const char *device_hash,
-                     const char *compiler_fp, const char *options, char out[KC_KEY_HEX_LEN + 1]);
+#include "kc_cache.h"
+#include "kc_keys.h"
 
 /* The kernel fingerprint: SHA-256 of kc_kernel_identity_json. */
 kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err);
@@ -28,9 +24,9 @@ typedef struct kc_compile_opts {
     bool load;           /* load every kernel for kc_program_run */
     int jobs;            /* parallel compiles; 0 = online CPUs */
     const char *tag;     /* "tag" metadata on fresh artifacts; NULL = none */
-    int verbosity;       /* > 0: progress on stderr */
+    int verbosity;       /* > 0: progress notes through kc_log (KC_LOG_INFO) */
     double claim_wait_s; /* how long to wait for another process compiling the
-                            same kernel (kc_store_claim) before compiling it
+                            same kernel (kc_cache_claim) before compiling it
                             here too; 0 = 120 s */
 } kc_compile_opts;
 
@@ -56,13 +52,37 @@ typedef struct kc_program {
     double seconds; /* wall time of kc_compile */
 } kc_program;
 
-/* Compiles g for backend b through tiers t. On success *out (kc_program_free)
- * holds the kernels and statistics. KC_ERR_MISS (with require_hit) names
- * the first key that missed; KC_ERR_COMPILE carries the toolchain's message
- * and the generated file's path. */
-kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compile_opts *o,
+/* Compiles g for backend b through cache t (local store, or the tiers the program wired). On
+ * success *out (kc_program_free) holds the kernels and statistics. KC_ERR_MISS (with require_hit)
+ * names the first key that missed; KC_ERR_COMPILE carries the toolchain's message and the generated
+ * file's path. */
+kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compile_opts *o,
                    kc_program **out, kc_err *err);
 void kc_program_free(kc_program *p);
+
+/* The options part of a graph record key ("autotune=0" / "autotune=1"); o may be NULL. */
+void kc_compile_options_text(const kc_compile_opts *o, char out[64]);
+
+/* What kc_compile would look up for g on b, for `kcache explain`: the fingerprints, the
+ * options text and graph record key, and the kernels of a fresh lowering (before
+ * autotuning) with their fingerprints and keys, all from the driver's own recipes. */
+typedef struct kc_explain {
+    kc_device_fp device;
+    char compiler_fp[KC_KEY_HEX_LEN + 1];
+    char options[64];
+    char graph_key[KC_KEY_HEX_LEN + 1];
+    int n_kernels;                          /* -1 when lowering failed (lower_err says why) */
+    kc_kernel *kernels;                     /* n_kernels */
+    char (*kernel_fps)[KC_KEY_HEX_LEN + 1]; /* n_kernels */
+    char (*kernel_keys)[KC_KEY_HEX_LEN + 1];
+    kc_err lower_err;
+} kc_explain;
+
+/* Fills *x (kc_explain_free). Fails only when a fingerprint cannot be computed or out of
+ * memory; a graph that does not lower leaves n_kernels -1. */
+kc_code kc_explain_keys(kc_backend *b, const kc_graph *g, const kc_compile_opts *o, kc_explain *x,
+                        kc_err *err);
+void kc_explain_free(kc_explain *x);
 
 /* Runs a loaded program: values[v] is a buffer of numel(value v) floats for
  * every value id; inputs and params filled by the caller. */

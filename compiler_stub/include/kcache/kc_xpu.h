@@ -1,13 +1,11 @@
 /*
  * kc_xpu.h - the XPU backend: OpenCL C -> SPIR-V (clang-14 + llvm-spirv-14, run as
  * subprocesses) -> Level Zero native binary (zeModuleCreate + zeModuleGetNativeBinary),
- * each stage cached in the local store ("spirv" and "ze-native" artifacts).
+ * each stage cached through a kc_cache ("spirv" and "ze-native" artifacts).
  *
- * Two ways in: the kc_backend adapter (kc_xpu_backend_open, used by kc_compile through
- * cmd_compile.c), or directly:
- *   kc_xpu *x = NULL;
- *   if (kc_xpu_probe(&x, &err) != KC_OK) -> KC_ERR_UNSUPPORTED: no Level Zero driver/device
- *   kc_xpu_compile_kernels(store, x, kernels, n, &opts, outs, &stats, &err);
+ * Two ways in: the kc_backend adapter (kc_xpu_backend_open, reached through kc_backend_open), or
+ * directly: kc_xpu *x = NULL; if (kc_xpu_probe(&x, &err) != KC_OK) -> KC_ERR_UNSUPPORTED: no Level
+ * Zero driver/device kc_xpu_compile_kernels(cache, x, kernels, n, &opts, outs, &stats, &err);
  *   kc_xpu_close(x);
  * With x == NULL (the "xpu-spirv" target) only SPIR-V is built and cached.
  * Without Intel hardware the Level Zero path runs against the kcache Level Zero test
@@ -22,8 +20,9 @@
 
 #include "kc_backend.h"
 #include "kc_error.h"
+#include "kc_cache.h"
 #include "kc_hash.h"
-#include "kc_store.h"
+#include "kc_keys.h"
 
 #define KC_XPU_FP_ID_MAX 128
 
@@ -80,11 +79,11 @@ kc_code kc_xpu_device_fingerprint(const kc_xpu *x, char id[KC_XPU_FP_ID_MAX], ch
  * KC_ERR_UNSUPPORTED when a tool is missing. */
 kc_code kc_xpu_toolchain_fingerprint(char hex[KC_KEY_HEX_LEN + 1], char **json, kc_err *err);
 
-/* Like kc_xpu_toolchain_fingerprint, but remembers the --version output in s (a "blob"
- * artifact keyed by the tools' resolved paths, inodes, sizes and change times), so a warm
- * compile runs no subprocess; a reinstalled or upgraded tool is probed again. s may be
- * NULL (then it always probes). */
-kc_code kc_xpu_toolchain_fingerprint_cached(kc_store *s, char hex[KC_KEY_HEX_LEN + 1], char **json,
+/* Like kc_xpu_toolchain_fingerprint, but remembers the --version output in cache s (a
+ * local-only "blob" artifact keyed by kc_key_toolchain_probe over the tools' resolved
+ * paths, inodes, sizes and change times), so a warm compile runs no subprocess; a
+ * reinstalled or upgraded tool is probed again. s may be NULL (then it always probes). */
+kc_code kc_xpu_toolchain_fingerprint_cached(kc_cache *s, char hex[KC_KEY_HEX_LEN + 1], char **json,
                                             kc_err *err);
 
 /* Compiles OpenCL C source to SPIR-V: clang-14 -cl-std=CL2.0 -target spir64
@@ -143,7 +142,6 @@ typedef struct kc_xpu_stats {
     unsigned native_hits;     /* zeModuleCreate from a stored native binary */
     unsigned native_rejected; /* stored native binaries the driver refused (then rebuilt) */
     unsigned stored;          /* artifacts written */
-    unsigned native_replaced; /* stale "ze-native" entries replaced by the backend's load() */
     double seconds;           /* wall time of the whole call */
 } kc_xpu_stats;
 
@@ -154,24 +152,15 @@ typedef struct kc_xpu_compile_opts {
     const char *toolchain; /* precomputed toolchain fingerprint (64 hex), NULL = look it up */
 } kc_xpu_compile_opts;
 
-/* Compiles n kernels through the store: "spirv" artifacts keyed by source +
- * cl_flags + toolchain + kcache version, and, when x is non-NULL, "ze-native"
- * artifacts keyed by the spirv key + device fingerprint + driver version +
- * build flags. A stored native binary the driver rejects, or an empty one, is
- * rebuilt from SPIR-V and replaced. opts may be NULL; outs (n entries) and
- * stats may be NULL; stats are added to (zero them first). */
-kc_code kc_xpu_compile_kernels(kc_store *s, kc_xpu *x, const kc_xpu_kernel_src *kernels, size_t n,
+/* Compiles n kernels through cache s (local -> server -> build -> write-back): "spirv"
+ * artifacts keyed by kc_key_spirv (source + cl_flags + toolchain + kcache version), and,
+ * when x is non-NULL, "ze-native" artifacts keyed by kc_key_native (spirv key + device
+ * fingerprint + driver version + build flags). A stored native binary the driver rejects, or an
+ * empty one, is rebuilt from SPIR-V and replaced. opts may be NULL; outs (n entries) and stats may
+ * be NULL; stats are added to (zero them first). */
+kc_code kc_xpu_compile_kernels(kc_cache *s, kc_xpu *x, const kc_xpu_kernel_src *kernels, size_t n,
                                const kc_xpu_compile_opts *opts, kc_xpu_kernel_out *outs,
                                kc_xpu_stats *stats, kc_err *err);
-
-/* The artifact keys (64 hex + NUL). spirv: over kcache's version, the toolchain
- * fingerprint, the source's SHA-256 and the clang flags. ze-native: over the spirv key,
- * the device fingerprint key (the "key" of its JSON), the driver version and the
- * zeModuleCreate build flags. */
-void kc_xpu_spirv_key(const char *toolchain_hex, const char *source, size_t source_len,
-                      const char *cl_flags, char out[KC_KEY_HEX_LEN + 1]);
-void kc_xpu_native_key(const char *spirv_key, const char *device_fp_key, uint32_t driver_version,
-                       const char *build_flags, char out[KC_KEY_HEX_LEN + 1]);
 
 /* Raw Level Zero handles (ze_module_handle_t, ze_context_handle_t, ze_device_handle_t)
  * for code that launches kernels; owned by the module / kc_xpu. */
@@ -195,17 +184,14 @@ kc_code kc_xpu_specialize(const char *name, const char *const *names, const char
  * "ze-native" native binaries) or the "xpu-spirv" backend (spirv_only true: no device
  * needed, artifacts are "spirv"). KC_ERR_UNSUPPORTED with KC_XPU_NO_DRIVER_MSG when "xpu"
  * finds no driver or device, or when clang-14/llvm-spirv-14 are missing.
+ * With opts->cache, "xpu" keeps the SPIR-V of each kernel there (once per kernel, through
+ * every tier the cache has) and both keep the toolchain probe there (local only).
  * Contract beyond kc_backend.h: when the driver rejects a cached native binary
- * (ZE_RESULT_ERROR_INVALID_NATIVE_BINARY) or it is empty, load() rebuilds the module from
- * SPIR-V and, with a store attached (kc_xpu_backend_set_store), replaces every
- * "ze-native" entry of this device holding the rejected bytes, under the same key. Without
- * a store it returns KC_ERR_MISS: the caller compiles again and replaces the artifact. */
+ * (ZE_RESULT_ERROR_INVALID_NATIVE_BINARY) or it is empty, load() returns KC_ERR_MISS; the
+ * compile driver then drops the entry, compiles again (SPIR-V from the cache, no clang)
+ * and stores the fresh binary under the same key. */
 kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
                             kc_err *err);
-
-/* Optional: lets compile() cache SPIR-V as "spirv" artifacts in s (borrowed; must outlive
- * the backend or be reset with NULL). Without it, SPIR-V is rebuilt on every compile. */
-void kc_xpu_backend_set_store(kc_backend *b, kc_store *s);
 
 /* Counters of an XPU backend since it was opened (SPIR-V builds/hits, native builds,
  * native loads, rejected native binaries). */
@@ -234,18 +220,38 @@ kc_code kc_xpu_onednn_open(kc_xpu_onednn **out, kc_err *err);
 void kc_xpu_onednn_close(kc_xpu_onednn *o);
 
 /* Creates the matmul (GEMM kernel) or convolution (CONV2D kernel) primitive for k: from
- * the "onednn-blob" artifact keyed by the primitive descriptor's cache blob id when one
- * is stored (dnnl_primitive_create_from_cache_blob; *hit = true), else created normally
- * and its dnnl_primitive_get_cache_blob stored (a stale blob is replaced). *out owned by
- * the caller (kc_xpu_onednn_prim_free). Prologues/epilogues are not part of it. */
-kc_code kc_xpu_onednn_primitive(kc_xpu_onednn *o, kc_store *s, const kc_kernel *k,
+ * the "onednn-blob" artifact keyed by kc_key_onednn_blob over the primitive descriptor's
+ * cache blob id when cache c has one (local, else a server: so a CI machine with the same
+ * GPU pulls it; dnnl_primitive_create_from_cache_blob; *hit = true), else created
+ * normally and its dnnl_primitive_get_cache_blob put (a stale blob is replaced), all
+ * through kc_xpu_blob_through_cache. *out owned by the caller
+ * (kc_xpu_onednn_prim_free). Prologues/epilogues are not part of it. */
+kc_code kc_xpu_onednn_primitive(kc_xpu_onednn *o, kc_cache *c, const kc_kernel *k,
                                 kc_xpu_onednn_prim **out, bool *hit, kc_err *err);
+
+/* How kc_xpu_blob_through_cache makes an object from a cached blob or fresh. */
+typedef struct kc_xpu_blob_ops {
+    /* Makes the object from a cached blob: KC_OK, or KC_ERR_MISS when the blob is stale
+     * (another library or device build): then it is made fresh and the blob replaced. */
+    kc_code (*from_blob)(void *ctx, const uint8_t *blob, size_t len);
+    /* Makes the object fresh; *blob (malloc'd, the caller frees) receives its cache blob,
+     * or NULL when it has none. */
+    kc_code (*fresh)(void *ctx, uint8_t **blob, size_t *len, kc_err *err);
+} kc_xpu_blob_ops;
+
+/* The blob path of kc_xpu_onednn_primitive, on its own so it is testable without a GPU:
+ * get key from c; a blob ops->from_blob accepts is a hit (*hit = true); otherwise
+ * ops->fresh, and its blob is put under key (kind "onednn-blob", metadata meta) with
+ * KC_CACHE_REPLACE when a stale one was found. A failed put is returned; the object made
+ * stays valid either way. */
+kc_code kc_xpu_blob_through_cache(kc_cache *c, const char *key, const char *meta,
+                                  const kc_xpu_blob_ops *ops, void *ctx, bool *hit, kc_err *err);
 void kc_xpu_onednn_prim_free(kc_xpu_onednn_prim *p);
 /* The dnnl_primitive_t (owned by p). */
 void *kc_xpu_onednn_prim_handle(kc_xpu_onednn_prim *p);
 
-/* The "onednn-blob" key for a cache blob id: SHA-256 over kcache's and oneDNN's versions
- * and the id bytes. */
-kc_code kc_xpu_onednn_blob_key(const uint8_t *blob_id, size_t len, char out[KC_KEY_HEX_LEN + 1]);
+/* The "onednn-blob" key for a cache blob id: kc_key_onednn_blob with this oneDNN's
+ * version. */
+void kc_xpu_onednn_blob_key(const uint8_t *blob_id, size_t len, char out[KC_KEY_HEX_LEN + 1]);
 
 #endif

@@ -1,8 +1,10 @@
 /*
  * kc_xpu_backend.c - the XPU backends ("xpu": Level Zero native binaries, "xpu-spirv":
  * SPIR-V only, no device needed) behind the kc_backend interface of kc_backend.h, so the
- * compile driver treats them like the CPU backend. SPIR-V is also cached on its own
- * ("spirv" artifacts) when the driver hands the backend a store (kc_xpu_backend_set_store).
+ * compile driver treats them like the CPU backend. For "xpu", the SPIR-V a native binary
+ * is built from is cached once per kernel ("spirv" artifacts, kc_key_spirv) through the
+ * cache the program hands over (kc_backend_opts.cache), so a rejected native binary or a
+ * new device rebuilds without clang; for "xpu-spirv" the driver's artifact is the SPIR-V.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "kc_log.h"
 #include "kc_util.h"
 #include "kc_xpu.h"
 #include "kc_xpu_codegen.h"
@@ -20,7 +23,8 @@ typedef struct kc_xpu_backend {
     kc_xpu *x; /* NULL for xpu-spirv */
     char toolchain[KC_KEY_HEX_LEN + 1];
     char *templates_dir;
-    kc_store *store; /* borrowed, may be NULL; used under lock */
+    kc_cache *cache; /* borrowed, may be NULL; used under lock (a tiered cache is not
+                        thread-safe, compile() runs on worker threads) */
     pthread_mutex_t lock;
     kc_xpu_stats stats;
 } kc_xpu_backend;
@@ -29,14 +33,14 @@ struct kc_loaded {
     kc_xpu_module *m;
 };
 
-/* The toolchain fingerprint, probed on first use (through the store when one is attached,
+/* The toolchain fingerprint, probed on first use (through the cache when one is attached,
  * so a warm compile spawns no clang/llvm-spirv --version). */
 static kc_code xb_toolchain(kc_xpu_backend *xb, char out[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
     pthread_mutex_lock(&xb->lock);
     kc_code c = KC_OK;
     if (!xb->toolchain[0])
-        c = kc_xpu_toolchain_fingerprint_cached(xb->store, xb->toolchain, NULL, err);
+        c = kc_xpu_toolchain_fingerprint_cached(xb->cache, xb->toolchain, NULL, err);
     if (c == KC_OK)
         memcpy(out, xb->toolchain, KC_KEY_HEX_LEN + 1);
     pthread_mutex_unlock(&xb->lock);
@@ -92,14 +96,20 @@ static kc_code xb_generate(kc_backend *b, const kc_kernel *k, char **source, kc_
     return kc_xpu_generate(k, xb->templates_dir, source, err);
 }
 
-/* SPIR-V for source: the store's "spirv" artifact when one is attached, else built. */
+/* SPIR-V for source: for "xpu" with a cache, the cached "spirv" artifact (built and
+ * stored on a miss); for "xpu-spirv" (whose kernel artifact the driver stores) or without a
+ * cache, built. */
 static kc_code xb_spirv(kc_xpu_backend *xb, const kc_kernel *k, const char *source, uint8_t **spirv,
                         size_t *len, int *ran, kc_err *err)
 {
     const char *entry = kc_xpu_kernel_entry(k->kind);
-    if (!xb->store) {
+    if (!xb->cache || xb->spirv_only) {
         *ran = 1;
-        return kc_xpu_build_spirv(source, strlen(source), NULL, spirv, len, err);
+        kc_code c = kc_xpu_build_spirv(source, strlen(source), NULL, spirv, len, err);
+        pthread_mutex_lock(&xb->lock);
+        xb->stats.spirv_builds += c == KC_OK;
+        pthread_mutex_unlock(&xb->lock);
+        return c;
     }
     char tc[KC_KEY_HEX_LEN + 1];
     kc_code c = xb_toolchain(xb, tc, err);
@@ -110,11 +120,11 @@ static kc_code xb_spirv(kc_xpu_backend *xb, const kc_kernel *k, const char *sour
     kc_xpu_stats st = {0};
     kc_xpu_compile_opts co = {.toolchain = tc};
     pthread_mutex_lock(&xb->lock);
-    c = kc_xpu_compile_kernels(xb->store, NULL, &src, 1, &co, &out, &st, err);
+    c = kc_xpu_compile_kernels(xb->cache, NULL, &src, 1, &co, &out, &st, err);
     kc_artifact a;
     memset(&a, 0, sizeof a);
     if (c == KC_OK)
-        c = kc_store_get(xb->store, out.spirv_key, &a, err);
+        c = kc_cache_get(xb->cache, out.spirv_key, 0, &a, err);
     xb->stats.spirv_builds += st.spirv_builds;
     xb->stats.spirv_hits += st.spirv_hits;
     xb->stats.stored += st.stored;
@@ -167,94 +177,6 @@ static kc_code xb_compile(kc_backend *b, const kc_kernel *k, const char *source,
     return c;
 }
 
-typedef struct xb_scan {
-    size_t len;
-    char (*keys)[KC_KEY_HEX_LEN + 1];
-    int n, cap;
-} xb_scan;
-
-static int xb_scan_fn(const kc_entry_info *info, void *ctx)
-{
-    xb_scan *sc = ctx;
-    if (info->size != sc->len)
-        return 0;
-    if (sc->n == sc->cap) {
-        int cap = sc->cap ? 2 * sc->cap : 8;
-        void *k = realloc(sc->keys, (size_t)cap * sizeof *sc->keys);
-        if (!k)
-            return 1;
-        sc->keys = k;
-        sc->cap = cap;
-    }
-    memcpy(sc->keys[sc->n++], info->key, KC_KEY_HEX_LEN + 1);
-    return 0;
-}
-
-/* Replaces every stored "ze-native" artifact of this device whose payload is `old` with
- * `fresh`, under the same key and metadata (the compile driver's keys are opaque here, so
- * the rejected payload identifies them). Returns how many were replaced. */
-static int xb_replace_native(kc_xpu_backend *xb, const uint8_t *old, size_t old_len,
-                             const uint8_t *fresh, size_t fresh_len)
-{
-    char dev[KC_XPU_FP_ID_MAX];
-    kc_err e;
-    if (!xb->store || kc_xpu_device_fingerprint(xb->x, dev, NULL, &e) != KC_OK)
-        return 0;
-    xb_scan sc = {.len = old_len};
-    kc_filter f = {.kind = "ze-native", .device = dev};
-    kc_store_list(xb->store, &f, xb_scan_fn, &sc, &e);
-    int replaced = 0;
-    for (int i = 0; i < sc.n; i++) {
-        kc_artifact a, fresh_a;
-        memset(&a, 0, sizeof a);
-        memset(&fresh_a, 0, sizeof fresh_a);
-        if (kc_store_get(xb->store, sc.keys[i], &a, &e) != KC_OK)
-            continue;
-        if (a.payload_len == old_len && (old_len == 0 || memcmp(a.payload, old, old_len) == 0) &&
-            kc_artifact_init(&fresh_a, a.key, a.kind, a.meta, fresh, fresh_len, &e) == KC_OK) {
-            kc_store_delete(xb->store, a.key, &e);
-            replaced += kc_store_put(xb->store, &fresh_a, NULL, &e) == KC_OK;
-            kc_artifact_free(&fresh_a);
-        }
-        kc_artifact_free(&a);
-    }
-    free(sc.keys);
-    return replaced;
-}
-
-/* The driver rejected a cached native binary: build the module from SPIR-V (cached) and,
- * with a store attached, replace the stale artifact with the fresh native binary. */
-static kc_code xb_rebuild(kc_backend *b, const kc_kernel *k, const uint8_t *stale, size_t stale_len,
-                          kc_xpu_module **out, kc_err *err)
-{
-    kc_xpu_backend *xb = b->impl;
-    *out = NULL;
-    char *src = NULL;
-    uint8_t *spirv = NULL, *bin = NULL;
-    size_t slen = 0, blen = 0;
-    int ran = 0;
-    kc_code c = kc_xpu_generate(k, xb->templates_dir, &src, err);
-    if (c == KC_OK)
-        c = xb_spirv(xb, k, src, &spirv, &slen, &ran, err);
-    if (c == KC_OK)
-        c = kc_xpu_module_from_spirv(xb->x, spirv, slen, NULL, out, err);
-    if (c == KC_OK)
-        c = kc_xpu_module_native_binary(*out, &bin, &blen, err);
-    if (c == KC_OK) {
-        pthread_mutex_lock(&xb->lock);
-        xb->stats.native_builds++;
-        xb->stats.native_replaced += (unsigned)xb_replace_native(xb, stale, stale_len, bin, blen);
-        pthread_mutex_unlock(&xb->lock);
-    } else {
-        kc_xpu_module_free(*out);
-        *out = NULL;
-    }
-    free(bin);
-    free(spirv);
-    free(src);
-    return c;
-}
-
 static kc_code xb_load(kc_backend *b, const kc_kernel *k, const uint8_t *payload, size_t len,
                        kc_loaded **out, kc_err *err)
 {
@@ -270,12 +192,9 @@ static kc_code xb_load(kc_backend *b, const kc_kernel *k, const uint8_t *payload
         xb->stats.native_hits++;
     else if (c == KC_ERR_MISS)
         xb->stats.native_rejected++;
-    bool can_rebuild = xb->store != NULL;
     pthread_mutex_unlock(&xb->lock);
-    /* KC_ERR_MISS: the driver rejected the native binary (or it is empty). With a store,
-     * rebuild from SPIR-V here and replace the artifact; without one, the caller does. */
-    if (c == KC_ERR_MISS && can_rebuild)
-        c = xb_rebuild(b, k, payload, len, &m, err);
+    /* KC_ERR_MISS: the driver rejected the native binary (or it is empty); the compile
+     * driver drops it, compiles again (SPIR-V from the cache) and replaces it. */
     if (c == KC_OK)
         c = kc_xpu_module_check_kernel(m, kc_xpu_kernel_entry(k->kind), err);
     if (c != KC_OK) {
@@ -333,6 +252,7 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
     }
     pthread_mutex_init(&xb->lock, NULL);
     xb->spirv_only = spirv_only;
+    xb->cache = opts ? opts->cache : NULL;
     b->impl = xb;
     b->destroy = xb_destroy;
     kc_code c = KC_OK;
@@ -345,7 +265,7 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
         kc_xpu_onednn *o = NULL;
         kc_err e;
         if (kc_xpu_onednn_open(&o, &e) != KC_OK)
-            fprintf(stderr, "kcache: %s\n", e.msg);
+            kc_log(KC_LOG_INFO, "%s", e.msg);
         kc_xpu_onednn_close(o);
     }
     if (c != KC_OK) {
@@ -363,14 +283,6 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
     b->unload = xb_unload;
     *out = b;
     return KC_OK;
-}
-
-void kc_xpu_backend_set_store(kc_backend *b, kc_store *s)
-{
-    kc_xpu_backend *xb = b->impl;
-    pthread_mutex_lock(&xb->lock);
-    xb->store = s;
-    pthread_mutex_unlock(&xb->lock);
 }
 
 void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st)

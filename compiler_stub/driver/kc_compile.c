@@ -13,24 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_cpu.h"
+#include "kc_kernel_json.h"
+#include "kc_log.h"
 #include "kc_lower.h"
 #include "kc_util.h"
 
-json_t *kc_kernel_identity_object(const kc_kernel *k);
-kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
-
 #define KC_RECORD_FORMAT "kcache-graph-record/1"
-
-void kc_artifact_key(const char *kind, const char *subject_fp, const char *device_hash,
-                     const char *compiler_fp, const char *options, char out[KC_KEY_HEX_LEN + 1])
-{
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf,
-                     "kcache-key/1\nkind=%s\nsubject=%s\ndevice=%s\ncompiler=%s\noptions=%s\n",
-                     kind, subject_fp, device_hash, compiler_fp, options ? options : "");
-    kc_sha256_hex(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, out);
-}
 
 kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
@@ -48,8 +36,24 @@ static kc_code kernel_key(kc_program *p, const kc_kernel *k, char out[KC_KEY_HEX
     char fp[KC_KEY_HEX_LEN + 1];
     kc_code rc = kc_kernel_fp(k, fp, err);
     if (rc == KC_OK)
-        kc_artifact_key(p->backend->artifact_kind, fp, p->device.hash, p->compiler_fp, "", out);
+        kc_key_kernel(p->backend->artifact_kind, fp, p->device.hash, p->compiler_fp, out);
     return rc;
+}
+
+/* Server hits of the cache so far (a lookup that raised it came from the server). */
+static uint64_t remote_hits(kc_cache *c)
+{
+    kc_cache_stats st;
+    kc_cache_stats_get(c, &st);
+    return st.remote_hits;
+}
+
+/* Did a lookup since *before find a damaged entry (quarantined, a miss)? */
+static bool damaged_since(kc_cache *c, const kc_cache_stats *before)
+{
+    kc_cache_stats now;
+    kc_cache_stats_get(c, &now);
+    return now.damaged > before->damaged;
 }
 
 /* ---- parallel compilation ------------------------------------------------- */
@@ -103,7 +107,7 @@ static int online_cpus(void)
 }
 
 /* Compiles jobs in parallel, stores the results through the tiers. */
-static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_compile_opts *o,
+static kc_code run_jobs(kc_program *p, kc_cache *t, job *jobs, int n, const kc_compile_opts *o,
                         kc_err *err)
 {
     if (n == 0)
@@ -154,7 +158,7 @@ static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_c
         kc_code prc =
             kc_artifact_init(&a, j->key, p->backend->artifact_kind, meta, j->payload, j->len, err);
         if (prc == KC_OK) {
-            prc = kc_tiers_put(t, &a, err);
+            prc = kc_cache_put(t, &a, 0, err);
             kc_artifact_free(&a);
         }
         free(meta);
@@ -172,7 +176,7 @@ static kc_code run_jobs(kc_program *p, kc_tiers *t, job *jobs, int n, const kc_c
 /* Job x is a hit after all (another process stored its key meanwhile): it
  * is read back when the program loads kernels, and every kernel with that
  * key is counted as a hit instead of a miss. */
-static kc_code job_became_hit(kc_program *p, kc_tiers *t, job *j, const kc_compile_opts *o,
+static kc_code job_became_hit(kc_program *p, kc_cache *t, job *j, const kc_compile_opts *o,
                               kc_err *err)
 {
     j->hit = true;
@@ -184,7 +188,7 @@ static kc_code job_became_hit(kc_program *p, kc_tiers *t, job *j, const kc_compi
     if (!o->load)
         return KC_OK;
     kc_artifact a;
-    kc_code rc = kc_tiers_get(t, j->key, &a, NULL, err);
+    kc_code rc = kc_cache_get(t, j->key, 0, &a, err);
     if (rc != KC_OK)
         return kc_err_prefix(err, "kernel %s", j->key);
     j->payload = a.payload;
@@ -195,10 +199,10 @@ static kc_code job_became_hit(kc_program *p, kc_tiers *t, job *j, const kc_compi
 }
 
 /* Is key stored now? (checked like any hit) */
-static bool stored_now(kc_tiers *t, const char *key)
+static bool stored_now(kc_cache *t, const char *key)
 {
     kc_err e = {0};
-    return kc_store_check(t->store, key, &e) == KC_OK;
+    return kc_cache_has(t, key, KC_CACHE_LOCAL, &e) == KC_OK;
 }
 
 /* Compiles the missed jobs so that processes sharing the cache compile each
@@ -206,7 +210,7 @@ static bool stored_now(kc_tiers *t, const char *key)
  * another process stored the key is a hit); keys another process is
  * compiling are waited for once ours are done, then found stored, or
  * compiled here if their holder failed or the wait timed out. */
-static kc_code compile_claimed(kc_program *p, kc_tiers *t, job *jobs, int nj,
+static kc_code compile_claimed(kc_program *p, kc_cache *t, job *jobs, int nj,
                                const kc_compile_opts *o, kc_err *err)
 {
     if (nj == 0)
@@ -224,25 +228,24 @@ static kc_code compile_claimed(kc_program *p, kc_tiers *t, job *jobs, int nj,
     for (int pass = 0; pass < 2 && rc == KC_OK; pass++) {
         int nr = 0;
         if (pass == 1 && waiting && o->verbosity > 0)
-            fprintf(stderr, "kcache: waiting for %d kernel%s another process is compiling\n",
-                    waiting, waiting == 1 ? "" : "s");
+            kc_log(KC_LOG_INFO, "waiting for %d kernel%s another process is compiling", waiting,
+                   waiting == 1 ? "" : "s");
         for (int x = 0; x < nj; x++) {
             job *j = &jobs[x];
             if (j->hit || j->done)
                 continue;
             kc_err e = {0};
-            kc_code crc = kc_store_claim(t->store, j->key, pass ? wait_s : 0, &claims[x], &e);
+            kc_code crc = kc_cache_claim(t, j->key, pass ? wait_s : 0, &claims[x], &e);
             if (crc == KC_OK && !claims[x] && pass == 0) {
                 waiting++; /* someone else has it: come back once ours are done */
                 continue;
             }
             if (crc != KC_OK && o->verbosity > 0)
-                fprintf(stderr, "kcache: %s; compiling without a claim\n", e.msg);
+                kc_log(KC_LOG_INFO, "%s; compiling without a claim", e.msg);
             else if (!claims[x] && o->verbosity > 0)
-                fprintf(stderr,
-                        "kcache: waited %.0f s for another process compiling %s; compiling it "
-                        "here too\n",
-                        wait_s, j->key);
+                kc_log(KC_LOG_INFO,
+                       "waited %.0f s for another process compiling %s; compiling it here too",
+                       wait_s, j->key);
             if (stored_now(t, j->key)) {
                 kc_claim_release(claims[x]);
                 claims[x] = NULL;
@@ -340,7 +343,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
 
 /* Sets impl of every GEMM and conv2d kernel from an autotune artifact or a
  * benchmark of its candidate implementations. */
-static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc_err *err)
+static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc_err *err)
 {
     kc_backend *b = p->backend;
     if (strcmp(b->name, "cpu") != 0)
@@ -366,7 +369,7 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
         k->impl[0] = 0;
         if ((rc = kc_kernel_fp(k, fp, err)))
             goto out;
-        kc_artifact_key("autotune", fp, p->device.hash, p->compiler_fp, "", tkey[i]);
+        kc_key_autotune(fp, p->device.hash, p->compiler_fp, tkey[i]);
         /* the same shape earlier in this graph? */
         for (int j = 0; j < i; j++)
             if (strcmp(tkey[j], tkey[i]) == 0 && p->kernels[j].impl[0]) {
@@ -377,7 +380,7 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
             continue;
         kc_artifact a;
         kc_err e = {0};
-        if (kc_tiers_get(t, tkey[i], &a, NULL, &e) == KC_OK) {
+        if (kc_cache_get(t, tkey[i], 0, &a, &e) == KC_OK) {
             json_t *d = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
             const char *ch = json_string_value(json_object_get(d, "choice"));
             if (ch)
@@ -407,7 +410,7 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
             j->k = ck;
             if ((rc = kernel_key(p, ck, j->key, err)))
                 goto out;
-            if (kc_tiers_has(t, j->key, &e) != KC_OK)
+            if (kc_cache_has(t, j->key, 0, &e) != KC_OK)
                 nj++;
         }
     }
@@ -429,7 +432,7 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
             char key[KC_KEY_HEX_LEN + 1];
             kc_artifact a;
             kc_err e = {0};
-            if (kernel_key(p, ck, key, &e) || kc_tiers_get(t, key, &a, NULL, &e))
+            if (kernel_key(p, ck, key, &e) || kc_cache_get(t, key, 0, &a, &e))
                 continue;
             double s = time_kernel(p->backend, ck, a.payload, a.payload_len, &e);
             kc_artifact_free(&a);
@@ -454,7 +457,7 @@ static kc_code autotune(kc_program *p, kc_tiers *t, const kc_compile_opts *o, kc
         kc_artifact a;
         if (txt && meta &&
             kc_artifact_init(&a, tkey[i], "autotune", meta, txt, strlen(txt), err) == KC_OK) {
-            kc_tiers_put(t, &a, err);
+            kc_cache_put(t, &a, 0, err);
             kc_artifact_free(&a);
         }
         free(txt);
@@ -543,7 +546,7 @@ out:
     return rc;
 }
 
-static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, double secs,
+static kc_code record_put(kc_program *p, kc_cache *t, const kc_compile_opts *o, double secs,
                           kc_err *err)
 {
     json_t *r = json_object();
@@ -607,7 +610,7 @@ static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, 
         rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     else if ((rc = kc_artifact_init(&a, p->graph_key, "graph", meta, txt, strlen(txt), err)) ==
              KC_OK) {
-        rc = kc_tiers_put(t, &a, err);
+        rc = kc_cache_put(t, &a, 0, err);
         kc_artifact_free(&a);
     }
     free(txt);
@@ -617,7 +620,7 @@ static kc_code record_put(kc_program *p, kc_tiers *t, const kc_compile_opts *o, 
 
 /* ---- the driver ------------------------------------------------------------------ */
 
-kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compile_opts *o,
+kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compile_opts *o,
                    kc_program **out, kc_err *err)
 {
     double t0 = kc_now();
@@ -635,14 +638,14 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     job *jobs = NULL;
     if ((rc = b->device_fp(b, &p->device, err)) || (rc = b->compiler_fp(b, p->compiler_fp, err)))
         goto fail;
-    snprintf(p->options, sizeof p->options, "autotune=%d", o->autotune);
-    kc_artifact_key("graph", g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
+    kc_compile_options_text(o, p->options);
+    kc_key_graph_record(g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
 
     kc_artifact rec;
     kc_err e = {0};
     /* one read snapshot for the record and every kernel lookup (a burst) */
-    kc_store_read_begin(t->store, &e);
-    if (kc_tiers_get(t, p->graph_key, &rec, NULL, &e) == KC_OK) {
+    kc_cache_burst(t, true);
+    if (kc_cache_get(t, p->graph_key, 0, &rec, &e) == KC_OK) {
         rc = record_parse(p, &rec, err);
         kc_artifact_free(&rec);
         if (rc == KC_OK) {
@@ -654,8 +657,8 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
             p->kernels = NULL;
             p->keys = NULL;
             p->n_kernels = 0;
-            kc_store_read_end(t->store);
-            kc_store_delete(t->store, p->graph_key, &e);
+            kc_cache_burst(t, false);
+            kc_cache_drop(t, p->graph_key, &e);
             kc_err_clear(err);
         }
     }
@@ -705,17 +708,20 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         }
         bool remote = false;
         kc_code hrc;
-        int damaged = t->damaged;
+        kc_cache_stats before_st;
+        kc_cache_stats_get(t, &before_st);
         if (o->load) {
             kc_artifact a;
-            hrc = kc_tiers_get(t, p->keys[i], &a, &remote, &e);
+            uint64_t before = remote_hits(t);
+            hrc = kc_cache_get(t, p->keys[i], 0, &a, &e);
+            remote = remote_hits(t) > before;
             if (hrc == KC_OK) {
                 hrc = b->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
                 kc_artifact_free(&a);
                 if (hrc == KC_ERR_MISS) {
                     /* the device refused a cached binary (e.g. a driver update):
                      * drop it and compile again under the same key */
-                    kc_store_delete(t->store, p->keys[i], &e);
+                    kc_cache_drop(t, p->keys[i], &e);
                     kc_err_clear(err);
                 } else if (hrc != KC_OK) {
                     rc = kc_err_prefix(err, "kernel %s", p->keys[i]);
@@ -723,9 +729,9 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
                 }
             }
         } else {
-            int before = t->remote_hits;
-            hrc = kc_tiers_has(t, p->keys[i], &e);
-            remote = t->remote_hits > before;
+            uint64_t before = remote_hits(t);
+            hrc = kc_cache_has(t, p->keys[i], 0, &e);
+            remote = remote_hits(t) > before;
         }
         if (hrc == KC_OK) {
             p->hits++;
@@ -733,12 +739,13 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
             continue;
         }
         if (o->require_hit) {
-            rc = kc_err_set(
-                err, KC_ERR_MISS,
-                "--require-hit: kernel %s (%s, from graph %s) is not cached for %s%s", p->keys[i],
-                kc_kernel_kind_name(p->kernels[i].kind), g->fp, p->device.id,
-                t->damaged > damaged ? " (its stored copy failed its integrity check: quarantined)"
-                                     : "");
+            rc =
+                kc_err_set(err, KC_ERR_MISS,
+                           "--require-hit: kernel %s (%s, from graph %s) is not cached for %s%s",
+                           p->keys[i], kc_kernel_kind_name(p->kernels[i].kind), g->fp, p->device.id,
+                           damaged_since(t, &before_st)
+                               ? " (its stored copy failed its integrity check: quarantined)"
+                               : "");
             goto fail;
         }
         p->misses++;
@@ -746,9 +753,9 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
         memcpy(jobs[nj].key, p->keys[i], sizeof jobs[nj].key);
         nj++;
     }
-    kc_store_read_end(t->store);
+    kc_cache_burst(t, false);
     if (o->verbosity > 0 && nj)
-        fprintf(stderr, "kcache: compiling %d kernel%s\n", nj, nj == 1 ? "" : "s");
+        kc_log(KC_LOG_INFO, "compiling %d kernel%s", nj, nj == 1 ? "" : "s");
     double tc = kc_now();
     if ((rc = compile_claimed(p, t, jobs, nj, o, err)))
         goto fail;
@@ -770,7 +777,7 @@ kc_code kc_compile(kc_backend *b, kc_tiers *t, const kc_graph *g, const kc_compi
     *out = p;
     return KC_OK;
 fail:
-    kc_store_read_end(t->store);
+    kc_cache_burst(t, false);
     if (jobs)
         for (int x = 0; x < n; x++)
             free(jobs[x].payload);

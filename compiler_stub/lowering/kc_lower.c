@@ -11,6 +11,8 @@
  */
 #include "kc_lower.h"
 
+#include "kc_kernel_json.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -473,14 +475,12 @@ char *kc_kernel_to_json(const kc_kernel *k)
 }
 
 /* Public for kc_compile.c: builds the json_t (caller decrefs). */
-json_t *kc_kernel_json_object(const kc_kernel *k);
 json_t *kc_kernel_json_object(const kc_kernel *k)
 {
     return kernel_json(k, true);
 }
 
 /* The identity object alone (no bindings), for graph records. */
-json_t *kc_kernel_identity_object(const kc_kernel *k);
 json_t *kc_kernel_identity_object(const kc_kernel *k)
 {
     return kernel_json(k, false);
@@ -581,7 +581,6 @@ static bool op_from_json(json_t *o, kc_kernel *k)
 }
 
 /* Parses a kernel object as produced by kc_kernel_json_object. */
-kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
 kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
 {
     memset(k, 0, sizeof *k);

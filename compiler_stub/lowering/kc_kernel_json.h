@@ -1,0 +1,21 @@
+/*
+ * kc_kernel_json.h - a lowered kernel as a jansson object and back (lowering/kc_lower.c),
+ * for the driver's graph records, which embed kernel descriptions without a text round
+ * trip. Private to the compiler library.
+ */
+#ifndef KC_KERNEL_JSON_H
+#define KC_KERNEL_JSON_H
+
+#include <jansson.h>
+
+#include "kc_backend.h"
+
+/* The full object (identity + bindings) and the identity only; new references. */
+json_t *kc_kernel_json_object(const kc_kernel *k);
+json_t *kc_kernel_identity_object(const kc_kernel *k);
+
+/* Parses a kernel object as produced by kc_kernel_json_object. KC_ERR_INVALID when
+ * malformed. */
+kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
+
+#endif
