@@ -5,6 +5,10 @@
  * Each read is parsed (kcd_resp.h) into as many commands as it completes,
  * their replies are buffered and flushed once, and reading pauses while a
  * client does not take its replies. Commands are kcd_redis_cmd.c's.
+ * Write commands go to one committer thread (group commit): it runs all
+ * that are pending in one store transaction and answers each client only
+ * after that commits, so concurrent SETs share a commit and an answered
+ * write survives kill -9 as before.
  */
 #include "kcd_redis.h"
 
@@ -22,7 +26,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kc_store.h"
 #include "kc_util.h"
+#include "kcd_routes.h"
 #include "kcd_log.h"
 #include "kcd_redis_int.h"
 #include "kcd_server.h"
@@ -122,9 +128,13 @@ static bool conn_process(rconn *c)
                 c->closing = true;
                 break;
             }
+            c->in_off += used; /* before: a deferred command's c is not ours after */
             kcd_redis_execute(c);
+            if (c->waiting)
+                return false; /* back from the committer: kcd_redis_done */
+        } else {
+            c->in_off += used;
         }
-        c->in_off += used;
         if (c->out.failed) {
             c->closing = true;
             break;
@@ -191,7 +201,7 @@ static void conn_run(rconn *c)
 {
     for (;;) {
         bool more = conn_process(c);
-        if (!conn_flush(c) || c->writing || !more)
+        if (c->waiting || !conn_flush(c) || c->writing || !more)
             return;
     }
 }
@@ -241,6 +251,100 @@ static void conn_writable(rconn *c)
         return;
     if (!c->writing && c->in_off < c->in_len)
         conn_run(c); /* commands left waiting while replies were pending */
+}
+
+/* ------------------------------------------------------------ group commit */
+
+void kcd_redis_defer(rconn *c)
+{
+    kcd_redis *r = c->w->r;
+    c->waiting = true;
+    epoll_ctl(c->w->ep, EPOLL_CTL_DEL, c->fd, NULL); /* no events until it is done */
+    c->qnext = NULL;
+    pthread_mutex_lock(&r->q_mu);
+    if (r->q_tail)
+        r->q_tail->qnext = c;
+    else
+        r->q_head = c;
+    r->q_tail = c;
+    pthread_cond_signal(&r->q_cv);
+    pthread_mutex_unlock(&r->q_mu);
+}
+
+/* Runs one batch of deferred commands and hands each connection back. */
+static void commit_batch(kcd_redis *r, rconn *batch)
+{
+    kc_err e = {0};
+    kc_store *s = kcd_ctx_store(r->ctx, &e);
+    /* without a store handle each command replies its own error */
+    bool batched = s && kc_store_batch_begin(s, &e) == KC_OK;
+    r->batching = batched;
+    r->ntouched = 0;
+    for (rconn *c = batch; c; c = c->qnext)
+        kcd_redis_run_pending(c);
+    r->batching = false;
+    size_t n = 0;
+    for (rconn *c = batch; c; c = c->qnext)
+        n++;
+    kcd_metrics_add(&r->m->redis.writes, n);
+    if (batched && kc_store_batch_end(s, true, &e) != KC_OK) {
+        kcd_log(KCD_LOG_WARN, "redis: committing a batch of %zu writes: %s", n, e.msg);
+        for (rconn *c = batch; c; c = c->qnext)
+            kcd_redis_reply_failed(c, &e);
+    } else if (batched) {
+        kcd_metrics_add(&r->m->redis.commits, 1);
+    }
+    for (size_t i = 0; i < r->ntouched; i++)
+        kcd_hot_drop_bin(r->hot, r->touched[i]);
+    for (rconn *c = batch, *next; c; c = next) {
+        next = c->qnext;
+        rworker *w = c->w;
+        pthread_mutex_lock(&w->done_mu);
+        c->qnext = w->done;
+        w->done = c;
+        pthread_mutex_unlock(&w->done_mu);
+        uint64_t one = 1;
+        ssize_t ignored = write(w->done_fd, &one, sizeof one);
+        (void)ignored;
+    }
+}
+
+static void *committer_main(void *arg)
+{
+    kcd_redis *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->q_mu);
+        while (!r->q_head && !r->q_stop)
+            pthread_cond_wait(&r->q_cv, &r->q_mu);
+        rconn *batch = r->q_head;
+        r->q_head = r->q_tail = NULL;
+        pthread_mutex_unlock(&r->q_mu);
+        if (!batch)
+            return NULL; /* stopping, nothing left */
+        commit_batch(r, batch);
+    }
+}
+
+/* The worker's side: connections whose command the committer has run. */
+static void take_done(rworker *w)
+{
+    uint64_t v;
+    ssize_t ignored = read(w->done_fd, &v, sizeof v);
+    (void)ignored;
+    pthread_mutex_lock(&w->done_mu);
+    rconn *list = w->done;
+    w->done = NULL;
+    pthread_mutex_unlock(&w->done_mu);
+    for (rconn *c = list, *next; c; c = next) {
+        next = c->qnext;
+        c->waiting = false;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+            conn_close(c);
+            continue;
+        }
+        conn_run(c); /* the reply, then any commands read meanwhile */
+    }
 }
 
 static void accept_all(rworker *w)
@@ -300,7 +404,7 @@ static void accept_all(rworker *w)
     }
 }
 
-static int listen_tag, stop_tag; /* epoll data for the two shared descriptors */
+static int listen_tag, stop_tag, done_tag; /* epoll data of the non-connection descriptors */
 
 static void *worker_main(void *arg)
 {
@@ -318,6 +422,10 @@ static void *worker_main(void *arg)
                 return NULL;
             if (p == &listen_tag) {
                 accept_all(w);
+                continue;
+            }
+            if (p == &done_tag) {
+                take_done(w);
                 continue;
             }
             rconn *c = p;
@@ -346,8 +454,9 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->max_clients = cfg->max_connections;
     r->started = kc_now();
     r->listen_fd = r->stop_fd = -1;
-    for (int i = 0; i < KCD_REDIS_STRIPES; i++)
-        pthread_mutex_init(&r->stripes[i], NULL);
+    pthread_mutex_init(&r->q_mu, NULL);
+    pthread_cond_init(&r->q_cv, NULL);
+    r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
     kc_code rc = kcd_bind_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
     if (rc != KC_OK) {
@@ -367,16 +476,29 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         return kc_err_set(err, KC_ERR_NOMEM, "cannot set up the Redis listener");
     }
     r->nworkers = threads;
-    for (unsigned i = 0; i < threads; i++)
-        r->workers[i].ep = -1;
+    for (unsigned i = 0; i < threads; i++) {
+        r->workers[i].ep = r->workers[i].done_fd = -1;
+        pthread_mutex_init(&r->workers[i].done_mu, NULL);
+        r->workers[i].done_inited = true;
+    }
+    if (pthread_create(&r->committer, NULL, committer_main, r) != 0) {
+        int e = errno;
+        kcd_redis_stop(r);
+        return kc_err_errno(err, KC_ERR_IO, e, "cannot start the Redis committer thread");
+    }
+    r->committer_started = true;
     for (unsigned i = 0; i < threads; i++) {
         rworker *w = &r->workers[i];
         w->r = r;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &listen_tag};
         struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &stop_tag};
-        if (w->ep < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
+        struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &done_tag};
+        w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (w->ep < 0 || w->done_fd < 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, r->stop_fd, &sev) != 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->done_fd, &dev) != 0 ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             int e = errno;
             kcd_redis_stop(r);
@@ -412,21 +534,36 @@ void kcd_redis_stop(kcd_redis *r)
         ssize_t ignored = write(r->stop_fd, &one, sizeof one);
         (void)ignored;
     }
+    for (unsigned i = 0; i < r->nworkers; i++)
+        if (r->workers[i].started)
+            pthread_join(r->workers[i].thread, NULL);
+    if (r->committer_started) { /* it runs what is queued, then stops */
+        pthread_mutex_lock(&r->q_mu);
+        r->q_stop = true;
+        pthread_cond_signal(&r->q_cv);
+        pthread_mutex_unlock(&r->q_mu);
+        pthread_join(r->committer, NULL);
+    }
     for (unsigned i = 0; i < r->nworkers; i++) {
         rworker *w = &r->workers[i];
-        if (w->started)
-            pthread_join(w->thread, NULL);
         while (w->conns)
             conn_close(w->conns);
         if (w->ep >= 0)
             close(w->ep);
+        if (w->done_fd >= 0)
+            close(w->done_fd);
+        if (w->done_inited)
+            pthread_mutex_destroy(&w->done_mu);
     }
     free(r->workers);
+    free(r->touched);
+    if (r->q_inited) {
+        pthread_mutex_destroy(&r->q_mu);
+        pthread_cond_destroy(&r->q_cv);
+    }
     if (r->listen_fd >= 0)
         close(r->listen_fd);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
-    for (int i = 0; i < KCD_REDIS_STRIPES; i++)
-        pthread_mutex_destroy(&r->stripes[i]);
     free(r);
 }

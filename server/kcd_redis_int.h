@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kc_error.h"
 #include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_metrics.h"
@@ -28,8 +29,6 @@
 /* Before AUTH, as Redis does: small arrays and bulks only. */
 #define KCD_REDIS_UNAUTH_ARGS 10
 #define KCD_REDIS_UNAUTH_BULK 16384
-/* Writers of one key are serialised by one of these locks (by key hash). */
-#define KCD_REDIS_STRIPES 64
 #define KCD_REDIS_READ_CHUNK (64u * 1024)
 
 typedef struct rconn rconn;
@@ -49,7 +48,19 @@ struct kcd_redis {
     rworker *workers;
     uint64_t next_id;
     double started;
-    pthread_mutex_t stripes[KCD_REDIS_STRIPES];
+    /* group commit: write commands wait in this queue for the committer
+     * thread, which runs everything pending in one store transaction */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    rconn *q_head, *q_tail;
+    bool q_stop, q_inited;
+    pthread_t committer;
+    bool committer_started;
+    /* the committer's own: inside a batch, and the keys the batch wrote
+     * (their memory-cache copies are dropped once it commits) */
+    bool batching;
+    uint8_t (*touched)[32];
+    size_t ntouched, touched_cap;
 };
 
 struct rworker {
@@ -58,6 +69,10 @@ struct rworker {
     bool started;
     int ep;
     rconn *conns; /* every open connection of this thread */
+    int done_fd;  /* eventfd: the committer finished commands of this thread */
+    pthread_mutex_t done_mu;
+    bool done_inited;
+    rconn *done; /* those connections (linked by qnext) */
 };
 
 struct rconn {
@@ -78,6 +93,14 @@ struct rconn {
     bool closing; /* flush what is queued, then close */
     bool writing; /* waiting for EPOLLOUT (reading paused) */
     rconn *prev, *next;
+    /* a write command handed to the committer: until it is done the
+     * connection is out of the epoll set and only the committer touches
+     * it */
+    bool waiting;
+    const void *pending; /* the command's table entry */
+    size_t pending_out0; /* c->out.len before its reply */
+    double pending_t0;
+    rconn *qnext;
     /* the command being executed */
     size_t argc;
     const uint8_t **argv;
@@ -89,6 +112,18 @@ struct rconn {
  * lookup in the command table, arity, AUTH and scope checks, the handler,
  * counters and the access-log line. */
 void kcd_redis_execute(rconn *c);
+
+/* Hands c's current command to the committer (kcd_redis.c): sets
+ * c->waiting; the caller must not touch c again until the committer has
+ * run it and returned c to its worker. */
+void kcd_redis_defer(rconn *c);
+
+/* The committer's side: runs c's pending command (the handler, counters,
+ * access log). In a batch the store writes join the open transaction. */
+void kcd_redis_run_pending(rconn *c);
+
+/* After a failed batch commit: c's reply is replaced by this error. */
+void kcd_redis_reply_failed(rconn *c, const kc_err *e);
 
 /* Appends an error reply (msg without the leading '-', e.g. "ERR ...") and
  * counts it. */

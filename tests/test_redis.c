@@ -321,6 +321,95 @@ Test(redis, ttls_survive_a_restart)
     rs_stop(&rs);
 }
 
+/* The value of a metric line "name value" in /metrics, or -1. */
+static long long metric(const rserver *rs, const char *name)
+{
+    kc_http_result m;
+    cr_assert_eq(kc_testserver_http(&rs->ts, "GET", "/metrics", NULL, NULL, 0, false, &m), 0);
+    char pat[128];
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr((char *)m.body, pat);
+    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+    kc_http_result_free(&m);
+    return v;
+}
+
+#define GC_CONNS 8
+#define GC_SETS 200
+
+/* Group commit: SETs from many clients at once share store transactions,
+ * and each one answered +OK is on disk: kill -9 right after the last reply
+ * loses none of them. */
+Test(redis, concurrent_sets_share_commits_and_survive_kill9)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--threads", "2", NULL});
+    int fds[GC_CONNS];
+    char *want = malloc(GC_SETS * 5 + 1);
+    for (int i = 0; i < GC_SETS; i++)
+        memcpy(want + i * 5, "+OK\r\n", 5);
+    want[GC_SETS * 5] = 0;
+    /* every client's SETs are sent before any reply is read: the
+     * committer finds several clients' writes waiting at once */
+    for (int c = 0; c < GC_CONNS; c++) {
+        fds[c] = rconnect(&rs);
+        char *req = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&req, &len);
+        for (int i = 0; i < GC_SETS; i++) {
+            char key[32], val[64];
+            int kl = snprintf(key, sizeof key, "gc:%d:%d", c, i);
+            int vl = snprintf(val, sizeof val, "value-%d-%d-%0*d", c, i, 20, i * 7);
+            fprintf(f, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", kl, key, vl, val);
+        }
+        fclose(f);
+        send_all(fds[c], req, len);
+        free(req);
+    }
+    for (int c = 0; c < GC_CONNS; c++) {
+        char *got = recv_until(fds[c], GC_SETS * 5, NULL, NULL);
+        cr_assert_str_eq(got, want, "client %d: every SET answered +OK", c);
+        free(got);
+    }
+    long long writes = metric(&rs, "kcached_redis_writes_total");
+    long long commits = metric(&rs, "kcached_redis_write_commits_total");
+    cr_expect_eq(writes, GC_CONNS * GC_SETS, "writes counted");
+    cr_expect(commits > 0 && commits < writes, "%lld writes in %lld commits", writes, commits);
+    kc_testserver_kill(&rs.ts);
+    for (int c = 0; c < GC_CONNS; c++)
+        close(fds[c]);
+    cr_assert_eq(kc_testserver_restart(&rs.ts), 0);
+    rs_reread_port(&rs);
+    char n[16];
+    snprintf(n, sizeof n, "%d", GC_CONNS * GC_SETS);
+    EXPECT_CLI(n, &rs, "DBSIZE");
+    /* and each value is the one acknowledged */
+    int fd = rconnect(&rs);
+    for (int c = 0; c < GC_CONNS; c++) {
+        char *req = NULL, *exp = NULL;
+        size_t len = 0, elen = 0;
+        FILE *f = open_memstream(&req, &len), *g = open_memstream(&exp, &elen);
+        for (int i = 0; i < GC_SETS; i++) {
+            char key[32], val[64];
+            int kl = snprintf(key, sizeof key, "gc:%d:%d", c, i);
+            int vl = snprintf(val, sizeof val, "value-%d-%d-%0*d", c, i, 20, i * 7);
+            fprintf(f, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", kl, key);
+            fprintf(g, "$%d\r\n%s\r\n", vl, val);
+        }
+        fclose(f);
+        fclose(g);
+        send_all(fd, req, len);
+        char *got = recv_until(fd, elen, NULL, NULL);
+        cr_expect_str_eq(got, exp, "client %d's values after kill -9", c);
+        free(got);
+        free(req);
+        free(exp);
+    }
+    close(fd);
+    free(want);
+    rs_stop(&rs);
+}
+
 static void run_py(const rserver *rs, const char *scenario, const char *password, const char *user)
 {
     char script[512];
