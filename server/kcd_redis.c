@@ -24,6 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kc_store.h"
@@ -35,10 +36,62 @@
 
 /* ------------------------------------------------------------- connections */
 
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static unsigned addr_bucket(const uint8_t ip[16])
+{
+    unsigned h = 2166136261u;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ ip[i]) * 16777619u;
+    return h % KCD_REDIS_ADDR_BUCKETS;
+}
+
+/* Counts one more connection from ip; false (nothing counted) when that
+ * address has --per-ip-connections open already or memory ran out. */
+static bool addr_take(kcd_redis *r, const uint8_t ip[16])
+{
+    struct raddr **pp = &r->addrs[addr_bucket(ip)];
+    bool ok = true;
+    pthread_mutex_lock(&r->addr_mu);
+    while (*pp && memcmp((*pp)->ip, ip, 16))
+        pp = &(*pp)->next;
+    if (*pp && (*pp)->n >= r->per_addr)
+        ok = false;
+    else if (*pp)
+        (*pp)->n++;
+    else if ((*pp = calloc(1, sizeof **pp)) != NULL) {
+        memcpy((*pp)->ip, ip, 16);
+        (*pp)->n = 1;
+    } else
+        ok = false;
+    pthread_mutex_unlock(&r->addr_mu);
+    return ok;
+}
+
+static void addr_release(kcd_redis *r, const uint8_t ip[16])
+{
+    struct raddr **pp = &r->addrs[addr_bucket(ip)];
+    pthread_mutex_lock(&r->addr_mu);
+    while (*pp && memcmp((*pp)->ip, ip, 16))
+        pp = &(*pp)->next;
+    if (*pp && --(*pp)->n == 0) {
+        struct raddr *gone = *pp;
+        *pp = gone->next;
+        free(gone);
+    }
+    pthread_mutex_unlock(&r->addr_mu);
+}
+
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -241,6 +294,7 @@ static void conn_read(rconn *c)
     if (n < 0)
         return;
     c->in_len += (size_t)n;
+    c->last_active = mono_now();
     kcd_metrics_add(&r->m->redis.bytes_in, (uint64_t)n);
     conn_run(c);
 }
@@ -338,6 +392,7 @@ static void take_done(rworker *w)
     for (rconn *c = list, *next; c; c = next) {
         next = c->qnext;
         c->waiting = false;
+        c->last_active = mono_now();
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
             conn_close(c);
@@ -366,11 +421,30 @@ static void accept_all(rworker *w)
             close(fd);
             continue;
         }
+        uint8_t ip[16] = {0};
+        if (ss.ss_family == AF_INET) { /* as v4-mapped IPv6 */
+            ip[10] = ip[11] = 0xff;
+            memcpy(ip + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+        } else if (ss.ss_family == AF_INET6) {
+            memcpy(ip, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+        }
+        if (!addr_take(r, ip)) {
+            static const char many[] = "-ERR too many connections from your address\r\n";
+            ssize_t ignored = send(fd, many, sizeof many - 1, MSG_NOSIGNAL);
+            (void)ignored;
+            close(fd);
+            kcd_log(KCD_LOG_WARN, "redis: refused a connection: %u open from that address",
+                    r->per_addr);
+            continue;
+        }
         rconn *c = calloc(1, sizeof *c);
         if (!c) {
+            addr_release(r, ip);
             close(fd);
             continue;
         }
+        memcpy(c->ip, ip, 16);
+        c->last_active = mono_now();
         c->w = w;
         c->fd = fd;
         c->id = __atomic_add_fetch(&r->next_id, 1, __ATOMIC_RELAXED);
@@ -391,6 +465,7 @@ static void accept_all(rworker *w)
         snprintf(c->remote, sizeof c->remote, "%s:%u", host, port);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            addr_release(r, ip);
             close(fd);
             kcd_resp_parser_free(&c->p);
             free(c);
@@ -404,14 +479,36 @@ static void accept_all(rworker *w)
     }
 }
 
+/* Closes the connections that sent nothing for --redis-timeout seconds
+ * (not those whose command the committer holds). */
+static void sweep_idle(rworker *w)
+{
+    double now = mono_now();
+    if (now - w->last_sweep < 0.5)
+        return;
+    w->last_sweep = now;
+    for (rconn *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->waiting && now - c->last_active >= w->r->idle_timeout) {
+            kcd_log(KCD_LOG_INFO, "redis %s: idle for %u s; closing", c->remote,
+                    w->r->idle_timeout);
+            conn_close(c);
+        }
+    }
+}
+
 static int listen_tag, stop_tag, done_tag; /* epoll data of the non-connection descriptors */
 
 static void *worker_main(void *arg)
 {
     rworker *w = arg;
     struct epoll_event evs[64];
+    /* idle clients are looked for about once a second */
+    int wait_ms = w->r->idle_timeout ? 1000 : -1;
     for (;;) {
-        int n = epoll_wait(w->ep, evs, 64, -1);
+        int n = epoll_wait(w->ep, evs, 64, wait_ms);
+        if (wait_ms > 0)
+            sweep_idle(w);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -452,6 +549,9 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
     r->max_clients = cfg->max_connections;
+    r->per_addr = cfg->per_ip_connections;
+    r->idle_timeout = cfg->redis_timeout;
+    pthread_mutex_init(&r->addr_mu, NULL);
     r->started = kc_now();
     r->listen_fd = r->stop_fd = -1;
     pthread_mutex_init(&r->q_mu, NULL);
@@ -557,6 +657,13 @@ void kcd_redis_stop(kcd_redis *r)
     }
     free(r->workers);
     free(r->touched);
+    for (int i = 0; i < KCD_REDIS_ADDR_BUCKETS; i++) /* emptied by conn_close */
+        while (r->addrs[i]) {
+            struct raddr *a = r->addrs[i];
+            r->addrs[i] = a->next;
+            free(a);
+        }
+    pthread_mutex_destroy(&r->addr_mu);
     if (r->q_inited) {
         pthread_mutex_destroy(&r->q_mu);
         pthread_cond_destroy(&r->q_cv);

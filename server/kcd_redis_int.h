@@ -30,6 +30,14 @@
 #define KCD_REDIS_UNAUTH_ARGS 10
 #define KCD_REDIS_UNAUTH_BULK 16384
 #define KCD_REDIS_READ_CHUNK (64u * 1024)
+#define KCD_REDIS_ADDR_BUCKETS 256
+
+/* Connections open from one client address. */
+struct raddr {
+    uint8_t ip[16]; /* IPv4 as v4-mapped IPv6 */
+    unsigned n;
+    struct raddr *next;
+};
 
 typedef struct rconn rconn;
 typedef struct rworker rworker;
@@ -42,6 +50,11 @@ struct kcd_redis {
     bool auth_on, anonymous_read;
     uint64_t max_blob;
     unsigned max_clients;
+    unsigned per_addr;     /* --per-ip-connections */
+    unsigned idle_timeout; /* --redis-timeout seconds; 0 = never */
+    /* connections open per client address (chained by address hash) */
+    pthread_mutex_t addr_mu;
+    struct raddr *addrs[KCD_REDIS_ADDR_BUCKETS];
     int listen_fd, stop_fd;
     unsigned port;
     unsigned nworkers;
@@ -72,7 +85,8 @@ struct rworker {
     int done_fd;  /* eventfd: the committer finished commands of this thread */
     pthread_mutex_t done_mu;
     bool done_inited;
-    rconn *done; /* those connections (linked by qnext) */
+    rconn *done;       /* those connections (linked by qnext) */
+    double last_sweep; /* when idle connections were last looked for */
 };
 
 struct rconn {
@@ -80,6 +94,8 @@ struct rconn {
     int fd;
     uint64_t id;
     char remote[64];
+    uint8_t ip[16];     /* the client's address (raddr), counted while open */
+    double last_active; /* monotonic seconds of the last bytes read or reply done */
     char name[64];
     uint8_t *in;
     size_t in_len, in_off, in_cap;

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +408,94 @@ Test(redis, concurrent_sets_share_commits_and_survive_kill9)
     }
     close(fd);
     free(want);
+    rs_stop(&rs);
+}
+
+/* A connection from source address src (127.0.0.x: all loopback). */
+static int rconnect_from(const rserver *rs, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, src, &me.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0, "bind %s", src);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rs->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* PING on fd; returns the reply (caller frees). */
+static char *ping(int fd)
+{
+    send_all(fd, "PING\r\n", 6);
+    return recv_until(fd, 0, "\r\n", NULL);
+}
+
+Test(redis, per_address_limit_leaves_other_addresses_in)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--per-ip-connections", "4", NULL});
+    int busy[4];
+    for (int i = 0; i < 4; i++) {
+        busy[i] = rconnect_from(&rs, "127.0.0.2");
+        char *got = ping(busy[i]);
+        cr_assert_str_eq(got, "+PONG\r\n", "connection %d from 127.0.0.2", i);
+        free(got);
+    }
+    /* a fifth from the same address is told why and closed */
+    int extra = rconnect_from(&rs, "127.0.0.2");
+    bool closed = false;
+    char *got = recv_until(extra, 0, NULL, &closed);
+    cr_expect_str_eq(got, "-ERR too many connections from your address\r\n");
+    cr_expect(closed, "the fifth connection is closed");
+    free(got);
+    close(extra);
+    /* another address is not locked out */
+    int other = rconnect_from(&rs, "127.0.0.1");
+    got = ping(other);
+    cr_expect_str_eq(got, "+PONG\r\n", "127.0.0.1 still served");
+    free(got);
+    close(other);
+    /* a closed connection frees its place (counted down before the close
+     * the client sees) */
+    send_all(busy[0], "QUIT\r\n", 6);
+    got = recv_until(busy[0], 0, NULL, &closed);
+    cr_expect(closed && !strcmp(got, "+OK\r\n"), "QUIT: %s", got);
+    free(got);
+    close(busy[0]);
+    busy[0] = rconnect_from(&rs, "127.0.0.2");
+    got = ping(busy[0]);
+    cr_expect_str_eq(got, "+PONG\r\n", "a place freed by QUIT is usable");
+    free(got);
+    for (int i = 0; i < 4; i++)
+        close(busy[i]);
+    rs_stop(&rs);
+}
+
+Test(redis, idle_connections_are_closed_after_redis_timeout)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--redis-timeout", "1", NULL});
+    int fd = rconnect(&rs);
+    char *got = ping(fd);
+    cr_assert_str_eq(got, "+PONG\r\n");
+    free(got);
+    /* nothing more is sent: the server closes it (the wait is bounded so a
+     * server that never does fails the test instead of hanging it) */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, 30000), 1, "the idle connection was not closed");
+    char b;
+    cr_expect_eq(recv(fd, &b, 1, 0), 0, "EOF on the idle connection");
+    close(fd);
+    /* a new connection is served as usual */
+    fd = rconnect(&rs);
+    got = ping(fd);
+    cr_expect_str_eq(got, "+PONG\r\n");
+    free(got);
+    close(fd);
     rs_stop(&rs);
 }
 
