@@ -551,6 +551,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->max_clients = cfg->max_connections;
     r->per_addr = cfg->per_ip_connections;
     r->idle_timeout = cfg->redis_timeout;
+    r->max_size = cfg->max_size;
     pthread_mutex_init(&r->addr_mu, NULL);
     r->started = kc_now();
     r->listen_fd = r->stop_fd = -1;

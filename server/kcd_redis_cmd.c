@@ -6,6 +6,7 @@
  * flags. The event loop that feeds it is kcd_redis.c.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -953,6 +954,71 @@ static void cmd_command(rconn *c)
     reply_error(c, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.", (int)ARGL(1), ARG(1));
 }
 
+/* CONFIG GET pattern...: the settings clients and redis-benchmark ask
+ * about, answered as Redis would for what kcached does: every write is in
+ * the store before its reply (as appendonly with the OS flushing, never a
+ * snapshot), one database, --max-size as maxmemory with LRU eviction.
+ * Patterns are glob-style and case-insensitive, as Redis' own. Secrets
+ * (requirepass) are never shown. CONFIG SET is refused: settings are the
+ * command line's and the config file's. */
+static void cmd_config(rconn *c)
+{
+    kcd_redis *r = c->w->r;
+    if (arg_is(c, 1, "SET")) {
+        if (c->argc < 4 || c->argc % 2)
+            return reply_error(c, "ERR wrong number of arguments for 'config|set' command");
+        return reply_error(c,
+                           "ERR CONFIG SET failed (possibly related to argument '%.*s') - can't "
+                           "set immutable config",
+                           (int)(ARGL(2) > 128 ? 128 : ARGL(2)), ARG(2));
+    }
+    if (!arg_is(c, 1, "GET"))
+        return reply_error(c, "ERR unknown subcommand '%.*s'. Try CONFIG HELP.",
+                           (int)(ARGL(1) > 128 ? 128 : ARGL(1)), ARG(1));
+    if (c->argc < 3)
+        return reply_error(c, "ERR wrong number of arguments for 'config|get' command");
+    char maxmemory[24], timeout[16], maxclients[16], port[8], bulk[24];
+    snprintf(maxmemory, sizeof maxmemory, "%" PRIu64, r->max_size);
+    snprintf(timeout, sizeof timeout, "%u", r->idle_timeout);
+    snprintf(maxclients, sizeof maxclients, "%u", r->max_clients);
+    snprintf(port, sizeof port, "%u", r->port);
+    snprintf(bulk, sizeof bulk, "%" PRIu64, r->max_blob);
+    const char *const table[][2] = {
+        {"save", ""},
+        {"appendonly", "yes"},
+        {"appendfsync", "no"},
+        {"databases", "1"},
+        {"maxmemory", maxmemory},
+        {"maxmemory-policy", r->max_size ? "allkeys-lru" : "noeviction"},
+        {"timeout", timeout},
+        {"maxclients", maxclients},
+        {"port", port},
+        {"proto-max-bulk-len", bulk},
+        {"cluster-enabled", "no"},
+    };
+    enum { N = sizeof table / sizeof table[0] };
+    bool hit[N] = {false};
+    size_t n = 0;
+    for (size_t i = 2; i < c->argc; i++) {
+        char pat[256];
+        if (ARGL(i) >= sizeof pat || memchr(ARG(i), 0, ARGL(i)))
+            continue; /* matches none of the names */
+        memcpy(pat, ARG(i), ARGL(i));
+        pat[ARGL(i)] = 0;
+        for (size_t j = 0; j < N; j++)
+            if (!hit[j] && fnmatch(pat, table[j][0], FNM_CASEFOLD) == 0) {
+                hit[j] = true;
+                n++;
+            }
+    }
+    kcd_resp_map(&c->out, n, c->proto);
+    for (size_t j = 0; j < N; j++)
+        if (hit[j]) {
+            kcd_resp_bulk_str(&c->out, table[j][0]);
+            kcd_resp_bulk_str(&c->out, table[j][1]);
+        }
+}
+
 /* The command table (Redis' arity convention: the name counts). */
 static const rcmd kcd_redis_commands[] = {
     {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},     {"echo", cmd_echo, 2, 0, 0, 0, 0},
@@ -968,6 +1034,7 @@ static const rcmd kcd_redis_commands[] = {
     {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},         {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
     {"type", cmd_type, 2, F_READ, 1, 1, 1},        {"dbsize", cmd_dbsize, 1, F_READ, 0, 0, 0},
     {"info", cmd_info, -1, F_READ, 0, 0, 0},       {"command", cmd_command, -1, 0, 0, 0, 0},
+    {"config", cmd_config, -2, 0, 0, 0, 0},
 };
 static const size_t kcd_redis_ncommands = sizeof kcd_redis_commands / sizeof kcd_redis_commands[0];
 static const char *kcd_redis_names[sizeof kcd_redis_commands / sizeof kcd_redis_commands[0]];

@@ -52,6 +52,7 @@ struct kcd_redis {
     unsigned max_clients;
     unsigned per_addr;     /* --per-ip-connections */
     unsigned idle_timeout; /* --redis-timeout seconds; 0 = never */
+    uint64_t max_size;     /* --max-size, for CONFIG GET maxmemory */
     /* connections open per client address (chained by address hash) */
     pthread_mutex_t addr_mu;
     struct raddr *addrs[KCD_REDIS_ADDR_BUCKETS];

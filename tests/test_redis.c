@@ -238,7 +238,22 @@ Test(redis, redis_cli_commands_and_error_shapes)
     EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
     EXPECT_CLI("ERR wrong number of arguments for 'set' command", &rs, "SET", "k");
     EXPECT_CLI("OK", &rs, "CLIENT", "SETINFO", "LIB-NAME", "redis-py");
-    EXPECT_CLI("26", &rs, "COMMAND", "COUNT");
+    EXPECT_CLI("27", &rs, "COMMAND", "COUNT");
+    /* CONFIG GET answers as Redis does (what redis-benchmark asks first);
+     * CONFIG SET is refused with Redis' error */
+    EXPECT_CLI("save\n\nappendonly\nyes", &rs, "CONFIG", "GET", "save", "appendonly");
+    EXPECT_CLI("databases\n1", &rs, "CONFIG", "GET", "DATABASES");
+    EXPECT_CLI("maxmemory\n0\nmaxmemory-policy\nnoeviction", &rs, "CONFIG", "GET", "maxmem*");
+    EXPECT_CLI("appendonly\nyes\nappendfsync\nno", &rs, "CONFIG", "GET", "append*", "appendonly");
+    EXPECT_CLI("", &rs, "CONFIG", "GET", "requirepass");
+    EXPECT_CLI("ERR CONFIG SET failed (possibly related to argument 'save') - can't set immutable "
+               "config",
+               &rs, "CONFIG", "SET", "save", "");
+    EXPECT_CLI("ERR wrong number of arguments for 'config|get' command", &rs, "CONFIG", "GET");
+    EXPECT_CLI("ERR unknown subcommand 'rewrite'. Try CONFIG HELP.", &rs, "CONFIG", "rewrite");
+    char *cg3 = cli(&rs, "-3", "CONFIG", "GET", "databases", NULL);
+    cr_expect_str_eq(cg3, "databases 1", "RESP3: a map");
+    free(cg3);
     char *info = cli(&rs, "INFO", NULL);
     cr_expect(strstr(info, "redis_version:") && strstr(info, "keyspace_hits:") &&
                   strstr(info, "keyspace_misses:") && strstr(info, "db0:keys=2"),
