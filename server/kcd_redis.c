@@ -129,6 +129,16 @@ static bool set_args(rconn *c, const uint8_t *base)
     return true;
 }
 
+/* Parses the command at c->in_off under the limits that apply to c. */
+static kcd_resp_status parse_next(rconn *c, size_t *used)
+{
+    kcd_redis *r = c->w->r;
+    bool limited = r->auth_on && !c->authed && !r->anonymous_read;
+    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
+                           limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
+    return kcd_resp_parse(&c->p, c->in + c->in_off, c->in_len - c->in_off, &lim, used);
+}
+
 /* Runs the complete commands in the input buffer. Returns true when it
  * stopped at the reply high-water mark with input left: call again once the
  * replies are flushed (no new bytes may ever arrive to say so). */
@@ -141,11 +151,9 @@ static bool conn_process(rconn *c)
         if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
             return true;
         bool limited = r->auth_on && !c->authed && !r->anonymous_read;
-        kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
-                               limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
         size_t used = 0;
         const uint8_t *base = c->in + c->in_off;
-        kcd_resp_status st = kcd_resp_parse(&c->p, base, c->in_len - c->in_off, &lim, &used);
+        kcd_resp_status st = parse_next(c, &used);
         if (st == KCD_RESP_MORE) {
             /* every part is within its limit, but the whole may not be */
             uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
@@ -325,6 +333,28 @@ void kcd_redis_defer(rconn *c)
     pthread_mutex_unlock(&r->q_mu);
 }
 
+/* On the committer, which owns c while it waits: when the next command in
+ * c's buffer is complete and a write c may run, takes it as c's pending
+ * command (pipelined writes join the batch). Else leaves the buffer as it
+ * was for the worker. */
+static bool next_write(rconn *c)
+{
+    if (c->closing || c->out.failed || c->in_off >= c->in_len ||
+        c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
+        return false;
+    size_t used = 0;
+    kcd_resp_status st = parse_next(c, &used);
+    bool ok = st == KCD_RESP_CMD && c->p.argc > 0 && set_args(c, c->in + c->in_off) &&
+              kcd_redis_take_write(c);
+    if (!ok) { /* the worker parses it again from its first byte */
+        kcd_resp_parser_free(&c->p);
+        kcd_resp_parser_init(&c->p);
+        return false;
+    }
+    c->in_off += used;
+    return true;
+}
+
 /* Runs one batch of deferred commands and hands each connection back. */
 static void commit_batch(kcd_redis *r, rconn *batch)
 {
@@ -334,12 +364,17 @@ static void commit_batch(kcd_redis *r, rconn *batch)
     bool batched = s && kc_store_batch_begin(s, &e) == KC_OK;
     r->batching = batched;
     r->ntouched = 0;
-    for (rconn *c = batch; c; c = c->qnext)
-        kcd_redis_run_pending(c);
-    r->batching = false;
     size_t n = 0;
-    for (rconn *c = batch; c; c = c->qnext)
-        n++;
+    for (rconn *c = batch; c; c = c->qnext) {
+        c->batch_out0 = c->pending_out0;
+        c->batch_n = 0;
+        do {
+            kcd_redis_run_pending(c);
+            c->batch_n++;
+        } while (c->batch_n < KCD_REDIS_PIPELINED_WRITES && next_write(c));
+        n += c->batch_n;
+    }
+    r->batching = false;
     kcd_metrics_add(&r->m->redis.writes, n);
     if (batched && kc_store_batch_end(s, true, &e) != KC_OK) {
         kcd_log(KCD_LOG_WARN, "redis: committing a batch of %zu writes: %s", n, e.msg);

@@ -337,8 +337,9 @@ static void reply_store_error(rconn *c, const kc_err *e)
 
 void kcd_redis_reply_failed(rconn *c, const kc_err *e)
 {
-    c->out.len = c->pending_out0;
-    reply_store_error(c, e);
+    c->out.len = c->batch_out0;
+    for (size_t i = 0; i < c->batch_n; i++)
+        reply_store_error(c, e);
 }
 
 void kcd_redis_reply_error(rconn *c, const char *msg)
@@ -1089,23 +1090,47 @@ static void command_done(rconn *c, const rcmd *d, double t0, size_t out0)
     }
 }
 
+/* Why c may not run d now: 0 it may, else which error to reply. */
+enum { REFUSE_ARITY = 1, REFUSE_NOAUTH, REFUSE_NOPERM };
+static int refusal(const rconn *c, const rcmd *d)
+{
+    const kcd_redis *r = c->w->r;
+    if ((d->arity > 0 && (long)c->argc != d->arity) || (d->arity < 0 && (long)c->argc < -d->arity))
+        return REFUSE_ARITY;
+    if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
+        !(r->anonymous_read && (d->flags & F_READ)))
+        return REFUSE_NOAUTH;
+    if (r->auth_on && c->authed &&
+        (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
+         ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ))))
+        return REFUSE_NOPERM;
+    return 0;
+}
+
+bool kcd_redis_take_write(rconn *c)
+{
+    const rcmd *d = find_command(ARG(0), ARGL(0));
+    if (!d || !(d->flags & F_WRITE) || refusal(c, d))
+        return false;
+    c->pending = d;
+    c->pending_out0 = c->out.len;
+    c->pending_t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
+    return true;
+}
+
 void kcd_redis_execute(rconn *c)
 {
-    kcd_redis *r = c->w->r;
     double t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
     size_t out0 = c->out.len;
     const rcmd *d = find_command(ARG(0), ARGL(0));
+    int why = d ? refusal(c, d) : 0;
     if (!d) {
         reply_unknown(c);
-    } else if ((d->arity > 0 && (long)c->argc != d->arity) ||
-               (d->arity < 0 && (long)c->argc < -d->arity)) {
+    } else if (why == REFUSE_ARITY) {
         reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
-    } else if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
-               !(r->anonymous_read && (d->flags & F_READ))) {
+    } else if (why == REFUSE_NOAUTH) {
         reply_error(c, "NOAUTH Authentication required.");
-    } else if (r->auth_on && c->authed &&
-               (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
-                ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ)))) {
+    } else if (why == REFUSE_NOPERM) {
         reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
                     d->name);
     } else if (d->flags & F_WRITE) {

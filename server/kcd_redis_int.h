@@ -31,6 +31,8 @@
 #define KCD_REDIS_UNAUTH_BULK 16384
 #define KCD_REDIS_READ_CHUNK (64u * 1024)
 #define KCD_REDIS_ADDR_BUCKETS 256
+/* Pipelined writes of one connection taken into one batch at most. */
+#define KCD_REDIS_PIPELINED_WRITES 64
 
 /* Connections open from one client address. */
 struct raddr {
@@ -117,6 +119,7 @@ struct rconn {
     const void *pending; /* the command's table entry */
     size_t pending_out0; /* c->out.len before its reply */
     double pending_t0;
+    size_t batch_out0, batch_n; /* this connection's replies in the open batch */
     rconn *qnext;
     /* the command being executed */
     size_t argc;
@@ -139,7 +142,13 @@ void kcd_redis_defer(rconn *c);
  * access log). In a batch the store writes join the open transaction. */
 void kcd_redis_run_pending(rconn *c);
 
-/* After a failed batch commit: c's reply is replaced by this error. */
+/* On the committer: when c's command (argc/argv, parsed) is a write that
+ * c may run (arity, AUTH and scope checked), makes it c's pending command
+ * and returns true; else false, nothing changed. */
+bool kcd_redis_take_write(rconn *c);
+
+/* After a failed batch commit: c's replies in the batch (batch_n of them
+ * from batch_out0) are replaced by this error each. */
 void kcd_redis_reply_failed(rconn *c, const kc_err *e);
 
 /* Appends an error reply (msg without the leading '-', e.g. "ERR ...") and

@@ -317,6 +317,57 @@ Test(redis, pipelined_commands_get_exact_replies_in_order)
     rs_stop(&rs);
 }
 
+/* The value of a metric line "name value" in /metrics, or -1. */
+static long long metric(const rserver *rs, const char *name)
+{
+    kc_http_result m;
+    cr_assert_eq(kc_testserver_http(&rs->ts, "GET", "/metrics", NULL, NULL, 0, false, &m), 0);
+    char pat[128];
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr((char *)m.body, pat);
+    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+    kc_http_result_free(&m);
+    return v;
+}
+
+/* Pipelined writes of one client join one store transaction, in order
+ * with the reads and errors between them. */
+Test(redis, pipelined_writes_share_a_commit_in_order)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    long long commits0 = metric(&rs, "kcached_redis_write_commits_total");
+    int fd = rconnect(&rs);
+    char *req = NULL, *want = NULL;
+    size_t len = 0, wlen = 0;
+    FILE *f = open_memstream(&req, &len), *g = open_memstream(&want, &wlen);
+    for (int i = 0; i < 40; i++) {
+        fprintf(f, "*3\r\n$3\r\nSET\r\n$1\r\np\r\n$2\r\n%02d\r\n", i);
+        fprintf(g, "+OK\r\n");
+        if (i % 10 == 5) { /* a read and a refused write between them */
+            fprintf(f, "*2\r\n$3\r\nGET\r\n$1\r\np\r\n*4\r\n$3\r\nSET\r\n$1\r\np\r\n$1\r\nx\r\n"
+                       "$2\r\nNO\r\n");
+            fprintf(g, "$2\r\n%02d\r\n-ERR syntax error\r\n", i);
+        }
+    }
+    fprintf(f, "*2\r\n$3\r\nGET\r\n$1\r\np\r\n");
+    fprintf(g, "$2\r\n39\r\n");
+    fclose(f);
+    fclose(g);
+    send_all(fd, req, len);
+    char *got = recv_until(fd, wlen, NULL, NULL);
+    cr_expect_str_eq(got, want, "replies in order");
+    free(got);
+    free(req);
+    free(want);
+    close(fd);
+    long long writes = metric(&rs, "kcached_redis_writes_total");
+    long long commits = metric(&rs, "kcached_redis_write_commits_total") - commits0;
+    cr_expect_eq(writes, 44, "SETs run by the committer (refused ones included)");
+    cr_expect(commits > 0 && commits < 40, "%lld commits for 44 pipelined writes", commits);
+    rs_stop(&rs);
+}
+
 Test(redis, ttls_survive_a_restart)
 {
     rserver rs;
@@ -335,19 +386,6 @@ Test(redis, ttls_survive_a_restart)
     EXPECT_CLI("", &rs, "GET", "past");
     EXPECT_CLI("0", &rs, "EXISTS", "past");
     rs_stop(&rs);
-}
-
-/* The value of a metric line "name value" in /metrics, or -1. */
-static long long metric(const rserver *rs, const char *name)
-{
-    kc_http_result m;
-    cr_assert_eq(kc_testserver_http(&rs->ts, "GET", "/metrics", NULL, NULL, 0, false, &m), 0);
-    char pat[128];
-    snprintf(pat, sizeof pat, "\n%s ", name);
-    const char *p = strstr((char *)m.body, pat);
-    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : -1;
-    kc_http_result_free(&m);
-    return v;
 }
 
 #define GC_CONNS 8
