@@ -118,17 +118,28 @@ static char *cli(const rserver *rs, const char *arg, ...)
         free(got_);                                                                                \
     } while (0)
 
-/* A raw connection with a 20 s receive timeout (no test can hang). */
-static int rconnect(const rserver *rs)
+/* A raw connection with a 20 s receive timeout (no test can hang), from
+ * source address src (127.0.0.x, all loopback; NULL: the kernel's choice). */
+static int rconnect_from(const rserver *rs, const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(fd, 0);
+    if (src) {
+        struct sockaddr_in me = {.sin_family = AF_INET};
+        cr_assert_eq(inet_pton(AF_INET, src, &me.sin_addr), 1);
+        cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0, "bind %s", src);
+    }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rs->port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     struct timeval tv = {20, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
+}
+
+static int rconnect(const rserver *rs)
+{
+    return rconnect_from(rs, NULL);
 }
 
 static void send_all(int fd, const void *data, size_t n)
@@ -462,22 +473,6 @@ Test(redis, concurrent_sets_share_commits_and_survive_kill9)
     close(fd);
     free(want);
     rs_stop(&rs);
-}
-
-/* A connection from source address src (127.0.0.x: all loopback). */
-static int rconnect_from(const rserver *rs, const char *src)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in me = {.sin_family = AF_INET};
-    cr_assert_eq(inet_pton(AF_INET, src, &me.sin_addr), 1);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0, "bind %s", src);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rs->port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {20, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
 }
 
 /* PING on fd; returns the reply (caller frees). */
