@@ -542,7 +542,7 @@ static kc_code end_batch(kc_bundle_import *im, kc_err *err)
     kc_bundle_stats pend = im->pend;
     memset(&im->pend, 0, sizeof im->pend);
     kc_err e2;
-    kc_code code = kc_store__batch_end(im->s, true, &e2);
+    kc_code code = kc_store_batch_end(im->s, true, &e2);
     if (code != KC_OK) /* the batch's artifacts were not stored: not counted */
         return im_fail(im, err, code, "bundle import: committing artifacts: %s", e2.msg);
     im->st.artifacts += pend.artifacts;
@@ -599,7 +599,7 @@ static kc_code store_record(kc_bundle_import *im, const kc_artifact *a, const kc
 {
     kc_err e2;
     kc_code code;
-    if (!im->batched && (code = kc_store__batch_begin(im->s, &e2)) != KC_OK)
+    if (!im->batched && (code = kc_store_batch_begin(im->s, &e2)) != KC_OK)
         return im_fail(im, err, code, "bundle import: %s", e2.msg);
     im->batched++;
     bool created = false;

@@ -154,7 +154,7 @@ struct kc_store {
     uint64_t untrusted;    /* loads refused for want of a trusted signature, ditto */
     double last_flush;
     int64_t last_tick_us;
-    bool batch; /* inside kc_store__batch_begin */
+    bool batch; /* inside kc_store_batch_begin */
     bool rsnap; /* inside kc_store_read_begin */
     kc_packs *packs;
     int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
@@ -1359,7 +1359,7 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
     return code;
 }
 
-kc_code kc_store__batch_begin(kc_store *s, kc_err *err)
+kc_code kc_store_batch_begin(kc_store *s, kc_err *err)
 {
     if (s->batch)
         return KC_OK;
@@ -1369,7 +1369,7 @@ kc_code kc_store__batch_begin(kc_store *s, kc_err *err)
     return code;
 }
 
-kc_code kc_store__batch_end(kc_store *s, bool commit, kc_err *err)
+kc_code kc_store_batch_end(kc_store *s, bool commit, kc_err *err)
 {
     if (!s->batch)
         return KC_OK;

@@ -1,7 +1,7 @@
 /*
  * kc_store_internal.h - what kc_bundle.c needs from the store beyond the
  * public API: paging through entries by rowid, reading an envelope without
- * counting a hit, batching verified puts into one transaction. Not for use
+ * counting a hit, storing verified puts. Not for use
  * outside cachecore.
  */
 #ifndef KC_STORE_INTERNAL_H
@@ -19,12 +19,6 @@ kc_code kc_store__page(kc_store *s, const kc_filter *f, int64_t after, size_t ca
 
 /* Appends the distinct non-empty device ids of matching entries to arr. */
 kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *err);
-
-/* Groups following puts into one write transaction (each put still in its
- * own savepoint, so a failed put never undoes an earlier one). Must be
- * closed with kc_store__batch_end (commit = true keeps the puts). */
-kc_code kc_store__batch_begin(kc_store *s, kc_err *err);
-kc_code kc_store__batch_end(kc_store *s, bool commit, kc_err *err);
 
 /* Stores an artifact whose payload_sha is already known to match its
  * payload (a decoded envelope); skips rehashing. */

@@ -67,6 +67,8 @@ static const opt_def kcd_opts[] = {
      "HOST:PORT for the Redis protocol (RESP2/3; off when unset)"},
     {"redis-port-file", OPT_STR, OFF(redis_port_file),
      "write the bound Redis port to FILE (before --port-file)"},
+    {"redis-timeout", OPT_UINT, OFF(redis_timeout),
+     "seconds a Redis client may send nothing before it is closed (0 = never)"},
 };
 #define NOPTS (sizeof kcd_opts / sizeof kcd_opts[0])
 
@@ -83,6 +85,7 @@ void kcd_config_defaults(kcd_config *cfg)
     cfg->max_connections = 4096;
     cfg->per_ip_connections = 256;
     cfg->header_timeout = 20;
+    cfg->redis_timeout = 300;
     cfg->grace = 30;
     cfg->compact_interval = 3600;
     cfg->log_level = KCD_LOG_INFO;

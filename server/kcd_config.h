@@ -42,6 +42,7 @@ typedef struct kcd_config {
     char *port_file;             /* written with the bound port once listening */
     char *redis_listen;          /* "HOST:PORT" of the Redis listener (kcd_redis.h); NULL = off */
     char *redis_port_file;       /* written with the bound Redis port */
+    unsigned redis_timeout;      /* seconds a Redis client may stay idle; 0 = never */
     char *config;                /* the config file that was read, if any */
     bool check_config;           /* validate, print the effective settings, exit */
     kcd_s3_config s3;            /* optional S3 backing tier (s3-* options, kcd_s3.h) */

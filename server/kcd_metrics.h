@@ -51,6 +51,7 @@ typedef struct kcd_redis_metrics {
     uint64_t protocol_errors; /* connections closed for malformed or oversized input */
     uint64_t auth_failures;
     uint64_t bytes_in, bytes_out;
+    uint64_t writes, commits; /* write commands, and the transactions that committed them */
 } kcd_redis_metrics;
 #define KCD_LAT_BUCKETS 14
 

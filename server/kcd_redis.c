@@ -5,6 +5,10 @@
  * Each read is parsed (kcd_resp.h) into as many commands as it completes,
  * their replies are buffered and flushed once, and reading pauses while a
  * client does not take its replies. Commands are kcd_redis_cmd.c's.
+ * Write commands go to one committer thread (group commit): it runs all
+ * that are pending in one store transaction and answers each client only
+ * after that commits, so concurrent SETs share a commit and an answered
+ * write survives kill -9 as before.
  */
 #include "kcd_redis.h"
 
@@ -20,19 +24,74 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "kc_store.h"
 #include "kc_util.h"
+#include "kcd_routes.h"
 #include "kcd_log.h"
 #include "kcd_redis_int.h"
 #include "kcd_server.h"
 
 /* ------------------------------------------------------------- connections */
 
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static unsigned addr_bucket(const uint8_t ip[16])
+{
+    unsigned h = 2166136261u;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ ip[i]) * 16777619u;
+    return h % KCD_REDIS_ADDR_BUCKETS;
+}
+
+/* Counts one more connection from ip; false (nothing counted) when that
+ * address has --per-ip-connections open already or memory ran out. */
+static bool addr_take(kcd_redis *r, const uint8_t ip[16])
+{
+    struct raddr **pp = &r->addrs[addr_bucket(ip)];
+    bool ok = true;
+    pthread_mutex_lock(&r->addr_mu);
+    while (*pp && memcmp((*pp)->ip, ip, 16))
+        pp = &(*pp)->next;
+    if (*pp && (*pp)->n >= r->per_addr)
+        ok = false;
+    else if (*pp)
+        (*pp)->n++;
+    else if ((*pp = calloc(1, sizeof **pp)) != NULL) {
+        memcpy((*pp)->ip, ip, 16);
+        (*pp)->n = 1;
+    } else
+        ok = false;
+    pthread_mutex_unlock(&r->addr_mu);
+    return ok;
+}
+
+static void addr_release(kcd_redis *r, const uint8_t ip[16])
+{
+    struct raddr **pp = &r->addrs[addr_bucket(ip)];
+    pthread_mutex_lock(&r->addr_mu);
+    while (*pp && memcmp((*pp)->ip, ip, 16))
+        pp = &(*pp)->next;
+    if (*pp && --(*pp)->n == 0) {
+        struct raddr *gone = *pp;
+        *pp = gone->next;
+        free(gone);
+    }
+    pthread_mutex_unlock(&r->addr_mu);
+}
+
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -70,6 +129,16 @@ static bool set_args(rconn *c, const uint8_t *base)
     return true;
 }
 
+/* Parses the command at c->in_off under the limits that apply to c. */
+static kcd_resp_status parse_next(rconn *c, size_t *used)
+{
+    kcd_redis *r = c->w->r;
+    bool limited = r->auth_on && !c->authed && !r->anonymous_read;
+    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
+                           limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
+    return kcd_resp_parse(&c->p, c->in + c->in_off, c->in_len - c->in_off, &lim, used);
+}
+
 /* Runs the complete commands in the input buffer. Returns true when it
  * stopped at the reply high-water mark with input left: call again once the
  * replies are flushed (no new bytes may ever arrive to say so). */
@@ -82,11 +151,9 @@ static bool conn_process(rconn *c)
         if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
             return true;
         bool limited = r->auth_on && !c->authed && !r->anonymous_read;
-        kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
-                               limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
         size_t used = 0;
         const uint8_t *base = c->in + c->in_off;
-        kcd_resp_status st = kcd_resp_parse(&c->p, base, c->in_len - c->in_off, &lim, &used);
+        kcd_resp_status st = parse_next(c, &used);
         if (st == KCD_RESP_MORE) {
             /* every part is within its limit, but the whole may not be */
             uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
@@ -122,9 +189,13 @@ static bool conn_process(rconn *c)
                 c->closing = true;
                 break;
             }
+            c->in_off += used; /* before: a deferred command's c is not ours after */
             kcd_redis_execute(c);
+            if (c->waiting)
+                return false; /* back from the committer: kcd_redis_done */
+        } else {
+            c->in_off += used;
         }
-        c->in_off += used;
         if (c->out.failed) {
             c->closing = true;
             break;
@@ -191,7 +262,7 @@ static void conn_run(rconn *c)
 {
     for (;;) {
         bool more = conn_process(c);
-        if (!conn_flush(c) || c->writing || !more)
+        if (c->waiting || !conn_flush(c) || c->writing || !more)
             return;
     }
 }
@@ -231,6 +302,7 @@ static void conn_read(rconn *c)
     if (n < 0)
         return;
     c->in_len += (size_t)n;
+    c->last_active = mono_now();
     kcd_metrics_add(&r->m->redis.bytes_in, (uint64_t)n);
     conn_run(c);
 }
@@ -241,6 +313,128 @@ static void conn_writable(rconn *c)
         return;
     if (!c->writing && c->in_off < c->in_len)
         conn_run(c); /* commands left waiting while replies were pending */
+}
+
+/* ------------------------------------------------------------ group commit */
+
+void kcd_redis_defer(rconn *c)
+{
+    kcd_redis *r = c->w->r;
+    c->waiting = true;
+    epoll_ctl(c->w->ep, EPOLL_CTL_DEL, c->fd, NULL); /* no events until it is done */
+    c->qnext = NULL;
+    pthread_mutex_lock(&r->q_mu);
+    if (r->q_tail)
+        r->q_tail->qnext = c;
+    else
+        r->q_head = c;
+    r->q_tail = c;
+    pthread_cond_signal(&r->q_cv);
+    pthread_mutex_unlock(&r->q_mu);
+}
+
+/* On the committer, which owns c while it waits: when the next command in
+ * c's buffer is complete and a write c may run, takes it as c's pending
+ * command (pipelined writes join the batch). Else leaves the buffer as it
+ * was for the worker. */
+static bool next_write(rconn *c)
+{
+    if (c->closing || c->out.failed || c->in_off >= c->in_len ||
+        c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
+        return false;
+    size_t used = 0;
+    kcd_resp_status st = parse_next(c, &used);
+    bool ok = st == KCD_RESP_CMD && c->p.argc > 0 && set_args(c, c->in + c->in_off) &&
+              kcd_redis_take_write(c);
+    if (!ok) { /* the worker parses it again from its first byte */
+        kcd_resp_parser_free(&c->p);
+        kcd_resp_parser_init(&c->p);
+        return false;
+    }
+    c->in_off += used;
+    return true;
+}
+
+/* Runs one batch of deferred commands and hands each connection back. */
+static void commit_batch(kcd_redis *r, rconn *batch)
+{
+    kc_err e = {0};
+    kc_store *s = kcd_ctx_store(r->ctx, &e);
+    /* without a store handle each command replies its own error */
+    bool batched = s && kc_store_batch_begin(s, &e) == KC_OK;
+    r->batching = batched;
+    r->ntouched = 0;
+    size_t n = 0;
+    for (rconn *c = batch; c; c = c->qnext) {
+        c->batch_out0 = c->pending_out0;
+        c->batch_n = 0;
+        do {
+            kcd_redis_run_pending(c);
+            c->batch_n++;
+        } while (c->batch_n < KCD_REDIS_PIPELINED_WRITES && next_write(c));
+        n += c->batch_n;
+    }
+    r->batching = false;
+    kcd_metrics_add(&r->m->redis.writes, n);
+    if (batched && kc_store_batch_end(s, true, &e) != KC_OK) {
+        kcd_log(KCD_LOG_WARN, "redis: committing a batch of %zu writes: %s", n, e.msg);
+        for (rconn *c = batch; c; c = c->qnext)
+            kcd_redis_reply_failed(c, &e);
+    } else if (batched) {
+        kcd_metrics_add(&r->m->redis.commits, 1);
+    }
+    for (size_t i = 0; i < r->ntouched; i++)
+        kcd_hot_drop_bin(r->hot, r->touched[i]);
+    for (rconn *c = batch, *next; c; c = next) {
+        next = c->qnext;
+        rworker *w = c->w;
+        pthread_mutex_lock(&w->done_mu);
+        c->qnext = w->done;
+        w->done = c;
+        pthread_mutex_unlock(&w->done_mu);
+        uint64_t one = 1;
+        ssize_t ignored = write(w->done_fd, &one, sizeof one);
+        (void)ignored;
+    }
+}
+
+static void *committer_main(void *arg)
+{
+    kcd_redis *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->q_mu);
+        while (!r->q_head && !r->q_stop)
+            pthread_cond_wait(&r->q_cv, &r->q_mu);
+        rconn *batch = r->q_head;
+        r->q_head = r->q_tail = NULL;
+        pthread_mutex_unlock(&r->q_mu);
+        if (!batch)
+            return NULL; /* stopping, nothing left */
+        commit_batch(r, batch);
+    }
+}
+
+/* The worker's side: connections whose command the committer has run. */
+static void take_done(rworker *w)
+{
+    uint64_t v;
+    ssize_t ignored = read(w->done_fd, &v, sizeof v);
+    (void)ignored;
+    pthread_mutex_lock(&w->done_mu);
+    rconn *list = w->done;
+    w->done = NULL;
+    pthread_mutex_unlock(&w->done_mu);
+    for (rconn *c = list, *next; c; c = next) {
+        next = c->qnext;
+        c->waiting = false;
+        c->last_active = mono_now();
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+            conn_close(c);
+            continue;
+        }
+        conn_run(c); /* the reply, then any commands read meanwhile */
+    }
 }
 
 static void accept_all(rworker *w)
@@ -262,11 +456,30 @@ static void accept_all(rworker *w)
             close(fd);
             continue;
         }
+        uint8_t ip[16] = {0};
+        if (ss.ss_family == AF_INET) { /* as v4-mapped IPv6 */
+            ip[10] = ip[11] = 0xff;
+            memcpy(ip + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+        } else if (ss.ss_family == AF_INET6) {
+            memcpy(ip, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+        }
+        if (!addr_take(r, ip)) {
+            static const char many[] = "-ERR too many connections from your address\r\n";
+            ssize_t ignored = send(fd, many, sizeof many - 1, MSG_NOSIGNAL);
+            (void)ignored;
+            close(fd);
+            kcd_log(KCD_LOG_WARN, "redis: refused a connection: %u open from that address",
+                    r->per_addr);
+            continue;
+        }
         rconn *c = calloc(1, sizeof *c);
         if (!c) {
+            addr_release(r, ip);
             close(fd);
             continue;
         }
+        memcpy(c->ip, ip, 16);
+        c->last_active = mono_now();
         c->w = w;
         c->fd = fd;
         c->id = __atomic_add_fetch(&r->next_id, 1, __ATOMIC_RELAXED);
@@ -287,6 +500,7 @@ static void accept_all(rworker *w)
         snprintf(c->remote, sizeof c->remote, "%s:%u", host, port);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            addr_release(r, ip);
             close(fd);
             kcd_resp_parser_free(&c->p);
             free(c);
@@ -300,14 +514,36 @@ static void accept_all(rworker *w)
     }
 }
 
-static int listen_tag, stop_tag; /* epoll data for the two shared descriptors */
+/* Closes the connections that sent nothing for --redis-timeout seconds
+ * (not those whose command the committer holds). */
+static void sweep_idle(rworker *w)
+{
+    double now = mono_now();
+    if (now - w->last_sweep < 0.5)
+        return;
+    w->last_sweep = now;
+    for (rconn *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->waiting && now - c->last_active >= w->r->idle_timeout) {
+            kcd_log(KCD_LOG_INFO, "redis %s: idle for %u s; closing", c->remote,
+                    w->r->idle_timeout);
+            conn_close(c);
+        }
+    }
+}
+
+static int listen_tag, stop_tag, done_tag; /* epoll data of the non-connection descriptors */
 
 static void *worker_main(void *arg)
 {
     rworker *w = arg;
     struct epoll_event evs[64];
+    /* idle clients are looked for about once a second */
+    int wait_ms = w->r->idle_timeout ? 1000 : -1;
     for (;;) {
-        int n = epoll_wait(w->ep, evs, 64, -1);
+        int n = epoll_wait(w->ep, evs, 64, wait_ms);
+        if (wait_ms > 0)
+            sweep_idle(w);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -318,6 +554,10 @@ static void *worker_main(void *arg)
                 return NULL;
             if (p == &listen_tag) {
                 accept_all(w);
+                continue;
+            }
+            if (p == &done_tag) {
+                take_done(w);
                 continue;
             }
             rconn *c = p;
@@ -344,10 +584,15 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
     r->max_clients = cfg->max_connections;
+    r->per_addr = cfg->per_ip_connections;
+    r->idle_timeout = cfg->redis_timeout;
+    r->max_size = cfg->max_size;
+    pthread_mutex_init(&r->addr_mu, NULL);
     r->started = kc_now();
     r->listen_fd = r->stop_fd = -1;
-    for (int i = 0; i < KCD_REDIS_STRIPES; i++)
-        pthread_mutex_init(&r->stripes[i], NULL);
+    pthread_mutex_init(&r->q_mu, NULL);
+    pthread_cond_init(&r->q_cv, NULL);
+    r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
     kc_code rc = kcd_bind_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
     if (rc != KC_OK) {
@@ -367,16 +612,29 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         return kc_err_set(err, KC_ERR_NOMEM, "cannot set up the Redis listener");
     }
     r->nworkers = threads;
-    for (unsigned i = 0; i < threads; i++)
-        r->workers[i].ep = -1;
+    for (unsigned i = 0; i < threads; i++) {
+        r->workers[i].ep = r->workers[i].done_fd = -1;
+        pthread_mutex_init(&r->workers[i].done_mu, NULL);
+        r->workers[i].done_inited = true;
+    }
+    if (pthread_create(&r->committer, NULL, committer_main, r) != 0) {
+        int e = errno;
+        kcd_redis_stop(r);
+        return kc_err_errno(err, KC_ERR_IO, e, "cannot start the Redis committer thread");
+    }
+    r->committer_started = true;
     for (unsigned i = 0; i < threads; i++) {
         rworker *w = &r->workers[i];
         w->r = r;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &listen_tag};
         struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &stop_tag};
-        if (w->ep < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
+        struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &done_tag};
+        w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (w->ep < 0 || w->done_fd < 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, r->stop_fd, &sev) != 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, w->done_fd, &dev) != 0 ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             int e = errno;
             kcd_redis_stop(r);
@@ -412,21 +670,43 @@ void kcd_redis_stop(kcd_redis *r)
         ssize_t ignored = write(r->stop_fd, &one, sizeof one);
         (void)ignored;
     }
+    for (unsigned i = 0; i < r->nworkers; i++)
+        if (r->workers[i].started)
+            pthread_join(r->workers[i].thread, NULL);
+    if (r->committer_started) { /* it runs what is queued, then stops */
+        pthread_mutex_lock(&r->q_mu);
+        r->q_stop = true;
+        pthread_cond_signal(&r->q_cv);
+        pthread_mutex_unlock(&r->q_mu);
+        pthread_join(r->committer, NULL);
+    }
     for (unsigned i = 0; i < r->nworkers; i++) {
         rworker *w = &r->workers[i];
-        if (w->started)
-            pthread_join(w->thread, NULL);
         while (w->conns)
             conn_close(w->conns);
         if (w->ep >= 0)
             close(w->ep);
+        if (w->done_fd >= 0)
+            close(w->done_fd);
+        if (w->done_inited)
+            pthread_mutex_destroy(&w->done_mu);
     }
     free(r->workers);
+    free(r->touched);
+    for (int i = 0; i < KCD_REDIS_ADDR_BUCKETS; i++) /* emptied by conn_close */
+        while (r->addrs[i]) {
+            struct raddr *a = r->addrs[i];
+            r->addrs[i] = a->next;
+            free(a);
+        }
+    pthread_mutex_destroy(&r->addr_mu);
+    if (r->q_inited) {
+        pthread_mutex_destroy(&r->q_mu);
+        pthread_cond_destroy(&r->q_cv);
+    }
     if (r->listen_fd >= 0)
         close(r->listen_fd);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
-    for (int i = 0; i < KCD_REDIS_STRIPES; i++)
-        pthread_mutex_destroy(&r->stripes[i]);
     free(r);
 }

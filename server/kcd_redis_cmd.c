@@ -6,6 +6,7 @@
  * flags. The event loop that feeds it is kcd_redis.c.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -59,11 +60,6 @@ static void store_key(const uint8_t *key, size_t len, rkey *k)
     kc_hex_encode(d, KC_SHA256_LEN, k->hex);
 }
 
-static pthread_mutex_t *stripe(kcd_redis *r, const rkey *k)
-{
-    return &r->stripes[k->d[0] % KCD_REDIS_STRIPES];
-}
-
 /* A value read from the memory cache or the store. */
 typedef struct rval {
     const uint8_t *data;
@@ -109,12 +105,34 @@ static int64_t meta_expiry(const char *meta)
 
 typedef enum { R_MISS = 0, R_HIT = 1, R_ERROR = -1 } rstatus;
 
+/* A reader (not the committer) found key expired: removes it in a write
+ * transaction of its own that looks again first, so a value the committer
+ * stored since is kept. Failures are left for a later access. */
+static void expire_now(kcd_redis *r, kc_store *s, const rkey *k)
+{
+    kc_err e = {0};
+    if (kc_store_batch_begin(s, &e) != KC_OK)
+        return;
+    kc_artifact a = {0};
+    bool removed = false;
+    if (kc_store_get(s, k->hex, &a, &e) == KC_OK) {
+        int64_t exp = meta_expiry(a.meta);
+        kc_artifact_free(&a);
+        kcd_hot_drop_bin(r->hot, k->d);
+        removed = exp && exp <= now_ms() && kc_store_delete(s, k->hex, &e) == KC_OK;
+    }
+    if (kc_store_batch_end(s, true, &e) == KC_OK && removed)
+        kcd_hot_drop_bin(r->hot, k->d);
+}
+
 static void reply_store_error(rconn *c, const kc_err *e);
 static rstatus rdelete_locked(rconn *c, const rkey *k);
 
 /* Looks key up (memory cache, then store); an expired entry is removed and
- * reads as missing. locked: the caller holds the key's stripe already (a
- * write command reading first). R_ERROR: an error reply has been written. */
+ * reads as missing and is removed. locked: a write command reading first,
+ * on the committer (the only thread that writes Redis keys, so no other
+ * writer can come between its read and its write). R_ERROR: an error reply
+ * has been written. */
 static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, bool locked)
 {
     kcd_redis *r = c->w->r;
@@ -164,12 +182,11 @@ static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, boo
     int64_t exp = meta_expiry(a.meta);
     if (exp && exp <= now) {
         kc_artifact_free(&a);
-        pthread_mutex_t *mu = stripe(r, &k);
-        if (!locked)
-            pthread_mutex_lock(mu);
-        rdelete_locked(c, &k); /* lazily, as Redis expires on access */
-        if (!locked)
-            pthread_mutex_unlock(mu);
+        /* removed lazily, as Redis expires on access */
+        if (locked)
+            rdelete_locked(c, &k);
+        else
+            expire_now(r, s, &k);
         kcd_metrics_add(&r->m->redis.misses, 1);
         return R_MISS;
     }
@@ -190,7 +207,26 @@ static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
 }
 
 /* Stores key = value with an absolute expiry (0 = none), replacing any
- * previous value. Caller holds the key's stripe. R_ERROR: reply written. */
+ * previous value. On the committer. R_ERROR: reply written. */
+/* In a batch: the memory cache must not hold a value before it commits,
+ * and forgets the key again after (a reader may have put the old value
+ * back meanwhile). Returns true when the committer will do that. */
+static bool batch_touch(kcd_redis *r, const rkey *k)
+{
+    if (!r->batching)
+        return false;
+    if (r->ntouched == r->touched_cap) {
+        size_t cap = r->touched_cap ? r->touched_cap * 2 : 64;
+        uint8_t(*t)[32] = realloc(r->touched, cap * sizeof *t);
+        if (!t)
+            return true; /* no value is kept, so nothing stale can stay */
+        r->touched = t;
+        r->touched_cap = cap;
+    }
+    memcpy(r->touched[r->ntouched++], k->d, KC_SHA256_LEN);
+    return true;
+}
+
 static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint8_t *val,
                            size_t vlen, int64_t expire_ms)
 {
@@ -243,11 +279,12 @@ static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    hot_keep(r, &k, val, vlen, expire_ms, kcd_hot_epoch_bin(r->hot, k.d));
+    if (!batch_touch(r, &k))
+        hot_keep(r, &k, val, vlen, expire_ms, kcd_hot_epoch_bin(r->hot, k.d));
     return R_HIT;
 }
 
-/* Removes a key's entry. R_HIT removed, R_MISS absent. Caller holds the stripe. */
+/* Removes a key's entry. R_HIT removed, R_MISS absent. On the committer. */
 static rstatus rdelete_locked(rconn *c, const rkey *k)
 {
     kcd_redis *r = c->w->r;
@@ -260,6 +297,7 @@ static rstatus rdelete_locked(rconn *c, const rkey *k)
     kcd_hot_drop_bin(r->hot, k->d);
     kc_code rc = kc_store_delete(s, k->hex, &e);
     kcd_hot_drop_bin(r->hot, k->d);
+    batch_touch(r, k);
     if (rc == KC_OK)
         return R_HIT;
     if (rc == KC_ERR_NOT_FOUND)
@@ -295,6 +333,13 @@ static void reply_store_error(rconn *c, const kc_err *e)
     kcd_metrics_add(&c->w->r->m->store_errors, 1);
     kcd_log(KCD_LOG_WARN, "redis: store error: %s", e->msg);
     reply_error(c, "ERR store error: %s", e->msg[0] ? e->msg : kc_code_name(e->code));
+}
+
+void kcd_redis_reply_failed(rconn *c, const kc_err *e)
+{
+    c->out.len = c->batch_out0;
+    for (size_t i = 0; i < c->batch_n; i++)
+        reply_store_error(c, e);
 }
 
 void kcd_redis_reply_error(rconn *c, const char *msg)
@@ -613,11 +658,8 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
         } else
             return reply_error(c, "ERR syntax error");
     }
-    kcd_redis *r = c->w->r;
     rkey k;
     store_key(c->argv[kidx], ARGL(kidx), &k);
-    pthread_mutex_t *mu = stripe(r, &k);
-    pthread_mutex_lock(mu);
     rval old = {0};
     rstatus st = R_MISS;
     if (nx || xx || get || keepttl)
@@ -639,7 +681,6 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
         else
             reply_ok(c);
     }
-    pthread_mutex_unlock(mu);
     rval_free(&old);
 }
 
@@ -672,20 +713,16 @@ static void cmd_exists(rconn *c)
 
 static void cmd_del(rconn *c)
 {
-    kcd_redis *r = c->w->r;
     long long n = 0;
     for (size_t i = 1; i < c->argc; i++) {
         rkey k;
         store_key(c->argv[i], ARGL(i), &k);
-        pthread_mutex_t *mu = stripe(r, &k);
-        pthread_mutex_lock(mu);
         /* an expired entry still stored does not count as deleted */
         rval v;
         rstatus st = rget_ex(c, c->argv[i], ARGL(i), &v, true);
         rval_free(&v);
         if (st == R_HIT)
             st = rdelete_locked(c, &k);
-        pthread_mutex_unlock(mu);
         if (st == R_ERROR)
             return;
         n += st == R_HIT;
@@ -696,7 +733,6 @@ static void cmd_del(rconn *c)
 /* EXPIRE/PEXPIRE key time [NX|XX|GT|LT] and PERSIST key. */
 static void do_expire(rconn *c, bool persist)
 {
-    kcd_redis *r = c->w->r;
     int64_t when = 0;
     bool nx = false, xx = false, gt = false, lt = false;
     if (!persist) {
@@ -726,8 +762,6 @@ static void do_expire(rconn *c, bool persist)
     }
     rkey k;
     store_key(c->argv[1], ARGL(1), &k);
-    pthread_mutex_t *mu = stripe(r, &k);
-    pthread_mutex_lock(mu);
     rval v;
     rstatus st = rget_ex(c, c->argv[1], ARGL(1), &v, true);
     long long result = 0;
@@ -742,7 +776,6 @@ static void do_expire(rconn *c, bool persist)
             st = rset_locked(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : when);
         result = apply;
     }
-    pthread_mutex_unlock(mu);
     rval_free(&v);
     if (st != R_ERROR)
         kcd_resp_int(&c->out, result);
@@ -922,6 +955,71 @@ static void cmd_command(rconn *c)
     reply_error(c, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.", (int)ARGL(1), ARG(1));
 }
 
+/* CONFIG GET pattern...: the settings clients and redis-benchmark ask
+ * about, answered as Redis would for what kcached does: every write is in
+ * the store before its reply (as appendonly with the OS flushing, never a
+ * snapshot), one database, --max-size as maxmemory with LRU eviction.
+ * Patterns are glob-style and case-insensitive, as Redis' own. Secrets
+ * (requirepass) are never shown. CONFIG SET is refused: settings are the
+ * command line's and the config file's. */
+static void cmd_config(rconn *c)
+{
+    kcd_redis *r = c->w->r;
+    if (arg_is(c, 1, "SET")) {
+        if (c->argc < 4 || c->argc % 2)
+            return reply_error(c, "ERR wrong number of arguments for 'config|set' command");
+        return reply_error(c,
+                           "ERR CONFIG SET failed (possibly related to argument '%.*s') - can't "
+                           "set immutable config",
+                           (int)(ARGL(2) > 128 ? 128 : ARGL(2)), ARG(2));
+    }
+    if (!arg_is(c, 1, "GET"))
+        return reply_error(c, "ERR unknown subcommand '%.*s'. Try CONFIG HELP.",
+                           (int)(ARGL(1) > 128 ? 128 : ARGL(1)), ARG(1));
+    if (c->argc < 3)
+        return reply_error(c, "ERR wrong number of arguments for 'config|get' command");
+    char maxmemory[24], timeout[16], maxclients[16], port[8], bulk[24];
+    snprintf(maxmemory, sizeof maxmemory, "%" PRIu64, r->max_size);
+    snprintf(timeout, sizeof timeout, "%u", r->idle_timeout);
+    snprintf(maxclients, sizeof maxclients, "%u", r->max_clients);
+    snprintf(port, sizeof port, "%u", r->port);
+    snprintf(bulk, sizeof bulk, "%" PRIu64, r->max_blob);
+    const char *const table[][2] = {
+        {"save", ""},
+        {"appendonly", "yes"},
+        {"appendfsync", "no"},
+        {"databases", "1"},
+        {"maxmemory", maxmemory},
+        {"maxmemory-policy", r->max_size ? "allkeys-lru" : "noeviction"},
+        {"timeout", timeout},
+        {"maxclients", maxclients},
+        {"port", port},
+        {"proto-max-bulk-len", bulk},
+        {"cluster-enabled", "no"},
+    };
+    enum { N = sizeof table / sizeof table[0] };
+    bool hit[N] = {false};
+    size_t n = 0;
+    for (size_t i = 2; i < c->argc; i++) {
+        char pat[256];
+        if (ARGL(i) >= sizeof pat || memchr(ARG(i), 0, ARGL(i)))
+            continue; /* matches none of the names */
+        memcpy(pat, ARG(i), ARGL(i));
+        pat[ARGL(i)] = 0;
+        for (size_t j = 0; j < N; j++)
+            if (!hit[j] && fnmatch(pat, table[j][0], FNM_CASEFOLD) == 0) {
+                hit[j] = true;
+                n++;
+            }
+    }
+    kcd_resp_map(&c->out, n, c->proto);
+    for (size_t j = 0; j < N; j++)
+        if (hit[j]) {
+            kcd_resp_bulk_str(&c->out, table[j][0]);
+            kcd_resp_bulk_str(&c->out, table[j][1]);
+        }
+}
+
 /* The command table (Redis' arity convention: the name counts). */
 static const rcmd kcd_redis_commands[] = {
     {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},     {"echo", cmd_echo, 2, 0, 0, 0, 0},
@@ -937,6 +1035,7 @@ static const rcmd kcd_redis_commands[] = {
     {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},         {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
     {"type", cmd_type, 2, F_READ, 1, 1, 1},        {"dbsize", cmd_dbsize, 1, F_READ, 0, 0, 0},
     {"info", cmd_info, -1, F_READ, 0, 0, 0},       {"command", cmd_command, -1, 0, 0, 0, 0},
+    {"config", cmd_config, -2, 0, 0, 0, 0},
 };
 static const size_t kcd_redis_ncommands = sizeof kcd_redis_commands / sizeof kcd_redis_commands[0];
 static const char *kcd_redis_names[sizeof kcd_redis_commands / sizeof kcd_redis_commands[0]];
@@ -974,28 +1073,10 @@ static void reply_unknown(rconn *c)
                 (int)(ARGL(0) > 128 ? 128 : ARGL(0)), ARG(0), args);
 }
 
-void kcd_redis_execute(rconn *c)
+/* Counts the command and writes its access-log line. */
+static void command_done(rconn *c, const rcmd *d, double t0, size_t out0)
 {
     kcd_redis *r = c->w->r;
-    double t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
-    size_t out0 = c->out.len;
-    const rcmd *d = find_command(ARG(0), ARGL(0));
-    if (!d) {
-        reply_unknown(c);
-    } else if ((d->arity > 0 && (long)c->argc != d->arity) ||
-               (d->arity < 0 && (long)c->argc < -d->arity)) {
-        reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
-    } else if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
-               !(r->anonymous_read && (d->flags & F_READ))) {
-        reply_error(c, "NOAUTH Authentication required.");
-    } else if (r->auth_on && c->authed &&
-               (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
-                ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ)))) {
-        reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
-                    d->name);
-    } else {
-        d->fn(c);
-    }
     if (d)
         kcd_metrics_add(&r->m->redis.commands[d - kcd_redis_commands], 1);
     if (t0 > 0) {
@@ -1007,4 +1088,67 @@ void kcd_redis_execute(rconn *c)
                 d ? d->name : "unknown", err ? "ERR" : "OK", in, c->out.len - out0,
                 (kc_now() - t0) * 1e3, c->who);
     }
+}
+
+/* Why c may not run d now: 0 it may, else which error to reply. */
+enum { REFUSE_ARITY = 1, REFUSE_NOAUTH, REFUSE_NOPERM };
+static int refusal(const rconn *c, const rcmd *d)
+{
+    const kcd_redis *r = c->w->r;
+    if ((d->arity > 0 && (long)c->argc != d->arity) || (d->arity < 0 && (long)c->argc < -d->arity))
+        return REFUSE_ARITY;
+    if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
+        !(r->anonymous_read && (d->flags & F_READ)))
+        return REFUSE_NOAUTH;
+    if (r->auth_on && c->authed &&
+        (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
+         ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ))))
+        return REFUSE_NOPERM;
+    return 0;
+}
+
+bool kcd_redis_take_write(rconn *c)
+{
+    const rcmd *d = find_command(ARG(0), ARGL(0));
+    if (!d || !(d->flags & F_WRITE) || refusal(c, d))
+        return false;
+    c->pending = d;
+    c->pending_out0 = c->out.len;
+    c->pending_t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
+    return true;
+}
+
+void kcd_redis_execute(rconn *c)
+{
+    double t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
+    size_t out0 = c->out.len;
+    const rcmd *d = find_command(ARG(0), ARGL(0));
+    int why = d ? refusal(c, d) : 0;
+    if (!d) {
+        reply_unknown(c);
+    } else if (why == REFUSE_ARITY) {
+        reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
+    } else if (why == REFUSE_NOAUTH) {
+        reply_error(c, "NOAUTH Authentication required.");
+    } else if (why == REFUSE_NOPERM) {
+        reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
+                    d->name);
+    } else if (d->flags & F_WRITE) {
+        /* answered once the committer's transaction holding it commits */
+        c->pending = d;
+        c->pending_out0 = out0;
+        c->pending_t0 = t0;
+        kcd_redis_defer(c);
+        return; /* c is the committer's now */
+    } else {
+        d->fn(c);
+    }
+    command_done(c, d, t0, out0);
+}
+
+void kcd_redis_run_pending(rconn *c)
+{
+    const rcmd *d = c->pending;
+    d->fn(c);
+    command_done(c, d, c->pending_t0, c->pending_out0);
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kc_error.h"
 #include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_metrics.h"
@@ -28,9 +29,17 @@
 /* Before AUTH, as Redis does: small arrays and bulks only. */
 #define KCD_REDIS_UNAUTH_ARGS 10
 #define KCD_REDIS_UNAUTH_BULK 16384
-/* Writers of one key are serialised by one of these locks (by key hash). */
-#define KCD_REDIS_STRIPES 64
 #define KCD_REDIS_READ_CHUNK (64u * 1024)
+#define KCD_REDIS_ADDR_BUCKETS 256
+/* Pipelined writes of one connection taken into one batch at most. */
+#define KCD_REDIS_PIPELINED_WRITES 64
+
+/* Connections open from one client address. */
+struct raddr {
+    uint8_t ip[16]; /* IPv4 as v4-mapped IPv6 */
+    unsigned n;
+    struct raddr *next;
+};
 
 typedef struct rconn rconn;
 typedef struct rworker rworker;
@@ -43,13 +52,31 @@ struct kcd_redis {
     bool auth_on, anonymous_read;
     uint64_t max_blob;
     unsigned max_clients;
+    unsigned per_addr;     /* --per-ip-connections */
+    unsigned idle_timeout; /* --redis-timeout seconds; 0 = never */
+    uint64_t max_size;     /* --max-size, for CONFIG GET maxmemory */
+    /* connections open per client address (chained by address hash) */
+    pthread_mutex_t addr_mu;
+    struct raddr *addrs[KCD_REDIS_ADDR_BUCKETS];
     int listen_fd, stop_fd;
     unsigned port;
     unsigned nworkers;
     rworker *workers;
     uint64_t next_id;
     double started;
-    pthread_mutex_t stripes[KCD_REDIS_STRIPES];
+    /* group commit: write commands wait in this queue for the committer
+     * thread, which runs everything pending in one store transaction */
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    rconn *q_head, *q_tail;
+    bool q_stop, q_inited;
+    pthread_t committer;
+    bool committer_started;
+    /* the committer's own: inside a batch, and the keys the batch wrote
+     * (their memory-cache copies are dropped once it commits) */
+    bool batching;
+    uint8_t (*touched)[32];
+    size_t ntouched, touched_cap;
 };
 
 struct rworker {
@@ -58,6 +85,11 @@ struct rworker {
     bool started;
     int ep;
     rconn *conns; /* every open connection of this thread */
+    int done_fd;  /* eventfd: the committer finished commands of this thread */
+    pthread_mutex_t done_mu;
+    bool done_inited;
+    rconn *done;       /* those connections (linked by qnext) */
+    double last_sweep; /* when idle connections were last looked for */
 };
 
 struct rconn {
@@ -65,6 +97,8 @@ struct rconn {
     int fd;
     uint64_t id;
     char remote[64];
+    uint8_t ip[16];     /* the client's address (raddr), counted while open */
+    double last_active; /* monotonic seconds of the last bytes read or reply done */
     char name[64];
     uint8_t *in;
     size_t in_len, in_off, in_cap;
@@ -78,6 +112,15 @@ struct rconn {
     bool closing; /* flush what is queued, then close */
     bool writing; /* waiting for EPOLLOUT (reading paused) */
     rconn *prev, *next;
+    /* a write command handed to the committer: until it is done the
+     * connection is out of the epoll set and only the committer touches
+     * it */
+    bool waiting;
+    const void *pending; /* the command's table entry */
+    size_t pending_out0; /* c->out.len before its reply */
+    double pending_t0;
+    size_t batch_out0, batch_n; /* this connection's replies in the open batch */
+    rconn *qnext;
     /* the command being executed */
     size_t argc;
     const uint8_t **argv;
@@ -89,6 +132,24 @@ struct rconn {
  * lookup in the command table, arity, AUTH and scope checks, the handler,
  * counters and the access-log line. */
 void kcd_redis_execute(rconn *c);
+
+/* Hands c's current command to the committer (kcd_redis.c): sets
+ * c->waiting; the caller must not touch c again until the committer has
+ * run it and returned c to its worker. */
+void kcd_redis_defer(rconn *c);
+
+/* The committer's side: runs c's pending command (the handler, counters,
+ * access log). In a batch the store writes join the open transaction. */
+void kcd_redis_run_pending(rconn *c);
+
+/* On the committer: when c's command (argc/argv, parsed) is a write that
+ * c may run (arity, AUTH and scope checked), makes it c's pending command
+ * and returns true; else false, nothing changed. */
+bool kcd_redis_take_write(rconn *c);
+
+/* After a failed batch commit: c's replies in the batch (batch_n of them
+ * from batch_out0) are replaced by this error each. */
+void kcd_redis_reply_failed(rconn *c, const kc_err *e);
 
 /* Appends an error reply (msg without the leading '-', e.g. "ERR ...") and
  * counts it. */

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,17 +118,28 @@ static char *cli(const rserver *rs, const char *arg, ...)
         free(got_);                                                                                \
     } while (0)
 
-/* A raw connection with a 20 s receive timeout (no test can hang). */
-static int rconnect(const rserver *rs)
+/* A raw connection with a 20 s receive timeout (no test can hang), from
+ * source address src (127.0.0.x, all loopback; NULL: the kernel's choice). */
+static int rconnect_from(const rserver *rs, const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(fd, 0);
+    if (src) {
+        struct sockaddr_in me = {.sin_family = AF_INET};
+        cr_assert_eq(inet_pton(AF_INET, src, &me.sin_addr), 1);
+        cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0, "bind %s", src);
+    }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rs->port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     struct timeval tv = {20, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
+}
+
+static int rconnect(const rserver *rs)
+{
+    return rconnect_from(rs, NULL);
 }
 
 static void send_all(int fd, const void *data, size_t n)
@@ -237,7 +249,22 @@ Test(redis, redis_cli_commands_and_error_shapes)
     EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
     EXPECT_CLI("ERR wrong number of arguments for 'set' command", &rs, "SET", "k");
     EXPECT_CLI("OK", &rs, "CLIENT", "SETINFO", "LIB-NAME", "redis-py");
-    EXPECT_CLI("26", &rs, "COMMAND", "COUNT");
+    EXPECT_CLI("27", &rs, "COMMAND", "COUNT");
+    /* CONFIG GET answers as Redis does (what redis-benchmark asks first);
+     * CONFIG SET is refused with Redis' error */
+    EXPECT_CLI("save\n\nappendonly\nyes", &rs, "CONFIG", "GET", "save", "appendonly");
+    EXPECT_CLI("databases\n1", &rs, "CONFIG", "GET", "DATABASES");
+    EXPECT_CLI("maxmemory\n0\nmaxmemory-policy\nnoeviction", &rs, "CONFIG", "GET", "maxmem*");
+    EXPECT_CLI("appendonly\nyes\nappendfsync\nno", &rs, "CONFIG", "GET", "append*", "appendonly");
+    EXPECT_CLI("", &rs, "CONFIG", "GET", "requirepass");
+    EXPECT_CLI("ERR CONFIG SET failed (possibly related to argument 'save') - can't set immutable "
+               "config",
+               &rs, "CONFIG", "SET", "save", "");
+    EXPECT_CLI("ERR wrong number of arguments for 'config|get' command", &rs, "CONFIG", "GET");
+    EXPECT_CLI("ERR unknown subcommand 'rewrite'. Try CONFIG HELP.", &rs, "CONFIG", "rewrite");
+    char *cg3 = cli(&rs, "-3", "CONFIG", "GET", "databases", NULL);
+    cr_expect_str_eq(cg3, "databases 1", "RESP3: a map");
+    free(cg3);
     char *info = cli(&rs, "INFO", NULL);
     cr_expect(strstr(info, "redis_version:") && strstr(info, "keyspace_hits:") &&
                   strstr(info, "keyspace_misses:") && strstr(info, "db0:keys=2"),
@@ -301,6 +328,57 @@ Test(redis, pipelined_commands_get_exact_replies_in_order)
     rs_stop(&rs);
 }
 
+/* The value of a metric line "name value" in /metrics, or -1. */
+static long long metric(const rserver *rs, const char *name)
+{
+    kc_http_result m;
+    cr_assert_eq(kc_testserver_http(&rs->ts, "GET", "/metrics", NULL, NULL, 0, false, &m), 0);
+    char pat[128];
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr((char *)m.body, pat);
+    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+    kc_http_result_free(&m);
+    return v;
+}
+
+/* Pipelined writes of one client join one store transaction, in order
+ * with the reads and errors between them. */
+Test(redis, pipelined_writes_share_a_commit_in_order)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    long long commits0 = metric(&rs, "kcached_redis_write_commits_total");
+    int fd = rconnect(&rs);
+    char *req = NULL, *want = NULL;
+    size_t len = 0, wlen = 0;
+    FILE *f = open_memstream(&req, &len), *g = open_memstream(&want, &wlen);
+    for (int i = 0; i < 40; i++) {
+        fprintf(f, "*3\r\n$3\r\nSET\r\n$1\r\np\r\n$2\r\n%02d\r\n", i);
+        fprintf(g, "+OK\r\n");
+        if (i % 10 == 5) { /* a read and a refused write between them */
+            fprintf(f, "*2\r\n$3\r\nGET\r\n$1\r\np\r\n*4\r\n$3\r\nSET\r\n$1\r\np\r\n$1\r\nx\r\n"
+                       "$2\r\nNO\r\n");
+            fprintf(g, "$2\r\n%02d\r\n-ERR syntax error\r\n", i);
+        }
+    }
+    fprintf(f, "*2\r\n$3\r\nGET\r\n$1\r\np\r\n");
+    fprintf(g, "$2\r\n39\r\n");
+    fclose(f);
+    fclose(g);
+    send_all(fd, req, len);
+    char *got = recv_until(fd, wlen, NULL, NULL);
+    cr_expect_str_eq(got, want, "replies in order");
+    free(got);
+    free(req);
+    free(want);
+    close(fd);
+    long long writes = metric(&rs, "kcached_redis_writes_total");
+    long long commits = metric(&rs, "kcached_redis_write_commits_total") - commits0;
+    cr_expect_eq(writes, 44, "SETs run by the committer (refused ones included)");
+    cr_expect(commits > 0 && commits < 40, "%lld commits for 44 pipelined writes", commits);
+    rs_stop(&rs);
+}
+
 Test(redis, ttls_survive_a_restart)
 {
     rserver rs;
@@ -318,6 +396,154 @@ Test(redis, ttls_survive_a_restart)
     EXPECT_CLI("-1", &rs, "TTL", "forever");
     EXPECT_CLI("", &rs, "GET", "past");
     EXPECT_CLI("0", &rs, "EXISTS", "past");
+    rs_stop(&rs);
+}
+
+#define GC_CONNS 8
+#define GC_SETS 200
+
+/* Group commit: SETs from many clients at once share store transactions,
+ * and each one answered +OK is on disk: kill -9 right after the last reply
+ * loses none of them. */
+Test(redis, concurrent_sets_share_commits_and_survive_kill9)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--threads", "2", NULL});
+    int fds[GC_CONNS];
+    char *want = malloc(GC_SETS * 5 + 1);
+    for (int i = 0; i < GC_SETS; i++)
+        memcpy(want + i * 5, "+OK\r\n", 5);
+    want[GC_SETS * 5] = 0;
+    /* every client's SETs are sent before any reply is read: the
+     * committer finds several clients' writes waiting at once */
+    for (int c = 0; c < GC_CONNS; c++) {
+        fds[c] = rconnect(&rs);
+        char *req = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&req, &len);
+        for (int i = 0; i < GC_SETS; i++) {
+            char key[32], val[64];
+            int kl = snprintf(key, sizeof key, "gc:%d:%d", c, i);
+            int vl = snprintf(val, sizeof val, "value-%d-%d-%0*d", c, i, 20, i * 7);
+            fprintf(f, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", kl, key, vl, val);
+        }
+        fclose(f);
+        send_all(fds[c], req, len);
+        free(req);
+    }
+    for (int c = 0; c < GC_CONNS; c++) {
+        char *got = recv_until(fds[c], GC_SETS * 5, NULL, NULL);
+        cr_assert_str_eq(got, want, "client %d: every SET answered +OK", c);
+        free(got);
+    }
+    long long writes = metric(&rs, "kcached_redis_writes_total");
+    long long commits = metric(&rs, "kcached_redis_write_commits_total");
+    cr_expect_eq(writes, GC_CONNS * GC_SETS, "writes counted");
+    cr_expect(commits > 0 && commits < writes, "%lld writes in %lld commits", writes, commits);
+    kc_testserver_kill(&rs.ts);
+    for (int c = 0; c < GC_CONNS; c++)
+        close(fds[c]);
+    cr_assert_eq(kc_testserver_restart(&rs.ts), 0);
+    rs_reread_port(&rs);
+    char n[16];
+    snprintf(n, sizeof n, "%d", GC_CONNS * GC_SETS);
+    EXPECT_CLI(n, &rs, "DBSIZE");
+    /* and each value is the one acknowledged */
+    int fd = rconnect(&rs);
+    for (int c = 0; c < GC_CONNS; c++) {
+        char *req = NULL, *exp = NULL;
+        size_t len = 0, elen = 0;
+        FILE *f = open_memstream(&req, &len), *g = open_memstream(&exp, &elen);
+        for (int i = 0; i < GC_SETS; i++) {
+            char key[32], val[64];
+            int kl = snprintf(key, sizeof key, "gc:%d:%d", c, i);
+            int vl = snprintf(val, sizeof val, "value-%d-%d-%0*d", c, i, 20, i * 7);
+            fprintf(f, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", kl, key);
+            fprintf(g, "$%d\r\n%s\r\n", vl, val);
+        }
+        fclose(f);
+        fclose(g);
+        send_all(fd, req, len);
+        char *got = recv_until(fd, elen, NULL, NULL);
+        cr_expect_str_eq(got, exp, "client %d's values after kill -9", c);
+        free(got);
+        free(req);
+        free(exp);
+    }
+    close(fd);
+    free(want);
+    rs_stop(&rs);
+}
+
+/* PING on fd; returns the reply (caller frees). */
+static char *ping(int fd)
+{
+    send_all(fd, "PING\r\n", 6);
+    return recv_until(fd, 0, "\r\n", NULL);
+}
+
+Test(redis, per_address_limit_leaves_other_addresses_in)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--per-ip-connections", "4", NULL});
+    int busy[4];
+    for (int i = 0; i < 4; i++) {
+        busy[i] = rconnect_from(&rs, "127.0.0.2");
+        char *got = ping(busy[i]);
+        cr_assert_str_eq(got, "+PONG\r\n", "connection %d from 127.0.0.2", i);
+        free(got);
+    }
+    /* a fifth from the same address is told why and closed */
+    int extra = rconnect_from(&rs, "127.0.0.2");
+    bool closed = false;
+    char *got = recv_until(extra, 0, NULL, &closed);
+    cr_expect_str_eq(got, "-ERR too many connections from your address\r\n");
+    cr_expect(closed, "the fifth connection is closed");
+    free(got);
+    close(extra);
+    /* another address is not locked out */
+    int other = rconnect_from(&rs, "127.0.0.1");
+    got = ping(other);
+    cr_expect_str_eq(got, "+PONG\r\n", "127.0.0.1 still served");
+    free(got);
+    close(other);
+    /* a closed connection frees its place (counted down before the close
+     * the client sees) */
+    send_all(busy[0], "QUIT\r\n", 6);
+    got = recv_until(busy[0], 0, NULL, &closed);
+    cr_expect(closed && !strcmp(got, "+OK\r\n"), "QUIT: %s", got);
+    free(got);
+    close(busy[0]);
+    busy[0] = rconnect_from(&rs, "127.0.0.2");
+    got = ping(busy[0]);
+    cr_expect_str_eq(got, "+PONG\r\n", "a place freed by QUIT is usable");
+    free(got);
+    for (int i = 0; i < 4; i++)
+        close(busy[i]);
+    rs_stop(&rs);
+}
+
+Test(redis, idle_connections_are_closed_after_redis_timeout)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--redis-timeout", "1", NULL});
+    int fd = rconnect(&rs);
+    char *got = ping(fd);
+    cr_assert_str_eq(got, "+PONG\r\n");
+    free(got);
+    /* nothing more is sent: the server closes it (the wait is bounded so a
+     * server that never does fails the test instead of hanging it) */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, 30000), 1, "the idle connection was not closed");
+    char b;
+    cr_expect_eq(recv(fd, &b, 1, 0), 0, "EOF on the idle connection");
+    close(fd);
+    /* a new connection is served as usual */
+    fd = rconnect(&rs);
+    got = ping(fd);
+    cr_expect_str_eq(got, "+PONG\r\n");
+    free(got);
+    close(fd);
     rs_stop(&rs);
 }
 

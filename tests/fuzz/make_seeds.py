@@ -91,6 +91,14 @@ def main():
           "secret2-0123456789ab read,write builder\nsecret3-0123456789ab admin ops\n"
           "Bearer secret2-0123456789ab\nBasic c2VjcmV0MS0wMTIzNDU2Nzg5YWI6\nBasic OnNlY3JldDEtMDEyMzQ1Njc4OWFi\n")
     write("fuzz_config", "listen-v6.txt", "[::1]:7070\n")
+    # a 1100-byte tokens line whose tail is a working admin token (once split
+    # in two), and Basic credentials naming another token's user
+    write("fuzz_config", "tokens-long-line-admin-tail.txt", "good-token-0123456789 read ok\n" + "a" * 1100 +
+          " read reader admin-tail-0123456789 admin x\nBearer admin-tail-0123456789\n")
+    write("fuzz_config", "tokens-basic-other-user.txt",
+          "secret1-0123456789ab read ci\nsecret2-0123456789ab read,write builder\n"
+          "Basic YnVpbGRlcjpzZWNyZXQxLTAxMjM0NTY3ODlhYg==\n"
+          "Basic Y2k6c2VjcmV0Mi0wMTIzNDU2Nzg5YWI=\n")
     write("fuzz_config", "listen-port.txt", ":0\n")
     write("fuzz_config", "argv.bin", b"--listen\x00127.0.0.1:0\x00--data\x00/tmp/d\x00"
           b"--max-size=1G\x00\x00KCACHED_THREADS=2\x00KCACHED_LOG_LEVEL=warn\x00")
@@ -121,6 +129,19 @@ def main():
     req("ccache-get", "GET", "/ccache/ab/cdef0123456789", [rd])
     req("ccache-bad", "GET", "/ccache/a/../b", [rd])
     req("basic", "GET", "/healthz", ["Authorization: Basic dXNlcjp0b2stcmVhZA=="])
+    # issue 14's attacks: two Content-Length headers, a bundle record that
+    # declares 4 GiB, Basic credentials naming another token's user
+    req("dup-content-length", "PUT", "/v1/artifacts/" + k0,
+        [wr, "Content-Length: %d" % len(envs[0]), "Content-Length: 5"], envs[0])
+    big_record = (b"KCBUNDLE" + struct.pack("<HHI", 2, 0, 2) + b"{}" +
+                  struct.pack("<BQ", 2, 4 << 30) + b"\x28\xb5\x2f\xfd" + b"\0" * 60)
+    req("bundle-record-4gib", "POST", "/v1/bundle", [wr], big_record)
+    write("fuzz_bundle", "record-4gib.kcb", big_record)
+    b64 = __import__("base64").b64encode
+    req("basic-other-user", "GET", "/v1/stats",
+        ["Authorization: Basic " + b64(b"writer:tok-read-fuzz-0001").decode()])
+    req("basic-other-user-put", "PUT", "/ccache/ab/cdef0123456789",
+        ["Authorization: Basic " + b64(b"reader:tok-write-fuzz-0001").decode()], b"x")
 
     # fuzz_resp: 8 bytes of limits (bulk, args), then the stream, then chunk sizes
     lim = b"\x00\x10\x00\x00\x00\x08\x00\x00"
@@ -130,6 +151,23 @@ def main():
     write("fuzz_resp", "seed-02.bin", b"\x00\x01\x00\x00\x00\x02\x00\x00*1000000\r\n")
     write("fuzz_resp", "seed-03.bin", lim + b"GET a b\r\n\r\nECHO x\n" + b"\x01" * 30)
     write("fuzz_resp", "seed-04.bin", lim + b"*2\r\n$3\r\nGET\r\n:5\r\n*1\r\n$4\r\nPINGxx")
+    # the bad input tests/test_redis.c sends, under the limits kcached uses
+    # before AUTH (16 KiB bulks, 10 arguments) and after (here 1 MiB, 1M)
+    unauth = struct.pack("<II", 16384, 10)
+    authed = struct.pack("<II", 1 << 20, 1 << 20)
+    for i, (l, text) in enumerate([
+            (authed, b"*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$2000000\r\n"),
+            (unauth, b"*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$20000\r\n"),
+            (unauth, b"*11\r\n"),
+            (authed, b"*1000000\r\n"),
+            (authed, b"*x\r\n"),
+            (authed, b"*1\r\n$-5\r\n"),
+            (authed, b"*1\r\n$4\r\nPINGxx"),
+            (authed, b"*2\r\n$3\r\nGET\r\n:5\r\n"),
+            (authed, b"GET " + b"a" * 70000),
+            (authed, b"SET k \"unterminated\r\nPING\r\n"),
+            (authed, b"*2\r\n$4\r\nAUTH\r\n$99999999999999999999\r\n")]):
+        write("fuzz_resp", "bad-%02d.bin" % i, l + text + b"\x07" * 16)
 
     graph = {"format": "kcache-graph/1", "name": "mlp",
              "inputs": [{"name": "x", "dtype": "f32", "shape": [4, 16]}],

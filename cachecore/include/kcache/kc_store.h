@@ -132,6 +132,20 @@ kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *e
 kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
                           kc_err *err);
 
+/* Write batches (group commit): the puts, replaces and deletes between
+ * kc_store_batch_begin and kc_store_batch_end share one write transaction,
+ * each still in its own savepoint, so a failed one (KC_ERR_FULL, a bad key)
+ * never undoes an earlier one. Nothing in the batch is durable, or visible
+ * to other handles, before kc_store_batch_end(commit = true) returns KC_OK;
+ * then all of it is, as for a single put. A failed commit (or commit =
+ * false) keeps none of it. Puts in a batch compress at the import level
+ * (kc_store_opts.zstd_level). Other writers wait while a batch is open: keep
+ * it short. Nested begins are no-ops; an end without a begin is KC_OK. For
+ * bundle imports and for servers committing concurrent clients' writes
+ * together (kcached's Redis listener). */
+kc_code kc_store_batch_begin(kc_store *s, kc_err *err);
+kc_code kc_store_batch_end(kc_store *s, bool commit, kc_err *err);
+
 /* Like kc_store_put, but an existing entry for the key is replaced by this
  * one in the same transaction: a concurrent reader gets the old artifact or
  * the new one, never a mix or a miss. *created (may be NULL) is false when
