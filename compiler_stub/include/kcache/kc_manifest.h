@@ -30,7 +30,7 @@ typedef struct kc_manifest_shapes {
 
 typedef struct kc_manifest {
     int n_graphs;
-    char **graphs; /* paths, relative ones resolved against the manifest's directory */
+    char **graphs;              /* paths, relative ones resolved against the manifest's directory */
     kc_manifest_shapes *shapes; /* parallel to graphs */
     int n_targets;
     kc_manifest_target *targets;
