@@ -63,6 +63,9 @@ uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex);
 void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
                        double now, uint64_t epoch);
 
+/* True when a body of len bytes would be kept (see kcd_hot_put). */
+bool kcd_hot_accepts(const kcd_hot *h, size_t len);
+
 /* Removes key from every namespace. */
 void kcd_hot_drop(kcd_hot *h, const char *key_hex);
 

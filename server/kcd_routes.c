@@ -18,6 +18,7 @@
 #include <strings.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the window a frame needs */
 #include <zstd.h>
+#include <unistd.h>
 
 #include "kc_bundle.h"
 #include "kc_envelope.h"
@@ -43,6 +44,10 @@
 #define KCD_STREAM_ABOVE (8u << 20)
 /* ... provided its frame decodes within this window (bytes of history). */
 #define KCD_STREAM_WINDOW_LOG 24
+/* Artifact bodies from this size up that cannot go out of the pack file as
+ * one range are streamed through a bounded reader instead of buffered
+ * (unless the memory cache keeps them: see get_artifact). */
+#define KCD_LARGE_BODY (256u << 10)
 /* Bundle uploads are fed to the importer in pieces of this size. */
 #define KCD_IMPORT_FEED (1u << 20)
 
@@ -196,12 +201,16 @@ kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
     return ctx->hot;
 }
 
-/* A bundle (store + cursor), or one envelope decoded from its stored zstd
+/* A bundle (store + cursor), a large artifact read from its pack (reader),
+ * or one envelope decoded from its stored zstd
  * stream as the client takes it (z, dctx). */
 struct kcd_stream {
-    kc_store *store;
+    kc_store *store; /* a bundle's own handle */
     kc_bundle_cursor *cur;
-    uint8_t *z; /* the stored stream (kc_store_get_zstd), owned */
+    kc_store_reader *reader; /* or a large artifact read from its pack (on the thread's
+                                store handle: kc_store_reader_open) */
+    uint64_t len;            /* reader: the body length */
+    uint8_t *z; /* or an envelope decoded from its stored stream (kc_store_get_zstd), owned */
     ZSTD_inBuffer in;
     ZSTD_DCtx *dctx;
     uint64_t total; /* envelope length: exactly this many bytes come out */
@@ -222,6 +231,8 @@ void kcd_response_free(kcd_response *r)
     else
         free(r->body);
     kcd_stream_free(r->stream);
+    if (r->has_file)
+        close(r->file_fd);
     free(r);
 }
 
@@ -557,6 +568,19 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
     return true;
 }
 
+/* Marks an envelope response: zstd-encoded (with its decoded length) or not. */
+static void envelope_headers(kcd_exchange *x, bool zstd, uint64_t env_len)
+{
+    if (!x->resp)
+        return;
+    x->resp->vary = "Accept-Encoding";
+    if (!zstd)
+        return;
+    x->resp->content_encoding = "zstd";
+    snprintf(x->resp->extra_name, sizeof x->resp->extra_name, "X-Kcache-Envelope-Length");
+    snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%" PRIu64, env_len);
+}
+
 /* ------------------------------------------------------------ GET routes */
 
 /* Serves from the memory cache when possible; false when the store is needed. */
@@ -665,12 +689,7 @@ static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
         return x->resp != NULL;
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
     resp_take(x, 200, CT_ENVELOPE, z, zlen);
-    if (x->resp) {
-        x->resp->vary = "Accept-Encoding";
-        x->resp->content_encoding = "zstd";
-        snprintf(x->resp->extra_name, sizeof x->resp->extra_name, "X-Kcache-Envelope-Length");
-        snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
-    }
+    envelope_headers(x, true, envlen);
     return true;
 }
 
@@ -787,13 +806,86 @@ static bool read_through(kcd_exchange *x, kc_store *s)
     return true;
 }
 
+/* The whole body is one range of a pack file: sendfile(2) it. */
+static void resp_span(kcd_exchange *x, kc_store_span *sp)
+{
+    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
+    if (!r) {
+        close(sp->fd);
+        return;
+    }
+    r->has_file = true;
+    r->file_fd = sp->fd;
+    r->file_off = sp->off;
+    r->body_len = (size_t)sp->len;
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    envelope_headers(x, sp->zstd, sp->env_len);
+}
+
+/* A large body through the store's bounded reader (the reader counts the
+ * hit in the store; here the server's hit). */
+static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_len, kc_code *rc,
+                         kc_err *e)
+{
+    kcd_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        resp_error(x, 500, "out of memory");
+        return true;
+    }
+    bool framed = false;
+    *rc = kc_store_reader_open(s, x->key, zstd, &st->reader, &st->len, &framed, e);
+    if (*rc != KC_OK) {
+        free(st);
+        return false;
+    }
+    st->metrics = &x->ctx->metrics;
+    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
+    if (!r) {
+        kcd_stream_free(st);
+        return true;
+    }
+    r->stream = st;
+    r->stream_len = st->len;
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    envelope_headers(x, framed, env_len);
+    return true;
+}
+
+/* GET/HEAD /v1/artifacts/{key}, largest first: a body that is one range of
+ * a pack file goes out with sendfile(2) after its bytes are checked (raw
+ * payloads to every client, zstd frames to clients that accept zstd);
+ * compressed payloads for identity clients come from the memory cache
+ * (verified copies, sent from a memfd when large) when it keeps bodies that
+ * size; other large bodies stream through the store's bounded reader; small
+ * ones are buffered. */
 static void get_artifact(kcd_exchange *x, const kcd_request *req)
 {
     kc_err e = {0};
     kc_store *s = NULL;
     kc_code rc = KC_OK;
-    bool answered = accepts_zstd(hdr(req, "Accept-Encoding")) ? get_zstd(x, &s, &rc, &e)
-                                                              : get_envelope(x, &s, &rc, &e);
+    bool zstd = accepts_zstd(hdr(req, "Accept-Encoding"));
+    if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
+        return;
+    if (!(s = ctx_store(x->ctx, &e)))
+        return resp_store_error(x, &e);
+    kc_store_span sp;
+    rc = kc_store_get_span(s, x->key, zstd, &sp, &e);
+    bool answered = false;
+    if (rc == KC_OK && sp.fd >= 0) {
+        resp_span(x, &sp);
+        return;
+    }
+    if (rc == KC_OK) {
+        bool hot = !zstd && !sp.raw && kcd_hot_accepts(x->ctx->hot, (size_t)sp.env_len);
+        if (sp.env_len >= KCD_LARGE_BODY && !hot)
+            answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
+        else if (zstd)
+            answered = get_zstd(x, &s, &rc, &e);
+        else
+            answered = get_envelope(x, &s, &rc, &e);
+    } else {
+        kcd_hot_drop(x->ctx->hot, x->key);
+    }
     if (answered)
         return;
     if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
@@ -937,12 +1029,19 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
 {
     if (s->failed)
         return -1;
-    if (!s->cur)
+    if (!s->cur && !s->reader)
         return envelope_read(s, buf, cap);
     size_t n = 0;
     kc_err e = {0};
-    if (kc_bundle_cursor_read(s->cur, buf, cap, &n, &e) != KC_OK) {
-        kcd_log(KCD_LOG_WARN, "bundle stream aborted after %" PRIu64 " bytes: %s", s->bytes, e.msg);
+    kc_code rc = s->reader ? kc_store_reader_read(s->reader, buf, cap, &n, &e)
+                           : kc_bundle_cursor_read(s->cur, buf, cap, &n, &e);
+    if (rc != KC_OK) {
+        /* the transfer is aborted: the client sees a body shorter than its
+         * Content-Length (or an unterminated chunked one), never a whole one */
+        kcd_log(KCD_LOG_WARN, "%s stream aborted after %" PRIu64 " bytes: %s",
+                s->reader ? "artifact" : "bundle", s->bytes, e.msg);
+        if (rc == KC_ERR_CORRUPT && s->metrics)
+            kcd_metrics_add(&s->metrics->corrupt, 1);
         s->failed = true;
         return -1;
     }
@@ -956,8 +1055,10 @@ void kcd_stream_free(kcd_stream *s)
 {
     if (!s)
         return;
-    if (s->cur)
-        kcd_log(KCD_LOG_DEBUG, "bundle stream closed after %" PRIu64 " bytes", s->bytes);
+    if (s->cur || s->reader)
+        kcd_log(KCD_LOG_DEBUG, "%s stream closed after %" PRIu64 " bytes",
+                s->reader ? "artifact" : "bundle", s->bytes);
+    kc_store_reader_close(s->reader);
     kc_bundle_cursor_close(s->cur);
     kc_store_close(s->store);
     ZSTD_freeDCtx(s->dctx);

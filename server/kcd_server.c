@@ -209,6 +209,12 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls,
                                                256 * 1024, stream_cb, r->stream, stream_free_cb);
         if (mr)
             r->stream = NULL; /* MHD owns it now */
+    } else if (r->has_file) {
+        /* A range of a pack file, checked by the store: sendfile(2) (MHD reads
+         * it into its buffer instead under TLS). MHD closes the descriptor. */
+        mr = MHD_create_response_from_fd_at_offset64(r->body_len, r->file_fd, r->file_off);
+        if (mr)
+            r->has_file = false;
     } else if (r->blob && ((kcd_blob *)r->blob)->fd >= 0 && !tls) {
         /* Large cached body: let the kernel sendfile(2) from the memfd. */
         int fd = dup(((kcd_blob *)r->blob)->fd);
