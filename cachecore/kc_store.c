@@ -1143,6 +1143,34 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
         *xxh = XXH3_64bits(buf, n);
         return KC_OK;
     }
+    if (a->payload_len >= KC_RAW_MIN &&
+        a->payload_len - (a->payload_len < frame_len ? a->payload_len : frame_len) <
+            a->payload_len / KC_RAW_GAIN_DIV) {
+        /* a frame that saves nothing (a raw blob exported as raw blocks):
+         * keep the payload raw, checked like the frame would be */
+        uint8_t *buf = malloc(a->payload_len);
+        if (!buf)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory storing %s", a->key);
+        size_t got = ZSTD_decompressDCtx(s->dctx, buf, a->payload_len, frame, frame_len);
+        uint8_t sha[KC_SHA256_LEN];
+        if (!ZSTD_isError(got) && got == a->payload_len)
+            store_sha(s, buf, got, sha);
+        if (ZSTD_isError(got) || got != a->payload_len ||
+            ZSTD_findFrameCompressedSize(frame, frame_len) != frame_len ||
+            memcmp(sha, a->payload_sha, KC_SHA256_LEN) != 0) {
+            free(buf);
+            return kc_err_set(err, KC_ERR_CORRUPT,
+                              "%s: compressed payload does not decompress to its %zu bytes and "
+                              "SHA-256",
+                              a->key, a->payload_len);
+        }
+        *z = buf;
+        *zlen = got;
+        *owned = true;
+        *raw = true;
+        *xxh = XXH3_64bits(buf, got);
+        return KC_OK;
+    }
     if (!frame_checked) {
         if (!s->checker && !(s->checker = kc_frame_checker_new()))
             return kc_err_set(err, KC_ERR_NOMEM, "out of memory checking %s", a->key);

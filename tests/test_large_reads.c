@@ -427,3 +427,39 @@ Test(large_reads, kcached_never_serves_a_damaged_pack_entry_whole, .timeout = 12
             art_free(&other);
     }
 }
+
+Test(large_reads, a_bundle_larger_than_the_memory_cache_keeps_streams_whole, .timeout = 120)
+{
+    /* --memory-cache 2M keeps bodies up to 256 KiB: the first 256 KiB of
+     * this bundle are read ahead, the rest streamed after them */
+    kc_testserver src, dst;
+    memset(&src, 0, sizeof src);
+    memset(&dst, 0, sizeof dst);
+    const char *a1[] = {"--log-level", "error", "--memory-cache", "2M", NULL};
+    const char *a2[] = {"--log-level", "error", "--memory-cache", "0", NULL};
+    cr_assert_eq(kc_testserver_start(&src, NULL, a1), 0);
+    cr_assert_eq(kc_testserver_start(&dst, NULL, a2), 0);
+    art raw, runs;
+    art_make(&raw, "bundle-raw", BIG, RANDOM, 41);
+    art_make(&runs, "bundle-runs", BIG, RUNS, 42);
+    put_http(&src, &raw);
+    put_http(&src, &runs);
+    kc_http_result r;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(kc_testserver_http(&src, "GET", "/v1/bundle", NULL, NULL, 0, false, &r), 0);
+        cr_assert_eq(r.status, 200, "%s", r.curl_error);
+        cr_expect_gt(r.len, BIG + BIG / 4, "the bundle holds both payloads");
+        kc_http_result res;
+        cr_assert_eq(
+            kc_testserver_http(&dst, "POST", "/v1/bundle", NULL, r.body, r.len, false, &res), 0);
+        cr_expect_eq(res.status, 200, "import: %s", res.body);
+        kc_http_result_free(&res);
+        kc_http_result_free(&r);
+    }
+    expect_served(&dst, &raw, false);
+    expect_served(&dst, &runs, true);
+    kc_testserver_cleanup(&src);
+    kc_testserver_cleanup(&dst);
+    art_free(&raw);
+    art_free(&runs);
+}
