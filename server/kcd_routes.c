@@ -464,13 +464,21 @@ static void ccache_key(const char *path, char key[KC_KEY_HEX_LEN + 1])
 
 static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
 {
-    int st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
+    /* a verified client certificate named in the tokens file decides alone;
+     * any other request is decided by its token */
+    int st = req->client_subject
+                 ? kcd_auth_check_subject(x->ctx->auth, req->client_subject, need, &x->who)
+                 : -1;
+    bool by_cert = st >= 0;
+    if (!by_cert)
+        st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
     if (st == 0)
         return true;
     if (st == 401)
         resp_error(x, 401, "a valid bearer token is required");
     else
-        resp_error(x, 403, "token '%s' lacks the %s scope", x->who,
+        resp_error(x, 403, "%s '%s' lacks the %s scope", by_cert ? "client certificate" : "token",
+                   x->who,
                    need & KCD_SCOPE_ADMIN   ? "admin"
                    : need & KCD_SCOPE_WRITE ? "write"
                                             : "read");
@@ -1738,6 +1746,10 @@ static void route(kcd_exchange *x, const kcd_request *req)
         x->route = KCD_R_OTHER;
         return resp_error(x, 400, "%s", req->framing_error);
     }
+    if (req->client_cert_error) { /* mTLS: no route without a certificate the CA signed */
+        x->route = KCD_R_OTHER;
+        return resp_error(x, 403, "client certificate refused: %s", req->client_cert_error);
+    }
     const char *rest = NULL;
     size_t g = 0;
     while (g < N_ROUTES && !path_matches(routes[g].path, p, &rest))
@@ -1845,7 +1857,8 @@ kcd_response *kcd_handle(kcd_ctx *ctx, const char *method, const char *path, con
                          size_t len)
 {
     kv_set hs = {headers, nheaders, true}, as = {args, nargs, false};
-    kcd_request req = {method, path, kv_lookup, &hs, kv_lookup, &as, "in-process", NULL};
+    kcd_request req = {method, path,         kv_lookup, &hs,  kv_lookup,
+                       &as,    "in-process", NULL,      NULL, NULL};
     kcd_exchange *x = kcd_exchange_begin(ctx, &req);
     if (!x)
         return NULL;

@@ -77,6 +77,11 @@ typedef struct kcd_request {
     const char *remote;        /* client address for the access log; may be NULL */
     const char *framing_error; /* non-NULL: the socket layer found the request's framing
                                 * ambiguous (e.g. two Content-Length headers); answered 400 */
+    /* mTLS (--tls-client-ca): the verified client certificate's subject
+     * (RFC 4514), or NULL; when client_cert_error is set the client offered
+     * no certificate the CA signed and every route answers 403 with it. */
+    const char *client_subject;
+    const char *client_cert_error;
 } kcd_request;
 
 /* A streamed response body: a bundle (GET /v1/bundle, length unknown) or a
