@@ -2983,3 +2983,26 @@ void kc_store_reader_close(kc_store_reader *r)
     free(r->in);
     free(r);
 }
+
+kc_code kc_store_group_sizes(kc_store *s, bool by_device, kc_group_fn fn, void *ctx, kc_err *err)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                by_device ? "SELECT e.device, COUNT(*), SUM(b.size), SUM(b.zsize) "
+                                            "FROM entries e JOIN blobs b ON b.id = e.blob "
+                                            "GROUP BY e.device ORDER BY 4 DESC"
+                                          : "SELECT e.kind, COUNT(*), SUM(b.size), SUM(b.zsize) "
+                                            "FROM entries e JOIN blobs b ON b.id = e.blob "
+                                            "GROUP BY e.kind ORDER BY 4 DESC",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "summing sizes");
+    while ((rc = step_retry(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (fn(name ? name : "", (uint64_t)sqlite3_column_int64(st, 1),
+               (uint64_t)sqlite3_column_int64(st, 2), (uint64_t)sqlite3_column_int64(st, 3), ctx))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? KC_OK : db_err(s, err, rc, "summing sizes");
+}

@@ -30,6 +30,7 @@
 #include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_s3.h"
+#include "kcd_status.h"
 
 #define CT_JSON "application/json"
 #define CT_TEXT "text/plain; charset=utf-8"
@@ -37,6 +38,7 @@
 #define CT_ENVELOPE "application/vnd.kcache.envelope"
 #define CT_BUNDLE "application/vnd.kcache.bundle"
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
+#define CT_HTML "text/html; charset=utf-8"
 /* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
 #define KCD_HOT_REFRESH_S 30.0
 /* An envelope longer than this (and than a memory-cache entry may be) is
@@ -63,8 +65,10 @@ struct kcd_ctx {
     kcd_s3 *s3;          /* NULL unless an S3 backing tier is configured */
     long s3_drain_ms;
     kcd_metrics metrics;
-    uint64_t gen;    /* identifies this context in the per-thread handle cache */
-    uint64_t writes; /* successful writes through this server: names a bundle's snapshot */
+    kcd_status *status; /* GET /status: samples and top missed keys */
+    const char *tls;    /* for /status */
+    uint64_t gen;       /* identifies this context in the per-thread handle cache */
+    uint64_t writes;    /* successful writes through this server: names a bundle's snapshot */
     pthread_mutex_t lock;
     kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
     size_t nhandles, caphandles;
@@ -92,6 +96,10 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&ctx->lock, NULL);
     kcd_metrics_init(&ctx->metrics);
+    ctx->status = kcd_status_new();
+    ctx->tls = cfg->tls_client_ca ? "on, client certificates required"
+               : cfg->tls_cert    ? "on"
+                                  : "off";
     if (cfg->memory_cache) {
         uint64_t per = cfg->memory_cache / 8;
         per = per > (64u << 20) ? (64u << 20) : per;
@@ -137,6 +145,7 @@ void kcd_ctx_free(kcd_ctx *ctx)
     kcd_auth_free(ctx->auth);
     kc_trust_free(ctx->trust);
     kcd_hot_free(ctx->hot);
+    kcd_status_free(ctx->status);
     kcd_s3_close(ctx->s3, ctx->s3_drain_ms); /* drains queued uploads */
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->data);
@@ -909,8 +918,10 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
         return;
     if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
         return;
-    if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT)
+    if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->ctx->metrics.misses, 1);
+        kcd_status_note_miss(x->ctx->status, x->key);
+    }
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
@@ -929,6 +940,7 @@ static void get_ccache(kcd_exchange *x)
     if (get_cached(x, KCD_HOT_CCACHE, CT_BIN, fetch_payload, &s, &rc, &e))
         return;
     kcd_metrics_add(&x->ctx->metrics.misses, 1);
+    kcd_status_note_miss(x->ctx->status, x->ccache_path);
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);
@@ -1625,6 +1637,25 @@ static void r_stats(kcd_exchange *x, const kcd_request *req, const char *rest)
     get_stats(x, false);
 }
 
+static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)req, (void)rest;
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store_stats st;
+    bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
+    uint64_t mem_entries = 0, mem_bytes = 0;
+    kcd_hot_usage(x->ctx->hot, &mem_entries, &mem_bytes);
+    __atomic_store_n(&x->ctx->metrics.mem_bytes, mem_bytes, __ATOMIC_RELAXED);
+    kcd_status_view v = {&x->ctx->metrics, have ? &st : NULL, s,
+                         x->ctx->s3,       x->ctx->data,      x->ctx->tls};
+    size_t len = 0;
+    char *html = kcd_status_html(x->ctx->status, &v, &len);
+    if (!html)
+        return resp_error(x, 500, "out of memory rendering the status page");
+    resp_take(x, 200, CT_HTML, html, len);
+}
+
 static void r_missing(kcd_exchange *x, const kcd_request *req, const char *rest)
 {
     (void)rest;
@@ -1704,6 +1735,8 @@ static const struct route_row {
     {"HEAD", "/metrics", KCD_R_METRICS, R_READ, "GET, HEAD", r_metrics},
     {"GET", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
     {"HEAD", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
+    {"GET", "/status", KCD_R_STATUS, R_READ, "GET, HEAD", r_status},
+    {"HEAD", "/status", KCD_R_STATUS, R_READ, "GET, HEAD", r_status},
     {"POST", "/v1/artifacts/missing", KCD_R_MISSING, R_READ | R_WRITE, "POST", r_missing},
     {"GET", "/v1/artifacts/", KCD_R_ARTIFACT_GET, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
     {"HEAD", "/v1/artifacts/", KCD_R_ARTIFACT_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
@@ -1816,7 +1849,8 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     /* body_len survives a caller taking the body; streams count themselves. */
     if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0)
         x->bytes_out = x->resp->body_len;
-    double dt = kc_now() - x->t0;
+    double now = kc_now(), dt = now - x->t0;
+    kcd_status_tick(x->ctx->status, &x->ctx->metrics, now);
     kcd_metrics_request(&x->ctx->metrics, x->route, status, x->bytes_in,
                         (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
     if (kcd_log_enabled(KCD_LOG_INFO))

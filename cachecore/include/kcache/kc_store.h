@@ -313,6 +313,15 @@ typedef struct kc_store_stats {
 
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
 
+/* Entries and bytes per kind (by_device false) or per device id (true;
+ * "" for entries without one), largest stored first: fn gets the group
+ * name, its entries, payload bytes and stored bytes (a payload shared by
+ * several entries counts in each); a non-zero return stops. One pass over
+ * the entries (an operator's status page, not a hot path). */
+typedef int (*kc_group_fn)(const char *name, uint64_t entries, uint64_t bytes,
+                           uint64_t stored_bytes, void *ctx);
+kc_code kc_store_group_sizes(kc_store *s, bool by_device, kc_group_fn fn, void *ctx, kc_err *err);
+
 /* Evicts least-recently-used entries until stored bytes <= max_size, in short
  * transactions so other writers are not blocked for long; also empties the
  * quarantine, moves the payloads of pack files that are more than half
