@@ -23,7 +23,6 @@ DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-$(nproc)}
 for b in "$KCACHED" "$KCACHE" "$CROWD"; do [[ -x $b ]] || { echo "missing $b (build it first)" >&2; exit 1; }; done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 T=$(mktemp -d /tmp/kccrowd.XXXXXX)
 PIDS=()
@@ -42,34 +41,15 @@ KURL=http://127.0.0.1:$(cat "$T/kport")
 
 echo "compiling the model zoo (kcache prewarm --push)..." >&2
 "$KCACHE" --cache-dir "$T/build-host" --remote "$KURL" -q prewarm "$SRC/examples/manifest.json" --push >&2
-mkdir -p "$T/www" "$T/nginx/tmp"
+mkdir -p "$T/www"
 curl -sf -o "$T/www/bundle" "$KURL/v1/bundle"
 size=$(stat -c %s "$T/www/bundle")
 chmod 755 "$T" && chmod -R a+rX "$T/www"
 
-NPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$T/nginx/nginx.conf" <<CONF
-worker_processes $THREADS;
-daemon off;
-pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    client_body_temp_path $T/nginx/tmp;
-    proxy_temp_path $T/nginx/tmp;
-    fastcgi_temp_path $T/nginx/tmp;
-    default_type application/octet-stream;
-    server { listen 127.0.0.1:$NPORT; root $T/www; location / { } }
-}
-CONF
-"$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" &
-PIDS+=($!)
+# shellcheck source=bench/nginx.sh
+source "$SRC/bench/nginx.sh"
+start_nginx
 NURL=http://127.0.0.1:$NPORT
-for _ in $(seq 1 500); do curl -s -o /dev/null "$NURL/bundle" && break; sleep 0.01; done
 cmp <(curl -s "$KURL/v1/bundle") "$T/www/bundle" >/dev/null 2>&1 ||
     echo "note: the bundle stream differs between requests (order), sizes compared" >&2
 

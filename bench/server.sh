@@ -26,7 +26,6 @@ N4M=${N4M:-32}
 MEMCACHE=${MEMCACHE:-256M} # kcached --memory-cache: holds the hot set, as the page cache does for nginx
 for b in "$KCACHED" "$BENCH"; do [[ -x $b ]] || { echo "missing $b (build it first)" >&2; exit 1; }; done
 command -v wrk >/dev/null || { echo "wrk not installed" >&2; exit 1; }
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 T=$(mktemp -d /tmp/kcbench.XXXXXX)
 PIDS=()
@@ -57,43 +56,8 @@ start_kcached() { # DATA_DIR -> sets KPORT KPID
 
 stop_kcached() { kill "$KPID"; wait "$KPID" || true; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-start_nginx() {
-    NPORT=$(free_port)
-    mkdir -p "$T/nginx/tmp"
-    cat >"$T/nginx/nginx.conf" <<CONF
-worker_processes $THREADS;
-daemon off;
-pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    client_body_temp_path $T/nginx/tmp;
-    proxy_temp_path $T/nginx/tmp;
-    fastcgi_temp_path $T/nginx/tmp;
-    default_type application/octet-stream;
-    server {
-        listen 127.0.0.1:$NPORT;
-        root $T/www;
-        location / { }
-    }
-}
-CONF
-    "$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" &
-    NGPID=$!
-    PIDS+=("$NGPID")
-    for _ in $(seq 1 500); do
-        curl -s -o /dev/null "http://127.0.0.1:$NPORT/" 2>/dev/null && return 0
-        sleep 0.01
-    done
-    cat "$T/nginx/error.log" >&2
-    exit 1
-}
+# shellcheck source=bench/nginx.sh
+source "$SRC/bench/nginx.sh"
 
 # wrk over a list of paths (one per line), round robin.
 cat >"$T/paths.lua" <<'LUA'

@@ -1637,13 +1637,19 @@ typedef struct read_out {
     size_t *env_len; /* READ_ZSTD */
 } read_out;
 
-static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
-                          read_out *o, kc_err *err)
+/* Positions ST_GET on key's row (the caller resets it). A miss is
+ * KC_ERR_NOT_FOUND. With count, this is a load: the miss is counted, and
+ * an entry that came from outside is checked against the trusted keys
+ * configured now, from the row alone, before any byte of the payload is
+ * read (a write-back stored before trust was configured is not loaded
+ * either); refused, it is KC_ERR_UNTRUSTED, counted as untrusted and as a
+ * miss. (Copies, for push and export, peek: their receivers check.) */
+static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt **out, kc_err *err)
 {
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
                           key ? key : "(null)");
-    sqlite3_stmt *st = stmt(s, ST_GET);
+    sqlite3_stmt *st = *out = stmt(s, ST_GET);
     if (!st)
         return db_err(s, err, sqlite3_errcode(s->db), "preparing read");
     sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
@@ -1659,6 +1665,34 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         sqlite3_reset(st);
         return kc_err_prefix(err, "%s", key), c;
     }
+    const char *origin = (const char *)sqlite3_column_text(st, 11);
+    if (!count || !s->opts.trust || !origin_outside(origin))
+        return KC_OK;
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    const void *sha = sqlite3_column_blob(st, 4);
+    int64_t size = sqlite3_column_int64(st, 5);
+    kc_code tc = KC_ERR_UNTRUSTED;
+    if (kind && meta && sqlite3_column_bytes(st, 4) == KC_SHA256_LEN && size >= 0)
+        tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
+    else
+        kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+    if (tc == KC_OK)
+        return KC_OK;
+    kc_err_prefix(err, "refusing a stored entry from %s", origin);
+    sqlite3_reset(st);
+    s->untrusted++;
+    note_access(s, 0, false);
+    return KC_ERR_UNTRUSTED;
+}
+
+static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
+                          read_out *o, kc_err *err)
+{
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, count, &st, err);
+    if (found != KC_OK)
+        return found;
     int64_t id = sqlite3_column_int64(st, 0);
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
@@ -1667,26 +1701,6 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
     int sha_len = sqlite3_column_bytes(st, 4);
     int64_t size = sqlite3_column_int64(st, 5);
     uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
-    /* A load (not a copy: push and export peek, and their receivers check)
-     * of an entry that came from outside is checked against the trusted
-     * keys configured now, from the row alone, before any byte of the
-     * payload is read: a write-back stored before trust was configured is
-     * not loaded either. Refused: a miss, counted as untrusted. */
-    if (count && s->opts.trust && origin_outside((const char *)sqlite3_column_text(st, 11))) {
-        kc_code tc = KC_ERR_UNTRUSTED;
-        if (kind && meta && sha_len == KC_SHA256_LEN && size >= 0)
-            tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
-        else
-            kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
-        if (tc != KC_OK) {
-            kc_err_prefix(err, "refusing a stored entry from %s",
-                          (const char *)sqlite3_column_text(st, 11));
-            sqlite3_reset(st);
-            s->untrusted++;
-            note_access(s, 0, false);
-            return KC_ERR_UNTRUSTED;
-        }
-    }
     bool raw = sqlite3_column_int(st, 12) != 0;
     const char *reason = NULL;
     kc_code code = KC_OK;
@@ -2595,30 +2609,15 @@ static void served_row_free(served_row *r)
     free(r->inline_bytes);
 }
 
-/* Loads key's row. KC_ERR_NOT_FOUND counts a miss; a malformed row is
- * quarantined (KC_ERR_CORRUPT); with trusted keys, an entry from outside
- * that none of them signed is KC_ERR_UNTRUSTED (counted), as read_entry. */
+/* Loads key's row (find_entry: a load, counted). A malformed row is
+ * quarantined (KC_ERR_CORRUPT). */
 static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err)
 {
     memset(r, 0, sizeof *r);
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
-                          key ? key : "(null)");
-    sqlite3_stmt *st = stmt(s, ST_GET);
-    if (!st)
-        return db_err(s, err, sqlite3_errcode(s->db), "preparing read");
-    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
-    int rc = step_retry(st);
-    if (rc == SQLITE_DONE) {
-        sqlite3_reset(st);
-        note_access(s, 0, false);
-        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
-    }
-    if (rc != SQLITE_ROW) {
-        kc_code c = db_err(s, err, rc, "reading");
-        sqlite3_reset(st);
-        return kc_err_prefix(err, "%s", key), c;
-    }
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, true, &st, err);
+    if (found != KC_OK)
+        return found;
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
     const void *sha = sqlite3_column_blob(st, 4);
@@ -2637,13 +2636,7 @@ static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err
               (uint64_t)r->zsize <= 2 * KC_PAYLOAD_MAX && r->pre >= 0 &&
               (r->pack == 0 || r->off - r->pre >= KC_PACK_MAGIC_LEN) &&
               (!r->raw || r->zsize == r->size);
-    kc_code trusted = KC_OK;
-    const char *origin = (const char *)sqlite3_column_text(st, 11);
-    if (ok && s->opts.trust && origin_outside(origin) &&
-        (trusted = kc_trust_check(s->opts.trust, key, kind, (uint64_t)r->size, sha, meta, err)) !=
-            KC_OK)
-        kc_err_prefix(err, "refusing a stored entry from %s", origin);
-    if (ok && trusted == KC_OK) {
+    if (ok) {
         memcpy(r->kind, kind, strlen(kind) + 1);
         memcpy(r->sha, sha, KC_SHA256_LEN);
         r->meta = strdup(meta);
@@ -2657,11 +2650,6 @@ static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err
         }
     }
     sqlite3_reset(st);
-    if (ok && trusted != KC_OK) {
-        s->untrusted++;
-        note_access(s, 0, false);
-        return KC_ERR_UNTRUSTED;
-    }
     if (!ok) {
         served_row_free(r);
         quarantine_blob(s, r->blob, "malformed row");
