@@ -4,12 +4,15 @@
  * would serve) and writes the same envelopes as plain files for nginx, the
  * anchor. Timing and the table are done by the script with wrk.
  *
- *   bench_server populate STORE_DIR WWW_DIR COUNT SIZE  -> prints one key per line
+ *   bench_server populate STORE_DIR WWW_DIR COUNT SIZE [random]
+ *                                                       -> prints one key per line; random:
+ *                                                          incompressible payloads
  *   bench_server fill STORE_DIR COUNT [SIZE]            -> COUNT small entries through
  *                                                          the bundle importer (batched)
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +40,7 @@ static int die(const kc_err *e)
     return 1;
 }
 
-static int populate(const char *store_dir, const char *www, long count, size_t size)
+static int populate(const char *store_dir, const char *www, long count, size_t size, bool random)
 {
     kc_err e = {0};
     kc_store *s;
@@ -45,11 +48,13 @@ static int populate(const char *store_dir, const char *www, long count, size_t s
         return die(&e);
     uint8_t *payload = malloc(size);
     for (long i = 0; i < count; i++) {
-        /* Half random, half repetitive: compressible like real binaries. */
-        fill_random(payload, size / 2, (uint64_t)i + size);
-        memset(payload + size / 2, (int)(i & 0xff), size - size / 2);
+        /* Half random, half repetitive: compressible like real binaries;
+         * or all random, like already-compressed files (stored raw). */
+        fill_random(payload, random ? size : size / 2, (uint64_t)i + size + (random ? 7 : 0));
+        if (!random)
+            memset(payload + size / 2, (int)(i & 0xff), size - size / 2);
         char seed[64], key[KC_KEY_HEX_LEN + 1];
-        snprintf(seed, sizeof seed, "bench-%zu-%ld", size, i);
+        snprintf(seed, sizeof seed, "bench-%s%zu-%ld", random ? "random-" : "", size, i);
         kc_sha256_hex(seed, strlen(seed), key);
         kc_artifact a;
         uint8_t *env;
@@ -160,11 +165,11 @@ static int fill(const char *store_dir, long count, size_t size)
 
 int main(int argc, char **argv)
 {
-    if (argc == 6 && !strcmp(argv[1], "populate"))
-        return populate(argv[2], argv[3], atol(argv[4]), (size_t)atol(argv[5]));
+    if ((argc == 6 || (argc == 7 && !strcmp(argv[6], "random"))) && !strcmp(argv[1], "populate"))
+        return populate(argv[2], argv[3], atol(argv[4]), (size_t)atol(argv[5]), argc == 7);
     if ((argc == 4 || argc == 5) && !strcmp(argv[1], "fill"))
         return fill(argv[2], atol(argv[3]), argc == 5 ? (size_t)atol(argv[4]) : 64);
-    fprintf(stderr,
-            "usage: bench_server populate STORE WWW COUNT SIZE | fill STORE COUNT [SIZE]\n");
+    fprintf(stderr, "usage: bench_server populate STORE WWW COUNT SIZE [random] | fill STORE COUNT "
+                    "[SIZE]\n");
     return 2;
 }

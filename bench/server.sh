@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/server.sh - kcached against nginx (the anchor) on loopback, same wrk
 # settings, same run: GET req/s for 4 KiB artifacts, GET bytes/s for 4 MiB
-# artifacts, PUT rate, and start-up time + RSS with ENTRIES (default 1M)
-# entries. Prints a Markdown table. No assertions: the numbers are the result.
+# artifacts (compressible and incompressible payloads; identity and
+# Accept-Encoding: zstd clients; server RSS sampled throughout), PUT rate,
+# and start-up time + RSS with ENTRIES (default 1M) entries. Prints a
+# Markdown table. No assertions: the numbers are the result.
 #
 #   bench/server.sh [BUILD_DIR]       (default: build)
 #   env: THREADS (server threads = nginx workers, default nproc), CONNS (64),
@@ -24,7 +26,6 @@ N4M=${N4M:-32}
 MEMCACHE=${MEMCACHE:-256M} # kcached --memory-cache: holds the hot set, as the page cache does for nginx
 for b in "$KCACHED" "$BENCH"; do [[ -x $b ]] || { echo "missing $b (build it first)" >&2; exit 1; }; done
 command -v wrk >/dev/null || { echo "wrk not installed" >&2; exit 1; }
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 T=$(mktemp -d /tmp/kcbench.XXXXXX)
 PIDS=()
@@ -55,48 +56,15 @@ start_kcached() { # DATA_DIR -> sets KPORT KPID
 
 stop_kcached() { kill "$KPID"; wait "$KPID" || true; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-start_nginx() {
-    NPORT=$(free_port)
-    mkdir -p "$T/nginx/tmp"
-    cat >"$T/nginx/nginx.conf" <<CONF
-worker_processes $THREADS;
-daemon off;
-pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    client_body_temp_path $T/nginx/tmp;
-    proxy_temp_path $T/nginx/tmp;
-    fastcgi_temp_path $T/nginx/tmp;
-    default_type application/octet-stream;
-    server {
-        listen 127.0.0.1:$NPORT;
-        root $T/www;
-        location / { }
-    }
-}
-CONF
-    "$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" &
-    NGPID=$!
-    PIDS+=("$NGPID")
-    for _ in $(seq 1 500); do
-        curl -s -o /dev/null "http://127.0.0.1:$NPORT/" 2>/dev/null && return 0
-        sleep 0.01
-    done
-    cat "$T/nginx/error.log" >&2
-    exit 1
-}
+# shellcheck source=bench/nginx.sh
+source "$SRC/bench/nginx.sh"
 
 # wrk over a list of paths (one per line), round robin.
 cat >"$T/paths.lua" <<'LUA'
 local paths = {}
 for line in io.lines(os.getenv("KC_PATHS")) do paths[#paths + 1] = line end
+local ae = os.getenv("KC_AE")
+if ae and ae ~= "" then wrk.headers["Accept-Encoding"] = ae end
 local i = math.random(#paths)
 request = function()
     i = i % #paths + 1
@@ -118,10 +86,10 @@ request = function()
 end
 LUA
 
-# run_wrk URL PATHS_FILE -> "req/s bytes/s"
+# run_wrk URL PATHS_FILE -> "req/s bytes/s" (KC_AE: an Accept-Encoding header)
 run_wrk() {
     local out
-    out=$(KC_PATHS="$2" wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$T/paths.lua" "$1" 2>&1)
+    out=$(KC_AE="${KC_AE:-}" KC_PATHS="$2" wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$T/paths.lua" "$1" 2>&1)
     local rps bps non2xx
     rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
     bps=$(awk '/Transfer\/sec/ {v=$2; u=substr(v,length(v)-1); n=v+0;
@@ -139,6 +107,10 @@ sed 's|^|/v1/artifacts/|' "$T/keys4k" >"$T/k4k"
 sed 's|^|/|' "$T/keys4k" >"$T/n4k"
 sed 's|^|/v1/artifacts/|' "$T/keys4m" >"$T/k4m"
 sed 's|^|/|' "$T/keys4m" >"$T/n4m"
+"$BENCH" populate "$T/store" "$T/www" "$N4M" 4194304 random >"$T/keys4r"
+sed 's|^|/v1/artifacts/|' "$T/keys4r" >"$T/k4r"
+sed 's|^|/|' "$T/keys4r" >"$T/n4r"
+env4m=$(stat -c %s "$T/www/$(head -1 "$T/keys4m")")
 
 chmod 755 "$T" && chmod -R a+rX "$T/www" # nginx workers may run as another user
 start_kcached "$T/store"
@@ -167,10 +139,36 @@ measure() { # KPATHS NPATHS -> sets k_rps k_bps n_rps n_bps (medians)
 }
 measure "$T/k4k" "$T/n4k"
 k4_rps=$k_rps n4_rps=$n_rps
-run_wrk "http://127.0.0.1:$KPORT" "$T/k4m" >/dev/null
+# Server RSS sampled every 0.2 s while the 4 MiB runs go (flat = no
+# payload-sized buffers per request).
+rss_sampler() { while kill -0 "$KPID" 2>/dev/null; do awk '/VmRSS/ {print $2}' "/proc/$KPID/status" 2>/dev/null; sleep 0.2; done >"$T/rss4m"; }
+run_wrk "http://127.0.0.1:$KPORT" "$T/k4m" >/dev/null # warm-up: fills the memory cache
 run_wrk "http://127.0.0.1:$NPORT" "$T/n4m" >/dev/null
+rss_sampler & RSSPID=$!
+PIDS+=("$RSSPID")
+rss_before=$(awk '/VmRSS/ {print $2}' "/proc/$KPID/status")
 measure "$T/k4m" "$T/n4m"
 k4m_bps=$k_bps n4m_bps=$n_bps
+# Accept-Encoding: zstd: kcached sends the stored frame (about half the
+# bytes here), nginx the file; compared on envelope bytes delivered per
+# second (req/s x envelope size), wire bytes reported beside.
+export KC_AE=zstd
+measure "$T/k4m" "$T/n4m"
+k4mz_rps=$k_rps k4mz_wire=$k_bps n4mz_bps=$n_bps
+unset KC_AE
+# Incompressible payloads (stored raw): both encodings get the envelope
+# straight from the pack file.
+run_wrk "http://127.0.0.1:$KPORT" "$T/k4r" >/dev/null
+run_wrk "http://127.0.0.1:$NPORT" "$T/n4r" >/dev/null
+measure "$T/k4r" "$T/n4r"
+k4r_bps=$k_bps n4r_bps=$n_bps
+export KC_AE=zstd
+measure "$T/k4r" "$T/n4r"
+k4rz_bps=$k_bps n4rz_bps=$n_bps
+unset KC_AE
+rss_after=$(awk '/VmRSS/ {print $2}' "/proc/$KPID/status")
+kill "$RSSPID" 2>/dev/null; wait "$RSSPID" 2>/dev/null || true
+rss_range=$(sort -n "$T/rss4m" | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.1f-%.1f", lo/1024, hi/1024}')
 
 put_out=$(wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" -s "$T/put.lua" "http://127.0.0.1:$KPORT" 2>&1)
 put_rps=$(awk '/Requests\/sec/ {print $2}' <<<"$put_out")
@@ -208,7 +206,11 @@ cat <<TABLE
 | benchmark | kcached | anchor (nginx static files) | ratio | goal |
 | --- | --- | --- | --- | --- |
 | GET 4 KiB artifacts, req/s | $k4_rps | $n4_rps | $(ratio "$k4_rps" "$n4_rps") | >= 1.0 |
-| GET 4 MiB artifacts, MiB/s | $(mib "$k4m_bps") | $(mib "$n4m_bps") | $(ratio "$k4m_bps" "$n4m_bps") | >= 0.9 |
+| GET 4 MiB artifacts, MiB/s | $(mib "$k4m_bps") | $(mib "$n4m_bps") | $(ratio "$k4m_bps" "$n4m_bps") | >= 1.0 |
+| GET 4 MiB, Accept-Encoding: zstd, envelope MiB/s (wire MiB/s) | $(mib "$(awk -v r="$k4mz_rps" -v s="$env4m" 'BEGIN{print r*s}')") ($(mib "$k4mz_wire")) | $(mib "$n4mz_bps") | $(ratio "$(awk -v r="$k4mz_rps" -v s="$env4m" 'BEGIN{print r*s}')" "$n4mz_bps") | >= 1.0 |
+| GET 4 MiB incompressible (stored raw), MiB/s | $(mib "$k4r_bps") | $(mib "$n4r_bps") | $(ratio "$k4r_bps" "$n4r_bps") | >= 1.0 |
+| GET 4 MiB incompressible, Accept-Encoding: zstd, MiB/s | $(mib "$k4rz_bps") | $(mib "$n4rz_bps") | $(ratio "$k4rz_bps" "$n4rz_bps") | >= 1.0 |
+| server RSS during the 4 MiB runs, MiB (min-max of 0.2 s samples; before / after) | $rss_range ($(awk -v k="$rss_before" 'BEGIN{printf "%.1f", k/1024}') / $(awk -v k="$rss_after" 'BEGIN{printf "%.1f", k/1024}')) | - | - | flat |
 | PUT 4 KiB blobs (/ccache), req/s | $put_rps${put_non2xx:+ ($put_non2xx non-2xx)} | - | - | - |
 | RSS after the runs above, MiB (+ memory cache, MiB, partly in memfd) | $(awk -v k="$rss_loaded" 'BEGIN{printf "%.1f", k/1024}') (+ $(mib "${memcache:-0}")) | - | - | bounded |
 | start-up with $ENTRIES entries, s (exec to listening) | $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}') | - | - | < 1 |

@@ -211,6 +211,21 @@ kc_code kc_packs_read(kc_packs *p, int64_t id, uint64_t off, void *buf, size_t l
     return KC_OK;
 }
 
+kc_code kc_packs_dup(kc_packs *p, int64_t id, int *fd, kc_err *err)
+{
+    *fd = -1;
+    pack_fd *s = NULL;
+    kc_code code = slot_for(p, id, false, &s, err);
+    if (code != KC_OK)
+        return code;
+    if ((*fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        char path[4096];
+        pack_path(p, id, path, sizeof path);
+        return io_error(err, errno, "cannot duplicate the descriptor of", path);
+    }
+    return KC_OK;
+}
+
 void kc_packs_remove(kc_packs *p, int64_t id)
 {
     for (int i = 0; i < KC_PACK_FDS; i++)

@@ -53,6 +53,12 @@ kc_code kc_packs_sync(kc_packs *p, kc_err *err);
  * range, KC_ERR_IO otherwise. */
 kc_code kc_packs_read(kc_packs *p, int64_t id, uint64_t off, void *buf, size_t len, kc_err *err);
 
+/* A new descriptor (close-on-exec) of pack id, for a reader that outlives
+ * the handle's cache of descriptors (a response sent with sendfile(2), a
+ * streamed read). The caller closes *fd. A pack removed meanwhile stays
+ * readable through it. Errors as kc_packs_read. */
+kc_code kc_packs_dup(kc_packs *p, int64_t id, int *fd, kc_err *err);
+
 /* Closes and unlinks pack id (missing is not an error). */
 void kc_packs_remove(kc_packs *p, int64_t id);
 

@@ -4,13 +4,21 @@
  * entries mapping keys to blobs, LRU by batched access times, quarantine for
  * corrupt payloads, and counters summed across processes.
  *
- * Schema (user_version 2):
- *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data, pack, off)  payload =
- *         one zstd frame of zsize bytes, in data (pack = 0) or, from
- *         KC_PACK_MIN compressed bytes up, at off in pack file `pack`
- *         (kc_pack.h; data is then empty); xxh = XXH3-64 of the frame (the
- *         check every get makes, and the zstd passthrough path); refs =
- *         entries using it (the blob goes when it reaches 0)
+ * Schema (user_version 4):
+ *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data, pack, off, raw, pre)
+ *         payload = one zstd frame of zsize bytes (raw = 0), or the payload
+ *         itself (raw = 1: zstd saved less than KC_RAW_GAIN_DIV-th of it, so
+ *         readers copy instead of decompressing and a server can send it
+ *         from the file), in data (pack = 0) or, from KC_PACK_MIN stored
+ *         bytes up, at off in pack file `pack` (kc_pack.h; data is then
+ *         empty); xxh = XXH3-64 of the stored bytes (the check every get
+ *         makes, and the zstd passthrough path); refs = entries using it (the
+ *         blob goes when it reaches 0); pre = bytes just before off holding
+ *         the response prefix of the entry that stored the blob (its
+ *         envelope header, wrapped in a raw-block zstd frame when the blob is
+ *         a frame), so that entry's whole response is one range of the pack
+ *         (kc_store_get_span); 0 = none (inline, moved by compaction, or
+ *         stored before version 4); raw and pre came with version 4
  *   packs(id AUTOINCREMENT, live)  live = bytes of blobs in the pack; an
  *         emptied pack other than the newest is deleted, row and file (gc
  *         deletes the newest too)
@@ -32,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -50,7 +59,11 @@
 #include "kc_store_internal.h"
 #include "kc_util.h"
 
-#define KC_STORE_SCHEMA 3
+#define KC_STORE_SCHEMA 4
+/* A payload is stored raw when zstd would save less than 1/32 (~3%) of it:
+ * already-compressed files, native code with little redundancy. */
+#define KC_RAW_GAIN_DIV 32
+#define KC_RAW_MIN 64 /* smaller payloads are always compressed (never empty raw blobs) */
 /* Compressed blobs from this size up go to pack files: measured on a bundle
  * import of 64 KiB artifacts, SQLite's overflow pages cost a write to the WAL
  * and another at checkpoint, 4 KiB at a time (see docs/bench-notes/pull.md). */
@@ -102,13 +115,13 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RELEASE] = "RELEASE kc_put",
     [ST_ROLLBACK_TO] = "ROLLBACK TO kc_put",
     [ST_ENTRY_EXISTS] = "SELECT 1 FROM entries WHERE key = ?1",
-    [ST_INS_BLOB] = "INSERT INTO blobs(sha, size, zsize, xxh, refs, data, pack, off) "
-                    "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)",
+    [ST_INS_BLOB] = "INSERT INTO blobs(sha, size, zsize, xxh, refs, data, pack, off, raw, pre) "
+                    "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9)",
     [ST_INS_ENTRY] = "INSERT OR IGNORE INTO entries(key, kind, device, tag, created, atime, meta, "
                      "blob, origin, sig) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_ADD_COUNTER] = "UPDATE counters SET value = value + ?2 WHERE name = ?1",
     [ST_GET] = "SELECT e.id, e.kind, e.meta, b.id, b.sha, b.size, b.xxh, b.data, b.pack, "
-               "b.off, b.zsize, e.origin "
+               "b.off, b.zsize, e.origin, b.raw, b.pre "
                "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
     [ST_ENTRY_BY_KEY] = "SELECT id, blob FROM entries WHERE key = ?1",
     [ST_DEL_ENTRY] = "DELETE FROM entries WHERE id = ?1",
@@ -420,6 +433,11 @@ static const char schema_v3[] =
     "ALTER TABLE entries ADD COLUMN sig TEXT NOT NULL DEFAULT 'unknown';"
     "INSERT OR IGNORE INTO counters(name, value) VALUES ('untrusted', 0);";
 
+/* Version 4: raw (uncompressed) blobs and the response prefix before a
+ * packed blob; existing blobs are frames without a prefix. */
+static const char schema_v4[] = "ALTER TABLE blobs ADD COLUMN raw INTEGER NOT NULL DEFAULT 0;"
+                                "ALTER TABLE blobs ADD COLUMN pre INTEGER NOT NULL DEFAULT 0;";
+
 /* Migration hook: migrations[v] takes a database at user_version v to v+1.
  * Each runs inside the open's write transaction. */
 
@@ -427,6 +445,7 @@ static const char *const migrations[KC_STORE_SCHEMA] = {
     [0] = schema_v1,
     [1] = schema_v2,
     [2] = schema_v3,
+    [3] = schema_v4,
 };
 
 static int exec_retry(sqlite3 *db, const char *sql)
@@ -893,11 +912,95 @@ static int delete_blob(kc_store *s, int64_t blob, int64_t *zsize)
     return pack ? pack_add(s, pack, -*zsize) : SQLITE_OK;
 }
 
-/* Appends a blob's frame to the newest pack, or to a new one when that is
- * full, and counts its bytes there. Inside the write txn that inserts the
- * blob's row, so the bytes are referenced only if that commits. */
-static kc_code pack_store(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
-                          kc_err *err)
+/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
+static size_t raw_frame_bound(size_t n)
+{
+    return 4 + 1 + 4 + 3 * (n / (128 * 1024) + 1) + n;
+}
+
+/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
+ * magic, a single-segment header with a 4-byte content size, then blocks of
+ * at most 128 KiB. Much cheaper than compressing a small envelope header,
+ * and any zstd decoder reads it. Returns the frame length. */
+static size_t raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    size_t o = 0;
+    memcpy(dst, magic, 4);
+    o += 4;
+    dst[o++] = 0xA0; /* FCS_flag = 2 (4 bytes), Single_Segment = 1 */
+    for (int i = 0; i < 4; i++)
+        dst[o++] = (uint8_t)((uint32_t)n >> (8 * i));
+    size_t off = 0;
+    do {
+        size_t b = n - off > 128 * 1024 ? 128 * 1024 : n - off;
+        uint32_t last = off + b == n ? 1u : 0u;
+        uint32_t bh = last | (0u << 1) | ((uint32_t)b << 3); /* Block_Type 0 = raw */
+        dst[o++] = (uint8_t)bh;
+        dst[o++] = (uint8_t)(bh >> 8);
+        dst[o++] = (uint8_t)(bh >> 16);
+        memcpy(dst + o, src + off, b);
+        o += b;
+        off += b;
+    } while (off < n);
+    return o;
+}
+
+/* The response prefix of an entry (malloc'd, *len bytes): its envelope
+ * header, which the payload follows when the blob is raw; for a zstd frame,
+ * the header wrapped in a raw-block frame, which the stored frame follows
+ * to make the zstd stream of the envelope (RFC 8878 allows concatenated
+ * frames). NULL when out of memory. */
+static uint8_t *response_prefix(const char *key, const char *kind, const char *meta, uint64_t size,
+                                const uint8_t sha[KC_SHA256_LEN], bool framed, size_t *len)
+{
+    size_t hlen = kc_envelope_header_size(strlen(kind), strlen(meta));
+    uint8_t *hdr = malloc(hlen);
+    uint8_t *out = framed && hdr ? malloc(raw_frame_bound(hlen)) : hdr;
+    if (!out) {
+        free(hdr);
+        return NULL;
+    }
+    kc_envelope_write_header(hdr, key, kind, meta, size, sha);
+    *len = hlen;
+    if (framed) {
+        *len = raw_frame(out, hdr, hlen);
+        free(hdr);
+    }
+    return out;
+}
+
+static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
+                           kc_err *err);
+
+/* Appends a blob's bytes, after prelen bytes of response prefix (may be
+ * 0), to the newest pack, or to a new one when that is full, and counts the
+ * blob's bytes there (the prefix is dead space to compaction); *off is where
+ * the blob's bytes start. Inside the write txn that inserts the blob's row,
+ * so the bytes are referenced only if that commits. */
+static kc_code pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
+                          size_t zlen, int64_t *pack, uint64_t *off, kc_err *err)
+{
+    uint8_t *joined = NULL;
+    if (prelen) {
+        if (!(joined = malloc(prelen + zlen)))
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory packing %zu bytes", zlen);
+        memcpy(joined, prefix, prelen);
+        memcpy(joined + prelen, z, zlen);
+        z = joined;
+        zlen += prelen;
+    }
+    kc_code code = pack_append(s, z, zlen, pack, off, err);
+    free(joined);
+    if (code != KC_OK)
+        return code;
+    *off += prelen;
+    int rc = pack_add(s, *pack, (int64_t)(zlen - prelen));
+    return rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "recording a pack");
+}
+
+static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
+                           kc_err *err)
 {
     int64_t id;
     int rc = newest_pack(s, &id);
@@ -914,8 +1017,6 @@ static kc_code pack_store(kc_store *s, const void *z, size_t zlen, int64_t *pack
     }
     if (code != KC_OK)
         return code;
-    if ((rc = pack_add(s, id, (int64_t)zlen)) != SQLITE_OK)
-        return db_err(s, err, rc, "recording a pack");
     *pack = id;
     return KC_OK;
 }
@@ -1012,9 +1113,10 @@ static int evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted
  * On success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
 static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
                           bool frame_checked, int level, const void **z, size_t *zlen, bool *owned,
-                          uint64_t *xxh, kc_err *err)
+                          bool *raw, uint64_t *xxh, kc_err *err)
 {
     *owned = false;
+    *raw = false;
     if (!frame) {
         size_t bound = ZSTD_compressBound(a->payload_len);
         uint8_t *buf = malloc(bound ? bound : 1);
@@ -1025,10 +1127,48 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
             free(buf);
             return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key, ZSTD_getErrorName(n));
         }
+        if (a->payload_len >= KC_RAW_MIN &&
+            a->payload_len - (a->payload_len < n ? a->payload_len : n) <
+                a->payload_len / KC_RAW_GAIN_DIV) {
+            free(buf); /* zstd does not pay for itself: keep the bytes as they are */
+            *z = a->payload;
+            *zlen = a->payload_len;
+            *raw = true;
+            *xxh = XXH3_64bits(a->payload, a->payload_len);
+            return KC_OK;
+        }
         *z = buf;
         *zlen = n;
         *owned = true;
         *xxh = XXH3_64bits(buf, n);
+        return KC_OK;
+    }
+    if (a->payload_len >= KC_RAW_MIN &&
+        a->payload_len - (a->payload_len < frame_len ? a->payload_len : frame_len) <
+            a->payload_len / KC_RAW_GAIN_DIV) {
+        /* a frame that saves nothing (a raw blob exported as raw blocks):
+         * keep the payload raw, checked like the frame would be */
+        uint8_t *buf = malloc(a->payload_len);
+        if (!buf)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory storing %s", a->key);
+        size_t got = ZSTD_decompressDCtx(s->dctx, buf, a->payload_len, frame, frame_len);
+        uint8_t sha[KC_SHA256_LEN];
+        if (!ZSTD_isError(got) && got == a->payload_len)
+            store_sha(s, buf, got, sha);
+        if (ZSTD_isError(got) || got != a->payload_len ||
+            ZSTD_findFrameCompressedSize(frame, frame_len) != frame_len ||
+            memcmp(sha, a->payload_sha, KC_SHA256_LEN) != 0) {
+            free(buf);
+            return kc_err_set(err, KC_ERR_CORRUPT,
+                              "%s: compressed payload does not decompress to its %zu bytes and "
+                              "SHA-256",
+                              a->key, a->payload_len);
+        }
+        *z = buf;
+        *zlen = got;
+        *owned = true;
+        *raw = true;
+        *xxh = XXH3_64bits(buf, got);
         return KC_OK;
     }
     if (!frame_checked) {
@@ -1116,10 +1256,10 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
 
     const void *z = NULL;
     size_t zlen = 0;
-    bool z_owned = false;
+    bool z_owned = false, raw = false;
     uint64_t xxh = 0;
     if (blob == 0 && (code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen,
-                                        &z_owned, &xxh, err)) != KC_OK)
+                                        &z_owned, &raw, &xxh, err)) != KC_OK)
         return code;
 
     if ((code = begin_write(s, err)) != KC_OK) {
@@ -1148,7 +1288,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
     }
     if (rc == SQLITE_OK && blob == 0 && !z) {
         /* the blob we saw vanished meanwhile (evicted): make it now */
-        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &xxh, err);
+        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &raw, &xxh,
+                          err);
         if (code != KC_OK) {
             rollback_write(s);
             return code;
@@ -1156,13 +1297,20 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
     }
     int64_t pack = 0;
     uint64_t off = 0;
-    if (rc == SQLITE_OK && blob == 0 && zlen >= KC_PACK_MIN &&
-        (code = pack_store(s, z, zlen, &pack, &off, err)) != KC_OK) {
-        if (z_owned)
-            free((void *)z);
-        rollback_write(s);
-        kc_err_prefix(err, "storing %s", a->key);
-        return code;
+    size_t pre = 0;
+    if (rc == SQLITE_OK && blob == 0 && zlen >= KC_PACK_MIN) {
+        uint8_t *prefix = response_prefix(a->key, a->kind, a->meta ? a->meta : "{}",
+                                          (uint64_t)a->payload_len, sha, !raw, &pre);
+        code = prefix ? pack_store(s, prefix, pre, z, zlen, &pack, &off, err)
+                      : kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        free(prefix);
+        if (code != KC_OK) {
+            if (z_owned)
+                free((void *)z);
+            rollback_write(s);
+            kc_err_prefix(err, "storing %s", a->key);
+            return code;
+        }
     }
     if (rc == SQLITE_OK && blob == 0) {
         sqlite3_stmt *st = stmt(s, ST_INS_BLOB);
@@ -1178,6 +1326,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
             rc = sqlite3_bind_blob64(st, 5, pack ? "" : z, pack ? 0 : zlen, SQLITE_STATIC);
             sqlite3_bind_int64(st, 6, pack);
             sqlite3_bind_int64(st, 7, (sqlite3_int64)off);
+            sqlite3_bind_int(st, 8, raw);
+            sqlite3_bind_int64(st, 9, (sqlite3_int64)pre);
             if (rc == SQLITE_OK)
                 rc = step_retry(st);
             sqlite3_reset(st);
@@ -1440,40 +1590,6 @@ static void quarantine_blob(kc_store *s, int64_t blob, const char *reason)
  * READ_CHECK: only the checks those two make (kc_store_check). */
 enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
 
-/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
-static size_t raw_frame_bound(size_t n)
-{
-    return 4 + 1 + 4 + 3 * (n / (128 * 1024) + 1) + n;
-}
-
-/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
- * magic, a single-segment header with a 4-byte content size, then blocks of
- * at most 128 KiB. Much cheaper than compressing a small envelope header,
- * and any zstd decoder reads it. Returns the frame length. */
-static size_t raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
-{
-    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
-    size_t o = 0;
-    memcpy(dst, magic, 4);
-    o += 4;
-    dst[o++] = 0xA0; /* FCS_flag = 2 (4 bytes), Single_Segment = 1 */
-    for (int i = 0; i < 4; i++)
-        dst[o++] = (uint8_t)((uint32_t)n >> (8 * i));
-    size_t off = 0;
-    do {
-        size_t b = n - off > 128 * 1024 ? 128 * 1024 : n - off;
-        uint32_t last = off + b == n ? 1u : 0u;
-        uint32_t bh = last | (0u << 1) | ((uint32_t)b << 3); /* Block_Type 0 = raw */
-        dst[o++] = (uint8_t)bh;
-        dst[o++] = (uint8_t)(bh >> 8);
-        dst[o++] = (uint8_t)(bh >> 16);
-        memcpy(dst + o, src + off, b);
-        o += b;
-        off += b;
-    } while (off < n);
-    return o;
-}
-
 /* The stored frame of a blob row (columns data, pack, off, zsize from
  * data_col on): its inline bytes, or zsize bytes read from its pack into
  * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
@@ -1521,13 +1637,19 @@ typedef struct read_out {
     size_t *env_len; /* READ_ZSTD */
 } read_out;
 
-static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
-                          read_out *o, kc_err *err)
+/* Positions ST_GET on key's row (the caller resets it). A miss is
+ * KC_ERR_NOT_FOUND. With count, this is a load: the miss is counted, and
+ * an entry that came from outside is checked against the trusted keys
+ * configured now, from the row alone, before any byte of the payload is
+ * read (a write-back stored before trust was configured is not loaded
+ * either); refused, it is KC_ERR_UNTRUSTED, counted as untrusted and as a
+ * miss. (Copies, for push and export, peek: their receivers check.) */
+static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt **out, kc_err *err)
 {
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
                           key ? key : "(null)");
-    sqlite3_stmt *st = stmt(s, ST_GET);
+    sqlite3_stmt *st = *out = stmt(s, ST_GET);
     if (!st)
         return db_err(s, err, sqlite3_errcode(s->db), "preparing read");
     sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
@@ -1543,6 +1665,34 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         sqlite3_reset(st);
         return kc_err_prefix(err, "%s", key), c;
     }
+    const char *origin = (const char *)sqlite3_column_text(st, 11);
+    if (!count || !s->opts.trust || !origin_outside(origin))
+        return KC_OK;
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    const void *sha = sqlite3_column_blob(st, 4);
+    int64_t size = sqlite3_column_int64(st, 5);
+    kc_code tc = KC_ERR_UNTRUSTED;
+    if (kind && meta && sqlite3_column_bytes(st, 4) == KC_SHA256_LEN && size >= 0)
+        tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
+    else
+        kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+    if (tc == KC_OK)
+        return KC_OK;
+    kc_err_prefix(err, "refusing a stored entry from %s", origin);
+    sqlite3_reset(st);
+    s->untrusted++;
+    note_access(s, 0, false);
+    return KC_ERR_UNTRUSTED;
+}
+
+static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
+                          read_out *o, kc_err *err)
+{
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, count, &st, err);
+    if (found != KC_OK)
+        return found;
     int64_t id = sqlite3_column_int64(st, 0);
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
@@ -1551,26 +1701,7 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
     int sha_len = sqlite3_column_bytes(st, 4);
     int64_t size = sqlite3_column_int64(st, 5);
     uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
-    /* A load (not a copy: push and export peek, and their receivers check)
-     * of an entry that came from outside is checked against the trusted
-     * keys configured now, from the row alone, before any byte of the
-     * payload is read: a write-back stored before trust was configured is
-     * not loaded either. Refused: a miss, counted as untrusted. */
-    if (count && s->opts.trust && origin_outside((const char *)sqlite3_column_text(st, 11))) {
-        kc_code tc = KC_ERR_UNTRUSTED;
-        if (kind && meta && sha_len == KC_SHA256_LEN && size >= 0)
-            tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
-        else
-            kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
-        if (tc != KC_OK) {
-            kc_err_prefix(err, "refusing a stored entry from %s",
-                          (const char *)sqlite3_column_text(st, 11));
-            sqlite3_reset(st);
-            s->untrusted++;
-            note_access(s, 0, false);
-            return KC_ERR_UNTRUSTED;
-        }
-    }
+    bool raw = sqlite3_column_int(st, 12) != 0;
     const char *reason = NULL;
     kc_code code = KC_OK;
     uint8_t *buf = NULL;
@@ -1610,16 +1741,18 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
             reason = "compressed bytes fail their checksum";
             goto corrupt;
         }
-        unsigned long long fcs = ZSTD_getFrameContentSize(z, zlen);
-        if (fcs != (unsigned long long)size || ZSTD_findFrameCompressedSize(z, zlen) != zlen) {
+        if (raw ? zlen != (size_t)size
+                : (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)size ||
+                   ZSTD_findFrameCompressedSize(z, zlen) != zlen)) {
             reason = "stored frame does not match its size";
             goto corrupt;
         }
         if (mode == READ_CHECK)
             goto out;
         size_t hz = mode == READ_ZSTD ? raw_frame_bound(hlen) : hlen;
+        size_t fz = raw ? raw_frame_bound(zlen) : zlen; /* a raw blob goes out as a frame */
         uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
-        buf = hdr || mode == READ_STORED ? malloc(hz + zlen) : NULL;
+        buf = hdr || mode == READ_STORED ? malloc(hz + fz) : NULL;
         if (!buf) {
             free(hdr);
             code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
@@ -1629,9 +1762,12 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
         if (hdr)
             hz = raw_frame(buf, hdr, hlen);
         free(hdr);
-        memcpy(buf + hz, z, zlen);
+        if (raw)
+            fz = raw_frame(buf + hz, z, zlen);
+        else
+            memcpy(buf + hz, z, zlen);
         *o->buf = buf;
-        *o->len = hz + zlen;
+        *o->len = hz + fz;
         if (o->env_len)
             *o->env_len = hlen + (size_t)size;
         buf = NULL;
@@ -1655,7 +1791,11 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
      * more than the decompression. Only when it fails is the payload hashed,
      * to say why (kc_store_verify always checks the SHA-256). */
     bool stored_ok = XXH3_64bits(z, zlen) == xxh;
-    size_t got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
+    size_t got = zlen;
+    if (raw && zlen == (size_t)size)
+        memcpy(payload, z, zlen);
+    else if (!raw)
+        got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
     if (ZSTD_isError(got) || got != (size_t)size) {
         reason = "payload does not decompress";
         goto corrupt;
@@ -2126,8 +2266,8 @@ static kc_code move_pack(kc_store *s, int64_t pack, kc_err *err)
                                 "ORDER BY id LIMIT 64",
                                 -1, &sel, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(s->db, "UPDATE blobs SET pack = ?2, off = ?3 WHERE id = ?1", -1,
-                                &up, NULL);
+        rc = sqlite3_prepare_v2(
+            s->db, "UPDATE blobs SET pack = ?2, off = ?3, pre = 0 WHERE id = ?1", -1, &up, NULL);
     kc_code code = rc == SQLITE_OK ? KC_OK : db_err(s, err, rc, "compacting a pack");
     int64_t after = 0;
     for (int n = 64; code == KC_OK && n == 64;) {
@@ -2156,7 +2296,7 @@ static kc_code move_pack(kc_store *s, int64_t pack, kc_err *err)
             }
             int64_t np = 0;
             uint64_t noff = 0;
-            code = pack_store(s, buf, (size_t)sizes[i], &np, &noff, err);
+            code = pack_store(s, NULL, 0, buf, (size_t)sizes[i], &np, &noff, err);
             free(buf);
             if (code != KC_OK)
                 break;
@@ -2333,7 +2473,7 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db,
                                 "SELECT b.id, b.sha, b.size, b.xxh, b.refs, b.data, b.pack, "
-                                "b.off, b.zsize FROM blobs b "
+                                "b.off, b.zsize, b.raw FROM blobs b "
                                 "WHERE b.id > ?1 ORDER BY b.id LIMIT 256",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
@@ -2379,7 +2519,10 @@ kc_code kc_store_verify(kc_store *s, kc_entry_fn fn, void *ctx, uint64_t *checke
                         goto done;
                     }
                 }
-                size_t got = ZSTD_decompressDCtx(s->dctx, buf, (size_t)size, z, zlen);
+                bool raw = sqlite3_column_int(st, 9) != 0;
+                size_t got = raw ? zlen : ZSTD_decompressDCtx(s->dctx, buf, (size_t)size, z, zlen);
+                if (raw && zlen == (size_t)size)
+                    memcpy(buf, z, zlen);
                 uint8_t d[KC_SHA256_LEN];
                 if (ZSTD_isError(got) || got != (size_t)size) {
                     reason = "payload does not decompress";
@@ -2444,4 +2587,410 @@ done:
     if (bad)
         *bad = nbad;
     return code;
+}
+
+/* ---- serving large entries (kcached) ---------------------------------- */
+
+/* The columns of an ST_GET row that serving needs, copied out so the
+ * statement is reset before anything else runs on the handle. */
+typedef struct served_row {
+    int64_t id, blob, size, pack, off, zsize, pre;
+    uint64_t xxh;
+    bool raw;
+    char kind[KC_KIND_MAX + 1];
+    char *meta;            /* malloc'd */
+    uint8_t *inline_bytes; /* malloc'd copy of an inline blob (pack == 0) */
+    uint8_t sha[KC_SHA256_LEN];
+} served_row;
+
+static void served_row_free(served_row *r)
+{
+    free(r->meta);
+    free(r->inline_bytes);
+}
+
+/* Loads key's row (find_entry: a load, counted). A malformed row is
+ * quarantined (KC_ERR_CORRUPT). */
+static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err)
+{
+    memset(r, 0, sizeof *r);
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, true, &st, err);
+    if (found != KC_OK)
+        return found;
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    const void *sha = sqlite3_column_blob(st, 4);
+    r->id = sqlite3_column_int64(st, 0);
+    r->blob = sqlite3_column_int64(st, 3);
+    r->size = sqlite3_column_int64(st, 5);
+    r->xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    r->pack = sqlite3_column_int64(st, 8);
+    r->off = sqlite3_column_int64(st, 9);
+    r->zsize = sqlite3_column_int64(st, 10);
+    r->raw = sqlite3_column_int(st, 12) != 0;
+    r->pre = sqlite3_column_int64(st, 13);
+    bool ok = kind && meta && sha && sqlite3_column_bytes(st, 4) == KC_SHA256_LEN &&
+              strlen(kind) >= 1 && strlen(kind) <= KC_KIND_MAX && strlen(meta) <= KC_META_MAX &&
+              r->size >= 0 && (uint64_t)r->size <= KC_PAYLOAD_MAX && r->zsize >= 0 &&
+              (uint64_t)r->zsize <= 2 * KC_PAYLOAD_MAX && r->pre >= 0 &&
+              (r->pack == 0 || r->off - r->pre >= KC_PACK_MAGIC_LEN) &&
+              (!r->raw || r->zsize == r->size);
+    if (ok) {
+        memcpy(r->kind, kind, strlen(kind) + 1);
+        memcpy(r->sha, sha, KC_SHA256_LEN);
+        r->meta = strdup(meta);
+        if (r->pack == 0) {
+            const void *d = sqlite3_column_blob(st, 7);
+            size_t n = (size_t)sqlite3_column_bytes(st, 7);
+            r->zsize = (int64_t)n;
+            if ((r->inline_bytes = malloc(n ? n : 1)) && d)
+                memcpy(r->inline_bytes, d, n);
+            ok = d != NULL && (!r->raw || r->zsize == r->size);
+        }
+    }
+    sqlite3_reset(st);
+    if (!ok) {
+        served_row_free(r);
+        quarantine_blob(s, r->blob, "malformed row");
+        return kc_err_set(err, KC_ERR_CORRUPT,
+                          "%s: stored entry is corrupt (malformed row); "
+                          "quarantined",
+                          key);
+    }
+    if (!r->meta || (r->pack == 0 && !r->inline_bytes)) {
+        served_row_free(r);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    }
+    return KC_OK;
+}
+
+static kc_code corrupt_entry(kc_store *s, const char *key, int64_t blob, const char *reason,
+                             kc_err *err)
+{
+    quarantine_blob(s, blob, reason);
+    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
+                      reason);
+}
+
+kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_store_span *sp,
+                          kc_err *err)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->fd = -1;
+    served_row r;
+    kc_code code = load_row(s, key, &r, err);
+    if (code != KC_OK)
+        return code;
+    sp->raw = r.raw;
+    sp->env_len = kc_envelope_header_size(strlen(r.kind), strlen(r.meta)) + (uint64_t)r.size;
+    size_t plen = 0;
+    uint8_t *prefix = NULL;
+    int fd = -1;
+    void *map = MAP_FAILED;
+    size_t maplen = 0;
+    const char *reason = NULL;
+    kc_err ignored;
+    struct stat sb;
+    if (!r.pack || !r.pre || (!r.raw && !accept_zstd))
+        goto none;
+    prefix = response_prefix(key, r.kind, r.meta, (uint64_t)r.size, r.sha, !r.raw, &plen);
+    /* another entry's prefix (a shared payload), or none: the buffered or
+     * streamed paths serve it, and report any damage */
+    if (!prefix || plen != (size_t)r.pre ||
+        kc_packs_dup(s->packs, r.pack, &fd, &ignored) != KC_OK || fstat(fd, &sb) != 0 ||
+        (uint64_t)sb.st_size < (uint64_t)(r.off + r.zsize))
+        goto none;
+    uint64_t start = (uint64_t)(r.off - r.pre);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base = start & ~(page - 1);
+    maplen = (size_t)((uint64_t)(r.off + r.zsize) - base);
+    map = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)base);
+    if (map == MAP_FAILED)
+        goto none;
+    const uint8_t *p = (const uint8_t *)map + (start - base);
+    if (memcmp(p, prefix, plen) != 0)
+        goto none;
+    const uint8_t *z = p + plen;
+    size_t zlen = (size_t)r.zsize;
+    if (XXH3_64bits(z, zlen) != r.xxh)
+        reason =
+            r.raw ? "stored bytes fail their checksum" : "compressed bytes fail their checksum";
+    else if (!r.raw && (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)r.size ||
+                        ZSTD_findFrameCompressedSize(z, zlen) != zlen))
+        reason = "stored frame does not match its size";
+    munmap(map, maplen);
+    map = MAP_FAILED;
+    if (reason) {
+        close(fd);
+        free(prefix);
+        served_row_free(&r);
+        return corrupt_entry(s, key, r.blob, reason, err);
+    }
+    sp->fd = fd;
+    sp->off = start;
+    sp->len = plen + zlen;
+    sp->zstd = !r.raw;
+    fd = -1;
+    note_access(s, r.id, true);
+none:
+    if (map != MAP_FAILED)
+        munmap(map, maplen);
+    if (fd >= 0)
+        close(fd);
+    free(prefix);
+    served_row_free(&r);
+    return KC_OK;
+}
+
+#define KC_READER_IN (128u << 10)
+
+struct kc_store_reader {
+    kc_store *s;
+    char key[KC_KEY_HEX_LEN + 1];
+    int64_t blob;
+    uint8_t *prefix;
+    size_t plen, ppos;
+    bool inflate;
+    int fd;                /* pack, or -1 for an inline blob */
+    uint8_t *inline_bytes; /* inline blob */
+    uint64_t off, zsize, zread;
+    uint64_t out_total, out_done; /* body bytes after the prefix */
+    uint64_t xxh;
+    XXH3_state_t *h;
+    ZSTD_DCtx *d;
+    uint8_t *in;
+    size_t in_len, in_pos;
+    kc_code failed;
+    char failmsg[256];
+};
+
+kc_code kc_store_reader_open(kc_store *s, const char *key, bool accept_zstd, kc_store_reader **out,
+                             uint64_t *len, bool *zstd, kc_err *err)
+{
+    *out = NULL;
+    served_row row;
+    kc_code code = load_row(s, key, &row, err);
+    if (code != KC_OK)
+        return code;
+    kc_store_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        served_row_free(&row);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    }
+    r->s = s;
+    memcpy(r->key, key, KC_KEY_HEX_LEN + 1);
+    r->blob = row.blob;
+    r->fd = -1;
+    r->inline_bytes = row.inline_bytes;
+    row.inline_bytes = NULL;
+    r->off = (uint64_t)row.off;
+    r->zsize = (uint64_t)row.zsize;
+    r->xxh = row.xxh;
+    r->inflate = !row.raw && !accept_zstd;
+    r->out_total = r->inflate ? (uint64_t)row.size : r->zsize;
+    bool framed = !row.raw && accept_zstd;
+    r->prefix =
+        response_prefix(key, row.kind, row.meta, (uint64_t)row.size, row.sha, framed, &r->plen);
+    r->h = XXH3_createState();
+    bool ok = r->prefix && r->h && XXH3_64bits_reset(r->h) == XXH_OK;
+    if (ok && r->inflate)
+        ok = (r->d = ZSTD_createDCtx()) && (r->in = malloc(KC_READER_IN));
+    if (!ok)
+        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    else if (row.pack && (code = kc_packs_dup(s->packs, row.pack, &r->fd, err)) != KC_OK)
+        kc_err_prefix(err, "reading %s", key);
+    if (code == KC_ERR_NOT_FOUND) /* emptied and removed since the row was read */
+        code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache (evicted while being read)",
+                          key);
+    if (code == KC_OK)
+        note_access(s, row.id, true);
+    served_row_free(&row);
+    if (code != KC_OK) {
+        kc_store_reader_close(r);
+        return code;
+    }
+    *len = r->plen + r->out_total;
+    *zstd = framed;
+    *out = r;
+    return KC_OK;
+}
+
+static kc_code reader_fail(kc_store_reader *r, kc_code code, const char *reason, kc_err *err)
+{
+    if (code == KC_ERR_CORRUPT) {
+        quarantine_blob(r->s, r->blob, reason);
+        snprintf(r->failmsg, sizeof r->failmsg,
+                 "%s: stored entry is corrupt (%s); quarantined, response cut short", r->key,
+                 reason);
+    } else {
+        snprintf(r->failmsg, sizeof r->failmsg, "%s: %s", r->key, reason);
+    }
+    r->failed = code;
+    return kc_err_set(err, code, "%s", r->failmsg);
+}
+
+/* Reads the next want stored bytes into dst, hashing them. */
+static kc_code reader_fill(kc_store_reader *r, uint8_t *dst, size_t want, kc_err *err)
+{
+    if (r->fd < 0) {
+        memcpy(dst, r->inline_bytes + r->zread, want);
+    } else {
+        for (size_t got = 0; got < want;) {
+            ssize_t n = pread(r->fd, dst + got, want - got, (off_t)(r->off + r->zread + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0)
+                return reader_fail(r, KC_ERR_CORRUPT, "its pack file is cut short", err);
+            if (n < 0)
+                return reader_fail(r, KC_ERR_IO, strerror(errno), err);
+            got += (size_t)n;
+        }
+    }
+    XXH3_64bits_update(r->h, dst, want);
+    r->zread += want;
+    return KC_OK;
+}
+
+static bool reader_digest_ok(kc_store_reader *r)
+{
+    return r->zread == r->zsize && XXH3_64bits_digest(r->h) == r->xxh;
+}
+
+/* Inflate mode, once the body's last byte is decoded: the rest of the
+ * stored bytes must be the frame's end (nothing more decodes) and the
+ * whole must match its checksum. */
+static kc_code reader_finish_inflate(kc_store_reader *r, size_t ret, kc_err *err)
+{
+    uint8_t extra[16];
+    while (ret != 0) {
+        if (r->in_pos == r->in_len) {
+            if (r->zread == r->zsize)
+                break;
+            size_t want =
+                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+            kc_code code = reader_fill(r, r->in, want, err);
+            if (code != KC_OK)
+                return code;
+            r->in_len = want;
+            r->in_pos = 0;
+        }
+        ZSTD_outBuffer o = {extra, sizeof extra, 0};
+        ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
+        ret = ZSTD_decompressStream(r->d, &o, &i);
+        bool stuck = i.pos == r->in_pos;
+        r->in_pos = i.pos;
+        if (ZSTD_isError(ret) || o.pos > 0 || (stuck && ret != 0))
+            return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress to its size", err);
+    }
+    if (ret != 0 || r->in_pos != r->in_len)
+        return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress to its size", err);
+    while (r->zread < r->zsize) { /* bytes after the frame: hash them to report the damage */
+        size_t want =
+            r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+        kc_code code = reader_fill(r, r->in, want, err);
+        if (code != KC_OK)
+            return code;
+    }
+    if (!reader_digest_ok(r))
+        return reader_fail(r, KC_ERR_CORRUPT, "compressed bytes fail their checksum", err);
+    return KC_OK;
+}
+
+kc_code kc_store_reader_read(kc_store_reader *r, uint8_t *buf, size_t cap, size_t *n, kc_err *err)
+{
+    *n = 0;
+    if (r->failed)
+        return kc_err_set(err, r->failed, "%s", r->failmsg);
+    if (cap == 0)
+        return KC_OK;
+    if (r->ppos < r->plen) {
+        size_t k = r->plen - r->ppos < cap ? r->plen - r->ppos : cap;
+        memcpy(buf, r->prefix + r->ppos, k);
+        r->ppos += k;
+        *n = k;
+        return KC_OK;
+    }
+    uint64_t left = r->out_total - r->out_done;
+    if (left == 0)
+        return KC_OK;
+    size_t room = left < cap ? (size_t)left : cap;
+    if (!r->inflate) {
+        kc_code code = reader_fill(r, buf, room, err);
+        if (code != KC_OK)
+            return code;
+        /* the last byte goes out only once every stored byte has been checked */
+        if (r->zread == r->zsize && !reader_digest_ok(r))
+            return reader_fail(r, KC_ERR_CORRUPT, "stored bytes fail their checksum", err);
+        r->out_done += room;
+        *n = room;
+        return KC_OK;
+    }
+    for (;;) {
+        if (r->in_pos == r->in_len && r->zread < r->zsize) {
+            size_t want =
+                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+            kc_code code = reader_fill(r, r->in, want, err);
+            if (code != KC_OK)
+                return code;
+            r->in_len = want;
+            r->in_pos = 0;
+        }
+        ZSTD_outBuffer o = {buf, room, 0};
+        ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
+        size_t ret = ZSTD_decompressStream(r->d, &o, &i);
+        r->in_pos = i.pos;
+        if (ZSTD_isError(ret))
+            return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress", err);
+        if (o.pos == 0) {
+            if (r->in_pos == r->in_len && r->zread == r->zsize)
+                return reader_fail(r, KC_ERR_CORRUPT, "payload ends before its recorded size", err);
+            continue;
+        }
+        if (r->out_done + o.pos == r->out_total) {
+            kc_code code = reader_finish_inflate(r, ret, err);
+            if (code != KC_OK)
+                return code;
+        }
+        r->out_done += o.pos;
+        *n = o.pos;
+        return KC_OK;
+    }
+}
+
+void kc_store_reader_close(kc_store_reader *r)
+{
+    if (!r)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->inline_bytes);
+    free(r->prefix);
+    XXH3_freeState(r->h);
+    ZSTD_freeDCtx(r->d);
+    free(r->in);
+    free(r);
+}
+
+kc_code kc_store_group_sizes(kc_store *s, bool by_device, kc_group_fn fn, void *ctx, kc_err *err)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                by_device ? "SELECT e.device, COUNT(*), SUM(b.size), SUM(b.zsize) "
+                                            "FROM entries e JOIN blobs b ON b.id = e.blob "
+                                            "GROUP BY e.device ORDER BY 4 DESC"
+                                          : "SELECT e.kind, COUNT(*), SUM(b.size), SUM(b.zsize) "
+                                            "FROM entries e JOIN blobs b ON b.id = e.blob "
+                                            "GROUP BY e.kind ORDER BY 4 DESC",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return db_err(s, err, rc, "summing sizes");
+    while ((rc = step_retry(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (fn(name ? name : "", (uint64_t)sqlite3_column_int64(st, 1),
+               (uint64_t)sqlite3_column_int64(st, 2), (uint64_t)sqlite3_column_int64(st, 3), ctx))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? KC_OK : db_err(s, err, rc, "summing sizes");
 }

@@ -219,6 +219,10 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
         r->base[--bl] = '\0';
     if (o.ca_file && !(r->ca_file = strdup(o.ca_file)))
         goto nomem;
+    if (o.client_cert && !(r->client_cert = strdup(o.client_cert)))
+        goto nomem;
+    if (o.client_key && !(r->client_key = strdup(o.client_key)))
+        goto nomem;
     char *auth = NULL;
     bool with_auth = o.token && *o.token;
     for (const char *c = with_auth ? o.token : ""; *c; c++) {
@@ -288,6 +292,8 @@ void kc_remote_free_handle(kc_remote *r)
         OPENSSL_cleanse(r->userpwd, strlen(r->userpwd));
     free(r->userpwd);
     free(r->ca_file);
+    free(r->client_cert);
+    free(r->client_key);
     free(r);
 }
 
@@ -420,6 +426,10 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
     if (r->ca_file)
         curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+    if (r->client_cert) /* mTLS: the server checks it in the handshake */
+        curl_easy_setopt(h, CURLOPT_SSLCERT, r->client_cert);
+    if (r->client_key)
+        curl_easy_setopt(h, CURLOPT_SSLKEY, r->client_key);
     if (r->userpwd)
         curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
     /* A server that accepts the connection and then says nothing is as good

@@ -75,6 +75,7 @@ struct kc_remote {
     char *base;    /* no trailing slash and no user:password (those are in userpwd) */
     char *userpwd; /* "user:password" from the URL for curl, or NULL */
     char *ca_file;
+    char *client_cert, *client_key; /* mTLS, or NULL */
     long connect_ms, timeout_ms;
     int concurrency, retries;
     bool quiet;

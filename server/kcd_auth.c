@@ -22,6 +22,7 @@ typedef struct kcd_token {
     uint8_t digest[KC_SHA256_LEN];
     unsigned scopes;
     char name[64];
+    char *subject; /* a `cert:SUBJECT` line (no digest), else NULL */
 } kcd_token;
 
 struct kcd_auth {
@@ -107,7 +108,7 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
                             path, lineno, extra ? " (and nothing after NAME)" : "");
             break;
         }
-        if (strlen(tok) < KCD_TOKEN_MIN) {
+        if (strncmp(tok, "cert:", 5) != 0 && strlen(tok) < KCD_TOKEN_MIN) {
             rc = kc_err_set(err, KC_ERR_INVALID,
                             "%s:%u: token of %zu characters is too short (at least %d; "
                             "`openssl rand -hex 32` makes a good one)",
@@ -124,12 +125,32 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
             a->tokens = t;
         }
         kcd_token *t = &a->tokens[a->n++];
-        kc_sha256(tok, strlen(tok), t->digest);
+        memset(t, 0, sizeof *t);
+        bool cert = !strncmp(tok, "cert:", 5);
+        if (cert && (!tok[5] || !(t->subject = strdup(tok + 5)))) {
+            a->n--;
+            rc = kc_err_set(err, tok[5] ? KC_ERR_NOMEM : KC_ERR_INVALID,
+                            "%s:%u: expected `cert:SUBJECT SCOPES [NAME]`", path, lineno);
+            break;
+        }
+        if (cert) { /* `\20` stands for a space inside the subject */
+            char *w = t->subject;
+            for (const char *r = t->subject; *r; r++, w++) {
+                *w = *r;
+                if (r[0] == '\\' && r[1] == '2' && r[2] == '0') {
+                    *w = ' ';
+                    r += 2;
+                }
+            }
+            *w = 0;
+        } else {
+            kc_sha256(tok, strlen(tok), t->digest);
+        }
         t->scopes = s;
         if (name)
             snprintf(t->name, sizeof t->name, "%s", name);
         else
-            snprintf(t->name, sizeof t->name, "token%u", lineno);
+            snprintf(t->name, sizeof t->name, "%s%u", cert ? "cert" : "token", lineno);
         explicit_bzero(line, linecap); /* do not leave the secret in memory */
     }
     if (line) {
@@ -163,6 +184,8 @@ void kcd_auth_free(kcd_auth *a)
 {
     if (!a)
         return;
+    for (unsigned i = 0; i < a->n; i++)
+        free(a->tokens[i].subject);
     free(a->tokens);
     free(a);
 }
@@ -206,7 +229,8 @@ static int find_token(const kcd_auth *a, const uint8_t digest[KC_SHA256_LEN])
 {
     int found = -1;
     for (unsigned i = 0; i < a->n; i++) {
-        int eq = kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
+        /* certificate lines have no digest: never a token (nor a password) */
+        int eq = !a->tokens[i].subject && kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
         found = eq && found < 0 ? (int)i : found;
     }
     return found;
@@ -284,4 +308,21 @@ int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, 
         return 401;
     *who = a->tokens[found].name;
     return (a->tokens[found].scopes & need) ? 0 : 403;
+}
+
+int kcd_auth_check_subject(const kcd_auth *a, const char *subject, unsigned need, const char **who)
+{
+    const char *dummy;
+    if (!who)
+        who = &dummy;
+    *who = "-";
+    if (!a || !a->enabled || need == KCD_SCOPE_NONE)
+        return 0;
+    for (unsigned i = 0; subject && i < a->n; i++) {
+        if (a->tokens[i].subject && !strcmp(a->tokens[i].subject, subject)) {
+            *who = a->tokens[i].name;
+            return (a->tokens[i].scopes & need) ? 0 : 403;
+        }
+    }
+    return -1;
 }

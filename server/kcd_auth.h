@@ -3,6 +3,12 @@
  * file with one `TOKEN SCOPES [NAME]` per line (SCOPES: comma-separated
  * read, write, admin; admin implies the others). Tokens are kept only as
  * SHA-256 digests and compared in constant time; only NAMEs are ever logged.
+ *
+ * With --tls-client-ca, a line `cert:SUBJECT SCOPES [NAME]` gives the
+ * scopes to a verified client certificate whose subject distinguished name,
+ * in RFC 4514 form as GnuTLS prints it (e.g. `CN=ci-runner,O=Example`), is
+ * SUBJECT; a space inside SUBJECT is written `\20`. A certificate whose
+ * subject no line names gets no scope of its own: its requests need a token.
  */
 #ifndef KCD_AUTH_H
 #define KCD_AUTH_H
@@ -55,5 +61,11 @@ int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, 
  * disabled every secret is accepted with all scopes. */
 int kcd_auth_password(const kcd_auth *a, const char *user, const void *secret, size_t len,
                       unsigned *scopes, const char **who);
+
+/* Decides a request by the subject of its verified client certificate.
+ * Returns -1 when no `cert:` line names subject (decide by the token
+ * instead), else 0 when allowed, 403 when that line lacks the scope; with
+ * authentication disabled, 0. *who as kcd_auth_check. */
+int kcd_auth_check_subject(const kcd_auth *a, const char *subject, unsigned need, const char **who);
 
 #endif

@@ -49,6 +49,8 @@ static const opt_def kcd_opts[] = {
     {"tls-key", OPT_STR, OFF(tls_key), "PEM private key for --tls-cert"},
     {"tls-priorities", OPT_STR, OFF(tls_priorities),
      "GnuTLS priority string (default: TLS 1.2 and 1.3 only)"},
+    {"tls-client-ca", OPT_STR, OFF(tls_client_ca),
+     "PEM CA: require a client certificate it signed (mTLS; `cert:SUBJECT` lines in --tokens)"},
     {"trusted-keys", OPT_STR, OFF(trusted_keys),
      "PEM Ed25519 public keys: refuse uploads not signed by one (422)"},
     {"threads", OPT_UINT, OFF(threads), "worker threads (0 = one per CPU)"},
@@ -103,6 +105,7 @@ void kcd_config_free(kcd_config *cfg)
     free(cfg->tls_priorities);
     free(cfg->trusted_keys);
     free(cfg->tls_key);
+    free(cfg->tls_client_ca);
     free(cfg->port_file);
     free(cfg->redis_listen);
     free(cfg->redis_port_file);
@@ -417,6 +420,13 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot read --tls-cert %s", cfg->tls_cert);
     if (cfg->tls_key && access(cfg->tls_key, R_OK) != 0)
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot read --tls-key %s", cfg->tls_key);
+    if (cfg->tls_client_ca && !cfg->tls_cert)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "--tls-client-ca needs --tls-cert and --tls-key (client certificates "
+                          "are checked in the TLS handshake)");
+    if (cfg->tls_client_ca && access(cfg->tls_client_ca, R_OK) != 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "cannot read --tls-client-ca %s",
+                            cfg->tls_client_ca);
     if (cfg->trusted_keys) {
         kc_trust *t;
         if ((rc = kc_trust_load(cfg->trusted_keys, &t, err)) != KC_OK) {

@@ -31,6 +31,7 @@ typedef struct kcd_config {
     char *tls_priorities;   /* GnuTLS priority string (default: TLS 1.2 and 1.3 only) */
     char *trusted_keys;     /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
     unsigned compact_interval; /* seconds between pack-file upkeep runs; 0 = never */
+    char *tls_client_ca;       /* PEM CA(s): require client certificates they signed (mTLS) */
     char *tls_key;             /* PEM private key file */
     unsigned threads;          /* MHD worker threads; 0 = one per online CPU */
     unsigned timeout;          /* idle connection timeout, seconds */

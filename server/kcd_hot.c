@@ -310,6 +310,11 @@ void kcd_hot_put_bin(kcd_hot *h, int ns, const uint8_t k[KC_SHA256_LEN], const u
     pthread_mutex_unlock(&s->lock);
 }
 
+bool kcd_hot_accepts(const kcd_hot *h, size_t len)
+{
+    return h && len <= h->max_entry && len <= h->shards[0].cap;
+}
+
 void kcd_hot_drop(kcd_hot *h, const char *key_hex)
 {
     uint8_t k[KC_SHA256_LEN];

@@ -40,7 +40,7 @@ void kcd_blob_unref(kcd_blob *b);
 typedef struct kcd_hot kcd_hot;
 
 /* Namespaces: what the bytes are. */
-enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1, KCD_HOT_REDIS = 2 };
+enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1, KCD_HOT_REDIS = 2, KCD_HOT_BUNDLE = 3 };
 
 /* capacity 0 returns NULL (cache disabled); every function accepts NULL.
  * Entries larger than max_entry are not cached. refresh_s: see above. */
@@ -63,7 +63,11 @@ uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex);
 void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
                        double now, uint64_t epoch);
 
-/* Removes key from every namespace. */
+/* True when a body of len bytes would be kept (see kcd_hot_put). */
+bool kcd_hot_accepts(const kcd_hot *h, size_t len);
+
+/* Removes key from every namespace but KCD_HOT_BUNDLE (bundle keys name
+ * a query and a store generation, not an artifact). */
 void kcd_hot_drop(kcd_hot *h, const char *key_hex);
 
 /* The same operations on the key in binary form (the 32 bytes its 64 hex

@@ -22,7 +22,7 @@ static const char *const kcd_route_names[KCD_R_COUNT] = {
     "artifact_get", "artifact_head", "artifact_put",  "artifact_delete", "artifacts_missing",
     "bundle_get",   "bundle_post",   "bundle_select", "ccache_get",      "ccache_head",
     "ccache_put",   "ccache_delete", "stats",         "metrics",         "healthz",
-    "other"};
+    "status",       "other"};
 
 const char *kcd_route_name(kcd_route r)
 {

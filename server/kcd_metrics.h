@@ -28,6 +28,7 @@ typedef enum kcd_route {
     KCD_R_STATS,
     KCD_R_METRICS,
     KCD_R_HEALTHZ,
+    KCD_R_STATUS,
     KCD_R_OTHER,
     KCD_R_COUNT
 } kcd_route;

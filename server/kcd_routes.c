@@ -18,6 +18,7 @@
 #include <strings.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the window a frame needs */
 #include <zstd.h>
+#include <unistd.h>
 
 #include "kc_bundle.h"
 #include "kc_envelope.h"
@@ -29,6 +30,7 @@
 #include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_s3.h"
+#include "kcd_status.h"
 
 #define CT_JSON "application/json"
 #define CT_TEXT "text/plain; charset=utf-8"
@@ -36,6 +38,7 @@
 #define CT_ENVELOPE "application/vnd.kcache.envelope"
 #define CT_BUNDLE "application/vnd.kcache.bundle"
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
+#define CT_HTML "text/html; charset=utf-8"
 /* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
 #define KCD_HOT_REFRESH_S 30.0
 /* An envelope longer than this (and than a memory-cache entry may be) is
@@ -43,6 +46,10 @@
 #define KCD_STREAM_ABOVE (8u << 20)
 /* ... provided its frame decodes within this window (bytes of history). */
 #define KCD_STREAM_WINDOW_LOG 24
+/* Artifact bodies from this size up that cannot go out of the pack file as
+ * one range are streamed through a bounded reader instead of buffered
+ * (unless the memory cache keeps them: see get_artifact). */
+#define KCD_LARGE_BODY (256u << 10)
 /* Bundle uploads are fed to the importer in pieces of this size. */
 #define KCD_IMPORT_FEED (1u << 20)
 
@@ -58,7 +65,10 @@ struct kcd_ctx {
     kcd_s3 *s3;          /* NULL unless an S3 backing tier is configured */
     long s3_drain_ms;
     kcd_metrics metrics;
-    uint64_t gen; /* identifies this context in the per-thread handle cache */
+    kcd_status *status; /* GET /status: samples and top missed keys */
+    const char *tls;    /* for /status */
+    uint64_t gen;       /* identifies this context in the per-thread handle cache */
+    uint64_t writes;    /* successful writes through this server: names a bundle's snapshot */
     pthread_mutex_t lock;
     kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
     size_t nhandles, caphandles;
@@ -86,6 +96,10 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&ctx->lock, NULL);
     kcd_metrics_init(&ctx->metrics);
+    ctx->status = kcd_status_new();
+    ctx->tls = cfg->tls_client_ca ? "on, client certificates required"
+               : cfg->tls_cert    ? "on"
+                                  : "off";
     if (cfg->memory_cache) {
         uint64_t per = cfg->memory_cache / 8;
         per = per > (64u << 20) ? (64u << 20) : per;
@@ -131,6 +145,7 @@ void kcd_ctx_free(kcd_ctx *ctx)
     kcd_auth_free(ctx->auth);
     kc_trust_free(ctx->trust);
     kcd_hot_free(ctx->hot);
+    kcd_status_free(ctx->status);
     kcd_s3_close(ctx->s3, ctx->s3_drain_ms); /* drains queued uploads */
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->data);
@@ -196,12 +211,18 @@ kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
     return ctx->hot;
 }
 
-/* A bundle (store + cursor), or one envelope decoded from its stored zstd
+/* A bundle (store + cursor), a large artifact read from its pack (reader),
+ * or one envelope decoded from its stored zstd
  * stream as the client takes it (z, dctx). */
 struct kcd_stream {
-    kc_store *store;
+    kc_store *store; /* a bundle's own handle */
     kc_bundle_cursor *cur;
-    uint8_t *z; /* the stored stream (kc_store_get_zstd), owned */
+    uint8_t *head; /* bundle: bytes already read from cur, sent first */
+    size_t head_len, head_pos;
+    kc_store_reader *reader; /* or a large artifact read from its pack (on the thread's
+                                store handle: kc_store_reader_open) */
+    uint64_t len;            /* reader: the body length */
+    uint8_t *z; /* or an envelope decoded from its stored stream (kc_store_get_zstd), owned */
     ZSTD_inBuffer in;
     ZSTD_DCtx *dctx;
     uint64_t total; /* envelope length: exactly this many bytes come out */
@@ -222,6 +243,8 @@ void kcd_response_free(kcd_response *r)
     else
         free(r->body);
     kcd_stream_free(r->stream);
+    if (r->has_file)
+        close(r->file_fd);
     free(r);
 }
 
@@ -450,13 +473,21 @@ static void ccache_key(const char *path, char key[KC_KEY_HEX_LEN + 1])
 
 static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
 {
-    int st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
+    /* a verified client certificate named in the tokens file decides alone;
+     * any other request is decided by its token */
+    int st = req->client_subject
+                 ? kcd_auth_check_subject(x->ctx->auth, req->client_subject, need, &x->who)
+                 : -1;
+    bool by_cert = st >= 0;
+    if (!by_cert)
+        st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
     if (st == 0)
         return true;
     if (st == 401)
         resp_error(x, 401, "a valid bearer token is required");
     else
-        resp_error(x, 403, "token '%s' lacks the %s scope", x->who,
+        resp_error(x, 403, "%s '%s' lacks the %s scope", by_cert ? "client certificate" : "token",
+                   x->who,
                    need & KCD_SCOPE_ADMIN   ? "admin"
                    : need & KCD_SCOPE_WRITE ? "write"
                                             : "read");
@@ -555,6 +586,27 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
         }
     }
     return true;
+}
+
+/* Counts a successful write before its answer goes out, so a bundle
+ * requested after that answer is never one cached before the write. */
+static void note_write(kcd_exchange *x)
+{
+    if (x->resp && x->resp->status >= 200 && x->resp->status < 300 && x->body != BODY_MISSING)
+        __atomic_add_fetch(&x->ctx->writes, 1, __ATOMIC_RELAXED);
+}
+
+/* Marks an envelope response: zstd-encoded (with its decoded length) or not. */
+static void envelope_headers(kcd_exchange *x, bool zstd, uint64_t env_len)
+{
+    if (!x->resp)
+        return;
+    x->resp->vary = "Accept-Encoding";
+    if (!zstd)
+        return;
+    x->resp->content_encoding = "zstd";
+    snprintf(x->resp->extra_name, sizeof x->resp->extra_name, "X-Kcache-Envelope-Length");
+    snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%" PRIu64, env_len);
 }
 
 /* ------------------------------------------------------------ GET routes */
@@ -665,12 +717,7 @@ static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
         return x->resp != NULL;
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
     resp_take(x, 200, CT_ENVELOPE, z, zlen);
-    if (x->resp) {
-        x->resp->vary = "Accept-Encoding";
-        x->resp->content_encoding = "zstd";
-        snprintf(x->resp->extra_name, sizeof x->resp->extra_name, "X-Kcache-Envelope-Length");
-        snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%zu", envlen);
-    }
+    envelope_headers(x, true, envlen);
     return true;
 }
 
@@ -787,19 +834,94 @@ static bool read_through(kcd_exchange *x, kc_store *s)
     return true;
 }
 
+/* The whole body is one range of a pack file: sendfile(2) it. */
+static void resp_span(kcd_exchange *x, kc_store_span *sp)
+{
+    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
+    if (!r) {
+        close(sp->fd);
+        return;
+    }
+    r->has_file = true;
+    r->file_fd = sp->fd;
+    r->file_off = sp->off;
+    r->body_len = (size_t)sp->len;
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    envelope_headers(x, sp->zstd, sp->env_len);
+}
+
+/* A large body through the store's bounded reader (the reader counts the
+ * hit in the store; here the server's hit). */
+static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_len, kc_code *rc,
+                         kc_err *e)
+{
+    kcd_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        resp_error(x, 500, "out of memory");
+        return true;
+    }
+    bool framed = false;
+    *rc = kc_store_reader_open(s, x->key, zstd, &st->reader, &st->len, &framed, e);
+    if (*rc != KC_OK) {
+        free(st);
+        return false;
+    }
+    st->metrics = &x->ctx->metrics;
+    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
+    if (!r) {
+        kcd_stream_free(st);
+        return true;
+    }
+    r->stream = st;
+    r->stream_len = st->len;
+    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    envelope_headers(x, framed, env_len);
+    return true;
+}
+
+/* GET/HEAD /v1/artifacts/{key}, largest first: a body that is one range of
+ * a pack file goes out with sendfile(2) after its bytes are checked (raw
+ * payloads to every client, zstd frames to clients that accept zstd);
+ * compressed payloads for identity clients come from the memory cache
+ * (verified copies, sent from a memfd when large) when it keeps bodies that
+ * size; other large bodies stream through the store's bounded reader; small
+ * ones are buffered. */
 static void get_artifact(kcd_exchange *x, const kcd_request *req)
 {
     kc_err e = {0};
     kc_store *s = NULL;
     kc_code rc = KC_OK;
-    bool answered = accepts_zstd(hdr(req, "Accept-Encoding")) ? get_zstd(x, &s, &rc, &e)
-                                                              : get_envelope(x, &s, &rc, &e);
+    bool zstd = accepts_zstd(hdr(req, "Accept-Encoding"));
+    if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
+        return;
+    if (!(s = ctx_store(x->ctx, &e)))
+        return resp_store_error(x, &e);
+    kc_store_span sp;
+    rc = kc_store_get_span(s, x->key, zstd, &sp, &e);
+    bool answered = false;
+    if (rc == KC_OK && sp.fd >= 0) {
+        resp_span(x, &sp);
+        return;
+    }
+    if (rc == KC_OK) {
+        bool hot = !zstd && !sp.raw && kcd_hot_accepts(x->ctx->hot, (size_t)sp.env_len);
+        if (sp.env_len >= KCD_LARGE_BODY && !hot)
+            answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
+        else if (zstd)
+            answered = get_zstd(x, &s, &rc, &e);
+        else
+            answered = get_envelope(x, &s, &rc, &e);
+    } else {
+        kcd_hot_drop(x->ctx->hot, x->key);
+    }
     if (answered)
         return;
     if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
         return;
-    if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT)
+    if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->ctx->metrics.misses, 1);
+        kcd_status_note_miss(x->ctx->status, x->key);
+    }
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
@@ -818,6 +940,7 @@ static void get_ccache(kcd_exchange *x)
     if (get_cached(x, KCD_HOT_CCACHE, CT_BIN, fetch_payload, &s, &rc, &e))
         return;
     kcd_metrics_add(&x->ctx->metrics.misses, 1);
+    kcd_status_note_miss(x->ctx->status, x->ccache_path);
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);
@@ -846,6 +969,7 @@ static void delete_key(kcd_exchange *x, const char *what)
         resp_error(x, 404, "%s not found", what);
     else
         resp_store_error(x, &e);
+    note_write(x);
 }
 
 static void get_stats(kcd_exchange *x, bool prometheus)
@@ -937,12 +1061,28 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
 {
     if (s->failed)
         return -1;
-    if (!s->cur)
-        return envelope_read(s, buf, cap);
     size_t n = 0;
     kc_err e = {0};
-    if (kc_bundle_cursor_read(s->cur, buf, cap, &n, &e) != KC_OK) {
-        kcd_log(KCD_LOG_WARN, "bundle stream aborted after %" PRIu64 " bytes: %s", s->bytes, e.msg);
+    if (s->head_pos < s->head_len) {
+        n = s->head_len - s->head_pos < cap ? s->head_len - s->head_pos : cap;
+        memcpy(buf, s->head + s->head_pos, n);
+        s->head_pos += n;
+        s->bytes += n;
+        if (s->metrics)
+            kcd_metrics_add(&s->metrics->bytes_out, n);
+        return (ssize_t)n;
+    }
+    if (!s->cur && !s->reader)
+        return envelope_read(s, buf, cap);
+    kc_code rc = s->reader ? kc_store_reader_read(s->reader, buf, cap, &n, &e)
+                           : kc_bundle_cursor_read(s->cur, buf, cap, &n, &e);
+    if (rc != KC_OK) {
+        /* the transfer is aborted: the client sees a body shorter than its
+         * Content-Length (or an unterminated chunked one), never a whole one */
+        kcd_log(KCD_LOG_WARN, "%s stream aborted after %" PRIu64 " bytes: %s",
+                s->reader ? "artifact" : "bundle", s->bytes, e.msg);
+        if (rc == KC_ERR_CORRUPT && s->metrics)
+            kcd_metrics_add(&s->metrics->corrupt, 1);
         s->failed = true;
         return -1;
     }
@@ -956,8 +1096,11 @@ void kcd_stream_free(kcd_stream *s)
 {
     if (!s)
         return;
-    if (s->cur)
-        kcd_log(KCD_LOG_DEBUG, "bundle stream closed after %" PRIu64 " bytes", s->bytes);
+    if (s->cur || s->reader)
+        kcd_log(KCD_LOG_DEBUG, "%s stream closed after %" PRIu64 " bytes",
+                s->reader ? "artifact" : "bundle", s->bytes);
+    kc_store_reader_close(s->reader);
+    free(s->head);
     kc_bundle_cursor_close(s->cur);
     kc_store_close(s->store);
     ZSTD_freeDCtx(s->dctx);
@@ -1006,6 +1149,22 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
         }
         f.since = v;
     }
+    /* A crowd of CI machines pulls the same bundle: the memory cache keeps
+     * a finished bundle under (query, writes through this server), sent
+     * from a memfd with sendfile(2) like a large artifact. Entries written
+     * by other processes, S3 read-through or eviction by `kcache gc` show
+     * after the cache's refresh interval, as with artifacts (kcd_hot.h). */
+    char snap[512];
+    snprintf(snap, sizeof snap, "bundle\n%s\n%s\n%s\n%lld\n%" PRIu64, f.device ? f.device : "",
+             f.kind ? f.kind : "", f.tag ? f.tag : "", (long long)f.since,
+             __atomic_load_n(&x->ctx->writes, __ATOMIC_RELAXED));
+    kc_sha256_hex(snap, strlen(snap), x->key);
+    bool refresh = false;
+    kcd_blob *b = kcd_hot_get(x->ctx->hot, KCD_HOT_BUNDLE, x->key, kc_now(), &refresh);
+    if (b && !refresh)
+        return resp_blob(x, 200, CT_BUNDLE, b);
+    if (b)
+        kcd_blob_unref(b);
     kc_err e = {0};
     kcd_stream *st = calloc(1, sizeof *st);
     if (!st) {
@@ -1016,7 +1175,40 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
     kc_code rc = kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e);
     if (rc == KC_OK)
         rc = kc_bundle_cursor_open(st->store, &f, &st->cur, &e);
-    resp_stream(x, st, rc, &e);
+    if (rc != KC_OK)
+        return resp_stream(x, st, rc, &e);
+    /* Read up to what the memory cache keeps: a bundle that ends there is
+     * kept and answered whole; a larger one streams on from there. */
+    size_t cap = 0;
+    for (size_t c = KCD_LARGE_BODY; kcd_hot_accepts(x->ctx->hot, c); c *= 2)
+        cap = c;
+    if (cap && (st->head = malloc(cap))) {
+        size_t n = 1;
+        while (st->head_len < cap && n > 0) {
+            if (kc_bundle_cursor_read(st->cur, st->head + st->head_len, cap - st->head_len, &n,
+                                      &e) != KC_OK) {
+                kcd_log(KCD_LOG_WARN, "bundle stream failed before its first byte: %s", e.msg);
+                kcd_stream_free(st);
+                resp_store_error(x, &e);
+                return;
+            }
+            st->head_len += n;
+        }
+        if (n == 0) { /* the whole bundle */
+            kcd_hot_put(x->ctx->hot, KCD_HOT_BUNDLE, x->key, st->head, st->head_len, kc_now());
+            uint8_t *body = st->head;
+            size_t len = st->head_len;
+            st->head = NULL;
+            kcd_stream_free(st);
+            return resp_take(x, 200, CT_BUNDLE, body, len);
+        }
+    }
+    kcd_response *r = resp_new(x, 200, CT_BUNDLE);
+    if (!r) {
+        kcd_stream_free(st);
+        return;
+    }
+    r->stream = st;
 }
 
 /* ----------------------------------------------------------------- uploads */
@@ -1411,6 +1603,7 @@ void kcd_exchange_end(kcd_exchange *x)
     }
     if (!x->resp) /* allocation failure while building the response */
         resp_new(x, 500, CT_TEXT);
+    note_write(x);
 }
 
 /* ------------------------------------------------------------------ router */
@@ -1442,6 +1635,25 @@ static void r_stats(kcd_exchange *x, const kcd_request *req, const char *rest)
 {
     (void)req, (void)rest;
     get_stats(x, false);
+}
+
+static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
+{
+    (void)req, (void)rest;
+    kc_err e = {0};
+    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store_stats st;
+    bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
+    uint64_t mem_entries = 0, mem_bytes = 0;
+    kcd_hot_usage(x->ctx->hot, &mem_entries, &mem_bytes);
+    __atomic_store_n(&x->ctx->metrics.mem_bytes, mem_bytes, __ATOMIC_RELAXED);
+    kcd_status_view v = {&x->ctx->metrics, have ? &st : NULL, s,
+                         x->ctx->s3,       x->ctx->data,      x->ctx->tls};
+    size_t len = 0;
+    char *html = kcd_status_html(x->ctx->status, &v, &len);
+    if (!html)
+        return resp_error(x, 500, "out of memory rendering the status page");
+    resp_take(x, 200, CT_HTML, html, len);
 }
 
 static void r_missing(kcd_exchange *x, const kcd_request *req, const char *rest)
@@ -1523,6 +1735,8 @@ static const struct route_row {
     {"HEAD", "/metrics", KCD_R_METRICS, R_READ, "GET, HEAD", r_metrics},
     {"GET", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
     {"HEAD", "/v1/stats", KCD_R_STATS, R_READ, "GET, HEAD", r_stats},
+    {"GET", "/status", KCD_R_STATUS, R_READ, "GET, HEAD", r_status},
+    {"HEAD", "/status", KCD_R_STATUS, R_READ, "GET, HEAD", r_status},
     {"POST", "/v1/artifacts/missing", KCD_R_MISSING, R_READ | R_WRITE, "POST", r_missing},
     {"GET", "/v1/artifacts/", KCD_R_ARTIFACT_GET, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
     {"HEAD", "/v1/artifacts/", KCD_R_ARTIFACT_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_artifact},
@@ -1564,6 +1778,10 @@ static void route(kcd_exchange *x, const kcd_request *req)
     if (req->framing_error) { /* before anything else: which body is meant is unclear */
         x->route = KCD_R_OTHER;
         return resp_error(x, 400, "%s", req->framing_error);
+    }
+    if (req->client_cert_error) { /* mTLS: no route without a certificate the CA signed */
+        x->route = KCD_R_OTHER;
+        return resp_error(x, 403, "client certificate refused: %s", req->client_cert_error);
     }
     const char *rest = NULL;
     size_t g = 0;
@@ -1631,7 +1849,8 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     /* body_len survives a caller taking the body; streams count themselves. */
     if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0)
         x->bytes_out = x->resp->body_len;
-    double dt = kc_now() - x->t0;
+    double now = kc_now(), dt = now - x->t0;
+    kcd_status_tick(x->ctx->status, &x->ctx->metrics, now);
     kcd_metrics_request(&x->ctx->metrics, x->route, status, x->bytes_in,
                         (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
     if (kcd_log_enabled(KCD_LOG_INFO))
@@ -1672,7 +1891,8 @@ kcd_response *kcd_handle(kcd_ctx *ctx, const char *method, const char *path, con
                          size_t len)
 {
     kv_set hs = {headers, nheaders, true}, as = {args, nargs, false};
-    kcd_request req = {method, path, kv_lookup, &hs, kv_lookup, &as, "in-process", NULL};
+    kcd_request req = {method, path,         kv_lookup, &hs,  kv_lookup,
+                       &as,    "in-process", NULL,      NULL, NULL};
     kcd_exchange *x = kcd_exchange_begin(ctx, &req);
     if (!x)
         return NULL;

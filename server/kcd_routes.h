@@ -77,9 +77,15 @@ typedef struct kcd_request {
     const char *remote;        /* client address for the access log; may be NULL */
     const char *framing_error; /* non-NULL: the socket layer found the request's framing
                                 * ambiguous (e.g. two Content-Length headers); answered 400 */
+    /* mTLS (--tls-client-ca): the verified client certificate's subject
+     * (RFC 4514), or NULL; when client_cert_error is set the client offered
+     * no certificate the CA signed and every route answers 403 with it. */
+    const char *client_subject;
+    const char *client_cert_error;
 } kcd_request;
 
-/* A streamed response body (GET /v1/bundle, large envelopes). */
+/* A streamed response body: a bundle (GET /v1/bundle, length unknown) or a
+ * large artifact read through a bounded reader (length known). */
 typedef struct kcd_stream kcd_stream;
 /* Copies up to cap bytes into buf. Returns the count (> 0), 0 at the end of
  * the stream, -1 on a failure (the transfer must then be aborted so the
@@ -100,6 +106,10 @@ typedef struct kcd_response {
     size_t body_len;
     kcd_stream *stream;  /* non-NULL: the body is streamed instead */
     uint64_t stream_len; /* the streamed body's length; 0 = unknown (chunked) */
+    bool has_file;       /* the body is body_len bytes of file_fd from file_off (a pack
+                          * file: sent with sendfile(2)); the response owns file_fd */
+    int file_fd;
+    uint64_t file_off;
     char extra_name[40]; /* optional extra header ("" = none) */
     char extra_value[64];
 } kcd_response;

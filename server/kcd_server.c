@@ -10,6 +10,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -47,6 +49,7 @@ struct kcd_server {
     bool tls;
     uint64_t active; /* requests begun and not yet completed */
     char *tls_cert, *tls_key;
+    char *tls_client_ca; /* PEM, with --tls-client-ca: client certificates required */
     /* store upkeep: a thread that compacts pack files every interval */
     unsigned compact_interval;
     pthread_t upkeep;
@@ -124,6 +127,41 @@ typedef struct conn_state {
     bool queued;
     uint64_t discarded;
 } conn_state;
+
+/* mTLS: libmicrohttpd asks for a client certificate (MHD_OPTION_HTTPS_MEM_TRUST
+ * makes the request optional, so the handshake also completes without one);
+ * here the peer's chain is checked against the CA with GnuTLS (signature,
+ * validity dates, key usage) before any route runs. Returns NULL and the
+ * subject (RFC 4514, malloc'd in *subject) when it verifies, else why not. */
+static const char *client_cert_check(struct MHD_Connection *c, char **subject)
+{
+    *subject = NULL;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    gnutls_session_t s = ci ? (gnutls_session_t)ci->tls_session : NULL;
+    if (!s)
+        return "no TLS session";
+    unsigned n = 0;
+    const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &n);
+    if (!certs || n == 0)
+        return "none presented (this server requires one signed by its --tls-client-ca)";
+    unsigned status = 0;
+    if (gnutls_certificate_verify_peers2(s, &status) < 0 || status != 0)
+        return "not signed by this server's --tls-client-ca, or expired";
+    gnutls_x509_crt_t crt;
+    if (gnutls_x509_crt_init(&crt) < 0)
+        return "out of memory";
+    gnutls_datum_t dn = {NULL, 0};
+    const char *why = NULL;
+    if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) < 0 ||
+        gnutls_x509_crt_get_dn3(crt, &dn, 0) < 0)
+        why = "unreadable subject";
+    else if (!(*subject = strndup((const char *)dn.data, dn.size)))
+        why = "out of memory";
+    gnutls_free(dn.data);
+    gnutls_x509_crt_deinit(crt);
+    return why;
+}
 
 static const char *mhd_header(void *cls, const char *name)
 {
@@ -209,6 +247,12 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, bool tls,
                                                256 * 1024, stream_cb, r->stream, stream_free_cb);
         if (mr)
             r->stream = NULL; /* MHD owns it now */
+    } else if (r->has_file) {
+        /* A range of a pack file, checked by the store: sendfile(2) (MHD reads
+         * it into its buffer instead under TLS). MHD closes the descriptor. */
+        mr = MHD_create_response_from_fd_at_offset64(r->body_len, r->file_fd, r->file_off);
+        if (mr)
+            r->has_file = false;
     } else if (r->blob && ((kcd_blob *)r->blob)->fd >= 0 && !tls) {
         /* Large cached body: let the kernel sendfile(2) from the memfd. */
         int fd = dup(((kcd_blob *)r->blob)->fd);
@@ -276,8 +320,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         /* the head is in: from now on the ordinary idle timeout applies */
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, srv->timeout);
-        kcd_request req = {method, url, mhd_header, c, mhd_arg, c, remote, framing_error(c)};
+        kcd_request req = {method, url,    mhd_header,       c,    mhd_arg,
+                           c,      remote, framing_error(c), NULL, NULL};
+        char *subject = NULL;
+        if (srv->tls_client_ca) {
+            req.client_cert_error = client_cert_check(c, &subject);
+            req.client_subject = subject;
+            if (req.client_cert_error)
+                kcd_log(KCD_LOG_WARN, "client %s refused: certificate %s", remote,
+                        req.client_cert_error);
+        }
         cs->x = kcd_exchange_begin(srv->ctx, &req);
+        free(subject);
         if (!cs->x) {
             free(cs);
             return MHD_NO;
@@ -427,7 +481,10 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
             goto fail;
         }
         if ((rc = kc_read_file(cfg->tls_cert, (uint8_t **)&srv->tls_cert, &n, err)) != KC_OK ||
-            (rc = kc_read_file(cfg->tls_key, (uint8_t **)&srv->tls_key, &n, err)) != KC_OK)
+            (rc = kc_read_file(cfg->tls_key, (uint8_t **)&srv->tls_key, &n, err)) != KC_OK ||
+            (cfg->tls_client_ca &&
+             (rc = kc_read_file(cfg->tls_client_ca, (uint8_t **)&srv->tls_client_ca, &n, err)) !=
+                 KC_OK))
             goto fail;
     }
     if ((rc = kcd_ctx_new(cfg, &srv->ctx, err)) != KC_OK)
@@ -446,6 +503,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
         {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->tls_key},
         {tls ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_END, 0,
          (void *)(cfg->tls_priorities ? cfg->tls_priorities : KCD_TLS_PRIORITIES_DEFAULT)},
+        {srv->tls_client_ca ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, 0, srv->tls_client_ca},
         {MHD_OPTION_END, 0, NULL},
     };
     /* A new connection gets --header-timeout (shorter) to send its request
@@ -479,7 +537,10 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
             goto fail;
     }
     kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
-            threads, tls ? ", TLS" : "",
+            threads,
+            srv->tls_client_ca ? ", TLS with client certificates"
+            : tls              ? ", TLS"
+                               : "",
             cfg->tokens ? "" : ", authentication disabled (no --tokens)");
     char warnings[2048];
     kcd_config_warnings(cfg, warnings, sizeof warnings);
@@ -529,5 +590,6 @@ void kcd_server_stop(kcd_server *srv)
     kcd_ctx_free(srv->ctx); /* closes every per-thread store handle */
     free(srv->tls_cert);
     free(srv->tls_key);
+    free(srv->tls_client_ca);
     free(srv);
 }

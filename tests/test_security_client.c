@@ -180,6 +180,8 @@ Test(security_client, rows_of_a_schema_2_store_migrate_as_unknown_and_still_load
                               "ALTER TABLE entries DROP COLUMN origin;"
                               "ALTER TABLE entries DROP COLUMN sig;"
                               "DELETE FROM counters WHERE name = 'untrusted';"
+                              "ALTER TABLE blobs DROP COLUMN raw;" /* schema 4 */
+                              "ALTER TABLE blobs DROP COLUMN pre;"
                               "PRAGMA user_version = 2;",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(h));

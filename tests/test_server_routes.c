@@ -124,6 +124,67 @@ Test(server_routes, chunked_feeding_is_equivalent)
     free(env2);
 }
 
+/* GET /v1/bundle in process: a body (a bundle the memory cache keeps) or a
+ * stream, drained here. *from_memory: answered from the memory cache. */
+static uint8_t *get_bundle_body(size_t *n, bool *from_memory)
+{
+    kcd_response *r = kcd_handle(ctx, "GET", "/v1/bundle", NULL, 0, NULL, 0, NULL, 0);
+    cr_assert_eq(r->status, 200);
+    uint8_t *all = NULL;
+    *n = 0;
+    if (from_memory)
+        *from_memory = r->blob != NULL;
+    if (!r->stream) {
+        all = malloc(r->body_len);
+        memcpy(all, r->body, r->body_len);
+        *n = r->body_len;
+        kcd_response_free(r);
+        return all;
+    }
+    uint8_t buf[1000];
+    ssize_t got;
+    while ((got = kcd_stream_read(r->stream, buf, sizeof buf)) > 0) {
+        all = realloc(all, *n + (size_t)got);
+        memcpy(all + *n, buf, (size_t)got);
+        *n += (size_t)got;
+    }
+    cr_expect_eq(got, 0);
+    kcd_response_free(r);
+    return all;
+}
+
+Test(server_routes, a_kept_bundle_is_never_older_than_the_writes_answered_before_it)
+{
+    char key[65], path[128];
+    size_t len;
+    uint8_t *env = envelope("routes-bundle-a", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_assert_eq(status("PUT", path, env, len), 201);
+    size_t n1, n2, n3;
+    bool mem;
+    uint8_t *b1 = get_bundle_body(&n1, &mem);
+    cr_expect_not(mem, "the first GET builds the bundle");
+    uint8_t *b2 = get_bundle_body(&n2, &mem);
+    cr_expect(mem, "the second comes from the memory cache");
+    cr_expect(n1 == n2 && !memcmp(b1, b2, n1), "the same bundle both times");
+    free(env);
+    env = envelope("routes-bundle-b", key, &len);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_assert_eq(status("PUT", path, env, len), 201);
+    uint8_t *b3 = get_bundle_body(&n3, &mem);
+    cr_expect_not(mem, "a PUT answered before the GET: the bundle is built again");
+    cr_expect_gt(n3, n1 + len / 2, "and holds the new artifact");
+    cr_expect_eq(status("DELETE", path, NULL, 0), 204);
+    uint8_t *b4 = get_bundle_body(&n3, &mem);
+    cr_expect_not(mem, "so does a DELETE");
+    cr_expect_eq(n3, n1);
+    free(b1);
+    free(b2);
+    free(b3);
+    free(b4);
+    free(env);
+}
+
 Test(server_routes, bundle_stream_drains_in_process)
 {
     char key[65], path[128];
@@ -131,23 +192,11 @@ Test(server_routes, bundle_stream_drains_in_process)
     uint8_t *env = envelope("routes-4", key, &len);
     snprintf(path, sizeof path, "/v1/artifacts/%s", key);
     cr_assert_eq(status("PUT", path, env, len), 201);
-    kcd_response *r = kcd_handle(ctx, "GET", "/v1/bundle", NULL, 0, NULL, 0, NULL, 0);
-    cr_assert_eq(r->status, 200);
-    cr_assert_not_null(r->stream);
-    uint8_t *all = NULL;
     size_t n = 0;
-    uint8_t buf[1000];
-    ssize_t got;
-    while ((got = kcd_stream_read(r->stream, buf, sizeof buf)) > 0) {
-        all = realloc(all, n + (size_t)got);
-        memcpy(all + n, buf, (size_t)got);
-        n += (size_t)got;
-    }
-    cr_expect_eq(got, 0);
+    uint8_t *all = get_bundle_body(&n, NULL);
     cr_expect(n > len && !memcmp(all, "KCBUNDLE", 8));
-    kcd_response_free(r);
     cr_expect_eq(status("DELETE", path, NULL, 0), 204);
-    r = kcd_handle(ctx, "POST", "/v1/bundle", NULL, 0, NULL, 0, all, n);
+    kcd_response *r = kcd_handle(ctx, "POST", "/v1/bundle", NULL, 0, NULL, 0, all, n);
     cr_expect_eq(r->status, 200, "%.*s", (int)r->body_len, r->body);
     kcd_response_free(r);
     cr_expect_eq(status("GET", path, NULL, 0), 200);

@@ -193,6 +193,9 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
     }
     kc_remote_opts o = {.token = cli->token,
                         .ca_file = a->ca_file,
+                        .client_cert =
+                            cli->client_cert && *cli->client_cert ? cli->client_cert : NULL,
+                        .client_key = cli->client_key && *cli->client_key ? cli->client_key : NULL,
                         .concurrency = a->jobs,
                         .connect_timeout_ms = a->connect_ms,
                         .quiet = true,

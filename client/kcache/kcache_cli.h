@@ -22,6 +22,8 @@ typedef struct kc_cli {
     const char *remote;       /* --remote or $KCACHE_REMOTE; NULL = none */
     const char *remote_shown; /* remote with any user:password redacted, for messages */
     const char *token;        /* --token, --token-file, $KCACHE_TOKEN or $KCACHE_TOKEN_FILE */
+    const char *client_cert;  /* --client-cert or $KCACHE_CLIENT_CERT: PEM, for mTLS servers */
+    const char *client_key;   /* --client-key or $KCACHE_CLIENT_KEY */
     kc_signer *signer;        /* --sign-key or $KCACHE_SIGN_KEY: signs uploads and exports */
     kc_trust *trust;          /* --trusted-keys or $KCACHE_TRUSTED_KEYS: what the store accepts
                                  from outside (pull, import, remote hits) */

@@ -81,6 +81,9 @@ static void print_help(FILE *out)
                  "                   $KCACHE_TOKEN_FILE); --token T and $KCACHE_TOKEN also\n"
                  "                   work, but a --token on the command line is visible to\n"
                  "                   every user of this machine (ps)\n"
+                 "  --client-cert PEM, --client-key PEM  client certificate and key for a\n"
+                 "                   server that requires one (kcached --tls-client-ca;\n"
+                 "                   default $KCACHE_CLIENT_CERT, $KCACHE_CLIENT_KEY)\n"
                  "  --sign-key PEM   sign every artifact uploaded or exported with this\n"
                  "                   Ed25519 key (default $KCACHE_SIGN_KEY)\n"
                  "  --trusted-keys PEM  accept artifacts from a server or bundle only when\n"
@@ -231,6 +234,10 @@ static int take_global_options(kc_cli *cli, key_paths *keys, int argc, char **ar
             target = &keys->token_file;
         else if (strncmp(a, "--token", n = 7) == 0 && (a[7] == '\0' || a[7] == '='))
             target = &cli->token;
+        else if (strncmp(a, "--client-cert", n = 13) == 0)
+            target = &cli->client_cert;
+        else if (strncmp(a, "--client-key", n = 12) == 0)
+            target = &cli->client_key;
         else if (strncmp(a, "--sign-key", n = 10) == 0)
             target = &keys->sign_key;
         else if (strncmp(a, "--trusted-keys", n = 14) == 0)
@@ -277,6 +284,8 @@ int main(int argc, char **argv)
     kc_cli cli = {.prog = argv[0]};
     cli.remote = getenv("KCACHE_REMOTE");
     cli.token = getenv("KCACHE_TOKEN");
+    cli.client_cert = getenv("KCACHE_CLIENT_CERT");
+    cli.client_key = getenv("KCACHE_CLIENT_KEY");
     if (cli.remote && !*cli.remote)
         cli.remote = NULL;
 

@@ -30,6 +30,7 @@
 #define KC_STORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kc_envelope.h"
@@ -188,6 +189,70 @@ kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size
 kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
                           size_t *env_len, kc_err *err);
 
+/* ---- serving large entries without copies (kcached) ----
+ *
+ * A response body for an entry is either its envelope (identity) or a zstd
+ * stream of it (Content-Encoding: zstd): a raw-block frame holding the
+ * envelope header followed by the stored frame. Payloads that zstd does not
+ * shrink are stored raw, so their identity body needs no decoding. */
+
+typedef struct kc_store_span {
+    int fd;           /* -1: no span (see kc_store_get_span); else a pack file
+                         descriptor the caller owns and closes */
+    uint64_t off;     /* where the body starts in fd */
+    uint64_t len;     /* body length */
+    bool zstd;        /* the body is the zstd stream of the envelope */
+    bool raw;         /* the payload is stored raw (any client gets identity) */
+    uint64_t env_len; /* envelope length (= len when !zstd) */
+} kc_store_span;
+
+/* Looks key up and, when the whole response body is one range of a pack
+ * file (a packed blob stored together with this entry's header: identity
+ * for a raw blob, zstd for a frame when accept_zstd), returns that range
+ * with a descriptor of its own, ready for sendfile(2), after checking the
+ * bytes in the file against the XXH3-64 recorded at put (through a
+ * read-only mapping, no copy) and the prefix against the entry's header.
+ * Counts a hit then. Otherwise sp->fd = -1 with KC_OK (env_len and raw
+ * still filled in): use kc_store_reader_open or the buffered gets, which
+ * count the access. KC_ERR_NOT_FOUND on a miss (counted); KC_ERR_CORRUPT
+ * when the stored bytes fail their checksum (the entry is quarantined).
+ * The bytes are checked before they are handed out, not while: packs are
+ * append-only and never rewritten in place, so only damage in the moment
+ * between the check and the send could slip through. */
+kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_store_span *sp,
+                          kc_err *err);
+
+/* A bounded streaming read of a response body (kcached's path for large
+ * entries that kc_store_get_span cannot send as one range): the envelope
+ * header from memory, then the stored bytes read from the pack in 128 KiB
+ * steps and passed through (raw blob, or a frame for a zstd client) or
+ * decompressed through a fixed buffer (a frame for an identity client;
+ * zstd's window, at most 8 MiB for the store's levels, is the only other
+ * memory). The XXH3-64 of the stored bytes is computed as they are read and
+ * checked before the last byte of the body is handed out: a reader of a
+ * damaged entry fails instead of finishing, so a client whose transfer is
+ * then cut short never receives a complete body. */
+typedef struct kc_store_reader kc_store_reader;
+
+/* Opens a reader of key's body (identity, or zstd when accept_zstd and the
+ * payload is a frame). *len receives the body length, *zstd whether it is
+ * the zstd stream. Counts a hit. The reader keeps s to quarantine the entry
+ * if its bytes turn out damaged: s must outlive it and be used on the same
+ * thread. Errors as kc_store_get. The caller frees with
+ * kc_store_reader_close. */
+kc_code kc_store_reader_open(kc_store *s, const char *key, bool accept_zstd, kc_store_reader **out,
+                             uint64_t *len, bool *zstd, kc_err *err);
+
+/* Copies the next bytes of the body (at most cap, at least 1 unless the
+ * body is complete: *n = 0 at the end). KC_ERR_CORRUPT (entry quarantined)
+ * when the stored bytes fail their checksum or do not decode to the
+ * recorded size; KC_ERR_IO when the pack cannot be read. After an error
+ * the reader only fails. */
+kc_code kc_store_reader_read(kc_store_reader *r, uint8_t *buf, size_t cap, size_t *n, kc_err *err);
+
+/* NULL is a no-op. */
+void kc_store_reader_close(kc_store_reader *r);
+
 /* A get without the copy: KC_OK when key is stored and its stored bytes pass
  * the check every get makes (XXH3-64 of the stored frame, and the frame's
  * declared size against the recorded payload size), without decompressing.
@@ -247,6 +312,15 @@ typedef struct kc_store_stats {
 } kc_store_stats;
 
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
+
+/* Entries and bytes per kind (by_device false) or per device id (true;
+ * "" for entries without one), largest stored first: fn gets the group
+ * name, its entries, payload bytes and stored bytes (a payload shared by
+ * several entries counts in each); a non-zero return stops. One pass over
+ * the entries (an operator's status page, not a hot path). */
+typedef int (*kc_group_fn)(const char *name, uint64_t entries, uint64_t bytes,
+                           uint64_t stored_bytes, void *ctx);
+kc_code kc_store_group_sizes(kc_store *s, bool by_device, kc_group_fn fn, void *ctx, kc_err *err);
 
 /* Evicts least-recently-used entries until stored bytes <= max_size, in short
  * transactions so other writers are not blocked for long; also empties the

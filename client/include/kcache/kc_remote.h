@@ -60,6 +60,9 @@ typedef struct kc_remote kc_remote; /* opaque */
 typedef struct kc_remote_opts {
     const char *token;        /* bearer token; NULL = anonymous */
     const char *ca_file;      /* extra CA bundle for https; NULL = system */
+    const char *client_cert;  /* PEM client certificate for servers that require one
+                                 (kcached --tls-client-ca); NULL = none */
+    const char *client_key;   /* its PEM private key; NULL = in client_cert's file */
     long connect_timeout_ms;  /* 0 = 2000 */
     long timeout_ms;          /* whole-request limit; 0 = 60000 */
     int concurrency;          /* parallel transfers; 0 = 8 */

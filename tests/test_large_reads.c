@@ -1,0 +1,465 @@
+/*
+ * test_large_reads.c - large artifacts leave kcached without copies: payloads
+ * zstd cannot shrink are stored raw, a packed entry's whole body goes out of
+ * its pack file (sendfile) after a checksum, the rest streams through a
+ * bounded reader; every layout (packed raw, packed frame, inline, a payload
+ * shared by two keys) answers the same envelope to identity and zstd
+ * clients, and damaged pack bytes are never served as a whole body.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_store.h"
+#include "kc_testserver.h"
+#include "kc_testutil.h"
+
+#define BIG (1u << 20)
+
+typedef enum { RANDOM, RUNS } fill_kind;
+
+typedef struct art {
+    char key[65];
+    uint8_t *payload;
+    size_t len;
+    uint8_t *env;
+    size_t env_len;
+} art;
+
+/* An artifact named by seed: incompressible (RANDOM) or compressible (RUNS). */
+static void art_make(art *a, const char *seed, size_t len, fill_kind k, uint64_t salt)
+{
+    kc_sha256_hex(seed, strlen(seed), a->key);
+    a->len = len;
+    a->payload = malloc(len ? len : 1);
+    kc_test_fill_random(a->payload, len, salt);
+    if (k == RUNS)
+        for (size_t i = 0; i < len; i++)
+            a->payload[i] = (i / 512) % 2 ? a->payload[i] & 0x0f : (uint8_t)(i / 4096);
+    kc_artifact x;
+    kc_err e = {0};
+    cr_assert_eq(kc_artifact_init(&x, a->key, "cpu-so", "{\"device\":\"t\"}", a->payload, len, &e),
+                 KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_envelope_encode(&x, &a->env, &a->env_len, &e), KC_OK);
+    kc_artifact_free(&x);
+}
+
+static void art_free(art *a)
+{
+    free(a->payload);
+    free(a->env);
+}
+
+/* ---- the store: raw blobs, spans and the bounded reader ---------------- */
+
+/* The same payload as src under another key and kind: it shares src's
+ * stored bytes, not its header. */
+static void art_alias(art *out, const char *seed, const art *src)
+{
+    kc_sha256_hex(seed, strlen(seed), out->key);
+    kc_artifact x;
+    kc_err e = {0};
+    cr_assert_eq(kc_artifact_init(&x, out->key, "blob", NULL, src->payload, src->len, &e), KC_OK);
+    cr_assert_eq(kc_envelope_encode(&x, &out->env, &out->env_len, &e), KC_OK);
+    kc_artifact_free(&x);
+    out->payload = NULL;
+    out->len = src->len;
+}
+
+typedef struct find_size {
+    const char *key;
+    uint64_t z;
+} find_size;
+
+static int find_size_fn(const kc_entry_info *i, void *c)
+{
+    find_size *f = c;
+    if (!strcmp(i->key, f->key))
+        f->z = i->stored_size;
+    return 0;
+}
+
+static uint64_t stored_size(kc_store *s, const char *key)
+{
+    find_size f = {key, UINT64_MAX};
+    kc_filter filter = {0};
+    kc_err e = {0};
+    cr_assert_eq(kc_store_list(s, &filter, find_size_fn, &f, &e), KC_OK);
+    return f.z;
+}
+
+static void put(kc_store *s, const art *a)
+{
+    kc_err e = {0};
+    cr_assert_eq(kc_store_put_envelope(s, a->env, a->env_len, a->key, NULL, &e), KC_OK, "%s",
+                 e.msg);
+}
+
+/* Drains a reader in small steps; returns the bytes (caller frees). */
+static uint8_t *drain(kc_store *s, const char *key, bool zstd, size_t step, size_t *len,
+                      uint64_t *whole, bool *framed, kc_code *fail)
+{
+    kc_store_reader *r = NULL;
+    uint64_t total = 0;
+    kc_err e = {0};
+    cr_assert_eq(kc_store_reader_open(s, key, zstd, &r, &total, framed, &e), KC_OK, "%s", e.msg);
+    *whole = total;
+    uint8_t *out = malloc(total + 1);
+    size_t got = 0, n = 0;
+    *fail = KC_OK;
+    do {
+        *fail = kc_store_reader_read(r, out + got, step < total + 1 - got ? step : total + 1 - got,
+                                     &n, &e);
+        got += n;
+    } while (*fail == KC_OK && n > 0);
+    cr_assert_leq(got, total);
+    if (*fail == KC_OK)
+        cr_expect_eq(got, total, "reader ended early without an error");
+    kc_store_reader_close(r);
+    *len = got;
+    return out;
+}
+
+static uint8_t *unzstd(const uint8_t *z, size_t zlen, size_t cap, size_t *out_len)
+{
+    uint8_t *out = malloc(cap + 1);
+    size_t n = ZSTD_decompress(out, cap + 1, z, zlen);
+    cr_assert(!ZSTD_isError(n), "zstd: %s", ZSTD_getErrorName(n));
+    *out_len = n;
+    return out;
+}
+
+/* The body a client decodes must be the envelope. */
+static void expect_envelope(const art *a, const uint8_t *body, size_t len, bool zstd,
+                            const char *what)
+{
+    size_t dl = len;
+    uint8_t *d = zstd ? unzstd(body, len, a->env_len, &dl) : NULL;
+    cr_expect(dl == a->env_len && !memcmp(d ? d : body, a->env, dl),
+              "%s: body (%zu bytes%s) is not the envelope (%zu bytes)", what, dl,
+              zstd ? ", decoded" : "", a->env_len);
+    free(d);
+}
+
+Test(large_reads, incompressible_payloads_are_stored_raw_and_read_back_every_way)
+{
+    char *dir = kc_test_mkdtemp("large-store");
+    kc_store *s;
+    kc_err e = {0};
+    cr_assert_eq(kc_store_open(dir, NULL, &s, &e), KC_OK);
+    art raw, runs, small;
+    art_make(&raw, "raw", BIG, RANDOM, 1);
+    art_make(&runs, "runs", BIG, RUNS, 2);
+    art_make(&small, "small-raw", 3000, RANDOM, 3);
+    put(s, &raw);
+    put(s, &runs);
+    put(s, &small);
+    cr_expect_eq(stored_size(s, raw.key), BIG, "random payload kept raw");
+    cr_expect_eq(stored_size(s, small.key), 3000, "small random payload kept raw (inline)");
+    cr_expect_lt(stored_size(s, runs.key), BIG / 2, "compressible payload compressed");
+
+    const art *all[] = {&raw, &runs, &small};
+    for (int i = 0; i < 3; i++) {
+        const art *a = all[i];
+        uint8_t *env;
+        size_t len;
+        cr_assert_eq(kc_store_get_envelope(s, a->key, &env, &len, &e), KC_OK, "%s", e.msg);
+        expect_envelope(a, env, len, false, "get_envelope");
+        free(env);
+        size_t envlen;
+        cr_assert_eq(kc_store_get_zstd(s, a->key, &env, &len, &envlen, &e), KC_OK, "%s", e.msg);
+        cr_expect_eq(envlen, a->env_len);
+        expect_envelope(a, env, len, true, "get_zstd");
+        free(env);
+        for (int z = 0; z < 2; z++) {
+            bool framed;
+            kc_code fail;
+            uint64_t whole;
+            uint8_t *b = drain(s, a->key, z, 7001, &len, &whole, &framed, &fail);
+            cr_expect_eq(fail, KC_OK, "reader of %d failed", i);
+            cr_expect_eq(framed, z && a != &raw && a != &small, "zstd only for a stored frame");
+            expect_envelope(a, b, len, framed, "reader");
+            free(b);
+        }
+    }
+    /* the whole response is one checked range of the pack: raw for anyone,
+     * a frame for zstd clients only; inline entries have none */
+    kc_store_span sp;
+    cr_assert_eq(kc_store_get_span(s, raw.key, false, &sp, &e), KC_OK, "%s", e.msg);
+    cr_assert_geq(sp.fd, 0, "raw packed entry has a span");
+    cr_expect(!sp.zstd && sp.len == raw.env_len);
+    uint8_t *b = malloc(sp.len);
+    cr_assert_eq(pread(sp.fd, b, sp.len, (off_t)sp.off), (ssize_t)sp.len);
+    expect_envelope(&raw, b, sp.len, false, "raw span");
+    free(b);
+    close(sp.fd);
+    cr_assert_eq(kc_store_get_span(s, runs.key, false, &sp, &e), KC_OK);
+    cr_expect_eq(sp.fd, -1, "a frame has no identity span");
+    cr_assert_eq(kc_store_get_span(s, runs.key, true, &sp, &e), KC_OK);
+    cr_assert_geq(sp.fd, 0, "a frame has a zstd span");
+    b = malloc(sp.len);
+    cr_assert_eq(pread(sp.fd, b, sp.len, (off_t)sp.off), (ssize_t)sp.len);
+    expect_envelope(&runs, b, sp.len, true, "zstd span");
+    free(b);
+    close(sp.fd);
+    cr_assert_eq(kc_store_get_span(s, small.key, true, &sp, &e), KC_OK);
+    cr_expect_eq(sp.fd, -1, "inline entries have no span");
+
+    uint64_t checked = 0, bad = 0;
+    cr_expect_eq(kc_store_verify(s, NULL, NULL, &checked, &bad, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(bad, 0);
+    cr_expect_eq(checked, 3);
+    kc_store_close(s);
+    art_free(&raw);
+    art_free(&runs);
+    art_free(&small);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+/* Flips a byte at the end minus back of the only pack file under dir. */
+static void damage_pack(const char *dir, size_t back)
+{
+    char *packs = kc_test_path(dir, "packs");
+    DIR *d = opendir(packs);
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".kcp"))
+            continue;
+        char *p = kc_test_path(packs, de->d_name);
+        size_t len;
+        char *f = kc_test_read_file(p, &len);
+        cr_assert(f && len > back);
+        f[len - back] ^= 0x41;
+        cr_assert_eq(kc_test_write_file(p, f, len), 0);
+        free(f);
+        free(p);
+        n++;
+    }
+    closedir(d);
+    free(packs);
+    cr_assert_eq(n, 1, "one pack file expected");
+}
+
+Test(large_reads, a_damaged_entry_never_reaches_the_end_of_a_reader)
+{
+    for (int mode = 0; mode < 3; mode++) { /* raw pass-through, frame pass-through, inflate */
+        char *dir = kc_test_mkdtemp("large-damage");
+        kc_store *s;
+        kc_err e = {0};
+        cr_assert_eq(kc_store_open(dir, NULL, &s, &e), KC_OK);
+        art a;
+        art_make(&a, "damaged", BIG, mode == 0 ? RANDOM : RUNS, 9);
+        put(s, &a);
+        damage_pack(dir, 3000);
+        size_t len;
+        uint64_t whole;
+        bool framed;
+        kc_code fail;
+        uint8_t *b = drain(s, a.key, mode == 1, 4096, &len, &whole, &framed, &fail);
+        cr_expect_eq(fail, KC_ERR_CORRUPT, "mode %d: damage not reported", mode);
+        cr_expect_lt(len, whole, "mode %d: whole body handed out", mode);
+        free(b);
+        kc_store_span sp;
+        cr_expect_eq(kc_store_get_span(s, a.key, true, &sp, &e), KC_ERR_NOT_FOUND,
+                     "mode %d: quarantined entry is gone", mode);
+        kc_store_close(s);
+        art_free(&a);
+        kc_test_rmtree(dir);
+        free(dir);
+    }
+}
+
+Test(large_reads, a_span_over_damaged_bytes_is_refused_and_quarantined)
+{
+    char *dir = kc_test_mkdtemp("large-span");
+    kc_store *s;
+    kc_err e = {0};
+    cr_assert_eq(kc_store_open(dir, NULL, &s, &e), KC_OK);
+    art a;
+    art_make(&a, "span", BIG, RANDOM, 11);
+    put(s, &a);
+    damage_pack(dir, 100);
+    kc_store_span sp;
+    cr_expect_eq(kc_store_get_span(s, a.key, false, &sp, &e), KC_ERR_CORRUPT);
+    cr_expect_eq(sp.fd, -1);
+    cr_expect(strstr(e.msg, a.key) != NULL, "error names the key: %s", e.msg);
+    cr_expect_eq(kc_store_has(s, a.key, &e), KC_ERR_NOT_FOUND, "quarantined");
+    kc_store_close(s);
+    art_free(&a);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- kcached --------------------------------------------------------- */
+
+static char *apath(const char *key)
+{
+    static char p[128];
+    snprintf(p, sizeof p, "/v1/artifacts/%s", key);
+    return p;
+}
+
+/* GETs key both ways and checks what a client decodes. */
+static void expect_served(const kc_testserver *ts, const art *a, bool zstd_expected)
+{
+    for (int z = 0; z < 2; z++) {
+        const char *h[] = {z ? "Accept-Encoding: zstd" : "Accept-Encoding: identity", NULL};
+        kc_http_result r;
+        cr_assert_eq(kc_testserver_http(ts, "GET", apath(a->key), h, NULL, 0, false, &r), 0);
+        cr_expect_eq(r.status, 200, "%s", r.curl_error);
+        char *ce = kc_http_header(&r, "Content-Encoding");
+        bool zstd = ce && !strcmp(ce, "zstd");
+        cr_expect_eq(zstd, z && zstd_expected, "Content-Encoding %s for %s", ce ? ce : "none",
+                     z ? "a zstd client" : "an identity client");
+        if (zstd) {
+            char *el = kc_http_header(&r, "X-Kcache-Envelope-Length");
+            cr_expect(el && strtoull(el, NULL, 10) == a->env_len, "X-Kcache-Envelope-Length %s",
+                      el ? el : "missing");
+            free(el);
+        }
+        free(ce);
+        expect_envelope(a, r.body, r.len, zstd, z ? "zstd GET" : "identity GET");
+        kc_http_result_free(&r);
+        cr_assert_eq(kc_testserver_http(ts, "HEAD", apath(a->key), h, NULL, 0, false, &r), 0);
+        cr_expect_eq(r.status, 200);
+        kc_http_result_free(&r);
+    }
+}
+
+static void put_http(const kc_testserver *ts, const art *a)
+{
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, "PUT", apath(a->key), NULL, a->env, a->env_len, false, &r),
+                 0);
+    cr_assert_eq(r.status, 201, "PUT: %ld %s", r.status, r.body);
+    kc_http_result_free(&r);
+}
+
+Test(large_reads, kcached_serves_every_layout_to_identity_and_zstd_clients, .timeout = 120)
+{
+    for (int hot = 0; hot < 2; hot++) {
+        kc_testserver ts;
+        memset(&ts, 0, sizeof ts);
+        const char *args[] = {"--log-level", "error", "--memory-cache", hot ? "64M" : "0", NULL};
+        cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+        art raw, runs, small_raw, small_runs, twin;
+        art_make(&raw, "srv-raw", BIG, RANDOM, 21);
+        art_make(&runs, "srv-runs", BIG, RUNS, 22);
+        art_make(&small_raw, "srv-small-raw", 3000, RANDOM, 23);
+        art_make(&small_runs, "srv-small-runs", 3000, RUNS, 24);
+        /* the same payload under another key: it shares raw's stored bytes,
+         * not its header, so it cannot go out as one range */
+        art_alias(&twin, "srv-twin", &raw);
+        const art *all[] = {&raw, &runs, &small_raw, &small_runs, &twin};
+        for (int i = 0; i < 5; i++)
+            put_http(&ts, all[i]);
+        for (int round = 0; round < 2; round++) { /* the second from the memory cache, if on */
+            expect_served(&ts, &raw, false);
+            expect_served(&ts, &runs, true);
+            expect_served(&ts, &small_raw, true); /* small: wrapped in a raw-block frame */
+            expect_served(&ts, &small_runs, true);
+            expect_served(&ts, &twin, false);
+        }
+        cr_assert_eq(kc_testserver_stop(&ts), 0);
+        kc_testserver_cleanup(&ts);
+        for (int i = 0; i < 5; i++)
+            art_free((art *)all[i]);
+    }
+}
+
+Test(large_reads, kcached_never_serves_a_damaged_pack_entry_whole, .timeout = 120)
+{
+    /* 0: raw, one range (sendfile); 1: frame to a zstd client, one range;
+     * 2: frame to an identity client, streamed through the decoder;
+     * 3: a payload shared with another key, streamed pass-through */
+    for (int c = 0; c < 4; c++) {
+        kc_testserver ts;
+        memset(&ts, 0, sizeof ts);
+        const char *args[] = {"--log-level", "warn", "--memory-cache", "0", NULL};
+        cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+        art a, other;
+        art_make(&a, "dmg", BIG, c == 0 || c == 3 ? RANDOM : RUNS, 30 + (uint64_t)c);
+        const art *victim = &a;
+        if (c == 3) {
+            art_alias(&other, "dmg-first", &a);
+            put_http(&ts, &other); /* stores the bytes, with its own header */
+        }
+        put_http(&ts, &a);
+        const char *h[] = {c == 1 ? "Accept-Encoding: zstd" : "Accept-Encoding: identity", NULL};
+        kc_http_result r;
+        cr_assert_eq(kc_testserver_http(&ts, "GET", apath(victim->key), h, NULL, 0, false, &r), 0);
+        cr_assert_eq(r.status, 200, "case %d intact", c);
+        kc_http_result_free(&r);
+        cr_assert_eq(kc_testserver_stop(&ts), 0);
+        damage_pack(ts.data, 3000);
+        cr_assert_eq(kc_testserver_restart(&ts), 0);
+
+        int rc = kc_testserver_http(&ts, "GET", apath(victim->key), h, NULL, 0, false, &r);
+        bool whole = rc == 0 && r.status == 200 && !r.curl_error[0];
+        cr_expect(!whole, "case %d: damaged entry served whole (%zu bytes)", c, r.len);
+        if (r.status == 200 || r.status == 0) /* the header had gone out: the body is cut short */
+            cr_expect(r.curl_error[0], "case %d: a 200 must end in a transfer error", c);
+        else
+            cr_expect_eq(r.status, 404, "case %d: %ld", c, r.status);
+        kc_http_result_free(&r);
+        /* the path this case is about caught it: before the send, or mid-stream */
+        char *log = kc_testserver_read_log(&ts);
+        cr_expect(log && strstr(log, c < 2 ? "corrupt entry" : "artifact stream aborted"),
+                  "case %d: log:\n%s", c, log);
+        free(log);
+        cr_assert_eq(kc_testserver_http(&ts, "GET", apath(victim->key), h, NULL, 0, false, &r), 0);
+        cr_expect_eq(r.status, 404, "case %d: quarantined, then a miss", c);
+        kc_http_result_free(&r);
+        cr_assert_eq(kc_testserver_stop(&ts), 0);
+        kc_testserver_cleanup(&ts);
+        art_free(&a);
+        if (c == 3)
+            art_free(&other);
+    }
+}
+
+Test(large_reads, a_bundle_larger_than_the_memory_cache_keeps_streams_whole, .timeout = 120)
+{
+    /* --memory-cache 2M keeps bodies up to 256 KiB: the first 256 KiB of
+     * this bundle are read ahead, the rest streamed after them */
+    kc_testserver src, dst;
+    memset(&src, 0, sizeof src);
+    memset(&dst, 0, sizeof dst);
+    const char *a1[] = {"--log-level", "error", "--memory-cache", "2M", NULL};
+    const char *a2[] = {"--log-level", "error", "--memory-cache", "0", NULL};
+    cr_assert_eq(kc_testserver_start(&src, NULL, a1), 0);
+    cr_assert_eq(kc_testserver_start(&dst, NULL, a2), 0);
+    art raw, runs;
+    art_make(&raw, "bundle-raw", BIG, RANDOM, 41);
+    art_make(&runs, "bundle-runs", BIG, RUNS, 42);
+    put_http(&src, &raw);
+    put_http(&src, &runs);
+    kc_http_result r;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(kc_testserver_http(&src, "GET", "/v1/bundle", NULL, NULL, 0, false, &r), 0);
+        cr_assert_eq(r.status, 200, "%s", r.curl_error);
+        cr_expect_gt(r.len, BIG + BIG / 4, "the bundle holds both payloads");
+        kc_http_result res;
+        cr_assert_eq(
+            kc_testserver_http(&dst, "POST", "/v1/bundle", NULL, r.body, r.len, false, &res), 0);
+        cr_expect_eq(res.status, 200, "import: %s", res.body);
+        kc_http_result_free(&res);
+        kc_http_result_free(&r);
+    }
+    expect_served(&dst, &raw, false);
+    expect_served(&dst, &runs, true);
+    kc_testserver_cleanup(&src);
+    kc_testserver_cleanup(&dst);
+    art_free(&raw);
+    art_free(&runs);
+}

@@ -1,0 +1,205 @@
+/*
+ * test_status_page.c - GET /status: a real kcached's page, loaded in headless
+ * Chromium (Debian's chromium), logs no console message and shows the
+ * figures /v1/stats reports (hits, misses, entries, stored bytes), the
+ * sizes by kind and device and the most missed key; in process, the hit
+ * ratio sparkline follows the samples it is fed (the sampling clock is a
+ * parameter) and the top-N of missed keys keeps the most missed.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_envelope.h"
+#include "kc_hash.h"
+#include "kc_testserver.h"
+#include "kc_testutil.h"
+#include "kcd_status.h"
+
+static void put_artifact(const kc_testserver *ts, const char *seed, const char *kind,
+                         const char *device, char key[65])
+{
+    kc_sha256_hex(seed, strlen(seed), key);
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\"}", device);
+    uint8_t payload[2000];
+    kc_test_fill_random(payload, sizeof payload, strlen(seed));
+    kc_artifact a;
+    kc_err e = {0};
+    cr_assert_eq(kc_artifact_init(&a, key, kind, meta, payload, sizeof payload, &e), KC_OK);
+    uint8_t *env;
+    size_t len;
+    cr_assert_eq(kc_envelope_encode(&a, &env, &len, &e), KC_OK);
+    kc_artifact_free(&a);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, "PUT", path, NULL, env, len, false, &r), 0);
+    cr_assert_eq(r.status, 201);
+    kc_http_result_free(&r);
+    free(env);
+}
+
+static long get(const kc_testserver *ts, const char *path)
+{
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, "GET", path, NULL, NULL, 0, false, &r), 0);
+    long st = r.status;
+    kc_http_result_free(&r);
+    return st;
+}
+
+/* The number in <td id="ID">N</td> of the page, or -1. */
+static long long dom_figure(const char *dom, const char *id)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "id=\"%s\">", id);
+    const char *p = strstr(dom, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+static long long json_figure(json_t *stats, const char *section, const char *name)
+{
+    json_t *v = json_object_get(json_object_get(stats, section), name);
+    cr_assert(json_is_integer(v), "/v1/stats has no %s.%s", section, name);
+    return (long long)json_integer_value(v);
+}
+
+/* Loads url in headless Chromium; returns the DOM, *console the console lines. */
+static char *chromium_dom(const char *url, const char *profile, char **console)
+{
+    char dir_arg[512];
+    snprintf(dir_arg, sizeof dir_arg, "--user-data-dir=%s", profile);
+    char *const argv[] = {"chromium",
+                          "--headless",
+                          "--no-sandbox",
+                          "--disable-gpu",
+                          "--no-first-run",
+                          dir_arg,
+                          "--enable-logging=stderr",
+                          "--v=0",
+                          "--dump-dom",
+                          (char *)url,
+                          NULL};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run(argv, NULL, 0, 120, &r), 0, "chromium could not be started");
+    cr_assert_eq(r.exit_code, 0, "chromium: %s", r.err);
+    /* console messages: "[...:INFO:CONSOLE:LINE] "text", source: URL (LINE)" */
+    size_t cap = 1, n = 0;
+    char *lines = calloc(1, 1);
+    for (char *l = strtok(r.err, "\n"); l; l = strtok(NULL, "\n")) {
+        if (!strstr(l, ":CONSOLE"))
+            continue;
+        lines = realloc(lines, cap += strlen(l) + 1);
+        n += (size_t)sprintf(lines + n, "%s\n", l);
+    }
+    *console = lines;
+    char *dom = r.out;
+    r.out = NULL;
+    kc_test_result_free(&r);
+    return dom;
+}
+
+Test(status_page, chromium_shows_the_figures_of_v1_stats_without_console_messages, .timeout = 300)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    char k1[65], k2[65], k3[65], path[128];
+    put_artifact(&ts, "status-1", "cpu-so", "cpu-x86_64-v3", k1);
+    put_artifact(&ts, "status-2", "spirv", "xpu-<8086:56a0>", k2); /* needs escaping */
+    put_artifact(&ts, "status-3", "spirv", "xpu-<8086:56a0>", k3);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", k1);
+    cr_expect_eq(get(&ts, path), 200);
+    cr_expect_eq(get(&ts, path), 200);
+    const char *missed = "/v1/artifacts/00000000000000000000000000000000000000000000000000000000000"
+                         "0beef";
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(get(&ts, missed), 404);
+    cr_expect_eq(get(&ts, "/ccache/never/there"), 404);
+
+    char url[256], *profile = kc_test_path(ts.root, "chromium-profile"), *console = NULL;
+    snprintf(url, sizeof url, "%s/status", ts.url);
+    char *dom = chromium_dom(url, profile, &console);
+    cr_expect_str_empty(console, "console messages while loading /status:\n%s", console);
+
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/v1/stats", NULL, NULL, 0, false, &r), 0);
+    json_error_t je;
+    json_t *stats = json_loads((const char *)r.body, 0, &je);
+    cr_assert_not_null(stats, "/v1/stats: %s", je.text);
+    const char *server_figures[] = {"hits", "misses", "memory_cache_hits", "corrupt"};
+    for (size_t i = 0; i < sizeof server_figures / sizeof *server_figures; i++)
+        cr_expect_eq(dom_figure(dom, server_figures[i]),
+                     json_figure(stats, "server", server_figures[i]), "%s", server_figures[i]);
+    const char *store_figures[] = {"entries", "stored_bytes", "logical_bytes", "quarantined"};
+    for (size_t i = 0; i < sizeof store_figures / sizeof *store_figures; i++)
+        cr_expect_eq(dom_figure(dom, store_figures[i]),
+                     json_figure(stats, "store", store_figures[i]), "%s", store_figures[i]);
+    cr_expect_eq(dom_figure(dom, "hits"), 2);
+    cr_expect_eq(dom_figure(dom, "misses"), 4);
+    long long out = dom_figure(dom, "bytes_out");
+    cr_expect(out > 0 && out <= json_figure(stats, "server", "bytes_out"), "bytes_out %lld", out);
+    json_decref(stats);
+    kc_http_result_free(&r);
+
+    cr_expect(strstr(dom, "00000000000000000000000000000000000000000000000000000000000"
+                          "0beef</code></td><td>3<"),
+              "the most missed key and its count:\n%s", dom);
+    cr_expect(strstr(dom, "never/there"), "a missed ccache path");
+    cr_expect(strstr(dom, "<td>spirv</td><td>2</td>"), "sizes by kind:\n%s", dom);
+    cr_expect(strstr(dom, "<td>xpu-&lt;8086:56a0&gt;</td><td>2</td>"), "sizes by device, escaped");
+    cr_expect(strstr(dom, "<svg id=\"hit-ratio\""), "the sparkline");
+    cr_expect(strstr(dom, "id=\"s3_state\">not configured"), "S3 tier state");
+    cr_expect(strstr(dom, "id=\"version\">"), "build info");
+    free(dom);
+    free(console);
+
+    /* the console check can fail: a page that logs is caught */
+    dom = chromium_dom("data:text/html,<script>console.error('kc-probe')</script>", profile,
+                       &console);
+    cr_expect(strstr(console, "kc-probe"), "chromium's console log was not captured");
+    free(dom);
+    free(console);
+    free(profile);
+    kc_testserver_cleanup(&ts);
+}
+
+Test(status_page, sparkline_follows_the_samples_and_top_misses_keep_the_most_missed)
+{
+    kcd_status *s = kcd_status_new();
+    cr_assert_not_null(s);
+    kcd_metrics m;
+    kcd_metrics_init(&m);
+    kcd_status_tick(s, &m, 1000.0); /* 0 / 0 */
+    m.hits = 10;                    /* +10 hits, 0 misses: ratio 1 */
+    kcd_status_tick(s, &m, 1005.0); /* not due yet: ignored */
+    kcd_status_tick(s, &m, 1010.0);
+    m.misses = 10; /* +0 hits, +10 misses: ratio 0 */
+    kcd_status_tick(s, &m, 1020.0);
+    for (int i = 0; i < 40; i++) { /* more names than slots; "hot" missed most */
+        char name[32];
+        snprintf(name, sizeof name, "cold-%d", i);
+        kcd_status_note_miss(s, name);
+        kcd_status_note_miss(s, "hot");
+    }
+    kcd_status_view v = {&m, NULL, NULL, NULL, "/data", "off"};
+    size_t len = 0;
+    char *html = kcd_status_html(s, &v, &len);
+    cr_assert_not_null(html);
+    cr_expect_eq(strlen(html), len);
+    /* two intervals: ratio 1 at the top (y = 2), then 0 at the bottom (y = 58) */
+    cr_expect(strstr(html, "points=\"0.0,2.0 300.0,58.0\""), "sparkline:\n%s", html);
+    cr_expect(strstr(html, "3 sample(s)"));
+    const char *hot = strstr(html, "<code>hot</code></td><td>40<");
+    const char *table = strstr(html, "id=\"top-misses\"");
+    const char *cold = table ? strstr(table, "<code>cold") : NULL;
+    cr_expect(hot && table && hot > table && (!cold || hot < cold), "the most missed first:\n%s",
+              html);
+    cr_expect(strstr(html, "statistics unavailable"), "no store statistics given");
+    free(html);
+    kcd_status_free(s);
+}
