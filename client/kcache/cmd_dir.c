@@ -508,7 +508,7 @@ static int begin(kc_cli *cli, int argc, char **argv, dir_args *a, char slot[KC_K
 static kc_code fetch_and_restore(kc_remote *r, kc_store *s, const kc_snap_manifest *m,
                                  const char *dir, const uint8_t *state, size_t need,
                                  const kc_snap_restore_opts *ro, kc_bundle_stats *fs,
-                                 kc_snap_restore_stats *rs, kc_err *err)
+                                 kc_snap_restore_stats *rs, double *t_fetched, kc_err *err)
 {
     const char **keys = malloc(need * sizeof *keys);
     kc_snap_gate *gate = keys ? kc_snap_gate_new(m, state) : NULL;
@@ -526,6 +526,7 @@ static kc_code fetch_and_restore(kc_remote *r, kc_store *s, const kc_snap_manife
         c = kc_remote_pull_keys(r, s, keys, nk, &sink, NULL, NULL, fs, err);
         kc_snap_gate_advance(gate, fs->artifacts); /* a broken stream's complete ones too */
         kc_snap_gate_finish(gate, c == KC_OK);
+        *t_fetched = kc_now();
         kc_snap_restore_opts gro = *ro;
         gro.gate = gate;
         kc_err rerr = {0};
@@ -580,17 +581,14 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         c = kc_err_set(&err, KC_ERR_NOMEM, "out of memory");
     if (c == KC_OK)
         c = kc_snap_plan(s, &m, a.dir, state, &need, &err);
-    double t_plan = kc_now();
+    double t_plan = kc_now(), t_fetch = t_plan;
     kc_snap_restore_opts ro = {.exact = a.exact, .keep = skip_name, .keep_ctx = (void *)a.preset};
-    bool restored = false;
     if (c == KC_OK && need && r) {
-        c = fetch_and_restore(r, s, &m, a.dir, state, need, &ro, &fs, &rs, &err);
+        c = fetch_and_restore(r, s, &m, a.dir, state, need, &ro, &fs, &rs, &t_fetch, &err);
         received += fs.bytes;
-        restored = true;
-    }
-    double t_fetch = kc_now();
-    if (c == KC_OK && !restored)
+    } else if (c == KC_OK) {
         c = kc_snap_restore(s, &m, a.dir, state, &ro, &rs, &err);
+    }
     if (c == KC_OK && a.verify) {
         c = check_dir(cli, &m, a.dir, &bad, &err);
         if (c == KC_OK && bad)
@@ -603,7 +601,7 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     if (cli->verbosity > 0)
         kc_cli_info(cli,
                     "dir pull: manifests and plan %.2fs, fetching %zu file(s) and writing "
-                    "them meanwhile %.2fs, restoring the rest %.2fs\n",
+                    "them meanwhile %.2fs, restoring the rest and checking %.2fs\n",
                     t_plan - t0, need, t_fetch - t_plan, kc_now() - t_fetch);
     kc_err ferr = {0};
     if (kc_store_flush(s, &ferr) != KC_OK && c == KC_OK) {
