@@ -93,7 +93,13 @@ t0=$(now); KC hostA dir push "$T/tree" "${ARGS[@]}" >"$T/push1.json"; t1=$(now)
 push_s=$(echo "$t1 - $t0" | bc -l)
 push_sent=$(jget bytes_sent <"$T/push1.json")
 
-t0=$(now); KC hostB dir pull triton "$T/dst" "${ARGS[@]}" >"$T/pull1.json"; t1=$(now)
+load=$(cut -d' ' -f1 /proc/loadavg)
+# CPU seconds (user + sys, all threads) beside the wall time: on a shared
+# machine the wall time mostly measures the wait for a CPU
+cpu() { local out=$1; shift; /usr/bin/time -f '%U %S' -o "$out" "$@"; }
+cpus() { awk '{printf "%.2f", $1 + $2}' "$1"; }
+t0=$(now); cpu "$T/pull1.cpu" "$KCACHE" --cache-dir "$T/hostB" --remote "$URL" -q --json dir pull \
+    triton "$T/dst" "${ARGS[@]}" >"$T/pull1.json"; t1=$(now)
 pull1_s=$(echo "$t1 - $t0" | bc -l)
 pull1_b=$(jget bytes_received <"$T/pull1.json")
 diff -r "$T/tree" "$T/dst" >/dev/null || { echo "dir.sh: pulled tree differs" >&2; exit 1; }
@@ -131,7 +137,8 @@ chmod -R a+rX "$T/www"
 anchor_b=$(stat -c %s "$T/www/tree.tar.zst")
 mkdir -p "$T/anchor"
 t0=$(now)
-curl -sf "http://127.0.0.1:$NPORT/tree.tar.zst" | zstd -q -d | tar -C "$T/anchor" -xf -
+cpu "$T/anchor.cpu" bash -c "curl -sf http://127.0.0.1:$NPORT/tree.tar.zst | zstd -q -d | \
+    tar -C '$T/anchor' -xf -"
 t1=$(now)
 anchor_s=$(echo "$t1 - $t0" | bc -l)
 
@@ -154,5 +161,7 @@ printf '| anchor: curl \\| zstd -d \\| tar -x, empty dir | %.2f | %s | %s | |\n'
 echo
 ratio=$(echo "$anchor_s / $pull1_s" | bc -l | xargs printf '%.2f')
 echo "first pull speed / anchor speed: ${ratio}x (goal >= 0.7)"
+echo "first pull CPU seconds (user+sys): $(cpus "$T/pull1.cpu"); anchor's: $(cpus "$T/anchor.cpu")" \
+    "(load average before the pull: $load)"
 echo "unchanged pull: $(pct "$pull2_b")% of the first pull's bytes (goal < 1%)"
 echo "pull after 5% changed: $(pct "$pull3_b")% of the first pull's bytes (goal < 10%)"

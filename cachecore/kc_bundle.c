@@ -482,6 +482,7 @@ struct kc_bundle_import {
     uint64_t max_payload;                             /* largest payload accepted */
     kc_frame_checker *checkers[KC_CHECK_THREADS_MAX]; /* made on first use */
     bool flushing;                                    /* inside flush_queue */
+    const kc_bundle_sink *sink;                       /* may be NULL */
 };
 
 kc_code kc_bundle_import_begin(kc_store *s, kc_bundle_import **out, kc_err *err)
@@ -502,6 +503,11 @@ void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload
 {
     im->max_payload =
         max_payload && max_payload < KC_PAYLOAD_MAX ? max_payload : (uint64_t)KC_PAYLOAD_MAX;
+}
+
+void kc_bundle_import_set_sink(kc_bundle_import *im, const kc_bundle_sink *sink)
+{
+    im->sink = sink;
 }
 
 uint64_t kc_bundle_import_buffered(const kc_bundle_import *im)
@@ -655,15 +661,23 @@ static void check_some(check_job *job, kc_frame_checker *c)
         queued *q = &im->queue[i];
         if (!q->wanted)
             continue;
+        const kc_bundle_sink *sink = job->im->sink;
+        void *out = c && sink ? sink->open(sink->ctx, q->h.key, q->h.kind, q->h.payload_len,
+                                           q->h.payload_sha)
+                              : NULL;
+        int out_errno = 0;
         q->code =
-            c ? kc_frame_check(c, q->h.key, q->body + q->h.header_len, q->len - q->h.header_len,
-                               q->h.payload_len, q->h.payload_sha, &q->err)
+            c ? kc_frame_check_to(c, q->h.key, q->body + q->h.header_len, q->len - q->h.header_len,
+                                  q->h.payload_len, q->h.payload_sha, out ? sink->write : NULL, out,
+                                  &out_errno, &q->err)
               : kc_err_set(&q->err, KC_ERR_NOMEM, "out of memory checking %s", q->h.key);
         /* an Ed25519 verify (~120 us) costs as much as checking ~100 KiB of
          * payload: spread over the threads too */
         if (q->code == KC_OK && job->trust)
             q->code = kc_trust_check(job->trust, q->h.key, q->h.kind, q->h.payload_len,
                                      q->h.payload_sha, q->h.meta, &q->err);
+        if (out) /* the bytes count only now: checked whole, and trusted */
+            sink->close(out, q->code == KC_OK && out_errno == 0);
     }
 }
 

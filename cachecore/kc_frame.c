@@ -41,6 +41,15 @@ void kc_frame_checker_free(kc_frame_checker *c)
 kc_code kc_frame_check(kc_frame_checker *c, const char *key, const uint8_t *frame, size_t len,
                        uint64_t payload_len, const uint8_t sha[KC_SHA256_LEN], kc_err *err)
 {
+    return kc_frame_check_to(c, key, frame, len, payload_len, sha, NULL, NULL, NULL, err);
+}
+
+kc_code kc_frame_check_to(kc_frame_checker *c, const char *key, const uint8_t *frame, size_t len,
+                          uint64_t payload_len, const uint8_t sha[KC_SHA256_LEN],
+                          kc_frame_out_fn sink, void *out_ctx, int *out_errno, kc_err *err)
+{
+    if (out_errno)
+        *out_errno = 0;
     unsigned long long fcs = ZSTD_getFrameContentSize(frame, len);
     if (fcs != (unsigned long long)payload_len || ZSTD_findFrameCompressedSize(frame, len) != len)
         return kc_err_set(err, KC_ERR_CORRUPT,
@@ -57,6 +66,14 @@ kc_code kc_frame_check(kc_frame_checker *c, const char *key, const uint8_t *fram
         if (ZSTD_isError(ret))
             break;
         kc_sha256_update(c->sha, c->window, out.pos);
+        if (sink && out.pos && total + out.pos <= payload_len) {
+            int e = sink(out_ctx, c->window, out.pos);
+            if (e) {
+                if (out_errno)
+                    *out_errno = e;
+                sink = NULL;
+            }
+        }
         total += out.pos;
         if (ret != 0 && out.pos == 0 && in.pos == in.size)
             break; /* the frame ends early */

@@ -29,4 +29,15 @@ void kc_frame_checker_free(kc_frame_checker *c);
 kc_code kc_frame_check(kc_frame_checker *c, const char *key, const uint8_t *frame, size_t len,
                        uint64_t payload_len, const uint8_t sha[KC_SHA256_LEN], kc_err *err);
 
+/* Receives the decompressed bytes of a frame being checked, in order; 0 to
+ * go on, an errno to stop handing them over (the check itself goes on). */
+typedef int (*kc_frame_out_fn)(void *ctx, const uint8_t *data, size_t n);
+
+/* kc_frame_check that also hands every decompressed byte to out (may be
+ * NULL) as it is hashed: the bytes are only trustworthy once it returns
+ * KC_OK. *out_errno (may be NULL) gets the errno out returned, or 0. */
+kc_code kc_frame_check_to(kc_frame_checker *c, const char *key, const uint8_t *frame, size_t len,
+                          uint64_t payload_len, const uint8_t sha[KC_SHA256_LEN],
+                          kc_frame_out_fn out, void *out_ctx, int *out_errno, kc_err *err);
+
 #endif

@@ -446,38 +446,50 @@ static kc_code io_error(int e, kc_err *err, const char *what, const char *dir, c
                         what, dir, path);
 }
 
-/* Writes data to a fresh random name in dfd, then renames it to base. */
-static kc_code write_one(walker *w, int dfd, const kc_snap_entry *e, const char *base,
-                         const uint8_t *data, size_t len, kc_err *err)
+/* Creates a fresh random name in dfd for e (O_EXCL|O_NOFOLLOW, e's mode);
+ * *fd and tmp get it. */
+static kc_code tmp_open(walker *w, int dfd, const kc_snap_entry *e, int *fd, char tmp[64],
+                        kc_err *err)
 {
-    char tmp[64];
-    int fd = -1;
-    for (int tries = 0; fd < 0 && tries < 16; tries++) {
+    *fd = -1;
+    for (int tries = 0; *fd < 0 && tries < 16; tries++) {
         /* a random name per walker (one getentropy), then a counter */
         if ((w->seq == 0 || tries > 0) && getentropy(w->rnd, sizeof w->rnd) != 0)
             return kc_err_errno(err, KC_ERR_IO, errno, "no random bytes for a temporary name");
         char hex[2 * sizeof w->rnd + 1];
         kc_hex_encode(w->rnd, sizeof w->rnd, hex);
-        snprintf(tmp, sizeof tmp, TMP_PREFIX "%s-%llu", hex, (unsigned long long)++w->seq);
+        snprintf(tmp, 64, TMP_PREFIX "%s-%llu", hex, (unsigned long long)++w->seq);
         /* created with its final mode (the file is not yet under its
-         * name); fchmod below only where the umask takes bits away */
-        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, e->mode);
-        if (fd < 0 && errno != EEXIST)
+         * name); fchmod at the end only where the umask takes bits away */
+        *fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, e->mode);
+        if (*fd < 0 && errno != EEXIST)
             return io_error(errno, err, "creating a temporary file for", w->dir, e->path);
     }
-    if (fd < 0)
+    if (*fd < 0)
         return kc_err_set(err, KC_ERR_IO, "no free temporary name beside %s/%s", w->dir, e->path);
+    return KC_OK;
+}
+
+/* Writes all of data to fd: 0 or an errno. */
+static int write_all(int fd, const uint8_t *data, size_t len)
+{
     size_t done = 0;
-    int werr = 0;
-    while (done < len && !werr) {
+    while (done < len) {
         ssize_t n = write(fd, data + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            werr = n < 0 ? errno : ENOSPC;
-        else
-            done += (size_t)n;
+            return n < 0 ? errno : ENOSPC;
+        done += (size_t)n;
     }
+    return 0;
+}
+
+/* Ends a temporary file of tmp_open: werr 0 (all written) renames it to
+ * base, else (or when that fails) removes it. */
+static kc_code tmp_commit(walker *w, int dfd, const kc_snap_entry *e, const char *base, int fd,
+                          const char *tmp, int werr, kc_err *err)
+{
     if (!werr && (e->mode & w->umask) && fchmod(fd, e->mode) != 0)
         werr = errno;
     if (close(fd) != 0 && !werr)
@@ -494,6 +506,18 @@ static kc_code write_one(walker *w, int dfd, const kc_snap_entry *e, const char 
         return io_error(werr, err, "writing", w->dir, e->path);
     }
     return KC_OK;
+}
+
+/* Writes data to a fresh random name in dfd, then renames it to base. */
+static kc_code write_one(walker *w, int dfd, const kc_snap_entry *e, const char *base,
+                         const uint8_t *data, size_t len, kc_err *err)
+{
+    char tmp[64];
+    int fd;
+    kc_code rc = tmp_open(w, dfd, e, &fd, tmp, err);
+    if (rc != KC_OK)
+        return rc;
+    return tmp_commit(w, dfd, e, base, fd, tmp, write_all(fd, data, len), err);
 }
 
 static int path_cmp(const void *key, const void *elem)
@@ -557,7 +581,18 @@ struct kc_snap_gate {
     uint64_t committed;
     bool finished, ok;
     uint64_t *pos; /* per entry: its place in the fetch order */
+    /* writing files straight from the fetch (kc_snap_gate_sink) */
+    const kc_snap_manifest *m;
+    const uint8_t *state;
+    const char *dir;
+    int root; /* -1 until a sink is made */
+    unsigned umask;
+    const kc_snap_entry **by_key; /* the state-0 file entries, sorted by key */
+    size_t nkey;
+    atomic_uchar *direct; /* per entry: DIRECT_* */
 };
+
+enum { DIRECT_NONE, DIRECT_WRITING, DIRECT_DONE };
 
 kc_snap_gate *kc_snap_gate_new(const kc_snap_manifest *m, const uint8_t *state)
 {
@@ -571,6 +606,9 @@ kc_snap_gate *kc_snap_gate_new(const kc_snap_manifest *m, const uint8_t *state)
     uint64_t k = 0;
     for (size_t i = 0; i < m->n; i++)
         g->pos[i] = m->e[i].type == KC_SNAP_FILE && state[i] == 0 ? k++ : 0;
+    g->m = m;
+    g->state = state;
+    g->root = -1;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     return g;
@@ -601,8 +639,135 @@ void kc_snap_gate_free(kc_snap_gate *g)
         return;
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
+    if (g->root >= 0)
+        close(g->root);
+    free(g->by_key);
+    free(g->direct);
     free(g->pos);
     free(g);
+}
+
+/* One file being written straight from the fetch. */
+typedef struct direct_file {
+    kc_snap_gate *g;
+    size_t i; /* its entry */
+    walker w;
+    int dfd, fd, werr;
+    char tmp[64];
+} direct_file;
+
+static int by_key_cmp(const void *a, const void *b)
+{
+    return strcmp((*(const kc_snap_entry *const *)a)->key, (*(const kc_snap_entry *const *)b)->key);
+}
+
+static int key_probe_cmp(const void *key, const void *elem)
+{
+    return strcmp(key, (*(const kc_snap_entry *const *)elem)->key);
+}
+
+/* Claims the first state-0 entry for key that no one writes yet and whose
+ * manifest content is what the stream says it brings (sha, size); SIZE_MAX
+ * when none (the restore then takes it from the store, and says what is
+ * wrong). */
+static size_t direct_claim(kc_snap_gate *g, const char *key, uint64_t len,
+                           const uint8_t sha[KC_SHA256_LEN])
+{
+    const kc_snap_entry *const *hit =
+        bsearch(key, g->by_key, g->nkey, sizeof *g->by_key, key_probe_cmp);
+    if (!hit)
+        return SIZE_MAX;
+    while (hit > g->by_key && strcmp(hit[-1]->key, key) == 0)
+        hit--;
+    char hex[KC_KEY_HEX_LEN + 1];
+    kc_hex_encode(sha, KC_SHA256_LEN, hex);
+    for (; hit < g->by_key + g->nkey && strcmp((*hit)->key, key) == 0; hit++) {
+        size_t i = (size_t)(*hit - g->m->e);
+        unsigned char none = DIRECT_NONE;
+        if ((*hit)->size == len && strcmp((*hit)->sha, hex) == 0 &&
+            atomic_compare_exchange_strong(&g->direct[i], &none, DIRECT_WRITING))
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+static void *direct_open(void *ctx, const char *key, const char *kind, uint64_t len,
+                         const uint8_t sha[KC_SHA256_LEN])
+{
+    kc_snap_gate *g = ctx;
+    if (strcmp(kind, KC_SNAP_KIND_FILE) != 0)
+        return NULL;
+    size_t i = direct_claim(g, key, len, sha);
+    if (i == SIZE_MAX)
+        return NULL;
+    direct_file *f = calloc(1, sizeof *f);
+    if (f) {
+        *f = (direct_file){.g = g, .i = i, .fd = -1};
+        f->w = (walker){.root = g->root, .dir = g->dir, .curfd = g->root, .umask = g->umask};
+        char parent[KC_SNAP_PATH_MAX + 1];
+        split(g->m->e[i].path, parent);
+        kc_err ignore; /* the restore retries from the store and reports it */
+        if (walk_to(&f->w, parent, true, &f->dfd, &ignore) == KC_OK &&
+            tmp_open(&f->w, f->dfd, &g->m->e[i], &f->fd, f->tmp, &ignore) == KC_OK)
+            return f;
+        walker_close(&f->w);
+        free(f);
+    }
+    atomic_store(&g->direct[i], DIRECT_NONE);
+    return NULL;
+}
+
+static int direct_write(void *handle, const uint8_t *data, size_t n)
+{
+    direct_file *f = handle;
+    if (!f->werr)
+        f->werr = write_all(f->fd, data, n);
+    return f->werr;
+}
+
+/* Renames the file into place only when the import proved its bytes. */
+static void direct_close(void *handle, bool ok)
+{
+    direct_file *f = handle;
+    kc_snap_gate *g = f->g;
+    const kc_snap_entry *e = &g->m->e[f->i];
+    char parent[KC_SNAP_PATH_MAX + 1];
+    const char *base = split(e->path, parent);
+    kc_err ignore;
+    bool done = tmp_commit(&f->w, f->dfd, e, base, f->fd, f->tmp, ok ? f->werr : ECANCELED,
+                           &ignore) == KC_OK;
+    atomic_store(&g->direct[f->i], done ? DIRECT_DONE : DIRECT_NONE);
+    walker_close(&f->w);
+    free(f);
+}
+
+kc_code kc_snap_gate_sink(kc_snap_gate *g, const char *dir, kc_bundle_sink *sink, kc_err *err)
+{
+    const kc_snap_manifest *m = g->m;
+    g->by_key = malloc((m->n ? m->n : 1) * sizeof *g->by_key);
+    g->direct = calloc(m->n ? m->n : 1, sizeof *g->direct);
+    if (!g->by_key || !g->direct)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory restoring %s", dir);
+    g->nkey = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->e[i].type == KC_SNAP_FILE && g->state[i] == 0)
+            g->by_key[g->nkey++] = &m->e[i];
+    qsort(g->by_key, g->nkey, sizeof *g->by_key, by_key_cmp);
+    walker w = {.root = -1, .curfd = -1};
+    kc_code rc = open_root(dir, true, &w, err);
+    if (rc != KC_OK)
+        return rc;
+    g->root = w.root;
+    g->dir = dir;
+    g->umask = current_umask();
+    *sink = (kc_bundle_sink){direct_open, direct_write, direct_close, g};
+    return KC_OK;
+}
+
+/* True when the fetch already wrote entry i into DIR (kc_snap_gate_sink). */
+static bool gate_direct(const kc_snap_gate *g, size_t i)
+{
+    return g->direct && atomic_load(&g->direct[i]) == DIRECT_DONE;
 }
 
 /* Waits until entry i has been fetched (the stream keeps the request's
@@ -707,6 +872,13 @@ static void restore_files(restore_job *j, kc_store *s)
                 atomic_fetch_add(&j->done, 1);
                 continue;
             }
+            if (j->gate && j->state[i] == 0 && gate_direct(j->gate, i)) {
+                /* written and proved by the fetch (kc_snap_gate_sink) */
+                atomic_fetch_add(&j->written, 1);
+                atomic_fetch_add(&j->bytes, e->size);
+                atomic_fetch_add(&j->done, 1);
+                continue;
+            }
             if (j->gate && j->state[i] == 0 && !gate_wait(j->gate, i)) {
                 kc_err_set(&err, KC_ERR_REMOTE, "the fetch ended before %s arrived", e->path);
                 job_fail(j, KC_ERR_REMOTE, &err, e->path);
@@ -788,7 +960,11 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
     pthread_t th[KC_SNAP_RESTORE_THREADS];
     int nth = 0;
     if (rc == KC_OK) {
-        size_t want = m->nfiles / (4 * RESTORE_CHUNK);
+        size_t left = 0; /* files to take from the store */
+        for (size_t i = 0; i < m->n; i++)
+            left += m->e[i].type == KC_SNAP_FILE && !(state[i] & KC_SNAP_HAVE_DIR) &&
+                    !(o->gate && gate_direct(o->gate, i));
+        size_t want = left / (4 * RESTORE_CHUNK);
         while (slash && (size_t)nth < want && nth < KC_SNAP_RESTORE_THREADS - 1 &&
                pthread_create(&th[nth], NULL, restore_thread, &j) == 0)
             nth++;

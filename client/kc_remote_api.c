@@ -99,8 +99,8 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
 }
 
 kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                            kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                            kc_err *err)
+                            const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
+                            kc_bundle_stats *st, kc_err *err)
 {
     if (st)
         memset(st, 0, sizeof *st);
@@ -109,7 +109,7 @@ kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, 
             return kc_err_set(err, KC_ERR_INVALID, "pull: invalid key '%.80s'", keys[i]);
     if (n == 0)
         return KC_OK;
-    return kc_remote_ops_of(r)->pull_keys(r, s, keys, n, progress, pctx, st, err);
+    return kc_remote_ops_of(r)->pull_keys(r, s, keys, n, sink, progress, pctx, st, err);
 }
 
 kc_code kc_remote_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,

@@ -312,8 +312,8 @@ char *kc_remote_server_bundle_url(kc_remote *r, const char *device, const kc_fil
 
 /* One streamed GET of url into s; with a JSON body, a POST. */
 static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *body,
-                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                        kc_err *err)
+                        const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
+                        kc_bundle_stats *st, kc_err *err)
 {
     if (atomic_load(&r->offline))
         return kc_remote_offline_error(r, body ? "POST" : "GET", url, err);
@@ -323,6 +323,7 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
         kc_bundle_import *im;
         if ((rc = kc_bundle_import_begin(s, &im, err)) != KC_OK)
             break;
+        kc_bundle_import_set_sink(im, sink);
         if ((rc = feeder_start(&pc.fd, im, &pc.buf, err)) != KC_OK) {
             kc_bundle_import_free(im);
             kc_err_prefix(err, "pulling %s", url);
@@ -423,7 +424,7 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
     free(joined);
     if (!url)
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
-    kc_code rc = pull_one(r, s, url, NULL, progress, pctx, &total, err);
+    kc_code rc = pull_one(r, s, url, NULL, NULL, progress, pctx, &total, err);
     free(url);
     if (st)
         *st = total;
@@ -431,8 +432,8 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
 }
 
 kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                                   kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                                   kc_err *err)
+                                   const kc_bundle_sink *sink, kc_remote_progress_fn progress,
+                                   void *pctx, kc_bundle_stats *st, kc_err *err)
 {
     kc_bundle_stats total = {0};
     json_t *arr = json_array();
@@ -452,7 +453,7 @@ kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const 
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
     }
     snprintf(url, ul, "%s/v1/bundle/select", r->base);
-    kc_code rc = pull_one(r, s, url, body, progress, pctx, &total, err);
+    kc_code rc = pull_one(r, s, url, body, sink, progress, pctx, &total, err);
     free(url);
     free(body);
     if (st)

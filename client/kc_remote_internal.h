@@ -161,8 +161,8 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
                               const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
                               kc_bundle_stats *st, kc_err *err);
 kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                                   kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                                   kc_err *err);
+                                   const kc_bundle_sink *sink, kc_remote_progress_fn progress,
+                                   void *pctx, kc_bundle_stats *st, kc_err *err);
 kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                bool *fetched, size_t *nfetched, kc_err *err);
 

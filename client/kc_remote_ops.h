@@ -33,10 +33,11 @@ typedef struct kc_remote_ops {
     kc_code (*missing)(kc_remote *r, const char *const *keys, size_t n, bool *missing, kc_err *err);
     kc_code (*pull)(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
                     kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err);
-    /* keys[0..n) (n > 0, valid) into s as one bundle, or as the implementation sees fit. */
+    /* keys[0..n) (n > 0, valid) into s as one bundle, or as the implementation sees fit;
+     * sink (may be NULL) as kc_remote_pull_keys says. */
     kc_code (*pull_keys)(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                         kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                         kc_err *err);
+                         const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
+                         kc_bundle_stats *st, kc_err *err);
     kc_code (*fetch)(kc_remote *r, kc_store *s, const char *const *keys, size_t n, bool *fetched,
                      size_t *nfetched, kc_err *err);
     /* Uploads keys[0..n) the server lacks; progress counts from base_done of total; adds

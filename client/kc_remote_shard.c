@@ -498,10 +498,10 @@ static kc_code shard_push_keys(kc_remote *rr, kc_store *s, char (*keys)[KC_KEY_H
 
 /* Several owners: one parallel GET per key (fetch) instead of one bundle. */
 static kc_code shard_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                               kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                               kc_err *err)
+                               const kc_bundle_sink *sink, kc_remote_progress_fn progress,
+                               void *pctx, kc_bundle_stats *st, kc_err *err)
 {
-    (void)progress, (void)pctx;
+    (void)sink, (void)progress, (void)pctx;
     size_t got = 0;
     kc_code rc = shard_fetch(r, s, keys, n, NULL, &got, err);
     if (st)

@@ -880,3 +880,113 @@ Test(dir_snapshot, bundle_select_streams_only_the_listed_keys_it_has)
     cr_assert_eq(h.status, 405);
     kc_http_result_free(&h);
 }
+
+/* ---- files written straight from the fetch --------------------------------- */
+
+/* A bundle (as kcached's POST /v1/bundle/select streams it) of one file
+ * artifact holding payload; the manifest entry k/a.bin names sha. */
+static uint8_t *one_file_bundle(const uint8_t *payload, size_t len, size_t *blen)
+{
+    char *sdir = P("bundle-src");
+    kc_store *s;
+    kc_err err = {0};
+    cr_assert_eq(kc_store_open(sdir, NULL, &s, &err), KC_OK, "%s", err.msg);
+    char sha[65], key[65];
+    kc_sha256_hex(payload, len, sha);
+    kc_snapshot_file_key(sha, key);
+    kc_artifact a;
+    cr_assert_eq(kc_artifact_init(&a, key, KC_SNAP_KIND_FILE, "{}", payload, len, &err), KC_OK);
+    cr_assert_eq(kc_store_put(s, &a, NULL, &err), KC_OK, "%s", err.msg);
+    kc_artifact_free(&a);
+    const char *keys[] = {key};
+    kc_bundle_cursor *c;
+    cr_assert_eq(kc_bundle_cursor_open_keys(s, keys, 1, &c, &err), KC_OK, "%s", err.msg);
+    size_t cap = len + 65536, n;
+    uint8_t *buf = malloc(cap);
+    *blen = 0;
+    do {
+        cr_assert_eq(kc_bundle_cursor_read(c, buf + *blen, cap - *blen, &n, &err), KC_OK);
+        *blen += n;
+    } while (n);
+    kc_bundle_cursor_close(c);
+    kc_store_close(s);
+    kc_test_rmtree(sdir);
+    free(sdir);
+    return buf;
+}
+
+/* Imports bundle into a fresh store with the gate's sink writing into
+ * tmp/out: the import's result; *present: whether k/a.bin is there. Fails
+ * on a temporary file left behind. */
+static kc_code import_direct(const uint8_t *bundle, size_t blen, const char *sha, uint64_t size,
+                             bool *present)
+{
+    char *out = P("out"), *sdir = P("direct-store");
+    char text[1024], fsha[65];
+    memcpy(fsha, sha, 65);
+    char key[65];
+    kc_snapshot_file_key(fsha, key);
+    int n = snprintf(text, sizeof text,
+                     "{\"format\":\"kcache-dir/1\",\"name\":\"t\",\"device\":\"dev\",\"version\":"
+                     "\"v\",\"created_us\":1,\"entries\":[{\"path\":\"k\",\"type\":\"dir\","
+                     "\"mode\":493},{\"path\":\"k/a.bin\",\"type\":\"file\",\"mode\":420,"
+                     "\"size\":%llu,\"sha256\":\"%s\",\"key\":\"%s\"}]}",
+                     (unsigned long long)size, fsha, key);
+    kc_snap_manifest m = {0};
+    kc_err err = {0};
+    cr_assert_eq(kc_snap_manifest_parse(text, (size_t)n, &m, &err), KC_OK, "%s", err.msg);
+    uint8_t state[2] = {0, 0};
+    kc_snap_gate *g = kc_snap_gate_new(&m, state);
+    kc_bundle_sink sink;
+    cr_assert_eq(kc_snap_gate_sink(g, out, &sink, &err), KC_OK, "%s", err.msg);
+    kc_store *s;
+    cr_assert_eq(kc_store_open(sdir, NULL, &s, &err), KC_OK, "%s", err.msg);
+    kc_bundle_import *im;
+    cr_assert_eq(kc_bundle_import_begin(s, &im, &err), KC_OK);
+    kc_bundle_import_set_sink(im, &sink);
+    kc_code rc = kc_bundle_import_feed(im, bundle, blen, &err);
+    if (rc == KC_OK)
+        rc = kc_bundle_import_finish(im, NULL, &err);
+    kc_bundle_import_free(im);
+    kc_store_close(s);
+    kc_snap_gate_free(g);
+    kc_snap_manifest_free(&m);
+    char *k = P("out/k");
+    struct stat st;
+    *present = stat(k, &st) == 0 && whole_files(k, k, NULL, NULL) > 0; /* and no temporaries */
+    free(k);
+    kc_test_rmtree(out);
+    kc_test_rmtree(sdir);
+    free(out);
+    free(sdir);
+    return rc;
+}
+
+Test(dir_snapshot, a_fetched_file_is_renamed_into_place_only_once_its_bytes_are_proved)
+{
+    size_t len = 300000, blen;
+    uint8_t *payload = malloc(len);
+    for (size_t i = 0; i < len; i++) /* incompressible: a flipped byte stays one byte */
+        payload[i] = (uint8_t)((i * 2654435761u) >> 13 ^ i);
+    char sha[65], other[65];
+    kc_sha256_hex(payload, len, sha);
+    uint8_t *bundle = one_file_bundle(payload, len, &blen);
+    bool present;
+
+    /* intact: written straight from the stream */
+    cr_assert_eq(import_direct(bundle, blen, sha, len, &present), KC_OK);
+    cr_assert(present, "the verified file was not written");
+
+    /* the manifest names other content for the key: never written here */
+    kc_sha256_hex("other", 5, other);
+    cr_assert_eq(import_direct(bundle, blen, other, len, &present), KC_OK);
+    cr_assert_not(present, "a file the manifest does not name was renamed into place");
+
+    /* one byte of the frame flipped: decompressed and written to the
+     * temporary, fails its SHA-256, removed, never renamed */
+    bundle[blen / 2] ^= 0x55;
+    cr_assert_eq(import_direct(bundle, blen, sha, len, &present), KC_ERR_CORRUPT);
+    cr_assert_not(present, "a file that failed its SHA-256 was renamed into place");
+    free(bundle);
+    free(payload);
+}

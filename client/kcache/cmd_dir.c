@@ -6,7 +6,6 @@
  */
 #include <fnmatch.h>
 #include <limits.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,39 +498,17 @@ static int begin(kc_cli *cli, int argc, char **argv, dir_args *a, char slot[KC_K
     return kc_cli_open_store(cli, NULL, ts) == KC_OK ? KC_EXIT_OK : KC_EXIT_FAIL;
 }
 
-typedef struct restore_run {
-    kc_store *s;
-    const kc_snap_manifest *m;
-    const char *dir;
-    const uint8_t *state;
-    const kc_snap_restore_opts *ro;
-    kc_snap_restore_stats *rs;
-    kc_code rc;
-    kc_err err;
-} restore_run;
-
-static void *restore_main(void *arg)
-{
-    restore_run *rr = arg;
-    rr->rc = kc_snap_restore(rr->s, rr->m, rr->dir, rr->state, rr->ro, rr->rs, &rr->err);
-    return NULL;
-}
-
-static void gate_progress(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
-{
-    (void)total;
-    (void)bytes;
-    kc_snap_gate_advance(ctx, done);
-}
-
-/* Fetches the files state marks as needed (one POST /v1/bundle/select) and
- * restores the snapshot meanwhile on another thread, each file as soon as
- * the importer has committed it. A broken fetch leaves every file whole;
- * the error says how far the restore got. */
+/* Fetches the files state marks as needed (one POST /v1/bundle/select),
+ * writing each one into the directory straight from the import's check of
+ * its payload (renamed into place once proved), then restores the rest of
+ * the snapshot (files already in the store, a content named twice) from
+ * the store. No restore thread waits on the fetch: on a busy machine every
+ * hand-over between threads costs a wait for a CPU. A broken fetch leaves
+ * every file whole; the error says how far the restore got. */
 static kc_code fetch_and_restore(kc_remote *r, kc_store *s, const kc_snap_manifest *m,
                                  const char *dir, const uint8_t *state, size_t need,
                                  const kc_snap_restore_opts *ro, kc_bundle_stats *fs,
-                                 kc_snap_restore_stats *rs, kc_err *err)
+                                 kc_snap_restore_stats *rs, double *t_fetched, kc_err *err)
 {
     const char **keys = malloc(need * sizeof *keys);
     kc_snap_gate *gate = keys ? kc_snap_gate_new(m, state) : NULL;
@@ -543,23 +520,23 @@ static kc_code fetch_and_restore(kc_remote *r, kc_store *s, const kc_snap_manife
     for (size_t i = 0; i < m->n; i++)
         if (m->e[i].type == KC_SNAP_FILE && !state[i])
             keys[nk++] = m->e[i].key;
-    kc_snap_restore_opts gro = *ro;
-    gro.gate = gate;
-    restore_run rr = {s, m, dir, state, &gro, rs, KC_OK, {0}};
-    pthread_t th;
-    bool threaded = pthread_create(&th, NULL, restore_main, &rr) == 0;
-    kc_code c = kc_remote_pull_keys(r, s, keys, nk, gate_progress, gate, fs, err);
-    kc_snap_gate_advance(gate, fs->artifacts); /* a broken stream's complete ones too */
-    kc_snap_gate_finish(gate, c == KC_OK);
-    if (threaded)
-        pthread_join(th, NULL);
-    else /* no thread: restore after the fetch */
-        restore_main(&rr);
-    if (c != KC_OK && rr.rc != KC_OK)
-        kc_err_prefix(err, "%s", rr.err.msg);
-    else if (c == KC_OK && rr.rc != KC_OK) {
-        c = rr.rc;
-        *err = rr.err;
+    kc_bundle_sink sink;
+    kc_code c = kc_snap_gate_sink(gate, dir, &sink, err);
+    if (c == KC_OK) {
+        c = kc_remote_pull_keys(r, s, keys, nk, &sink, NULL, NULL, fs, err);
+        kc_snap_gate_advance(gate, fs->artifacts); /* a broken stream's complete ones too */
+        kc_snap_gate_finish(gate, c == KC_OK);
+        *t_fetched = kc_now();
+        kc_snap_restore_opts gro = *ro;
+        gro.gate = gate;
+        kc_err rerr = {0};
+        kc_code rc = kc_snap_restore(s, m, dir, state, &gro, rs, &rerr);
+        if (c != KC_OK && rc != KC_OK)
+            kc_err_prefix(err, "%s", rerr.msg);
+        else if (c == KC_OK && rc != KC_OK) {
+            c = rc;
+            *err = rerr;
+        }
     }
     kc_snap_gate_free(gate);
     free(keys);
@@ -604,17 +581,14 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         c = kc_err_set(&err, KC_ERR_NOMEM, "out of memory");
     if (c == KC_OK)
         c = kc_snap_plan(s, &m, a.dir, state, &need, &err);
-    double t_plan = kc_now();
+    double t_plan = kc_now(), t_fetch = t_plan;
     kc_snap_restore_opts ro = {.exact = a.exact, .keep = skip_name, .keep_ctx = (void *)a.preset};
-    bool restored = false;
     if (c == KC_OK && need && r) {
-        c = fetch_and_restore(r, s, &m, a.dir, state, need, &ro, &fs, &rs, &err);
+        c = fetch_and_restore(r, s, &m, a.dir, state, need, &ro, &fs, &rs, &t_fetch, &err);
         received += fs.bytes;
-        restored = true;
-    }
-    double t_fetch = kc_now();
-    if (c == KC_OK && !restored)
+    } else if (c == KC_OK) {
         c = kc_snap_restore(s, &m, a.dir, state, &ro, &rs, &err);
+    }
     if (c == KC_OK && a.verify) {
         c = check_dir(cli, &m, a.dir, &bad, &err);
         if (c == KC_OK && bad)
@@ -626,8 +600,8 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     double secs = kc_now() - t0;
     if (cli->verbosity > 0)
         kc_cli_info(cli,
-                    "dir pull: manifests and plan %.2fs, fetching %zu file(s) and restoring "
-                    "meanwhile %.2fs, restoring the rest %.2fs\n",
+                    "dir pull: manifests and plan %.2fs, fetching %zu file(s) and writing "
+                    "them meanwhile %.2fs, restoring the rest and checking %.2fs\n",
                     t_plan - t0, need, t_fetch - t_plan, kc_now() - t_fetch);
     kc_err ferr = {0};
     if (kc_store_flush(s, &ferr) != KC_OK && c == KC_OK) {

@@ -104,6 +104,26 @@ kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len
  * decompressed. 0 (the default) means KC_PAYLOAD_MAX. Call before the first
  * feed. */
 void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload);
+/* A receiver of the payloads an import checks, so a caller can write them
+ * somewhere besides the store while they are decompressed for their check
+ * (decompressed once, not again from the store). Called from the import's
+ * check threads, several at once. open: a payload the store lacks is about
+ * to be checked (sha/len/kind from its envelope header, not yet proven);
+ * return a handle to receive its bytes, or NULL for none. write: the next
+ * decompressed bytes; 0, or an errno to receive no more (the import goes
+ * on). close: always called for a handle; ok only when the payload was
+ * complete, matched its SHA-256 and size and passed the store's trust
+ * policy, and no write failed. The store still gets the artifact. */
+typedef struct kc_bundle_sink {
+    void *(*open)(void *ctx, const char *key, const char *kind, uint64_t payload_len,
+                  const uint8_t sha[KC_SHA256_LEN]);
+    int (*write)(void *handle, const uint8_t *data, size_t n);
+    void (*close)(void *handle, bool ok);
+    void *ctx;
+} kc_bundle_sink;
+/* Sets (NULL: clears) the sink; sink must outlive the import. Call before
+ * the first feed. */
+void kc_bundle_import_set_sink(kc_bundle_import *im, const kc_bundle_sink *sink);
 /* Bytes the importer holds in memory now (the record being gathered and the
  * queued batch), for callers that bound memory across many imports. */
 uint64_t kc_bundle_import_buffered(const kc_bundle_import *im);

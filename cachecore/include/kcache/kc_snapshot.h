@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kc_bundle.h"
 #include "kc_error.h"
 #include "kc_hash.h"
 #include "kc_store.h"
@@ -147,6 +148,17 @@ void kc_snap_gate_advance(kc_snap_gate *g, uint64_t committed);
  * wait for (KC_ERR_REMOTE) and every file in DIR stays whole. */
 void kc_snap_gate_finish(kc_snap_gate *g, bool ok);
 void kc_snap_gate_free(kc_snap_gate *g);
+/* Makes the gate write each fetched file straight into dir (created if
+ * missing) while the import decompresses it for its check: *sink is for
+ * kc_bundle_import_set_sink (via kc_remote_pull_keys). A file is written
+ * to a temporary name beside its target (walked to with O_NOFOLLOW, as the
+ * restore does) and renamed into place only once the import has proved the
+ * whole payload against the SHA-256 and size the manifest names (and the
+ * store's trust policy); anything else removes the temporary file. The
+ * restore (same gate, same dir) then skips the files written so and takes
+ * any other from the store as before. The store still gets every artifact.
+ * Call once, before the fetch. */
+kc_code kc_snap_gate_sink(kc_snap_gate *g, const char *dir, kc_bundle_sink *sink, kc_err *err);
 
 typedef struct kc_snap_restore_opts {
     bool exact;           /* remove files and empty dirs of DIR the manifest lacks */

@@ -207,10 +207,12 @@ kc_code kc_remote_push_list(kc_remote *r, kc_store *s, const char *const *keys, 
  * the server has; the others are simply absent), imported into s as
  * kc_remote_pull does (same errors, same handling of a broken stream). For
  * a client that knows what it lacks (directory snapshots). With several
- * servers, parallel GETs instead (st then counts artifacts only). */
+ * servers, parallel GETs instead (st then counts artifacts only). sink
+ * (may be NULL; see kc_bundle_sink) also receives each payload the import
+ * checks; the parallel GETs do not use it. */
 kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
-                            kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
-                            kc_err *err);
+                            const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
+                            kc_bundle_stats *st, kc_err *err);
 
 /* Counters of the background push queue so far (any pointer may be NULL):
  * uploads that succeeded, that failed, and artifacts dropped (queue full,
