@@ -28,6 +28,7 @@
 #define S3_BACKOFF_MIN_S 1.0
 #define S3_BACKOFF_MAX_S 30.0
 #define S3_ERRBODY_MAX 4096
+#define S3_REFRESH_SLOTS 4096
 #define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 /* ---------------------------------------------------------------- config */
@@ -53,6 +54,7 @@ void kcd_s3_config_defaults(kcd_s3_config *c)
     c->workers = 2;
     c->connect_timeout_ms = 2000;
     c->timeout_ms = 30000;
+    c->refresh_interval_s = 86400;
 }
 
 void kcd_s3_config_free(kcd_s3_config *c)
@@ -107,12 +109,39 @@ static int s3_parse_uint(const char *v, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* "90", "90s", "15m", "12h", "1d" -> seconds (at most 10 years). */
+static int s3_parse_duration(const char *v, uint64_t *out)
+{
+    static const struct {
+        char suffix;
+        uint64_t mult;
+    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+    if (!v || !v[0] || strlen(v) > 24)
+        return -1;
+    char num[32];
+    snprintf(num, sizeof num, "%s", v);
+    size_t n = strlen(num);
+    uint64_t mult = 1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (n > 1 && tolower((unsigned char)num[n - 1]) == units[i].suffix) {
+            mult = units[i].mult;
+            num[n - 1] = 0;
+        }
+    }
+    uint64_t x = 0;
+    if (s3_parse_uint(num, 3650ull * 86400, &x) != 0 || x * mult > 3650ull * 86400)
+        return -1;
+    *out = x * mult;
+    return 0;
+}
+
 bool kcd_s3_config_is_option(const char *name, bool *is_bool)
 {
-    static const char *const names[] = {
-        "endpoint", "bucket",          "region",       "prefix",       "credentials",
-        "profile",  "ca-file",         "queue",        "queue-bytes",  "workers",
-        "timeout",  "connect-timeout", "virtual-host", "write-through"};
+    static const char *const names[] = {"endpoint",         "bucket",       "region",
+                                        "prefix",           "credentials",  "profile",
+                                        "ca-file",          "queue",        "queue-bytes",
+                                        "workers",          "timeout",      "connect-timeout",
+                                        "refresh-interval", "virtual-host", "write-through"};
     char norm[64];
     size_t n = strlen(name);
     if (n < 4 || n >= sizeof norm || strncasecmp(name, "s3", 2) != 0 ||
@@ -123,7 +152,7 @@ bool kcd_s3_config_is_option(const char *name, bool *is_bool)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(norm + 3, names[i]) == 0) {
             if (is_bool)
-                *is_bool = i >= 12;
+                *is_bool = i >= 13;
             return true;
         }
     }
@@ -181,6 +210,15 @@ kc_code kcd_s3_config_set(kcd_s3_config *c, const char *name, const char *value,
     }
 
     uint64_t num = 0;
+    if (strcmp(opt, "refresh-interval") == 0) {
+        if (s3_parse_duration(value, &num) != 0)
+            return kc_err_set(
+                err, KC_ERR_INVALID,
+                "%s: option %s: '%s' is not a duration (N, Ns, Nm, Nh or Nd; 0 = off)", src, norm,
+                value ? value : "");
+        c->refresh_interval_s = num;
+        return KC_OK;
+    }
     if (strcmp(opt, "queue-bytes") == 0) {
         kc_err sub;
         if (!value || kc_parse_size(value, &num, &sub) != KC_OK)
@@ -437,6 +475,7 @@ void kcd_s3_config_print(const kcd_s3_config *c, void *fp)
     fprintf(f, "s3-workers = %u\n", c->workers);
     fprintf(f, "s3-connect-timeout = %ld\n", c->connect_timeout_ms);
     fprintf(f, "s3-timeout = %ld\n", c->timeout_ms);
+    fprintf(f, "s3-refresh-interval = %llus\n", (unsigned long long)c->refresh_interval_s);
 }
 
 const char *kcd_s3_usage(void)
@@ -458,7 +497,10 @@ const char *kcd_s3_usage(void)
            "  --s3-workers N           upload threads (default 2)\n"
            "  --s3-connect-timeout MS  connect timeout (default 2000)\n"
            "  --s3-timeout MS          whole-request timeout (default 30000)\n"
-           "  --s3-ca-file FILE        extra CA bundle for an https endpoint\n";
+           "  --s3-ca-file FILE        extra CA bundle for an https endpoint\n"
+           "  --s3-refresh-interval D  re-write an object read from the bucket when its\n"
+           "                           Last-Modified is D old, at most once per D, so a\n"
+           "                           lifecycle rule keeps hot objects (default 1d; 0 = off)\n";
 }
 
 /* --------------------------------------------------------------- runtime */
@@ -468,7 +510,13 @@ typedef struct s3_job {
     char key[KC_KEY_HEX_LEN + 1];
     uint8_t *env;
     size_t len;
+    bool refresh; /* re-write to refresh the object's age (counted apart) */
 } s3_job;
+
+typedef struct s3_refresh_slot {
+    uint64_t tag; /* first 64 bits of the key; 0 = empty */
+    double at;    /* clock time the refresh was queued */
+} s3_refresh_slot;
 
 struct kcd_s3 {
     kcd_s3_config cfg;
@@ -493,9 +541,12 @@ struct kcd_s3 {
     double backoff_s;
     char last_error[256];
     const kc_trust *trust; /* kcd_s3_set_trust: objects must be signed by one of its keys */
+    kcd_s3_clock_fn clock; /* kcd_s3_set_clock; seconds since the epoch */
+    void *clock_ud;
+    s3_refresh_slot *refreshed; /* S3_REFRESH_SLOTS, guarded by mu */
 
     _Atomic uint64_t get_hits, get_misses, get_errors, get_untrusted, head_requests, put_ok,
-        put_errors, queue_dropped, skipped_down, bytes_in, bytes_out;
+        put_errors, queue_dropped, skipped_down, bytes_in, bytes_out, refreshes, refresh_errors;
 };
 
 static CURL *s3_handle_get(kcd_s3 *s)
@@ -633,9 +684,12 @@ static void s3_error_text(const s3_body *b, char *out, size_t cap)
 /* One signed request. method is "GET", "HEAD" or "PUT". On return *status is
  * the HTTP status (0 when no answer came). Health is recorded here. Returns
  * KC_OK for 2xx, KC_ERR_NOT_FOUND for 404, KC_ERR_AUTH for 401/403,
- * KC_ERR_TOO_LARGE when the body passed body->limit, KC_ERR_REMOTE otherwise. */
+ * KC_ERR_TOO_LARGE when the body passed body->limit, KC_ERR_REMOTE otherwise.
+ * last_modified (may be NULL) gets the Last-Modified time (epoch seconds) or
+ * -1 when the answer had none. */
 static kc_code s3_request(kcd_s3 *s, const char *method, const char *key, const uint8_t *data,
-                          size_t data_len, s3_body *body, uint64_t *content_length, kc_err *err)
+                          size_t data_len, s3_body *body, uint64_t *content_length,
+                          long long *last_modified, kc_err *err)
 {
     char url[2048];
     int un = snprintf(url, sizeof url, "%s%s", s->base_url, key);
@@ -693,6 +747,8 @@ static kc_code s3_request(kcd_s3 *s, const char *method, const char *key, const 
     curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
     if (s->cfg.ca_file)
         curl_easy_setopt(h, CURLOPT_CAINFO, s->cfg.ca_file);
+    if (last_modified)
+        curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
     if (strcmp(method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (strcmp(method, "PUT") == 0) {
@@ -709,6 +765,11 @@ static kc_code s3_request(kcd_s3 *s, const char *method, const char *key, const 
     curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
     if (content_length)
         *content_length = cl >= 0 ? (uint64_t)cl : 0;
+    curl_off_t ft = -1;
+    if (last_modified) {
+        curl_easy_getinfo(h, CURLINFO_FILETIME_T, &ft);
+        *last_modified = (long long)ft;
+    }
     curl_slist_free_all(hdrs);
     s3_handle_put(s, h);
 
@@ -770,6 +831,9 @@ static kc_code s3_check_envelope(const char *url_key, const char *key, const uin
     return rc;
 }
 
+static void s3_maybe_refresh(kcd_s3 *s, const char *key, const uint8_t *env, size_t len,
+                             double mtime);
+
 kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_err *err)
 {
     *env = NULL;
@@ -781,7 +845,8 @@ kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_er
         return KC_ERR_REMOTE;
     }
     s3_body body = {.limit = s->cfg.max_object};
-    kc_code rc = s3_request(s, "GET", key, NULL, 0, &body, NULL, err);
+    long long mtime = -1;
+    kc_code rc = s3_request(s, "GET", key, NULL, 0, &body, NULL, &mtime, err);
     if (rc == KC_OK) {
         char url_key[2200];
         snprintf(url_key, sizeof url_key, "%s%s", s->base_url, key);
@@ -793,6 +858,8 @@ kc_code kcd_s3_get(kcd_s3 *s, const char *key, uint8_t **env, size_t *len, kc_er
     if (rc == KC_OK) {
         atomic_fetch_add(&s->get_hits, 1);
         atomic_fetch_add(&s->bytes_in, body.len);
+        if (mtime >= 0)
+            s3_maybe_refresh(s, key, body.buf, body.len, (double)mtime);
         *env = body.buf;
         *len = body.len;
         return KC_OK;
@@ -814,23 +881,24 @@ kc_code kcd_s3_head(kcd_s3 *s, const char *key, uint64_t *size, kc_err *err)
     atomic_fetch_add(&s->head_requests, 1);
     s3_body body = {.limit = S3_ERRBODY_MAX};
     uint64_t cl = 0;
-    kc_code rc = s3_request(s, "HEAD", key, NULL, 0, &body, &cl, err);
+    kc_code rc = s3_request(s, "HEAD", key, NULL, 0, &body, &cl, NULL, err);
     free(body.buf);
     if (rc == KC_OK && size)
         *size = cl;
     return rc;
 }
 
-static kc_code s3_put_now(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
+static kc_code s3_put_now(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, bool refresh,
+                          kc_err *err)
 {
     s3_body body = {.limit = S3_ERRBODY_MAX};
-    kc_code rc = s3_request(s, "PUT", key, env, len, &body, NULL, err);
+    kc_code rc = s3_request(s, "PUT", key, env, len, &body, NULL, NULL, err);
     free(body.buf);
     if (rc == KC_OK) {
-        atomic_fetch_add(&s->put_ok, 1);
+        atomic_fetch_add(refresh ? &s->refreshes : &s->put_ok, 1);
         atomic_fetch_add(&s->bytes_out, len);
     } else {
-        atomic_fetch_add(&s->put_errors, 1);
+        atomic_fetch_add(refresh ? &s->refresh_errors : &s->put_errors, 1);
     }
     return rc;
 }
@@ -853,28 +921,24 @@ kc_code kcd_s3_put_sync(kcd_s3 *s, const char *key, const uint8_t *env, size_t l
         atomic_fetch_add(&s->put_errors, 1);
         return KC_ERR_REMOTE;
     }
-    return s3_put_now(s, key, env, len, err);
+    return s3_put_now(s, key, env, len, false, err);
 }
 
-bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len)
+/* Queues a copy of env for upload; false when memory or the queue is short. */
+static bool s3_enqueue(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, bool refresh)
 {
-    kc_err sub;
-    if (s3_put_check(s, key, env, len, &sub) != KC_OK) {
-        atomic_fetch_add(&s->queue_dropped, 1);
-        return false;
-    }
     s3_job *j = calloc(1, sizeof *j);
     uint8_t *copy = malloc(len ? len : 1);
     if (!j || !copy) {
         free(j);
         free(copy);
-        atomic_fetch_add(&s->queue_dropped, 1);
         return false;
     }
     memcpy(copy, env, len);
     memcpy(j->key, key, KC_KEY_HEX_LEN + 1);
     j->env = copy;
     j->len = len;
+    j->refresh = refresh;
     pthread_mutex_lock(&s->mu);
     bool full = s->stopping || s->queued >= s->cfg.queue_max ||
                 s->queued_bytes + len > s->cfg.queue_max_bytes;
@@ -892,10 +956,64 @@ bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len
     if (full) {
         free(copy);
         free(j);
+        return false;
+    }
+    return true;
+}
+
+bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len)
+{
+    kc_err sub;
+    if (s3_put_check(s, key, env, len, &sub) != KC_OK || !s3_enqueue(s, key, env, len, false)) {
         atomic_fetch_add(&s->queue_dropped, 1);
         return false;
     }
     return true;
+}
+
+static double s3_wall_clock(void *ud)
+{
+    (void)ud;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void kcd_s3_set_clock(kcd_s3 *s, kcd_s3_clock_fn now, void *ud)
+{
+    s->clock = now ? now : s3_wall_clock;
+    s->clock_ud = now ? ud : NULL;
+}
+
+/* Refresh on read (see kcd_s3.h): queues env (verified, just read) for upload
+ * again when its bucket copy, last modified at mtime, is an interval old and
+ * this key was not queued for a refresh within the interval. */
+static void s3_maybe_refresh(kcd_s3 *s, const char *key, const uint8_t *env, size_t len,
+                             double mtime)
+{
+    double interval = (double)s->cfg.refresh_interval_s;
+    double now = s->clock(s->clock_ud);
+    if (interval <= 0 || now - mtime < interval)
+        return;
+    char head[17];
+    memcpy(head, key, 16);
+    head[16] = 0;
+    uint64_t tag = strtoull(head, NULL, 16) | 1; /* never 0, the empty mark */
+    s3_refresh_slot *slot = &s->refreshed[tag % S3_REFRESH_SLOTS];
+    pthread_mutex_lock(&s->mu);
+    bool due = slot->tag != tag || now - slot->at >= interval;
+    s3_refresh_slot before = *slot;
+    if (due) {
+        slot->tag = tag;
+        slot->at = now;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (due && !s3_enqueue(s, key, env, len, true)) {
+        pthread_mutex_lock(&s->mu); /* not queued: let the next read try */
+        if (slot->tag == tag && slot->at == now)
+            *slot = before;
+        pthread_mutex_unlock(&s->mu);
+    }
 }
 
 kc_code kcd_s3_put(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
@@ -944,7 +1062,7 @@ static void *s3_worker(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         kc_err err;
-        s3_put_now(s, j->key, j->env, j->len, &err);
+        s3_put_now(s, j->key, j->env, j->len, j->refresh, &err);
         free(j->env);
         free(j);
 
@@ -1027,7 +1145,9 @@ kc_code kcd_s3_open(const kcd_s3_config *cfg, kcd_s3 **out, kc_err *err)
             snprintf(s->base_url, n, "%s/%s/%s", c->endpoint, c->bucket, c->prefix);
     }
     s->threads = calloc(c->workers, sizeof *s->threads);
-    if (!s->sigv4 || !s->base_url || !s->threads) {
+    s->refreshed = calloc(S3_REFRESH_SLOTS, sizeof *s->refreshed);
+    kcd_s3_set_clock(s, NULL, NULL);
+    if (!s->sigv4 || !s->base_url || !s->threads || !s->refreshed) {
         kcd_s3_close(s, 0);
         return kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
     }
@@ -1073,6 +1193,7 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms)
     pthread_cond_destroy(&s->idle_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->threads);
+    free(s->refreshed);
     free(s->sigv4);
     free(s->base_url);
     kcd_s3_config_free(&s->cfg);
@@ -1099,6 +1220,8 @@ void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st)
     st->skipped_down = atomic_load(&s->skipped_down);
     st->bytes_in = atomic_load(&s->bytes_in);
     st->bytes_out = atomic_load(&s->bytes_out);
+    st->refreshes = atomic_load(&s->refreshes);
+    st->refresh_errors = atomic_load(&s->refresh_errors);
     pthread_mutex_lock(&s->mu);
     st->queue_depth = s->queued + s->inflight;
     st->queue_bytes = s->queued_bytes;
@@ -1126,7 +1249,12 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         "kcached_s3_put_total{result=\"ok\"} %llu\n"
         "kcached_s3_put_total{result=\"error\"} %llu\n"
         "kcached_s3_put_total{result=\"dropped\"} %llu\n"
-        "# HELP kcached_s3_errors_total Failed S3 requests (reads and uploads).\n"
+        "# HELP kcached_s3_refreshes_total Objects read from the S3 tier and written again "
+        "to renew their age for the bucket's lifecycle rule (--s3-refresh-interval).\n"
+        "# TYPE kcached_s3_refreshes_total counter\n"
+        "kcached_s3_refreshes_total{result=\"ok\"} %llu\n"
+        "kcached_s3_refreshes_total{result=\"error\"} %llu\n"
+        "# HELP kcached_s3_errors_total Failed S3 requests (reads, uploads and refreshes).\n"
         "# TYPE kcached_s3_errors_total counter\n"
         "kcached_s3_errors_total %llu\n"
         "# HELP kcached_s3_skipped_total Requests refused at once while the tier was down.\n"
@@ -1148,7 +1276,9 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         (unsigned long long)st.get_hits, (unsigned long long)st.get_misses,
         (unsigned long long)st.get_errors, (unsigned long long)st.get_untrusted,
         (unsigned long long)st.put_ok, (unsigned long long)st.put_errors,
-        (unsigned long long)st.queue_dropped, (unsigned long long)(st.get_errors + st.put_errors),
+        (unsigned long long)st.queue_dropped, (unsigned long long)st.refreshes,
+        (unsigned long long)st.refresh_errors,
+        (unsigned long long)(st.get_errors + st.put_errors + st.refresh_errors),
         (unsigned long long)st.skipped_down, (unsigned long long)st.bytes_in,
         (unsigned long long)st.bytes_out, (unsigned long long)st.queue_depth,
         (unsigned long long)st.queue_bytes, st.down ? 0 : 1);

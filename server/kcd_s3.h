@@ -50,6 +50,9 @@
  *   s3-connect-timeout MS    connect timeout (default 2000)
  *   s3-timeout MS            whole-request timeout (default 30000)
  *   s3-ca-file FILE          extra CA bundle for an https endpoint
+ *   s3-refresh-interval DUR  re-write an object read from the bucket once
+ *                            its Last-Modified is this old, at most once per
+ *                            interval per key (default 1d; N[s|m|h|d]; 0 = off)
  */
 typedef struct kcd_s3_config {
     char *endpoint;
@@ -69,7 +72,8 @@ typedef struct kcd_s3_config {
     unsigned workers;
     long connect_timeout_ms;
     long timeout_ms;
-    uint64_t max_object; /* largest object accepted on read; 0 = 4 GiB + header */
+    uint64_t max_object;         /* largest object accepted on read; 0 = 4 GiB + header */
+    uint64_t refresh_interval_s; /* refresh-on-read age in seconds; 0 = off */
 } kcd_s3_config;
 
 /* Fills c with defaults (tier off: endpoint NULL). */
@@ -122,6 +126,22 @@ kc_code kcd_s3_open(const kcd_s3_config *cfg, kcd_s3 **out, kc_err *err);
  * the threads and frees everything. NULL is a no-op. */
 void kcd_s3_close(kcd_s3 *s, long drain_ms);
 
+/* Refresh on read: when kcd_s3_get returns an object whose Last-Modified is
+ * at least refresh_interval_s old (by the tier's clock), the same verified
+ * bytes are queued for upload again on the background queue (never on the
+ * caller's path), which gives the object a new Last-Modified so a bucket
+ * lifecycle rule (expire after N days) keeps what is read. An in-memory map
+ * of 4096 slots (by key) remembers when each key was last queued so a key is
+ * refreshed at most once per interval per server; a slot collision costs at
+ * most one extra refresh. Counted as kcached_s3_refreshes_total. A full
+ * queue skips the refresh (the next read tries again).
+ *
+ * The clock returns seconds since the Unix epoch; the default reads
+ * CLOCK_REALTIME. kcd_s3_set_clock replaces it (tests move time with it);
+ * NULL restores the default. Call before the handle is shared. */
+typedef double (*kcd_s3_clock_fn)(void *ud);
+void kcd_s3_set_clock(kcd_s3 *s, kcd_s3_clock_fn now, void *ud);
+
 /* Read-through: GETs the envelope of key from the bucket and checks it (the
  * envelope header parses, names this key, its length and payload digest are
  * right, and with kcd_s3_set_trust a trusted key signed it). On KC_OK *env (malloc'd, caller frees
@@ -166,15 +186,17 @@ typedef struct kcd_s3_stats {
     uint64_t get_errors;    /* transport, 5xx, 403, corrupt, too large, or skipped while down */
     uint64_t get_untrusted; /* valid objects refused: no trusted key signed them */
     uint64_t head_requests;
-    uint64_t put_ok;        /* objects written (sync or async) */
-    uint64_t put_errors;    /* uploads that failed (or were refused while down) */
-    uint64_t queue_dropped; /* async uploads refused because the queue was full */
-    uint64_t skipped_down;  /* requests refused at once while in back-off */
-    uint64_t bytes_in;      /* object bytes read */
-    uint64_t bytes_out;     /* object bytes written */
-    uint64_t queue_depth;   /* uploads waiting now (gauge) */
-    uint64_t queue_bytes;   /* bytes waiting now (gauge) */
-    bool down;              /* in back-off now */
+    uint64_t put_ok;         /* objects written (sync or async) */
+    uint64_t put_errors;     /* uploads that failed (or were refused while down) */
+    uint64_t queue_dropped;  /* async uploads refused because the queue was full */
+    uint64_t refreshes;      /* objects re-written to refresh their age */
+    uint64_t refresh_errors; /* refresh uploads that failed */
+    uint64_t skipped_down;   /* requests refused at once while in back-off */
+    uint64_t bytes_in;       /* object bytes read */
+    uint64_t bytes_out;      /* object bytes written */
+    uint64_t queue_depth;    /* uploads waiting now (gauge) */
+    uint64_t queue_bytes;    /* bytes waiting now (gauge) */
+    bool down;               /* in back-off now */
 } kcd_s3_stats;
 
 void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kc_envelope.h"
@@ -94,6 +95,15 @@ Test(s3_config, parses_every_option_and_rejects_bad_values)
     cr_assert_eq(kcd_s3_config_set(&c, "s3-virtual-host", "maybe", "t", &err), KC_ERR_INVALID);
     cr_assert_eq(kcd_s3_config_set(&c, "s3-queue-bytes", "lots", "t", &err), KC_ERR_INVALID);
     cr_assert_eq(kcd_s3_config_set(&c, "s3-bucket", NULL, "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "12h", "t", &err), KC_OK);
+    cr_assert_eq(c.refresh_interval_s, 12 * 3600);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "2d", "t", &err), KC_OK);
+    cr_assert_eq(c.refresh_interval_s, 2 * 86400);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "0", "t", &err), KC_OK);
+    cr_assert_eq(c.refresh_interval_s, 0);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "soon", "t", &err), KC_ERR_INVALID);
+    cr_assert(strstr(err.msg, "s3-refresh-interval"), "%s", err.msg);
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "-1d", "t", &err), KC_ERR_INVALID);
 
     setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "secret/with:colon", 1);
@@ -535,6 +545,127 @@ Test(s3_tier, read_through_rejects_damaged_or_misplaced_objects, .timeout = 60)
 }
 
 /* ----------------------------------------------------- the bucket vanishes */
+
+/* Last-Modified (epoch seconds) of the object at url by a signed HEAD; -1 on
+ * any failure. */
+static long long raw_mtime(const char *url)
+{
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdrs =
+        curl_slist_append(NULL, "x-amz-content-sha256: "
+                                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+    curl_easy_setopt(h, CURLOPT_USERPWD, KC_S3SERVER_KEY ":" KC_S3SERVER_SECRET);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    long status = 0;
+    curl_off_t ft = -1;
+    if (curl_easy_perform(h) == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(h, CURLINFO_FILETIME_T, &ft);
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    return status == 200 ? (long long)ft : -1;
+}
+
+/* The tier's clock in these tests: the wall clock plus an offset the test moves. */
+static double moved_clock(void *ud)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9 + *(double *)ud;
+}
+
+/* Reads key through s3 and checks the bytes are exactly env, then waits for
+ * the background queue (where refreshes go) to drain. */
+static void read_back(kcd_s3 *s3, const char *key, const uint8_t *env, size_t len)
+{
+    uint8_t *got = NULL;
+    size_t got_len = 0;
+    kc_err err;
+    cr_assert_eq(kcd_s3_get(s3, key, &got, &got_len, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(got_len, len);
+    cr_assert_eq(memcmp(got, env, len), 0, "object changed");
+    free(got);
+    cr_assert_eq(kcd_s3_flush(s3, 20000), 0);
+}
+
+static uint64_t refreshes_of(kcd_s3 *s3)
+{
+    kcd_s3_stats st;
+    kcd_s3_stats_get(s3, &st);
+    cr_assert_eq(st.refresh_errors, 0);
+    return st.refreshes;
+}
+
+Test(s3_tier, reads_refresh_an_objects_age_at_most_once_per_interval, .timeout = 60)
+{
+    kc_s3server srv;
+    start_s3(&srv);
+    kcd_s3_config c;
+    config_for(&c, srv.endpoint);
+    cr_assert_eq(c.refresh_interval_s, 86400, "default interval is one day");
+    kcd_s3 *s3;
+    kc_err err;
+    cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
+    double offset = 0;
+    kcd_s3_set_clock(s3, moved_clock, &offset);
+
+    char key[KC_KEY_HEX_LEN + 1], url[512];
+    size_t len;
+    uint8_t *env = make_envelope(40, 50000, key, &len); /* metadata included in the bytes */
+    cr_assert_eq(kcd_s3_put_sync(s3, key, env, len, &err), KC_OK, "%s", err.msg);
+    snprintf(url, sizeof url, "%s/%s/%s%s", srv.endpoint, BUCKET, c.prefix, key);
+    long long lm0 = raw_mtime(url);
+    cr_assert_gt(lm0, 0);
+
+    /* Fresh object: reads leave it alone. */
+    read_back(s3, key, env, len);
+    read_back(s3, key, env, len);
+    cr_assert_eq(refreshes_of(s3), 0);
+    cr_assert_eq(raw_mtime(url), lm0, "refreshed within the interval");
+
+    /* Last-Modified has one-second resolution: let the wall clock pass lm0
+     * so that a rewrite must show a later time. */
+    while ((long long)time(NULL) <= lm0)
+        usleep(50 * 1000);
+
+    /* Two days later the object is old: one read refreshes it, once. */
+    offset = 2 * 86400.0;
+    read_back(s3, key, env, len);
+    cr_assert_eq(refreshes_of(s3), 1);
+    long long lm1 = raw_mtime(url);
+    cr_assert_gt(lm1, lm0, "Last-Modified did not advance");
+    read_back(s3, key, env, len); /* the bucket says old (moved clock), the map says done */
+    cr_assert_eq(refreshes_of(s3), 1, "refreshed twice within one interval");
+
+    /* Another interval on: the next read refreshes again. */
+    offset = 3 * 86400.0 + 60;
+    read_back(s3, key, env, len);
+    cr_assert_eq(refreshes_of(s3), 2);
+
+    char metrics[8192];
+    cr_assert_lt(kcd_s3_metrics(s3, metrics, sizeof metrics), sizeof metrics);
+    cr_assert(strstr(metrics, "kcached_s3_refreshes_total{result=\"ok\"} 2\n"), "%s", metrics);
+    kcd_s3_close(s3, 1000);
+
+    /* s3-refresh-interval 0 turns it off. */
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "0", "test", &err), KC_OK);
+    cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
+    kcd_s3_set_clock(s3, moved_clock, &offset);
+    offset = 100 * 86400.0;
+    read_back(s3, key, env, len);
+    cr_assert_eq(refreshes_of(s3), 0);
+    kcd_s3_close(s3, 1000);
+
+    kcd_s3_config_free(&c);
+    free(env);
+    kc_s3server_stop(&srv);
+}
 
 Test(s3_tier, vanished_bucket_counts_errors_and_never_hangs, .timeout = 60)
 {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kc_envelope.h"
@@ -32,7 +33,11 @@ Test(server_s3, instances_share_a_bucket, .timeout = 120)
                           BUCKET,          "--s3-write-through", NULL};
     kc_testserver a, b;
     cr_assert_eq(kc_testserver_start(&a, NULL, args), 0, "log %s", a.log);
-    cr_assert_eq(kc_testserver_start(&b, NULL, args), 0, "log %s", b.log);
+    /* b refreshes what it reads once the bucket copy is a second old. */
+    const char *args_b[] = {
+        "--s3-endpoint",         s3.endpoint, "--s3-bucket", BUCKET, "--s3-write-through",
+        "--s3-refresh-interval", "1s",        NULL};
+    cr_assert_eq(kc_testserver_start(&b, NULL, args_b), 0, "log %s", b.log);
 
     char key[65], path[128];
     kc_sha256_hex("shared-artifact", 15, key);
@@ -51,10 +56,25 @@ Test(server_s3, instances_share_a_bucket, .timeout = 120)
     kc_testserver_http(&a, "PUT", path, NULL, env, len, false, &r);
     cr_expect_eq(r.status, 201, "%s", r.body);
     kc_http_result_free(&r);
+    /* Last-Modified has one-second resolution: let the object get older than
+     * b's refresh interval. */
+    time_t put_at = time(NULL);
+    while (time(NULL) < put_at + 2)
+        usleep(50 * 1000);
     kc_testserver_http(&b, "GET", path, NULL, NULL, 0, false, &r);
     cr_expect_eq(r.status, 200, "read-through from the bucket: %s", r.body);
     cr_expect(r.len == len && !memcmp(r.body, env, len));
     kc_http_result_free(&r);
+    /* The refresh runs on b's upload queue: wait for it to count. */
+    bool refreshed = false;
+    for (int i = 0; i < 200 && !refreshed; i++) {
+        kc_testserver_http(&b, "GET", "/metrics", NULL, NULL, 0, false, &r);
+        refreshed = r.body && strstr((char *)r.body, "kcached_s3_refreshes_total{result=\"ok\"} 1");
+        kc_http_result_free(&r);
+        if (!refreshed)
+            usleep(50 * 1000);
+    }
+    cr_expect(refreshed, "b did not refresh the object it read through");
     /* Now it is local to b as well: survives the bucket going away. */
     kc_s3server_stop(&s3);
     kc_testserver_http(&b, "GET", path, NULL, NULL, 0, false, &r);
