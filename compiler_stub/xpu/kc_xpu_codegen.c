@@ -15,8 +15,8 @@
 #include "kc_xpu_codegen.h"
 
 static const char *const kc_xpu_template_names[] = {
-    "common.cl",    "pointwise.cl", "gemm.cl",   "softmax.cl",
-    "layernorm.cl", "sdpa.cl",      "conv2d.cl", "transpose.cl",
+    "common.cl", "pointwise.cl", "gemm.cl",      "softmax.cl", "layernorm.cl",
+    "sdpa.cl",   "conv2d.cl",    "transpose.cl", "ops.cl",
 };
 #define KC_XPU_NTEMPLATES (sizeof kc_xpu_template_names / sizeof kc_xpu_template_names[0])
 
@@ -38,9 +38,11 @@ KC_XPU_INCBIN(kc_xpu_tpl_layernorm, "xpu/layernorm.cl");
 KC_XPU_INCBIN(kc_xpu_tpl_sdpa, "xpu/sdpa.cl");
 KC_XPU_INCBIN(kc_xpu_tpl_conv2d, "xpu/conv2d.cl");
 KC_XPU_INCBIN(kc_xpu_tpl_transpose, "xpu/transpose.cl");
+KC_XPU_INCBIN(kc_xpu_tpl_ops, "xpu/ops.cl");
 static const char *const kc_xpu_embedded[] = {
-    kc_xpu_tpl_common,    kc_xpu_tpl_pointwise, kc_xpu_tpl_gemm,   kc_xpu_tpl_softmax,
-    kc_xpu_tpl_layernorm, kc_xpu_tpl_sdpa,      kc_xpu_tpl_conv2d, kc_xpu_tpl_transpose,
+    kc_xpu_tpl_common,  kc_xpu_tpl_pointwise, kc_xpu_tpl_gemm,
+    kc_xpu_tpl_softmax, kc_xpu_tpl_layernorm, kc_xpu_tpl_sdpa,
+    kc_xpu_tpl_conv2d,  kc_xpu_tpl_transpose, kc_xpu_tpl_ops,
 };
 #endif
 
@@ -127,8 +129,10 @@ kc_code kc_xpu_templates_hash(const char *templates_dir, char out[KC_KEY_HEX_LEN
         kc_sha256_update(h, text, strlen(text) + 1);
         free(owned);
     }
-    /* The code generator's own output format is part of it too. */
+    /* The code generator's own output format is part of it too, and op kernels embed the
+     * CPU op generator's text (kernels/cpu/ops.c and its rules). */
     kc_sha256_update(h, KC_XPU_CODEGEN_VERSION, strlen(KC_XPU_CODEGEN_VERSION));
+    kc_sha256_update(h, kc_ops_codegen_fp(), strlen(kc_ops_codegen_fp()));
     uint8_t d[KC_SHA256_LEN];
     kc_sha256_final(h, d);
     kc_sha256_free(h);
@@ -363,6 +367,8 @@ const char *kc_xpu_kernel_entry(kc_kernel_kind kind)
         return "kc_conv2d";
     case KC_KK_TRANSPOSE:
         return "kc_transpose";
+    case KC_KK_OP:
+        return KC_XPU_OP_ENTRY;
     default:
         return NULL;
     }
@@ -395,11 +401,15 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
 {
     *source = NULL;
     const char *tpl = kc_xpu_template_for(k->kind);
-    if (!tpl && k->kind == KC_KK_OP)
-        return kc_err_set(err, KC_ERR_UNSUPPORTED,
-                          "XPU backend: the %s op (an imported ONNX operator) has no OpenCL C "
-                          "kernel yet; compile this model with --device cpu",
-                          kc_op_name(k->op));
+    if (k->kind == KC_KK_OP) {
+        const char *prelude;
+        char *owned;
+        kc_code c = kc_xpu_template(templates_dir, "ops.cl", &prelude, &owned, err);
+        if (c == KC_OK)
+            c = kc_xpu_ops_generate(k, prelude, source, err);
+        free(owned);
+        return c;
+    }
     if (!tpl)
         return kc_err_set(err, KC_ERR_UNSUPPORTED, "XPU backend: no template for kernel kind %d",
                           (int)k->kind);
@@ -547,6 +557,9 @@ void kc_xpu_launch_geometry(const kc_kernel *k, size_t global[3], size_t local[3
     local[0] = wg;
     size_t n = 0;
     switch (k->kind) {
+    case KC_KK_OP: /* one work-item runs the op's loop nest (kc_xpu_ops.c) */
+        global[0] = local[0] = 1;
+        return;
     case KC_KK_GEMM: {
         size_t t = (size_t)kc_tile_from_impl(k->impl);
         local[0] = local[1] = t;

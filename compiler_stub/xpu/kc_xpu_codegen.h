@@ -20,6 +20,12 @@
  * kernel, KC_ERR_IO (naming the path) for a missing template file. */
 kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **source, kc_err *err);
 
+/* The __kernel entry of "op" kernels. */
+#define KC_XPU_OP_ENTRY "kc_op"
+/* OpenCL C of an "op" kernel (kc_xpu_ops.c): prelude (the text of kernels/xpu/ops.cl), the
+ * CPU op generator's source, a one-work-item __kernel entry. Malloc'd, caller frees.
+ * Errors as kc_cpu_ops_generate's. */
+kc_code kc_xpu_ops_generate(const kc_kernel *k, const char *prelude, char **source, kc_err *err);
 /* The __kernel entry point name of a kind ("kc_gemm"), or NULL. */
 const char *kc_xpu_kernel_entry(kc_kernel_kind kind);
 

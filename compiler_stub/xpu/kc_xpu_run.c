@@ -51,7 +51,7 @@ kc_code kc_xpu_launch(kc_xpu *x, kc_xpu_module *m, const kc_kernel *k, const flo
     md.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
     for (int i = 0; c == KC_OK && i < nbuf; i++) {
         const kc_shape *s = i < k->n_in ? &k->in_shape[i] : &k->out_shape;
-        bytes[i] = (size_t)kc_shape_numel(s) * sizeof(float);
+        bytes[i] = (size_t)kc_shape_numel(s) * kc_dtype_size(i < k->n_in ? k->in_dt[i] : k->out_dt);
         c = kc_xpu_ze(err, zeMemAllocDevice(ctx, &md, bytes[i] ? bytes[i] : 4, 64, dev, &dbuf[i]),
                       "zeMemAllocDevice");
         if (c == KC_OK && i < k->n_in && bytes[i])

@@ -3,15 +3,21 @@
  * prepends the shapes, dtypes and attributes as constants and one KC_OPK_*
  * switch). Plain loops that the C compiler specialises on those constants;
  * its text is hashed into every op kernel's identity (kc_ops_codegen_fp).
+ * The XPU backend compiles the same text as OpenCL C behind the prelude
+ * kernels/xpu/ops.cl (__OPENCL_C_VERSION__ set): keep it to what both take;
+ * KC_GLOBAL marks pointers to tensor data (__global there), KC_CONSTANT the
+ * constants (__constant there), so no generic address space is needed.
  */
+#ifndef __OPENCL_C_VERSION__
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define KC_EXPORT __attribute__((visibility("default")))
+#endif
 
-static inline long kc_numel(const long *d, int r)
+static inline long kc_numel(KC_CONSTANT const long *d, int r)
 {
     long n = 1;
     for (int i = 0; i < r; i++)
@@ -41,17 +47,17 @@ static inline long kc_boff(int j, long i)
 
 #if defined(KC_EW_N)
 /* elementwise: unary/binary/ternary with broadcasting; KC_EW_EXPR(a, b, c) */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *a = (const kc_t0 *)in[0];
+    const KC_GLOBAL kc_t0 *a = (const KC_GLOBAL kc_t0 *)in[0];
 #if KC_EW_N > 1
-    const kc_t1 *b = (const kc_t1 *)in[1];
+    const KC_GLOBAL kc_t1 *b = (const KC_GLOBAL kc_t1 *)in[1];
 #endif
 #if KC_EW_N > 2
-    const kc_t2 *c = (const kc_t2 *)in[2];
+    const KC_GLOBAL kc_t2 *c = (const KC_GLOBAL kc_t2 *)in[2];
 #endif
-    kc_to *y = (kc_to *)out;
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const long n = KC_OUT_N;
     for (long i = 0; i < n; i++) {
         kc_t0 x0 = a[KC_SAME0 ? i : kc_boff(0, i)];
@@ -73,7 +79,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_COPY) || defined(KC_OPK_RESHAPE)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
     memcpy(out, in[0], (size_t)KC_OUT_N * sizeof(kc_to));
@@ -82,11 +88,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 
 #if defined(KC_OPK_PERMUTE) || defined(KC_OPK_SLICE) || defined(KC_OPK_TILE) || defined(KC_OPK_PAD)
 /* output element -> input element, one dimension at a time */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const int r = KC_RANK_OUT;
     long istride[8];
     long s = 1;
@@ -135,7 +141,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_CONCAT)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
     const int ax = (int)KC_AI[0][0];
@@ -144,24 +150,25 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
         outer *= KC_OUT[d];
     for (int d = ax + 1; d < KC_RANK_OUT; d++)
         inner *= KC_OUT[d];
-    kc_to *y = (kc_to *)out;
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     long yoff = 0;
     for (long o = 0; o < outer; o++)
         for (int j = 0; j < KC_NIN; j++) {
             long chunk = KC_IN[j][ax] * inner;
-            memcpy(y + yoff, (const kc_to *)in[j] + o * chunk, (size_t)chunk * sizeof(kc_to));
+            memcpy(y + yoff, (const KC_GLOBAL kc_to *)in[j] + o * chunk,
+                   (size_t)chunk * sizeof(kc_to));
             yoff += chunk;
         }
 }
 #endif
 
 #if defined(KC_OPK_GATHER)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    const int64_t *ix = (const int64_t *)in[1];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    const KC_GLOBAL int64_t *ix = (const KC_GLOBAL int64_t *)in[1];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, inner = 1;
     const long A = KC_IN[0][ax], ni = kc_numel(KC_IN[1], KC_RANK_IN[1]);
@@ -174,7 +181,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
             long k = (long)ix[j];
             if (k < 0)
                 k += A;
-            kc_to *dst = y + (o * ni + j) * inner;
+            KC_GLOBAL kc_to *dst = y + (o * ni + j) * inner;
             if (k < 0 || k >= A) { /* out of range: zeros, never a stray read */
                 memset(dst, 0, (size_t)inner * sizeof(kc_to));
                 continue;
@@ -186,24 +193,25 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 
 #if defined(KC_OPK_CONV)
 /* direct convolution, spatial dims normalised to 3 (D, H, W) */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0], *w = (const float *)in[1];
-    const float *bias = KC_NIN > 2 ? (const float *)in[2] : 0;
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0], *w = (const KC_GLOBAL float *)in[1];
+    const KC_GLOBAL float *bias = KC_NIN > 2 ? (const KC_GLOBAL float *)in[2] : 0;
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const long CG = KC_C / KC_G, OG = KC_O / KC_G;
     for (long n = 0; n < KC_N; n++)
         for (long o = 0; o < KC_O; o++) {
             const long g = o / OG;
-            float *yo = y + (n * KC_O + o) * KC_OD * KC_OH * KC_OW;
+            KC_GLOBAL float *yo = y + (n * KC_O + o) * KC_OD * KC_OH * KC_OW;
             for (long od = 0; od < KC_OD; od++)
                 for (long oh = 0; oh < KC_OH; oh++)
                     for (long ow = 0; ow < KC_OW; ow++) {
                         float s = bias ? bias[o] : 0.f;
                         for (long c = 0; c < CG; c++) {
-                            const float *xc = x + (n * KC_C + g * CG + c) * KC_ID * KC_IH * KC_IW;
-                            const float *wc = w + (o * CG + c) * KC_KD * KC_KH * KC_KW;
+                            const KC_GLOBAL float *xc =
+                                x + (n * KC_C + g * CG + c) * KC_ID * KC_IH * KC_IW;
+                            const KC_GLOBAL float *wc = w + (o * CG + c) * KC_KD * KC_KH * KC_KW;
                             for (long kd = 0; kd < KC_KD; kd++) {
                                 long id = od * KC_SD - KC_PD + kd * KC_DD;
                                 if (id < 0 || id >= KC_ID)
@@ -212,8 +220,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
                                     long ih = oh * KC_SH - KC_PH + kh * KC_DH;
                                     if (ih < 0 || ih >= KC_IH)
                                         continue;
-                                    const float *xr = xc + (id * KC_IH + ih) * KC_IW;
-                                    const float *wr = wc + (kd * KC_KH + kh) * KC_KW;
+                                    const KC_GLOBAL float *xr = xc + (id * KC_IH + ih) * KC_IW;
+                                    const KC_GLOBAL float *wr = wc + (kd * KC_KH + kh) * KC_KW;
                                     for (long kw = 0; kw < KC_KW; kw++) {
                                         long iw = ow * KC_SW - KC_PW + kw * KC_DW;
                                         if (iw >= 0 && iw < KC_IW)
@@ -230,12 +238,12 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 
 #if defined(KC_OPK_CONV_TRANSPOSE)
 /* transposed convolution as a scatter; w is [C, O/G, k...] */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0], *w = (const float *)in[1];
-    const float *bias = KC_NIN > 2 ? (const float *)in[2] : 0;
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0], *w = (const KC_GLOBAL float *)in[1];
+    const KC_GLOBAL float *bias = KC_NIN > 2 ? (const KC_GLOBAL float *)in[2] : 0;
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const long CG = KC_C / KC_G, OG = KC_O / KC_G, OS = KC_OD * KC_OH * KC_OW;
     for (long n = 0; n < KC_N; n++)
         for (long o = 0; o < KC_O; o++)
@@ -251,8 +259,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
                             x[(((n * KC_C + c) * KC_ID + id) * KC_IH + ih) * KC_IW + iw];
                         for (long oo = 0; oo < OG; oo++) {
                             const long o = g * OG + oo;
-                            const float *wk = w + (c * OG + oo) * KC_KD * KC_KH * KC_KW;
-                            float *yo = y + (n * KC_O + o) * OS;
+                            const KC_GLOBAL float *wk = w + (c * OG + oo) * KC_KD * KC_KH * KC_KW;
+                            KC_GLOBAL float *yo = y + (n * KC_O + o) * OS;
                             for (long kd = 0; kd < KC_KD; kd++) {
                                 long od = id * KC_SD - KC_PD + kd * KC_DD;
                                 if (od < 0 || od >= KC_OD)
@@ -276,14 +284,14 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_MAXPOOL) || defined(KC_OPK_AVGPOOL)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     for (long nc = 0; nc < KC_N * KC_C; nc++) {
-        const float *xc = x + nc * KC_ID * KC_IH * KC_IW;
-        float *yc = y + nc * KC_OD * KC_OH * KC_OW;
+        const KC_GLOBAL float *xc = x + nc * KC_ID * KC_IH * KC_IW;
+        KC_GLOBAL float *yc = y + nc * KC_OD * KC_OH * KC_OW;
         for (long od = 0; od < KC_OD; od++)
             for (long oh = 0; oh < KC_OH; oh++)
                 for (long ow = 0; ow < KC_OW; ow++) {
@@ -326,18 +334,20 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_BATCHNORM) || defined(KC_OPK_INSTANCENORM)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0], *sc = (const float *)in[1], *b = (const float *)in[2];
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0], *sc = (const KC_GLOBAL float *)in[1],
+                          *b = (const KC_GLOBAL float *)in[2];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const long N = KC_IN[0][0], C = KC_IN[0][1], S = kc_numel(KC_IN[0], KC_RANK_IN[0]) / (N * C);
     for (long n = 0; n < N; n++)
         for (long c = 0; c < C; c++) {
-            const float *xc = x + (n * C + c) * S;
-            float *yc = y + (n * C + c) * S;
+            const KC_GLOBAL float *xc = x + (n * C + c) * S;
+            KC_GLOBAL float *yc = y + (n * C + c) * S;
 #if defined(KC_OPK_BATCHNORM)
-            const double mean = ((const float *)in[3])[c], var = ((const float *)in[4])[c];
+            const double mean = ((const KC_GLOBAL float *)in[3])[c],
+                         var = ((const KC_GLOBAL float *)in[4])[c];
 #else
             double mean = 0, var = 0;
             for (long i = 0; i < S; i++)
@@ -355,19 +365,19 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_LAYERNORM_ND)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
-    const float *sc = KC_NIN > 1 ? (const float *)in[1] : 0,
-                *b = KC_NIN > 2 ? (const float *)in[2] : 0;
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0];
+    const KC_GLOBAL float *sc = KC_NIN > 1 ? (const KC_GLOBAL float *)in[1] : 0,
+                          *b = KC_NIN > 2 ? (const KC_GLOBAL float *)in[2] : 0;
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     long rows = 1, cols = 1;
     for (int d = 0; d < KC_RANK_OUT; d++)
         *(d < KC_AI[0][0] ? &rows : &cols) *= KC_OUT[d];
     for (long r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
+        const KC_GLOBAL float *xr = x + r * cols;
+        KC_GLOBAL float *yr = y + r * cols;
         double mean = 0, var = 0;
         for (long c = 0; c < cols; c++)
             mean += xr[c];
@@ -382,11 +392,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_SOFTMAX_ND) || defined(KC_OPK_LOGSOFTMAX) || defined(KC_OPK_HARDMAX)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, cols = 1, inner = 1;
     for (int d = 0; d < KC_RANK_OUT; d++) {
@@ -399,8 +409,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
     }
     for (long o = 0; o < outer; o++)
         for (long in_ = 0; in_ < inner; in_++) {
-            const kc_t0 *xr = x + o * cols * inner + in_;
-            kc_to *yr = y + o * cols * inner + in_;
+            const KC_GLOBAL kc_t0 *xr = x + o * cols * inner + in_;
+            KC_GLOBAL kc_to *yr = y + o * cols * inner + in_;
             double m = -INFINITY, s = 0;
             long arg = 0;
             for (long c = 0; c < cols; c++)
@@ -430,78 +440,96 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #if defined(KC_REDUCE)
 /* KC_REDUCE: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 l1, 6 l2, 7 sum_square,
  * 8 log_sum, 9 log_sum_exp; KC_RMASK: reduced input dims (bit d) */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+static inline double kc_racc(double acc, double v)
+{
+    switch (KC_REDUCE) {
+    case 2:
+        return v > acc ? v : acc;
+    case 3:
+        return v < acc ? v : acc;
+    case 4:
+        return acc * v;
+    case 5:
+        return acc + fabs(v);
+    case 6:
+    case 7:
+        return acc + v * v;
+    case 9:
+        return acc + exp(v);
+    default:
+        return acc + v;
+    }
+}
+
+static inline double kc_rfinal(double v, double cnt)
+{
+    if (KC_REDUCE == 1)
+        v /= cnt;
+    else if (KC_REDUCE == 6)
+        v = sqrt(v);
+    else if (KC_REDUCE == 8 || KC_REDUCE == 9)
+        v = log(v);
+    return v;
+}
+
+/* The output element input element i reduces into. */
+static inline long kc_rout(long i)
+{
+    long rem = i, o = 0, st = 1;
+    for (int d = KC_RANK_IN[0] - 1; d >= 0; d--) {
+        long c = rem % KC_IN[0][d];
+        rem /= KC_IN[0][d];
+        if (!((KC_RMASK >> d) & 1)) {
+            o += c * st;
+            st *= KC_IN[0][d];
+        }
+    }
+    return o;
+}
+
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    kc_to *y = (kc_to *)out;
-    const int r = KC_RANK_IN[0];
-    const long n = kc_numel(KC_IN[0], r), no = KC_OUT_N;
-    double *acc = malloc(sizeof(double) * (size_t)no);
-    if (!acc)
-        return;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
+    const long n = kc_numel(KC_IN[0], KC_RANK_IN[0]), no = KC_OUT_N;
     const double init = KC_REDUCE == 2   ? -INFINITY
                         : KC_REDUCE == 3 ? INFINITY
                         : KC_REDUCE == 4 ? 1
                                          : 0;
+    const double cnt = (double)n / (double)no;
+#ifdef __OPENCL_C_VERSION__
+    /* no allocator: each output element walks the whole input */
+    for (long o = 0; o < no; o++) {
+        double acc = init;
+        for (long i = 0; i < n; i++)
+            if (kc_rout(i) == o)
+                acc = kc_racc(acc, x[i]);
+        y[o] = (kc_to)kc_rfinal(acc, cnt);
+    }
+#else
+    double *acc = malloc(sizeof(double) * (size_t)no);
+    if (!acc)
+        return;
     for (long i = 0; i < no; i++)
         acc[i] = init;
     for (long i = 0; i < n; i++) {
-        long rem = i, o = 0, st = 1;
-        for (int d = r - 1; d >= 0; d--) {
-            long c = rem % KC_IN[0][d];
-            rem /= KC_IN[0][d];
-            if (!((KC_RMASK >> d) & 1)) {
-                o += c * st;
-                st *= KC_IN[0][d];
-            }
-        }
-        const double v = x[i];
-        switch (KC_REDUCE) {
-        case 2:
-            acc[o] = v > acc[o] ? v : acc[o];
-            break;
-        case 3:
-            acc[o] = v < acc[o] ? v : acc[o];
-            break;
-        case 4:
-            acc[o] *= v;
-            break;
-        case 5:
-            acc[o] += fabs(v);
-            break;
-        case 6:
-        case 7:
-            acc[o] += v * v;
-            break;
-        case 9:
-            acc[o] += exp(v);
-            break;
-        default:
-            acc[o] += v;
-        }
+        const long o = kc_rout(i);
+        acc[o] = kc_racc(acc[o], x[i]);
     }
-    const double cnt = (double)n / (double)no;
-    for (long i = 0; i < no; i++) {
-        double v = acc[i];
-        if (KC_REDUCE == 1)
-            v /= cnt;
-        else if (KC_REDUCE == 6)
-            v = sqrt(v);
-        else if (KC_REDUCE == 8 || KC_REDUCE == 9)
-            v = log(v);
-        y[i] = (kc_to)v;
-    }
+    for (long i = 0; i < no; i++)
+        y[i] = (kc_to)kc_rfinal(acc[i], cnt);
     free(acc);
+#endif
 }
 #endif
 
 #if defined(KC_OPK_ARGMAX) || defined(KC_OPK_ARGMIN)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    int64_t *y = (int64_t *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL int64_t *y = (KC_GLOBAL int64_t *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, inner = 1;
     const long A = KC_IN[0][ax];
@@ -531,11 +559,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_GEMM)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *A = (const float *)in[0], *B = (const float *)in[1];
-    float *y = (float *)out;
+    const KC_GLOBAL float *A = (const KC_GLOBAL float *)in[0], *B = (const KC_GLOBAL float *)in[1];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const int ta = (int)KC_AI[2][0], tb = (int)KC_AI[3][0];
     const long M = KC_OUT[0], N = KC_OUT[1], K = KC_IN[0][ta ? 0 : 1];
     for (long i = 0; i < M; i++)
@@ -545,7 +573,7 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
                 s += (ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
             double v = KC_AF[0] * s;
 #if KC_NIN > 2
-            v += KC_AF[1] * ((const float *)in[2])[kc_boff(2, i * N + j)];
+            v += KC_AF[1] * ((const KC_GLOBAL float *)in[2])[kc_boff(2, i * N + j)];
 #endif
             y[i * N + j] = (float)v;
         }
@@ -554,11 +582,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 
 #if defined(KC_OPK_MATMUL_ND)
 /* batched matmul with numpy broadcasting over the batch dims */
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *A = (const float *)in[0], *B = (const float *)in[1];
-    float *y = (float *)out;
+    const KC_GLOBAL float *A = (const KC_GLOBAL float *)in[0], *B = (const KC_GLOBAL float *)in[1];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const int ra = KC_RANK_IN[0], rb = KC_RANK_IN[1], ro = KC_RANK_OUT;
     const long M = KC_OUT[ro - 2], N = KC_OUT[ro - 1], K = KC_IN[0][ra - 1];
     const long nb = kc_numel(KC_OUT, ro - 2);
@@ -579,8 +607,8 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
                 sb *= KC_IN[1][db];
             }
         }
-        const float *a = A + oa * M * K, *b = B + ob * K * N;
-        float *c = y + q * M * N;
+        const KC_GLOBAL float *a = A + oa * M * K, *b = B + ob * K * N;
+        KC_GLOBAL float *c = y + q * M * N;
         for (long i = 0; i < M * N; i++)
             c[i] = 0;
         for (long i = 0; i < M; i++)
@@ -594,11 +622,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_LRN)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const float *x = (const float *)in[0];
-    float *y = (float *)out;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
     const long N = KC_IN[0][0], C = KC_IN[0][1], S = KC_OUT_N / (N * C), size = KC_AI[0][0];
     for (long n = 0; n < N; n++)
         for (long c = 0; c < C; c++)
@@ -617,11 +645,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_TRILU)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const long R = KC_OUT[KC_RANK_OUT - 2], C = KC_OUT[KC_RANK_OUT - 1], n = KC_OUT_N;
     for (long i = 0; i < n; i++) {
         long d = (i % C) - (i / C) % R; /* column - row */
@@ -632,12 +660,12 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_GATHER_ELEMENTS)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    const int64_t *ix = (const int64_t *)in[1];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    const KC_GLOBAL int64_t *ix = (const KC_GLOBAL int64_t *)in[1];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const int r = KC_RANK_OUT, ax = (int)KC_AI[0][0];
     const long n = KC_OUT_N, A = KC_IN[0][ax];
     for (long i = 0; i < n; i++) {
@@ -660,11 +688,11 @@ KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
 #endif
 
 #if defined(KC_OPK_CUMSUM)
-KC_EXPORT void kc_kernel_main(const void *const *in, void *out, const void *rt)
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
 {
     (void)rt;
-    const kc_t0 *x = (const kc_t0 *)in[0];
-    kc_to *y = (kc_to *)out;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
     const int ax = (int)KC_AI[0][0];
     long outer = 1, inner = 1;
     const long A = KC_OUT[ax];
