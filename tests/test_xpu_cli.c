@@ -357,3 +357,46 @@ Test(xpu_cli, machine_b_pulls_and_compiles_with_zero_driver_builds)
     free(b);
     kc_testserver_cleanup(&ts);
 }
+
+/* Imported ONNX models lower to "op" kernels (conv3d, pools, gather, log-softmax,
+ * transpose/reshape, reduce): xpu-spirv builds SPIR-V for every one, and spirv-val
+ * accepts each. */
+Test(xpu_cli, onnx_op_kernels_become_valid_spirv)
+{
+    no_driver();
+    static const char *const models[] = {
+        "pytorch-converted/test_Conv3d_dilated_strided",
+        "pytorch-converted/test_MaxPool2d_stride_padding_dilation",
+        "pytorch-converted/test_AvgPool3d_stride",
+        "pytorch-converted/test_Embedding",
+        "pytorch-converted/test_LogSoftmax",
+        "pytorch-operator/test_operator_permute2",
+        "pytorch-operator/test_operator_view",
+        "pytorch-operator/test_operator_reduced_mean_keepdim",
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "/usr/share/libonnx-testdata/data/%s/model.onnx", models[i]);
+        kc_test_result r;
+        cr_assert_eq(kc_test_runl(&r, KC_TEST_KCACHE, "--cache-dir", cache_dir, "compile", path,
+                                  "--device", "xpu-spirv", "--offline", NULL),
+                     0);
+        cr_assert_eq(r.exit_code, 0, "%s: exit %d\nstderr: %s", models[i], r.exit_code, r.err);
+        kc_test_result_free(&r);
+    }
+    spirv_keys k = {0};
+    kc_store *s = NULL;
+    kc_err e;
+    cr_assert_eq(kc_store_open(cache_dir, NULL, &s, &e), KC_OK, "%s", e.msg);
+    kc_filter f = {.kind = "spirv"};
+    cr_assert_eq(kc_store_list(s, &f, collect_key, &k, &e), KC_OK, "%s", e.msg);
+    cr_expect_geq(k.n, (int)(sizeof models / sizeof models[0]));
+    for (int i = 0; i < k.n; i++) {
+        kc_artifact a;
+        cr_assert_eq(kc_store_get(s, k.keys[i], &a, &e), KC_OK, "%s", e.msg);
+        cr_expect_eq(kc_xpu_validate_spirv(a.payload, a.payload_len, &e), KC_OK, "%s: %s",
+                     k.keys[i], e.msg);
+        kc_artifact_free(&a);
+    }
+    kc_store_close(s);
+}

@@ -3,8 +3,9 @@
  * the cached SPIR-V) on the CPU through OpenCL (PoCL, Debian pocl-opencl-icd) for whole
  * model graphs: lowering -> kc_xpu_generate -> clBuildProgram -> launch with
  * kc_xpu_launch_geometry, then compares every graph output with the compiler's reference.
- * No Intel GPU exists here; this is how the XPU kernels' numerics are checked. Skipped
- * when no OpenCL device exists.
+ * No Intel GPU exists here; this is how the XPU kernels' numerics are checked. Imported
+ * ONNX models ("op" kernels) are checked against their test data's expected outputs.
+ * Skipped when no OpenCL device exists.
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -15,6 +16,7 @@
 
 #include "kc_compile.h"
 #include "kc_lower.h"
+#include "kc_onnx.h"
 #include "kc_testutil.h"
 #include "kc_xpu.h"
 #include "kc_xpu_codegen.h"
@@ -115,7 +117,7 @@ static void run_kernel(ocl *o, const kc_kernel *k, float *const *values, int idx
     for (int i = 0; i <= k->n_in; i++) {
         bool out = i == k->n_in;
         const kc_shape *s = out ? &k->out_shape : &k->in_shape[i];
-        size_t bytes = (size_t)kc_shape_numel(s) * sizeof(float);
+        size_t bytes = (size_t)kc_shape_numel(s) * kc_dtype_size(out ? k->out_dt : k->in_dt[i]);
         float *host = values[out ? k->out_value : k->in_value[i]];
         bufs[i] = clCreateBuffer(o->ctx,
                                  out ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
@@ -128,7 +130,7 @@ static void run_kernel(ocl *o, const kc_kernel *k, float *const *values, int idx
     e = clEnqueueNDRangeKernel(o->q, kern, 3, NULL, global, local, 0, NULL, NULL);
     cr_assert_eq(e, CL_SUCCESS, "launch of kernel %d (%s): %d", idx, kc_kernel_kind_name(k->kind),
                  e);
-    size_t out_bytes = (size_t)kc_shape_numel(&k->out_shape) * sizeof(float);
+    size_t out_bytes = (size_t)kc_shape_numel(&k->out_shape) * kc_dtype_size(k->out_dt);
     cr_assert_eq(clEnqueueReadBuffer(o->q, bufs[k->n_in], CL_TRUE, 0, out_bytes,
                                      values[k->out_value], 0, NULL, NULL),
                  CL_SUCCESS);
@@ -221,4 +223,71 @@ Test(xpu_pocl, rmsnorm_prologue_causal_sdpa_and_broadcasts_match_the_reference)
     cr_assert_eq(kc_graph_parse(graph, sizeof graph - 1, "<xpu_mix>", &g, &err), KC_OK, "%s",
                  err.msg);
     check_loaded(g, "xpu_mix");
+}
+
+/* An ONNX conformance model (libonnx-testdata) whose kernels include "op" kernels: every
+ * kernel's generated OpenCL C runs on PoCL, the outputs are compared with
+ * test_data_set_0/output_*.pb (rtol 1e-3, atol 1e-5, as kcache run --data). */
+static void check_onnx(const char *model)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "/usr/share/libonnx-testdata/data/%s", model);
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    kc_graph *g = NULL;
+    kc_err err;
+    cr_assert_eq(kc_onnx_load(path, NULL, &g, &err), KC_OK, "%s", err.msg);
+    ocl o;
+    memset(&o, 0, sizeof o);
+    if (!ocl_open(&o))
+        cr_skip_test(
+            "no OpenCL device (install pocl-opencl-icd to run the XPU kernels on the CPU)");
+    kc_kernel *ks = NULL;
+    int n = 0, n_op = 0;
+    cr_assert_eq(kc_lower(g, &ks, &n, &err), KC_OK, "%s", err.msg);
+    float **got = kc_values_new(g, 7);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/test_data_set_0");
+    cr_assert_eq(kc_onnx_data_inputs(g, dir, got, &err), KC_OK, "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        n_op += ks[i].kind == KC_KK_OP;
+        run_kernel(&o, &ks[i], got, i);
+    }
+    cr_assert_gt(n_op, 0, "%s lowers to no op kernel", model);
+    kc_onnx_check checks[16];
+    bool all_ok = false;
+    cr_assert_leq(g->n_outputs, 16);
+    cr_assert_eq(kc_onnx_data_check(g, dir, got, 1e-3, 1e-5, checks, &all_ok, &err), KC_OK, "%s",
+                 err.msg);
+    for (int j = 0; j < g->n_outputs; j++)
+        cr_expect(checks[j].ok, "%s output %s: %lld elements off, max abs diff %g, max rel %g",
+                  model, checks[j].name, (long long)checks[j].bad, checks[j].max_abs,
+                  checks[j].max_rel);
+    kc_values_free(g, got);
+    free(ks);
+    kc_graph_free(g);
+    ocl_close(&o);
+}
+
+Test(xpu_pocl, onnx_conv3d_op_kernels_match_the_test_data)
+{
+    check_onnx("pytorch-converted/test_Conv3d_dilated_strided");
+}
+Test(xpu_pocl, onnx_maxpool_and_avgpool_op_kernels_match_the_test_data)
+{
+    check_onnx("pytorch-converted/test_MaxPool2d_stride_padding_dilation");
+    check_onnx("pytorch-converted/test_AvgPool3d_stride");
+}
+Test(xpu_pocl, onnx_embedding_gather_op_kernels_match_the_test_data)
+{
+    check_onnx("pytorch-converted/test_Embedding");
+}
+Test(xpu_pocl, onnx_logsoftmax_op_kernels_match_the_test_data)
+{
+    check_onnx("pytorch-converted/test_LogSoftmax");
+}
+Test(xpu_pocl, onnx_permute_reshape_reduce_and_pad_op_kernels_match_the_test_data)
+{
+    check_onnx("pytorch-operator/test_operator_permute2");
+    check_onnx("pytorch-operator/test_operator_view");
+    check_onnx("pytorch-operator/test_operator_reduced_mean_keepdim");
+    check_onnx("pytorch-converted/test_ReflectionPad2d");
 }
