@@ -12,7 +12,7 @@
  * store's write lock, so one writer appends at a time; readers never need a
  * lock because appended bytes are never rewritten.
  *
- * Internal to cachecore (kc_store.c); not installed (deploy/install.cmake).
+ * Internal to cachecore (kc_store*.c); not installed (deploy/install.cmake).
  */
 #ifndef KC_PACK_H
 #define KC_PACK_H

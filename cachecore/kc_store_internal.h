@@ -1,16 +1,22 @@
 /*
  * kc_store_internal.h - what kc_bundle.c needs from the store beyond the
  * public API: paging through entries by rowid, reading an envelope without
- * counting a hit, storing verified puts. Not for use
- * outside cachecore.
+ * counting a hit, storing verified puts; and below, what the parts of the
+ * store (kc_store.c, kc_store_open/put/get/list/gc.c) share: the handle,
+ * its statements and the helpers they all use. Not for use outside cachecore.
  */
 #ifndef KC_STORE_INTERNAL_H
 #define KC_STORE_INTERNAL_H
 
 #include <jansson.h>
+#include <sqlite3.h>
+#include <zstd.h>
 
 #include "kc_envelope.h"
+#include "kc_frame.h"
+#include "kc_pack.h"
 #include "kc_store.h"
+#include "kc_util.h"
 
 /* Fills up to cap (id, key) pairs of entries matching f with id > after, in
  * id order. *n receives the count (0 = no more). */
@@ -62,5 +68,217 @@ kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[
 struct stat;
 kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct stat *seen,
                             char **moved, kc_err *err);
+
+/* ---- shared by the parts of the store (kc_store*.c) ---------------- */
+
+#define KC_STORE_SCHEMA 4
+/* A payload is stored raw when zstd would save less than 1/32 (~3%) of it:
+ * already-compressed files, native code with little redundancy. */
+#define KC_RAW_GAIN_DIV 32
+#define KC_RAW_MIN 64 /* smaller payloads are always compressed (never empty raw blobs) */
+/* Compressed blobs from this size up go to pack files: measured on a bundle
+ * import of 64 KiB artifacts, SQLite's overflow pages cost a write to the WAL
+ * and another at checkpoint, 4 KiB at a time (see docs/bench-notes/pull.md). */
+#define KC_PACK_MIN (16u << 10)
+#define KC_PACK_MAX (256ull << 20) /* default kc_store_opts.pack_max */
+#define KC_DOOMED_MAX 64           /* emptied packs remembered until commit */
+#define KC_BUSY_DEADLINE_S 120.0
+#define KC_TOUCH_MAX 8192
+#define KC_FLUSH_INTERVAL_S 5.0
+
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_SAVEPOINT,
+    ST_RELEASE,
+    ST_ROLLBACK_TO,
+    ST_ENTRY_EXISTS,
+    ST_INS_BLOB,
+    ST_INS_ENTRY,
+    ST_ADD_COUNTER,
+    ST_GET,
+    ST_ENTRY_BY_KEY,
+    ST_DEL_ENTRY,
+    ST_BLOB_ORPHAN,
+    ST_BLOB_REF,
+    ST_DEL_BLOB,
+    ST_TOUCH,
+    ST_LRU,
+    ST_COUNTER_GET,
+    ST_QUARANTINE,
+    ST_DEL_ENTRIES_OF_BLOB,
+    ST_BLOB_ZSIZE,
+    ST_PRECHECK,
+    ST_READ_BEGIN,
+    ST_PACK_NEWEST,
+    ST_PACK_NEW,
+    ST_PACK_ADD,
+    ST_PACK_DEL,
+    ST_PACK_EXISTS,
+    ST_COUNT
+};
+
+typedef struct kc_touch {
+    int64_t id;
+    int64_t atime_us;
+} kc_touch;
+
+struct kc_store {
+    sqlite3 *db;
+    char *dir;
+    char *db_path;
+    kc_store_opts opts;
+    int import_level; /* zstd level for puts inside a batch (bundle import) */
+    sqlite3_stmt *st[ST_COUNT];
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    kc_sha256_ctx *sha; /* reused for every verification */
+    kc_touch *touch;
+    size_t ntouch;
+    uint64_t hits, misses; /* not yet added to the counters table */
+    uint64_t untrusted;    /* loads refused for want of a trusted signature, ditto */
+    double last_flush;
+    int64_t last_tick_us;
+    bool batch; /* inside kc_store_batch_begin */
+    bool rsnap; /* inside kc_store_read_begin */
+    kc_packs *packs;
+    int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
+    size_t ndoomed;
+    kc_frame_checker *checker; /* made on first use: compressed payloads received */
+    char *recovered;           /* where a damaged database was moved (recover_corrupt) */
+    char recovered_why[256];
+};
+
+/* SHA-256 with the handle's reusable context. */
+void kc_store__store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN]);
+
+/* Microseconds since the epoch, strictly increasing within one handle. */
+int64_t kc_store__now_us(kc_store *s);
+
+/* Sleeps a little longer at each attempt at a busy database. */
+void kc_store__backoff(int attempt);
+
+/* Sets err from SQLite result rc (what: the operation), naming the database. */
+kc_code kc_store__db_err(kc_store *s, kc_err *err, int rc, const char *what);
+
+/* db_err, saying plainly that the file is damaged when SQLite says so. */
+kc_code kc_store__damaged(kc_store *s, kc_err *err, int rc, const char *what);
+
+/* The prepared statement `which` (ST_*), prepared on first use; NULL on error. */
+sqlite3_stmt *kc_store__stmt(kc_store *s, int which);
+
+/* Is rc SQLITE_BUSY or SQLITE_LOCKED? */
+bool kc_store__is_busy(int rc);
+
+/* Steps a statement, retrying while the database is busy. For statements
+ * that return at most one row or modify rows. */
+int kc_store__step_retry(sqlite3_stmt *st);
+
+/* Runs a statement expecting no rows (DONE). */
+int kc_store__exec_stmt(kc_store *s, int which);
+
+/* Ends a read snapshot opened by kc_store_read_begin, if any. */
+void kc_store__end_read_snapshot(kc_store *s);
+
+/* Begins a write txn (a savepoint inside a batch). */
+kc_code kc_store__begin_write(kc_store *s, kc_err *err);
+
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack);
+
+/* Rolls back the open write txn (or savepoint). */
+void kc_store__rollback_write(kc_store *s);
+
+/* Commits the open write txn (or releases the savepoint), then removes emptied packs. */
+kc_code kc_store__commit_write(kc_store *s, kc_err *err);
+
+/* Adds delta to counter name. Inside a write txn. */
+int kc_store__add_counter(kc_store *s, const char *name, int64_t delta);
+
+/* Applies pending access times and counters inside an open write txn. */
+int kc_store__apply_pending(kc_store *s);
+
+/* Records a hit (or a miss) on entry id for the next flush of access times. */
+void kc_store__note_access(kc_store *s, int64_t id, bool hit);
+
+/* sqlite3_exec, retrying while the database is busy. */
+int kc_store__exec_retry(sqlite3 *db, const char *sql);
+
+/* *exists: key has an entry. */
+int kc_store__entry_exists(kc_store *s, const char *key, bool *exists);
+
+/* The id of the newest pack, the one appends go to (0: none yet). */
+int kc_store__newest_pack(kc_store *s, int64_t *id);
+
+/* Adds delta bytes to pack's live count. A pack emptied this way, other than
+ * the newest (the one appends go to), loses its row now and its file once
+ * the write commits. Inside a write txn. */
+int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta);
+
+/* Deletes blob's row and releases its bytes in its pack; *zsize receives
+ * its stored size. Inside a write txn. */
+int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize);
+
+/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
+size_t kc_store__raw_frame_bound(size_t n);
+
+/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
+ * magic, a single-segment header with a 4-byte content size, then blocks of
+ * at most 128 KiB. Much cheaper than compressing a small envelope header,
+ * and any zstd decoder reads it. Returns the frame length. */
+size_t kc_store__raw_frame(uint8_t *dst, const uint8_t *src, size_t n);
+
+/* The response prefix of an entry (malloc'd, *len bytes): its envelope
+ * header, which the payload follows when the blob is raw; for a zstd frame,
+ * the header wrapped in a raw-block frame, which the stored frame follows
+ * to make the zstd stream of the envelope (RFC 8878 allows concatenated
+ * frames). NULL when out of memory. */
+uint8_t *kc_store__response_prefix(const char *key, const char *kind, const char *meta,
+                                   uint64_t size, const uint8_t sha[KC_SHA256_LEN], bool framed,
+                                   size_t *len);
+
+/* Appends a blob's bytes, after prelen bytes of response prefix (may be
+ * 0), to the newest pack, or to a new one when that is full, and counts the
+ * blob's bytes there (the prefix is dead space to compaction); *off is where
+ * the blob's bytes start. Inside the write txn that inserts the blob's row,
+ * so the bytes are referenced only if that commits. */
+kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
+                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err);
+
+/* Deletes entry id; deletes its blob too when nothing else refers to it.
+ * *freed receives the stored bytes released. Inside a write txn. */
+int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds);
+
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin);
+
+/* Moves every entry using blob into quarantine and deletes the blob. */
+void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
+
+/* The stored frame of a blob row (columns data, pack, off, zsize from
+ * data_col on): its inline bytes, or zsize bytes read from its pack into
+ * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
+ * the pack is damaged; KC_ERR_NOT_FOUND when the pack file does not exist
+ * (removed after the caller's snapshot if its row is gone too, else lost);
+ * other errors (out of memory, a pack that cannot be opened or read) are
+ * not the blob's fault and must not quarantine it. */
+kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
+                             size_t *zlen, uint8_t **own, const char **reason, kc_err *err);
+
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
+
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
+
+/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
+int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
 
 #endif

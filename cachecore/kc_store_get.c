@@ -1,0 +1,853 @@
+/*
+ * kc_store_get.c - reading artifacts: get, check, peek, delete, quarantine
+ * of corrupt payloads, and the spans and readers kcached serves large
+ * entries from. Split from kc_store.c by concern (schema: see kc_store.c).
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "kc_sign.h"
+#include "kc_store_internal.h"
+
+/* ---- quarantine ------------------------------------------------------ */
+
+/* Moves every entry using blob into quarantine and deletes the blob. */
+void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason)
+{
+    if (s->opts.read_only || s->batch)
+        return;
+    if (kc_store__begin_write(s, NULL) != KC_OK)
+        return;
+    int64_t zsize = -1;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_BLOB_ZSIZE);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    if (st) {
+        sqlite3_bind_int64(st, 1, blob);
+        rc = kc_store__step_retry(st);
+        if (rc == SQLITE_ROW)
+            zsize = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && zsize < 0) { /* someone else already quarantined it */
+        kc_store__commit_write(s, NULL);
+        return;
+    }
+    int n = 0;
+    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_QUARANTINE))) {
+        sqlite3_bind_int64(st, 1, blob);
+        sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (int64_t)time(NULL));
+        rc = kc_store__step_retry(st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        n = sqlite3_changes(s->db);
+    }
+    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_DEL_ENTRIES_OF_BLOB))) {
+        sqlite3_bind_int64(st, 1, blob);
+        rc = kc_store__step_retry(st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK)
+        rc = kc_store__delete_blob(s, blob, &zsize);
+    if (rc == SQLITE_OK)
+        rc = kc_store__add_counter(s, "stored_bytes", -zsize);
+    if (rc == SQLITE_OK)
+        rc = kc_store__add_counter(s, "corrupt", n);
+    if (rc == SQLITE_OK)
+        kc_store__commit_write(s, NULL);
+    else
+        kc_store__rollback_write(s);
+}
+
+/* ---- get ------------------------------------------------------------- */
+
+/* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
+ * stored frame); READ_STORED: the header followed by the stored frame;
+ * READ_CHECK: only the checks those two make (kc_store_check). */
+enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
+
+/* The stored frame of a blob row (columns data, pack, off, zsize from
+ * data_col on): its inline bytes, or zsize bytes read from its pack into
+ * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
+ * the pack is damaged; KC_ERR_NOT_FOUND when the pack file does not exist
+ * (removed after the caller's snapshot if its row is gone too, else lost);
+ * other errors (out of memory, a pack that cannot be opened or read) are
+ * not the blob's fault and must not quarantine it. */
+kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
+                             size_t *zlen, uint8_t **own, const char **reason, kc_err *err)
+{
+    *own = NULL;
+    int64_t pack = sqlite3_column_int64(row, data_col + 1);
+    int64_t off = sqlite3_column_int64(row, data_col + 2);
+    int64_t zsize = sqlite3_column_int64(row, data_col + 3);
+    if (!pack) {
+        *z = sqlite3_column_blob(row, data_col);
+        *zlen = (size_t)sqlite3_column_bytes(row, data_col);
+        if (*z)
+            return KC_OK;
+        *reason = "malformed row";
+        return KC_ERR_CORRUPT;
+    }
+    if (off < KC_PACK_MAGIC_LEN || zsize <= 0 || (uint64_t)zsize > 2 * KC_PAYLOAD_MAX) {
+        *reason = "malformed row";
+        return KC_ERR_CORRUPT;
+    }
+    if (!(*own = malloc((size_t)zsize)))
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %lld bytes", (long long)zsize);
+    kc_code code = kc_packs_read(s->packs, pack, (uint64_t)off, *own, (size_t)zsize, err);
+    if (code == KC_OK) {
+        *z = *own;
+        *zlen = (size_t)zsize;
+        return KC_OK;
+    }
+    free(*own);
+    *own = NULL;
+    *reason = code == KC_ERR_NOT_FOUND ? "its pack file is missing" : "its pack file is cut short";
+    return code;
+}
+
+typedef struct read_out {
+    kc_artifact *a;  /* READ_ARTIFACT */
+    uint8_t **buf;   /* READ_ENVELOPE / READ_ZSTD */
+    size_t *len;     /* envelope or zstd stream length */
+    size_t *env_len; /* READ_ZSTD */
+} read_out;
+
+/* Positions ST_GET on key's row (the caller resets it). A miss is
+ * KC_ERR_NOT_FOUND. With count, this is a load: the miss is counted, and
+ * an entry that came from outside is checked against the trusted keys
+ * configured now, from the row alone, before any byte of the payload is
+ * read (a write-back stored before trust was configured is not loaded
+ * either); refused, it is KC_ERR_UNTRUSTED, counted as untrusted and as a
+ * miss. (Copies, for push and export, peek: their receivers check.) */
+static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt **out, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    sqlite3_stmt *st = *out = kc_store__stmt(s, ST_GET);
+    if (!st)
+        return kc_store__db_err(s, err, sqlite3_errcode(s->db), "preparing read");
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(st);
+        if (count)
+            kc_store__note_access(s, 0, false);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    if (rc != SQLITE_ROW) {
+        kc_code c = kc_store__db_err(s, err, rc, "reading");
+        sqlite3_reset(st);
+        return kc_err_prefix(err, "%s", key), c;
+    }
+    const char *origin = (const char *)sqlite3_column_text(st, 11);
+    if (!count || !s->opts.trust || !kc_store__origin_outside(origin))
+        return KC_OK;
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    const void *sha = sqlite3_column_blob(st, 4);
+    int64_t size = sqlite3_column_int64(st, 5);
+    kc_code tc = KC_ERR_UNTRUSTED;
+    if (kind && meta && sqlite3_column_bytes(st, 4) == KC_SHA256_LEN && size >= 0)
+        tc = kc_trust_check(s->opts.trust, key, kind, (uint64_t)size, sha, meta, err);
+    else
+        kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+    if (tc == KC_OK)
+        return KC_OK;
+    kc_err_prefix(err, "refusing a stored entry from %s", origin);
+    sqlite3_reset(st);
+    s->untrusted++;
+    kc_store__note_access(s, 0, false);
+    return KC_ERR_UNTRUSTED;
+}
+
+static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
+                          read_out *o, kc_err *err)
+{
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, count, &st, err);
+    if (found != KC_OK)
+        return found;
+    int64_t id = sqlite3_column_int64(st, 0);
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    int64_t blob = sqlite3_column_int64(st, 3);
+    const void *sha = sqlite3_column_blob(st, 4);
+    int sha_len = sqlite3_column_bytes(st, 4);
+    int64_t size = sqlite3_column_int64(st, 5);
+    uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    bool raw = sqlite3_column_int(st, 12) != 0;
+    const char *reason = NULL;
+    kc_code code = KC_OK;
+    uint8_t *buf = NULL;
+    uint8_t *payload = NULL;
+    uint8_t *zown = NULL;
+    size_t zlen = 0, hlen = 0, klen = kind ? strlen(kind) : 0, mlen = meta ? strlen(meta) : 0;
+    const void *z = NULL;
+    code = kc_store__blob_frame(s, st, 7, &z, &zlen, &zown, &reason, err);
+    if (code == KC_ERR_NOT_FOUND) {
+        /* a pack emptied and removed by another process after our read:
+         * its row is gone now too (seen once the read ends) */
+        int64_t pack = sqlite3_column_int64(st, 8);
+        sqlite3_reset(st);
+        if (s->rsnap || !kc_store__pack_exists(s, pack)) {
+            if (count)
+                kc_store__note_access(s, 0, false);
+            return kc_err_set(err, KC_ERR_NOT_FOUND,
+                              "%s: not in the cache (evicted while being read)", key);
+        }
+        code = KC_ERR_CORRUPT;
+    }
+    if (code == KC_ERR_CORRUPT)
+        goto corrupt;
+    if (code != KC_OK) {
+        kc_err_prefix(err, "reading %s", key);
+        goto out;
+    }
+
+    if (!kind || !meta || sha_len != KC_SHA256_LEN || size < 0 || klen == 0 || klen > KC_KIND_MAX ||
+        mlen > KC_META_MAX || (uint64_t)size > KC_PAYLOAD_MAX) {
+        reason = "malformed row";
+        goto corrupt;
+    }
+    hlen = kc_envelope_header_size(klen, mlen);
+    if (mode == READ_ZSTD || mode == READ_STORED || mode == READ_CHECK) {
+        if (XXH3_64bits(z, zlen) != xxh) {
+            reason = "compressed bytes fail their checksum";
+            goto corrupt;
+        }
+        if (raw ? zlen != (size_t)size
+                : (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)size ||
+                   ZSTD_findFrameCompressedSize(z, zlen) != zlen)) {
+            reason = "stored frame does not match its size";
+            goto corrupt;
+        }
+        if (mode == READ_CHECK)
+            goto out;
+        size_t hz = mode == READ_ZSTD ? kc_store__raw_frame_bound(hlen) : hlen;
+        size_t fz =
+            raw ? kc_store__raw_frame_bound(zlen) : zlen; /* a raw blob goes out as a frame */
+        uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
+        buf = hdr || mode == READ_STORED ? malloc(hz + fz) : NULL;
+        if (!buf) {
+            free(hdr);
+            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+            goto out;
+        }
+        kc_envelope_write_header(hdr ? hdr : buf, key, kind, meta, (uint64_t)size, sha);
+        if (hdr)
+            hz = kc_store__raw_frame(buf, hdr, hlen);
+        free(hdr);
+        if (raw)
+            fz = kc_store__raw_frame(buf + hz, z, zlen);
+        else
+            memcpy(buf + hz, z, zlen);
+        *o->buf = buf;
+        *o->len = hz + fz;
+        if (o->env_len)
+            *o->env_len = hlen + (size_t)size;
+        buf = NULL;
+        goto out;
+    }
+    /* decompress into place and verify the content hash */
+    if (mode == READ_ENVELOPE) {
+        buf = malloc(hlen + (size_t)size);
+        payload = buf ? buf + hlen : NULL;
+    } else {
+        buf = malloc(size ? (size_t)size : 1);
+        payload = buf;
+    }
+    if (!buf) {
+        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+        goto out;
+    }
+    /* The per-get check is XXH3-64 over the stored (compressed) bytes,
+     * written at put time from the very frame stored: it catches a torn or
+     * flipped stored byte at memory speed, where SHA-256 of the payload cost
+     * more than the decompression. Only when it fails is the payload hashed,
+     * to say why (kc_store_verify always checks the SHA-256). */
+    bool stored_ok = XXH3_64bits(z, zlen) == xxh;
+    size_t got = zlen;
+    if (raw && zlen == (size_t)size)
+        memcpy(payload, z, zlen);
+    else if (!raw)
+        got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
+    if (ZSTD_isError(got) || got != (size_t)size) {
+        reason = "payload does not decompress";
+        goto corrupt;
+    }
+    if (!stored_ok) {
+        uint8_t digest[KC_SHA256_LEN];
+        kc_store__store_sha(s, payload, (size_t)size, digest);
+        reason = memcmp(digest, sha, KC_SHA256_LEN) != 0 ? "payload fails its SHA-256"
+                                                         : "compressed bytes fail their checksum";
+        goto corrupt;
+    }
+    if (mode == READ_ENVELOPE) {
+        kc_envelope_write_header(buf, key, kind, meta, (uint64_t)size, sha);
+        *o->buf = buf;
+        *o->len = hlen + (size_t)size;
+        buf = NULL;
+    } else {
+        kc_artifact *a = o->a;
+        memset(a, 0, sizeof *a);
+        a->meta = strdup(meta);
+        if (!a->meta) {
+            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+            goto out;
+        }
+        memcpy(a->key, key, KC_KEY_HEX_LEN + 1);
+        memcpy(a->kind, kind, klen + 1);
+        memcpy(a->payload_sha, sha, KC_SHA256_LEN);
+        a->payload = buf;
+        a->payload_len = (size_t)size;
+        buf = NULL;
+    }
+    goto out;
+
+corrupt:
+    sqlite3_reset(st);
+    free(buf);
+    free(zown);
+    kc_store__quarantine_blob(s, blob, reason);
+    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
+                      reason);
+out:
+    sqlite3_reset(st);
+    free(buf);
+    free(zown);
+    if (code == KC_OK && count)
+        kc_store__note_access(s, id, true);
+    return code;
+}
+
+kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err)
+{
+    memset(a, 0, sizeof *a);
+    read_out o = {.a = a};
+    return read_entry(s, key, READ_ARTIFACT, true, &o, err);
+}
+
+kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len, kc_err *err)
+{
+    *env = NULL;
+    *len = 0;
+    read_out o = {.buf = env, .len = len};
+    return read_entry(s, key, READ_ENVELOPE, true, &o, err);
+}
+
+kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
+                               kc_err *err)
+{
+    *env = NULL;
+    *len = 0;
+    read_out o = {.buf = env, .len = len};
+    return read_entry(s, key, READ_ENVELOPE, false, &o, err);
+}
+
+kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
+                          size_t *env_len, kc_err *err)
+{
+    *zbuf = NULL;
+    *zlen = 0;
+    *env_len = 0;
+    read_out o = {.buf = zbuf, .len = zlen, .env_len = env_len};
+    return read_entry(s, key, READ_ZSTD, true, &o, err);
+}
+
+kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size_t *len,
+                              kc_err *err)
+{
+    *body = NULL;
+    *len = 0;
+    read_out o = {.buf = body, .len = len};
+    return read_entry(s, key, READ_STORED, false, &o, err);
+}
+
+/* With trusted keys: an entry from outside (origin remote or import) is
+ * present only when one of them signed it (from its row, as read_entry). */
+static kc_code has_trusted(kc_store *s, const char *key, kc_err *err)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT e.kind, e.meta, e.origin, b.size, b.sha FROM entries e "
+                                "JOIN blobs b ON b.id = e.blob WHERE e.key = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return kc_store__db_err(s, err, rc, "looking up");
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    rc = kc_store__step_retry(st);
+    kc_code code = KC_OK;
+    if (rc == SQLITE_DONE) {
+        code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    } else if (rc != SQLITE_ROW) {
+        code = kc_store__db_err(s, err, rc, "looking up");
+    } else if (kc_store__origin_outside((const char *)sqlite3_column_text(st, 2))) {
+        const char *kind = (const char *)sqlite3_column_text(st, 0);
+        const char *meta = (const char *)sqlite3_column_text(st, 1);
+        const void *sha = sqlite3_column_blob(st, 4);
+        if (!kind || !meta || !sha || sqlite3_column_bytes(st, 4) != KC_SHA256_LEN)
+            code = kc_err_set(err, KC_ERR_UNTRUSTED, "%s: malformed row", key);
+        else
+            code = kc_trust_check(s->opts.trust, key, kind, (uint64_t)sqlite3_column_int64(st, 3),
+                                  sha, meta, err);
+        if (code != KC_OK) {
+            kc_err_prefix(err, "refusing a stored entry from %s",
+                          (const char *)sqlite3_column_text(st, 2));
+            s->untrusted++;
+            code = KC_ERR_UNTRUSTED;
+        }
+    }
+    sqlite3_finalize(st);
+    return code;
+}
+
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
+{
+    read_out o = {0};
+    return read_entry(s, key, READ_CHECK, true, &o, err);
+}
+
+kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    bool exists;
+    int rc = kc_store__entry_exists(s, key, &exists);
+    if (rc != SQLITE_OK)
+        return kc_store__db_err(s, err, rc, "looking up");
+    if (!exists)
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    return s->opts.trust ? has_trusted(s, key, err) : KC_OK;
+}
+
+kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    kc_code code = kc_store__begin_write(s, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    int64_t id = 0, blob = 0;
+    bool found = false;
+    if (st) {
+        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+        rc = kc_store__step_retry(st);
+        if (rc == SQLITE_ROW) {
+            found = true;
+            id = sqlite3_column_int64(st, 0);
+            blob = sqlite3_column_int64(st, 1);
+        }
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && !found) {
+        kc_store__rollback_write(s);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    int64_t freed;
+    if (rc == SQLITE_OK)
+        rc = kc_store__drop_entry(s, id, blob, &freed);
+    if (rc != SQLITE_OK) {
+        code = kc_store__db_err(s, err, rc, "deleting");
+        kc_store__rollback_write(s);
+        return kc_err_prefix(err, "%s", key), code;
+    }
+    return kc_store__commit_write(s, err);
+}
+
+/* ---- serving large entries (kcached) ---------------------------------- */
+
+/* The columns of an ST_GET row that serving needs, copied out so the
+ * statement is reset before anything else runs on the handle. */
+typedef struct served_row {
+    int64_t id, blob, size, pack, off, zsize, pre;
+    uint64_t xxh;
+    bool raw;
+    char kind[KC_KIND_MAX + 1];
+    char *meta;            /* malloc'd */
+    uint8_t *inline_bytes; /* malloc'd copy of an inline blob (pack == 0) */
+    uint8_t sha[KC_SHA256_LEN];
+} served_row;
+
+static void served_row_free(served_row *r)
+{
+    free(r->meta);
+    free(r->inline_bytes);
+}
+
+/* Loads key's row (find_entry: a load, counted). A malformed row is
+ * quarantined (KC_ERR_CORRUPT). */
+static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err)
+{
+    memset(r, 0, sizeof *r);
+    sqlite3_stmt *st;
+    kc_code found = find_entry(s, key, true, &st, err);
+    if (found != KC_OK)
+        return found;
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    const char *meta = (const char *)sqlite3_column_text(st, 2);
+    const void *sha = sqlite3_column_blob(st, 4);
+    r->id = sqlite3_column_int64(st, 0);
+    r->blob = sqlite3_column_int64(st, 3);
+    r->size = sqlite3_column_int64(st, 5);
+    r->xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    r->pack = sqlite3_column_int64(st, 8);
+    r->off = sqlite3_column_int64(st, 9);
+    r->zsize = sqlite3_column_int64(st, 10);
+    r->raw = sqlite3_column_int(st, 12) != 0;
+    r->pre = sqlite3_column_int64(st, 13);
+    bool ok = kind && meta && sha && sqlite3_column_bytes(st, 4) == KC_SHA256_LEN &&
+              strlen(kind) >= 1 && strlen(kind) <= KC_KIND_MAX && strlen(meta) <= KC_META_MAX &&
+              r->size >= 0 && (uint64_t)r->size <= KC_PAYLOAD_MAX && r->zsize >= 0 &&
+              (uint64_t)r->zsize <= 2 * KC_PAYLOAD_MAX && r->pre >= 0 &&
+              (r->pack == 0 || r->off - r->pre >= KC_PACK_MAGIC_LEN) &&
+              (!r->raw || r->zsize == r->size);
+    if (ok) {
+        memcpy(r->kind, kind, strlen(kind) + 1);
+        memcpy(r->sha, sha, KC_SHA256_LEN);
+        r->meta = strdup(meta);
+        if (r->pack == 0) {
+            const void *d = sqlite3_column_blob(st, 7);
+            size_t n = (size_t)sqlite3_column_bytes(st, 7);
+            r->zsize = (int64_t)n;
+            if ((r->inline_bytes = malloc(n ? n : 1)) && d)
+                memcpy(r->inline_bytes, d, n);
+            ok = d != NULL && (!r->raw || r->zsize == r->size);
+        }
+    }
+    sqlite3_reset(st);
+    if (!ok) {
+        served_row_free(r);
+        kc_store__quarantine_blob(s, r->blob, "malformed row");
+        return kc_err_set(err, KC_ERR_CORRUPT,
+                          "%s: stored entry is corrupt (malformed row); "
+                          "quarantined",
+                          key);
+    }
+    if (!r->meta || (r->pack == 0 && !r->inline_bytes)) {
+        served_row_free(r);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    }
+    return KC_OK;
+}
+
+static kc_code corrupt_entry(kc_store *s, const char *key, int64_t blob, const char *reason,
+                             kc_err *err)
+{
+    kc_store__quarantine_blob(s, blob, reason);
+    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
+                      reason);
+}
+
+kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_store_span *sp,
+                          kc_err *err)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->fd = -1;
+    served_row r;
+    kc_code code = load_row(s, key, &r, err);
+    if (code != KC_OK)
+        return code;
+    sp->raw = r.raw;
+    sp->env_len = kc_envelope_header_size(strlen(r.kind), strlen(r.meta)) + (uint64_t)r.size;
+    size_t plen = 0;
+    uint8_t *prefix = NULL;
+    int fd = -1;
+    void *map = MAP_FAILED;
+    size_t maplen = 0;
+    const char *reason = NULL;
+    kc_err ignored;
+    struct stat sb;
+    if (!r.pack || !r.pre || (!r.raw && !accept_zstd))
+        goto none;
+    prefix = kc_store__response_prefix(key, r.kind, r.meta, (uint64_t)r.size, r.sha, !r.raw, &plen);
+    /* another entry's prefix (a shared payload), or none: the buffered or
+     * streamed paths serve it, and report any damage */
+    if (!prefix || plen != (size_t)r.pre ||
+        kc_packs_dup(s->packs, r.pack, &fd, &ignored) != KC_OK || fstat(fd, &sb) != 0 ||
+        (uint64_t)sb.st_size < (uint64_t)(r.off + r.zsize))
+        goto none;
+    uint64_t start = (uint64_t)(r.off - r.pre);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base = start & ~(page - 1);
+    maplen = (size_t)((uint64_t)(r.off + r.zsize) - base);
+    map = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)base);
+    if (map == MAP_FAILED)
+        goto none;
+    const uint8_t *p = (const uint8_t *)map + (start - base);
+    if (memcmp(p, prefix, plen) != 0)
+        goto none;
+    const uint8_t *z = p + plen;
+    size_t zlen = (size_t)r.zsize;
+    if (XXH3_64bits(z, zlen) != r.xxh)
+        reason =
+            r.raw ? "stored bytes fail their checksum" : "compressed bytes fail their checksum";
+    else if (!r.raw && (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)r.size ||
+                        ZSTD_findFrameCompressedSize(z, zlen) != zlen))
+        reason = "stored frame does not match its size";
+    munmap(map, maplen);
+    map = MAP_FAILED;
+    if (reason) {
+        close(fd);
+        free(prefix);
+        served_row_free(&r);
+        return corrupt_entry(s, key, r.blob, reason, err);
+    }
+    sp->fd = fd;
+    sp->off = start;
+    sp->len = plen + zlen;
+    sp->zstd = !r.raw;
+    fd = -1;
+    kc_store__note_access(s, r.id, true);
+none:
+    if (map != MAP_FAILED)
+        munmap(map, maplen);
+    if (fd >= 0)
+        close(fd);
+    free(prefix);
+    served_row_free(&r);
+    return KC_OK;
+}
+
+#define KC_READER_IN (128u << 10)
+
+struct kc_store_reader {
+    kc_store *s;
+    char key[KC_KEY_HEX_LEN + 1];
+    int64_t blob;
+    uint8_t *prefix;
+    size_t plen, ppos;
+    bool inflate;
+    int fd;                /* pack, or -1 for an inline blob */
+    uint8_t *inline_bytes; /* inline blob */
+    uint64_t off, zsize, zread;
+    uint64_t out_total, out_done; /* body bytes after the prefix */
+    uint64_t xxh;
+    XXH3_state_t *h;
+    ZSTD_DCtx *d;
+    uint8_t *in;
+    size_t in_len, in_pos;
+    kc_code failed;
+    char failmsg[256];
+};
+
+kc_code kc_store_reader_open(kc_store *s, const char *key, bool accept_zstd, kc_store_reader **out,
+                             uint64_t *len, bool *zstd, kc_err *err)
+{
+    *out = NULL;
+    served_row row;
+    kc_code code = load_row(s, key, &row, err);
+    if (code != KC_OK)
+        return code;
+    kc_store_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        served_row_free(&row);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    }
+    r->s = s;
+    memcpy(r->key, key, KC_KEY_HEX_LEN + 1);
+    r->blob = row.blob;
+    r->fd = -1;
+    r->inline_bytes = row.inline_bytes;
+    row.inline_bytes = NULL;
+    r->off = (uint64_t)row.off;
+    r->zsize = (uint64_t)row.zsize;
+    r->xxh = row.xxh;
+    r->inflate = !row.raw && !accept_zstd;
+    r->out_total = r->inflate ? (uint64_t)row.size : r->zsize;
+    bool framed = !row.raw && accept_zstd;
+    r->prefix = kc_store__response_prefix(key, row.kind, row.meta, (uint64_t)row.size, row.sha,
+                                          framed, &r->plen);
+    r->h = XXH3_createState();
+    bool ok = r->prefix && r->h && XXH3_64bits_reset(r->h) == XXH_OK;
+    if (ok && r->inflate)
+        ok = (r->d = ZSTD_createDCtx()) && (r->in = malloc(KC_READER_IN));
+    if (!ok)
+        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
+    else if (row.pack && (code = kc_packs_dup(s->packs, row.pack, &r->fd, err)) != KC_OK)
+        kc_err_prefix(err, "reading %s", key);
+    if (code == KC_ERR_NOT_FOUND) /* emptied and removed since the row was read */
+        code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache (evicted while being read)",
+                          key);
+    if (code == KC_OK)
+        kc_store__note_access(s, row.id, true);
+    served_row_free(&row);
+    if (code != KC_OK) {
+        kc_store_reader_close(r);
+        return code;
+    }
+    *len = r->plen + r->out_total;
+    *zstd = framed;
+    *out = r;
+    return KC_OK;
+}
+
+static kc_code reader_fail(kc_store_reader *r, kc_code code, const char *reason, kc_err *err)
+{
+    if (code == KC_ERR_CORRUPT) {
+        kc_store__quarantine_blob(r->s, r->blob, reason);
+        snprintf(r->failmsg, sizeof r->failmsg,
+                 "%s: stored entry is corrupt (%s); quarantined, response cut short", r->key,
+                 reason);
+    } else {
+        snprintf(r->failmsg, sizeof r->failmsg, "%s: %s", r->key, reason);
+    }
+    r->failed = code;
+    return kc_err_set(err, code, "%s", r->failmsg);
+}
+
+/* Reads the next want stored bytes into dst, hashing them. */
+static kc_code reader_fill(kc_store_reader *r, uint8_t *dst, size_t want, kc_err *err)
+{
+    if (r->fd < 0) {
+        memcpy(dst, r->inline_bytes + r->zread, want);
+    } else {
+        for (size_t got = 0; got < want;) {
+            ssize_t n = pread(r->fd, dst + got, want - got, (off_t)(r->off + r->zread + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0)
+                return reader_fail(r, KC_ERR_CORRUPT, "its pack file is cut short", err);
+            if (n < 0)
+                return reader_fail(r, KC_ERR_IO, strerror(errno), err);
+            got += (size_t)n;
+        }
+    }
+    XXH3_64bits_update(r->h, dst, want);
+    r->zread += want;
+    return KC_OK;
+}
+
+static bool reader_digest_ok(kc_store_reader *r)
+{
+    return r->zread == r->zsize && XXH3_64bits_digest(r->h) == r->xxh;
+}
+
+/* Inflate mode, once the body's last byte is decoded: the rest of the
+ * stored bytes must be the frame's end (nothing more decodes) and the
+ * whole must match its checksum. */
+static kc_code reader_finish_inflate(kc_store_reader *r, size_t ret, kc_err *err)
+{
+    uint8_t extra[16];
+    while (ret != 0) {
+        if (r->in_pos == r->in_len) {
+            if (r->zread == r->zsize)
+                break;
+            size_t want =
+                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+            kc_code code = reader_fill(r, r->in, want, err);
+            if (code != KC_OK)
+                return code;
+            r->in_len = want;
+            r->in_pos = 0;
+        }
+        ZSTD_outBuffer o = {extra, sizeof extra, 0};
+        ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
+        ret = ZSTD_decompressStream(r->d, &o, &i);
+        bool stuck = i.pos == r->in_pos;
+        r->in_pos = i.pos;
+        if (ZSTD_isError(ret) || o.pos > 0 || (stuck && ret != 0))
+            return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress to its size", err);
+    }
+    if (ret != 0 || r->in_pos != r->in_len)
+        return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress to its size", err);
+    while (r->zread < r->zsize) { /* bytes after the frame: hash them to report the damage */
+        size_t want =
+            r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+        kc_code code = reader_fill(r, r->in, want, err);
+        if (code != KC_OK)
+            return code;
+    }
+    if (!reader_digest_ok(r))
+        return reader_fail(r, KC_ERR_CORRUPT, "compressed bytes fail their checksum", err);
+    return KC_OK;
+}
+
+kc_code kc_store_reader_read(kc_store_reader *r, uint8_t *buf, size_t cap, size_t *n, kc_err *err)
+{
+    *n = 0;
+    if (r->failed)
+        return kc_err_set(err, r->failed, "%s", r->failmsg);
+    if (cap == 0)
+        return KC_OK;
+    if (r->ppos < r->plen) {
+        size_t k = r->plen - r->ppos < cap ? r->plen - r->ppos : cap;
+        memcpy(buf, r->prefix + r->ppos, k);
+        r->ppos += k;
+        *n = k;
+        return KC_OK;
+    }
+    uint64_t left = r->out_total - r->out_done;
+    if (left == 0)
+        return KC_OK;
+    size_t room = left < cap ? (size_t)left : cap;
+    if (!r->inflate) {
+        kc_code code = reader_fill(r, buf, room, err);
+        if (code != KC_OK)
+            return code;
+        /* the last byte goes out only once every stored byte has been checked */
+        if (r->zread == r->zsize && !reader_digest_ok(r))
+            return reader_fail(r, KC_ERR_CORRUPT, "stored bytes fail their checksum", err);
+        r->out_done += room;
+        *n = room;
+        return KC_OK;
+    }
+    for (;;) {
+        if (r->in_pos == r->in_len && r->zread < r->zsize) {
+            size_t want =
+                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+            kc_code code = reader_fill(r, r->in, want, err);
+            if (code != KC_OK)
+                return code;
+            r->in_len = want;
+            r->in_pos = 0;
+        }
+        ZSTD_outBuffer o = {buf, room, 0};
+        ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
+        size_t ret = ZSTD_decompressStream(r->d, &o, &i);
+        r->in_pos = i.pos;
+        if (ZSTD_isError(ret))
+            return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress", err);
+        if (o.pos == 0) {
+            if (r->in_pos == r->in_len && r->zread == r->zsize)
+                return reader_fail(r, KC_ERR_CORRUPT, "payload ends before its recorded size", err);
+            continue;
+        }
+        if (r->out_done + o.pos == r->out_total) {
+            kc_code code = reader_finish_inflate(r, ret, err);
+            if (code != KC_OK)
+                return code;
+        }
+        r->out_done += o.pos;
+        *n = o.pos;
+        return KC_OK;
+    }
+}
+
+void kc_store_reader_close(kc_store_reader *r)
+{
+    if (!r)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->inline_bytes);
+    free(r->prefix);
+    XXH3_freeState(r->h);
+    ZSTD_freeDCtx(r->d);
+    free(r->in);
+    free(r);
+}

@@ -1,0 +1,758 @@
+/*
+ * kc_store_put.c - storing artifacts: put, replace, envelopes, batches,
+ * payload encoding (raw or zstd, inline or in packs) and eviction on put.
+ * Split from kc_store.c by concern (schema: see kc_store.c).
+ */
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "kc_sign.h"
+#include "kc_store_internal.h"
+
+/* ---- put ------------------------------------------------------------- */
+
+typedef struct meta_fields {
+    char device[256];
+    char tag[256];
+    int64_t created;
+    bool has_sig; /* "sig" (kc_sign.h) present */
+} meta_fields;
+
+static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_err *err)
+{
+    m->device[0] = m->tag[0] = '\0';
+    m->created = (int64_t)time(NULL);
+    json_error_t jerr;
+    json_t *j = json_loads(meta ? meta : "{}", 0, &jerr);
+    if (!j || !json_is_object(j)) {
+        json_decref(j);
+        return kc_err_set(err, KC_ERR_INVALID, "metadata of %s is not a JSON object", key);
+    }
+    json_t *v;
+    if ((v = json_object_get(j, "device")) && json_is_string(v))
+        snprintf(m->device, sizeof m->device, "%s", json_string_value(v));
+    if ((v = json_object_get(j, "tag")) && json_is_string(v))
+        snprintf(m->tag, sizeof m->tag, "%s", json_string_value(v));
+    if ((v = json_object_get(j, "created")) && json_is_integer(v))
+        m->created = (int64_t)json_integer_value(v);
+    m->has_sig = json_is_string(json_object_get(j, "sig"));
+    json_decref(j);
+    return KC_OK;
+}
+
+int kc_store__entry_exists(kc_store *s, const char *key, bool *exists)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_EXISTS);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *exists = rc == SQLITE_ROW;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* One read: is key stored, and which blob (0 = none) holds this payload? */
+static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN], bool *exists,
+                    int64_t *blob)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_PRECHECK);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, sha, KC_SHA256_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    if (rc == SQLITE_ROW) {
+        *exists = sqlite3_column_int(st, 0) != 0;
+        *blob = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* The id of the newest pack, the one appends go to (0: none yet). */
+int kc_store__newest_pack(kc_store *s, int64_t *id)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_NEWEST);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    int rc = kc_store__step_retry(st);
+    *id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* Adds delta bytes to pack's live count. A pack emptied this way, other than
+ * the newest (the one appends go to), loses its row now and its file once
+ * the write commits. Inside a write txn. */
+int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_ADD);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, pack);
+    sqlite3_bind_int64(st, 2, delta);
+    int rc = kc_store__step_retry(st);
+    int64_t live = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    if (delta >= 0 || live > 0)
+        return SQLITE_OK;
+    int64_t newest;
+    if ((rc = kc_store__newest_pack(s, &newest)) != SQLITE_OK)
+        return rc;
+    if (pack >= newest || s->ndoomed == KC_DOOMED_MAX)
+        return SQLITE_OK; /* kept; a full list only delays removal to a later gc */
+    st = kc_store__stmt(s, ST_PACK_DEL);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, pack);
+    rc = kc_store__step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    s->doomed[s->ndoomed++] = pack;
+    return SQLITE_OK;
+}
+
+/* Deletes blob's row and releases its bytes in its pack; *zsize receives
+ * its stored size. Inside a write txn. */
+int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize)
+{
+    *zsize = 0;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_DEL_BLOB);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, blob);
+    int rc = kc_store__step_retry(st); /* RETURNING: the delete is complete after the first step */
+    int64_t pack = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    if (rc == SQLITE_ROW)
+        *zsize = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    return pack ? kc_store__pack_add(s, pack, -*zsize) : SQLITE_OK;
+}
+
+/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
+size_t kc_store__raw_frame_bound(size_t n)
+{
+    return 4 + 1 + 4 + 3 * (n / (128 * 1024) + 1) + n;
+}
+
+/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
+ * magic, a single-segment header with a 4-byte content size, then blocks of
+ * at most 128 KiB. Much cheaper than compressing a small envelope header,
+ * and any zstd decoder reads it. Returns the frame length. */
+size_t kc_store__raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    size_t o = 0;
+    memcpy(dst, magic, 4);
+    o += 4;
+    dst[o++] = 0xA0; /* FCS_flag = 2 (4 bytes), Single_Segment = 1 */
+    for (int i = 0; i < 4; i++)
+        dst[o++] = (uint8_t)((uint32_t)n >> (8 * i));
+    size_t off = 0;
+    do {
+        size_t b = n - off > 128 * 1024 ? 128 * 1024 : n - off;
+        uint32_t last = off + b == n ? 1u : 0u;
+        uint32_t bh = last | (0u << 1) | ((uint32_t)b << 3); /* Block_Type 0 = raw */
+        dst[o++] = (uint8_t)bh;
+        dst[o++] = (uint8_t)(bh >> 8);
+        dst[o++] = (uint8_t)(bh >> 16);
+        memcpy(dst + o, src + off, b);
+        o += b;
+        off += b;
+    } while (off < n);
+    return o;
+}
+
+/* The response prefix of an entry (malloc'd, *len bytes): its envelope
+ * header, which the payload follows when the blob is raw; for a zstd frame,
+ * the header wrapped in a raw-block frame, which the stored frame follows
+ * to make the zstd stream of the envelope (RFC 8878 allows concatenated
+ * frames). NULL when out of memory. */
+uint8_t *kc_store__response_prefix(const char *key, const char *kind, const char *meta,
+                                   uint64_t size, const uint8_t sha[KC_SHA256_LEN], bool framed,
+                                   size_t *len)
+{
+    size_t hlen = kc_envelope_header_size(strlen(kind), strlen(meta));
+    uint8_t *hdr = malloc(hlen);
+    uint8_t *out = framed && hdr ? malloc(kc_store__raw_frame_bound(hlen)) : hdr;
+    if (!out) {
+        free(hdr);
+        return NULL;
+    }
+    kc_envelope_write_header(hdr, key, kind, meta, size, sha);
+    *len = hlen;
+    if (framed) {
+        *len = kc_store__raw_frame(out, hdr, hlen);
+        free(hdr);
+    }
+    return out;
+}
+
+static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
+                           kc_err *err);
+
+/* Appends a blob's bytes, after prelen bytes of response prefix (may be
+ * 0), to the newest pack, or to a new one when that is full, and counts the
+ * blob's bytes there (the prefix is dead space to compaction); *off is where
+ * the blob's bytes start. Inside the write txn that inserts the blob's row,
+ * so the bytes are referenced only if that commits. */
+kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
+                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err)
+{
+    uint8_t *joined = NULL;
+    if (prelen) {
+        if (!(joined = malloc(prelen + zlen)))
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory packing %zu bytes", zlen);
+        memcpy(joined, prefix, prelen);
+        memcpy(joined + prelen, z, zlen);
+        z = joined;
+        zlen += prelen;
+    }
+    kc_code code = pack_append(s, z, zlen, pack, off, err);
+    free(joined);
+    if (code != KC_OK)
+        return code;
+    *off += prelen;
+    int rc = kc_store__pack_add(s, *pack, (int64_t)(zlen - prelen));
+    return rc == SQLITE_OK ? KC_OK : kc_store__db_err(s, err, rc, "recording a pack");
+}
+
+static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
+                           kc_err *err)
+{
+    int64_t id;
+    int rc = kc_store__newest_pack(s, &id);
+    if (rc != SQLITE_OK)
+        return kc_store__db_err(s, err, rc, "choosing a pack");
+    uint64_t limit = s->opts.pack_max ? s->opts.pack_max : KC_PACK_MAX;
+    bool full = id == 0;
+    kc_code code = id ? kc_packs_append(s->packs, id, z, zlen, limit, off, &full, err) : KC_OK;
+    if (code == KC_OK && full) {
+        if ((rc = kc_store__exec_stmt(s, ST_PACK_NEW)) != SQLITE_OK)
+            return kc_store__db_err(s, err, rc, "starting a pack");
+        id = sqlite3_last_insert_rowid(s->db);
+        code = kc_packs_append(s->packs, id, z, zlen, UINT64_MAX, off, &full, err);
+    }
+    if (code != KC_OK)
+        return code;
+    *pack = id;
+    return KC_OK;
+}
+
+/* Deletes entry id; deletes its blob too when nothing else refers to it.
+ * *freed receives the stored bytes released. Inside a write txn. */
+int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed)
+{
+    *freed = 0;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_DEL_ENTRY);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, id);
+    int rc = kc_store__step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    st = kc_store__stmt(s, ST_BLOB_ORPHAN);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, blob);
+    rc = kc_store__step_retry(st); /* RETURNING: the update is complete after the first step */
+    int64_t refs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
+    int64_t z = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return rc;
+    if (refs > 0)
+        return SQLITE_OK;
+    rc = kc_store__delete_blob(s, blob, &z);
+    if (rc != SQLITE_OK)
+        return rc;
+    *freed = z;
+    return kc_store__add_counter(s, "stored_bytes", -z);
+}
+
+static int get_counter(kc_store *s, const char *name, int64_t *v)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_COUNTER_GET);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds)
+{
+    int64_t stored;
+    int rc = get_counter(s, "stored_bytes", &stored);
+    *met = false;
+    for (size_t round = 0; rc == SQLITE_OK && (uint64_t)stored > limit && round < max_rounds;
+         round++) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_LRU);
+        if (!st)
+            return sqlite3_errcode(s->db);
+        int64_t ids[64], blobs[64];
+        int n = 0;
+        sqlite3_bind_int64(st, 1, keep);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(st, 0);
+            blobs[n] = sqlite3_column_int64(st, 1);
+            n++;
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return rc;
+        rc = SQLITE_OK;
+        if (n == 0)
+            break;
+        for (int i = 0; i < n && (uint64_t)stored > limit; i++) {
+            int64_t freed;
+            rc = kc_store__drop_entry(s, ids[i], blobs[i], &freed);
+            if (rc != SQLITE_OK)
+                return rc;
+            stored -= freed;
+            (*evicted)++;
+        }
+    }
+    if (rc == SQLITE_OK)
+        *met = (uint64_t)stored <= limit;
+    return rc;
+}
+
+/* Bytes of the blob to insert for a put: the payload compressed here, or a
+ * zstd frame that came compressed (bundle import), accepted only when it is
+ * one frame that decompresses to exactly the payload the artifact's header
+ * describes (kc_frame_check; skipped when the caller already checked it).
+ * On success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
+static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
+                          bool frame_checked, int level, const void **z, size_t *zlen, bool *owned,
+                          bool *raw, uint64_t *xxh, kc_err *err)
+{
+    *owned = false;
+    *raw = false;
+    if (!frame) {
+        size_t bound = ZSTD_compressBound(a->payload_len);
+        uint8_t *buf = malloc(bound ? bound : 1);
+        if (!buf)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory compressing %s", a->key);
+        size_t n = ZSTD_compressCCtx(s->cctx, buf, bound, a->payload, a->payload_len, level);
+        if (ZSTD_isError(n)) {
+            free(buf);
+            return kc_err_set(err, KC_ERR_IO, "compressing %s: %s", a->key, ZSTD_getErrorName(n));
+        }
+        if (a->payload_len >= KC_RAW_MIN &&
+            a->payload_len - (a->payload_len < n ? a->payload_len : n) <
+                a->payload_len / KC_RAW_GAIN_DIV) {
+            free(buf); /* zstd does not pay for itself: keep the bytes as they are */
+            *z = a->payload;
+            *zlen = a->payload_len;
+            *raw = true;
+            *xxh = XXH3_64bits(a->payload, a->payload_len);
+            return KC_OK;
+        }
+        *z = buf;
+        *zlen = n;
+        *owned = true;
+        *xxh = XXH3_64bits(buf, n);
+        return KC_OK;
+    }
+    if (a->payload_len >= KC_RAW_MIN &&
+        a->payload_len - (a->payload_len < frame_len ? a->payload_len : frame_len) <
+            a->payload_len / KC_RAW_GAIN_DIV) {
+        /* a frame that saves nothing (a raw blob exported as raw blocks):
+         * keep the payload raw, checked like the frame would be */
+        uint8_t *buf = malloc(a->payload_len);
+        if (!buf)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory storing %s", a->key);
+        size_t got = ZSTD_decompressDCtx(s->dctx, buf, a->payload_len, frame, frame_len);
+        uint8_t sha[KC_SHA256_LEN];
+        if (!ZSTD_isError(got) && got == a->payload_len)
+            kc_store__store_sha(s, buf, got, sha);
+        if (ZSTD_isError(got) || got != a->payload_len ||
+            ZSTD_findFrameCompressedSize(frame, frame_len) != frame_len ||
+            memcmp(sha, a->payload_sha, KC_SHA256_LEN) != 0) {
+            free(buf);
+            return kc_err_set(err, KC_ERR_CORRUPT,
+                              "%s: compressed payload does not decompress to its %zu bytes and "
+                              "SHA-256",
+                              a->key, a->payload_len);
+        }
+        *z = buf;
+        *zlen = got;
+        *owned = true;
+        *raw = true;
+        *xxh = XXH3_64bits(buf, got);
+        return KC_OK;
+    }
+    if (!frame_checked) {
+        if (!s->checker && !(s->checker = kc_frame_checker_new()))
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory checking %s", a->key);
+        kc_code code = kc_frame_check(s->checker, a->key, frame, frame_len, a->payload_len,
+                                      a->payload_sha, err);
+        if (code != KC_OK)
+            return code;
+    }
+    *z = frame;
+    *zlen = frame_len;
+    *xxh = XXH3_64bits(frame, frame_len);
+    return KC_OK;
+}
+
+/* Inside a write txn: removes key's entry (and its blob when nothing else
+ * uses it) so a replacing put can insert afresh. */
+static int drop_key(kc_store *s, const char *key)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int64_t blob = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return SQLITE_OK;
+    if (rc != SQLITE_ROW)
+        return rc;
+    int64_t freed;
+    return kc_store__drop_entry(s, id, blob, &freed);
+}
+
+/* Stores a. With frame (a->payload then unused), the payload arrives as a
+ * zstd frame, checked against a->payload_sha unless verified says that was
+ * done; without, verified says a->payload_sha is already known to match
+ * a->payload.
+ * replace: an existing entry for the key is swapped for this one in the same
+ * transaction (readers see the old entry or the new one, never neither). */
+static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
+                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool replace,
+                        bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    if (!kc_key_valid(a->key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          a->key);
+    if (!kc_kind_valid(a->kind))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid kind '%.40s' for key %s (" KC_KIND_RULE ")",
+                          a->kind, a->key);
+    if ((uint64_t)a->payload_len > KC_PAYLOAD_MAX)
+        return kc_err_set(err, KC_ERR_TOO_LARGE, "payload of %s is too large", a->key);
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_IO, "cannot store %s: store %s is open read-only", a->key,
+                          s->db_path);
+    meta_fields mf;
+    kc_code code = parse_meta(a->key, a->meta, &mf, err);
+    if (code != KC_OK)
+        return code;
+    int level = s->batch ? s->import_level : s->opts.zstd_level;
+    uint8_t sha[KC_SHA256_LEN];
+    if (verified || frame)
+        memcpy(sha, a->payload_sha, sizeof sha);
+    else
+        kc_store__store_sha(s, a->payload, a->payload_len, sha);
+
+    /* Cheap reads first, outside the write lock: already stored? blob known? */
+    bool exists = false;
+    int64_t blob = 0;
+    int rc = precheck(s, a->key, sha, &exists, &blob);
+    if (rc == SQLITE_OK && exists && !replace)
+        return KC_OK;
+    if (rc != SQLITE_OK)
+        return kc_store__db_err(s, err, rc, "looking up");
+    if (foreign && (code = kc_store_trusts(s, a, err)) != KC_OK)
+        return code;
+    /* checked here or by the caller (foreign false for an outside origin) */
+    const char *sig = s->opts.trust && origin != KC_ORIGIN_LOCAL ? "verified"
+                      : mf.has_sig                               ? "signed"
+                                                                 : "none";
+
+    const void *z = NULL;
+    size_t zlen = 0;
+    bool z_owned = false, raw = false;
+    uint64_t xxh = 0;
+    if (blob == 0 && (code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen,
+                                        &z_owned, &raw, &xxh, err)) != KC_OK)
+        return code;
+
+    if ((code = kc_store__begin_write(s, err)) != KC_OK) {
+        if (z_owned)
+            free((void *)z);
+        return code;
+    }
+    const char *what = "storing";
+    /* outside a batch another writer may have come between the first look
+     * and the lock; inside one, the lock was already held for that look */
+    if (!s->batch)
+        rc = precheck(s, a->key, sha, &exists, &blob);
+    bool replaced = false;
+    if (rc == SQLITE_OK && exists && replace) {
+        /* the old entry may have held the only reference to this payload's
+         * blob: look again, and make it below if it went */
+        rc = drop_key(s, a->key);
+        if (rc == SQLITE_OK)
+            rc = precheck(s, a->key, sha, &exists, &blob);
+        replaced = true;
+    }
+    if (rc == SQLITE_OK && exists) {
+        if (z_owned)
+            free((void *)z);
+        return kc_store__commit_write(s, err);
+    }
+    if (rc == SQLITE_OK && blob == 0 && !z) {
+        /* the blob we saw vanished meanwhile (evicted): make it now */
+        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &raw, &xxh,
+                          err);
+        if (code != KC_OK) {
+            kc_store__rollback_write(s);
+            return code;
+        }
+    }
+    int64_t pack = 0;
+    uint64_t off = 0;
+    size_t pre = 0;
+    if (rc == SQLITE_OK && blob == 0 && zlen >= KC_PACK_MIN) {
+        uint8_t *prefix = kc_store__response_prefix(a->key, a->kind, a->meta ? a->meta : "{}",
+                                                    (uint64_t)a->payload_len, sha, !raw, &pre);
+        code = prefix ? kc_store__pack_store(s, prefix, pre, z, zlen, &pack, &off, err)
+                      : kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        free(prefix);
+        if (code != KC_OK) {
+            if (z_owned)
+                free((void *)z);
+            kc_store__rollback_write(s);
+            kc_err_prefix(err, "storing %s", a->key);
+            return code;
+        }
+    }
+    if (rc == SQLITE_OK && blob == 0) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_INS_BLOB);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_blob(st, 1, sha, KC_SHA256_LEN, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)a->payload_len);
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)zlen);
+            sqlite3_bind_int64(st, 4, (sqlite3_int64)xxh);
+            /* SQLite refuses values over SQLITE_LIMIT_LENGTH (1e9 bytes):
+             * report that as too large, not as a NOT NULL failure */
+            rc = sqlite3_bind_blob64(st, 5, pack ? "" : z, pack ? 0 : zlen, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 6, pack);
+            sqlite3_bind_int64(st, 7, (sqlite3_int64)off);
+            sqlite3_bind_int(st, 8, raw);
+            sqlite3_bind_int64(st, 9, (sqlite3_int64)pre);
+            if (rc == SQLITE_OK)
+                rc = kc_store__step_retry(st);
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+            blob = sqlite3_last_insert_rowid(s->db);
+            if (rc == SQLITE_OK)
+                rc = kc_store__add_counter(s, "stored_bytes", (int64_t)zlen);
+        }
+    } else if (rc == SQLITE_OK) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_BLOB_REF);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_int64(st, 1, blob);
+            rc = kc_store__step_retry(st);
+            sqlite3_reset(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        }
+    }
+    int64_t entry_id = 0;
+    if (rc == SQLITE_OK) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_INS_ENTRY);
+        if (!st) {
+            rc = sqlite3_errcode(s->db);
+        } else {
+            sqlite3_bind_text(st, 1, a->key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, a->kind, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 3, mf.device, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 4, mf.tag, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 5, mf.created);
+            sqlite3_bind_int64(st, 6, kc_store__now_us(s));
+            sqlite3_bind_text(st, 7, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 8, blob);
+            sqlite3_bind_text(st, 9, kc_origin_name(origin), -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 10, sig, -1, SQLITE_STATIC);
+            rc = kc_store__step_retry(st);
+            sqlite3_reset(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+            entry_id = sqlite3_last_insert_rowid(s->db);
+        }
+    }
+    if (z_owned)
+        free((void *)z);
+    if (rc == SQLITE_OK && s->opts.max_size) {
+        what = "evicting for";
+        uint64_t evicted = 0;
+        bool met = false;
+        rc = kc_store__apply_pending(s);
+        if (rc == SQLITE_OK) {
+            s->ntouch = 0;
+            s->hits = s->misses = s->untrusted = 0;
+            rc = kc_store__evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
+        }
+        if (rc == SQLITE_OK && !met) {
+            kc_store__rollback_write(s);
+            return kc_err_set(err, KC_ERR_FULL,
+                              "cannot store %s: %zu bytes compressed exceed the store limit of "
+                              "%llu bytes",
+                              a->key, zlen, (unsigned long long)s->opts.max_size);
+        }
+        if (rc == SQLITE_OK)
+            rc = kc_store__add_counter(s, "evictions", (int64_t)evicted);
+    }
+    if (rc != SQLITE_OK) {
+        char m[128];
+        snprintf(m, sizeof m, "%s %s", what, a->key);
+        code = kc_store__db_err(s, err, rc, m);
+        kc_store__rollback_write(s);
+        return code;
+    }
+    if ((code = kc_store__commit_write(s, err)) != KC_OK) {
+        kc_err_prefix(err, "storing %s", a->key);
+        return code;
+    }
+    if (created)
+        *created = !replaced;
+    return KC_OK;
+}
+
+kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
+{
+    if (!s->opts.trust)
+        return KC_OK;
+    return kc_trust_check(s->opts.trust, a->key, a->kind, a->payload_len, a->payload_sha, a->meta,
+                          err);
+}
+
+const char *kc_origin_name(kc_origin o)
+{
+    switch (o) {
+    case KC_ORIGIN_LOCAL:
+        return "local";
+    case KC_ORIGIN_REMOTE:
+        return "remote";
+    case KC_ORIGIN_IMPORT:
+        return "import";
+    default:
+        return "unknown";
+    }
+}
+
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin)
+{
+    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
+}
+
+kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, false, created, err);
+}
+
+kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
+                          kc_err *err)
+{
+    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, false, created, err);
+}
+
+kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, true, created, err);
+}
+
+kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, false, created, err);
+}
+
+const struct kc_trust *kc_store__trust(const kc_store *s)
+{
+    return s->opts.trust;
+}
+
+kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uint8_t *frame,
+                             size_t frame_len, bool frame_checked, bool trust_checked,
+                             bool *created, kc_err *err)
+{
+    kc_artifact a = {.meta = h->meta, .payload_len = (size_t)h->payload_len};
+    memcpy(a.key, h->key, sizeof a.key);
+    memcpy(a.kind, h->kind, sizeof a.kind);
+    memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
+    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len, false,
+                    created, err);
+}
+
+kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
+                                bool *wanted, kc_err *err)
+{
+    bool exists = false;
+    int64_t blob = 0;
+    int rc = precheck(s, key, sha, &exists, &blob);
+    if (rc != SQLITE_OK)
+        return kc_store__db_err(s, err, rc, "looking up");
+    *wanted = !exists && blob == 0;
+    return KC_OK;
+}
+
+kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
+                              bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    kc_artifact a;
+    kc_code code = kc_envelope_decode(env, len, &a, err);
+    if (code != KC_OK) {
+        if (expected_key)
+            kc_err_prefix(err, "envelope for %.80s", expected_key);
+        return code;
+    }
+    if (expected_key && strcmp(expected_key, a.key) != 0) {
+        code = kc_err_set(err, KC_ERR_INVALID, "envelope carries key %s, expected %.80s", a.key,
+                          expected_key);
+        kc_artifact_free(&a);
+        return code;
+    }
+    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, false, created, err);
+    kc_artifact_free(&a);
+    return code;
+}
+
+kc_code kc_store_batch_begin(kc_store *s, kc_err *err)
+{
+    if (s->batch)
+        return KC_OK;
+    kc_code code = kc_store__begin_write(s, err);
+    if (code == KC_OK)
+        s->batch = true;
+    return code;
+}
+
+kc_code kc_store_batch_end(kc_store *s, bool commit, kc_err *err)
+{
+    if (!s->batch)
+        return KC_OK;
+    s->batch = false;
+    if (!commit) {
+        kc_store__rollback_write(s);
+        return KC_OK;
+    }
+    return kc_store__commit_write(s, err);
+}
