@@ -6,21 +6,13 @@
  */
 #include "kc_templates.h"
 
+#include "kc_incbin.h"
+
 #include <string.h>
 
 #ifndef KC_KERNELS_DIR
 #error "KC_KERNELS_DIR must name the kernels/ directory"
 #endif
-
-#define KC_INCBIN(sym, file)                                                                       \
-    __asm__(".section .rodata\n"                                                                   \
-            ".global " #sym "\n"                                                                   \
-            ".hidden " #sym "\n"                                                                   \
-            ".balign 16\n" #sym ":\n"                                                              \
-            ".incbin \"" KC_KERNELS_DIR "/" file "\"\n"                                            \
-            ".byte 0\n"                                                                            \
-            ".previous\n");                                                                        \
-    extern const char sym[]
 
 KC_INCBIN(kc_tpl_common, "cpu/common.h");
 KC_INCBIN(kc_tpl_pointwise, "cpu/pointwise.c");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_incbin.h"
 #include "kc_util.h"
 #include "kc_xpu.h"
 #include "kc_xpu_codegen.h"
@@ -21,24 +22,15 @@ static const char *const kc_xpu_template_names[] = {
 #define KC_XPU_NTEMPLATES (sizeof kc_xpu_template_names / sizeof kc_xpu_template_names[0])
 
 #ifdef KC_KERNELS_DIR
-#define KC_XPU_INCBIN(sym, file)                                                                   \
-    __asm__(".section .rodata\n"                                                                   \
-            ".global " #sym "\n"                                                                   \
-            ".hidden " #sym "\n"                                                                   \
-            ".balign 16\n" #sym ":\n"                                                              \
-            ".incbin \"" KC_KERNELS_DIR "/" file "\"\n"                                            \
-            ".byte 0\n"                                                                            \
-            ".previous\n");                                                                        \
-    extern const char sym[]
-KC_XPU_INCBIN(kc_xpu_tpl_common, "xpu/common.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_pointwise, "xpu/pointwise.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_gemm, "xpu/gemm.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_softmax, "xpu/softmax.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_layernorm, "xpu/layernorm.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_sdpa, "xpu/sdpa.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_conv2d, "xpu/conv2d.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_transpose, "xpu/transpose.cl");
-KC_XPU_INCBIN(kc_xpu_tpl_ops, "xpu/ops.cl");
+KC_INCBIN(kc_xpu_tpl_common, "xpu/common.cl");
+KC_INCBIN(kc_xpu_tpl_pointwise, "xpu/pointwise.cl");
+KC_INCBIN(kc_xpu_tpl_gemm, "xpu/gemm.cl");
+KC_INCBIN(kc_xpu_tpl_softmax, "xpu/softmax.cl");
+KC_INCBIN(kc_xpu_tpl_layernorm, "xpu/layernorm.cl");
+KC_INCBIN(kc_xpu_tpl_sdpa, "xpu/sdpa.cl");
+KC_INCBIN(kc_xpu_tpl_conv2d, "xpu/conv2d.cl");
+KC_INCBIN(kc_xpu_tpl_transpose, "xpu/transpose.cl");
+KC_INCBIN(kc_xpu_tpl_ops, "xpu/ops.cl");
 static const char *const kc_xpu_embedded[] = {
     kc_xpu_tpl_common,  kc_xpu_tpl_pointwise, kc_xpu_tpl_gemm,
     kc_xpu_tpl_softmax, kc_xpu_tpl_layernorm, kc_xpu_tpl_sdpa,
