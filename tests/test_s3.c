@@ -691,10 +691,11 @@ Test(s3_tier, vanished_bucket_counts_errors_and_never_hangs, .timeout = 60)
     kc_s3server_stop(&srv);
 }
 
-Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
+/* A listening socket on loopback that is never accepted from: connections
+ * complete (the kernel does the handshake) and then nothing answers.
+ * Writes its URL into endpoint; returns the socket (close it). */
+static int silent_endpoint(char *endpoint, size_t cap)
 {
-    /* A socket that accepts connections (the kernel completes the handshake)
-     * but never answers: the request must end at s3-timeout. */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(fd, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -702,8 +703,16 @@ Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
     cr_assert_eq(listen(fd, 16), 0);
     socklen_t alen = sizeof a;
     getsockname(fd, (struct sockaddr *)&a, &alen);
+    snprintf(endpoint, cap, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
+{
+    /* A socket that accepts connections (the kernel completes the handshake)
+     * but never answers: the request must end at s3-timeout. */
     char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    int fd = silent_endpoint(endpoint, sizeof endpoint);
 
     kcd_s3_config c;
     config_for(&c, endpoint);
@@ -737,15 +746,8 @@ Test(s3_tier, local_hits_never_wait_for_the_bucket_and_drop_when_the_queue_is_fu
     /* The only worker hangs on its first age check (the endpoint accepts
      * and never answers): local hits must still return at once, queue up to
      * 256 keys, and count the rest as dropped. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(fd, 16), 0);
-    socklen_t alen = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &alen);
     char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    int fd = silent_endpoint(endpoint, sizeof endpoint);
     kcd_s3_config c;
     config_for(&c, endpoint);
     kc_err err;
