@@ -181,7 +181,8 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
     return buf;
 }
 
-char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, size_t *len)
+char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd_s3_stats *s3,
+                       size_t *len)
 {
     json_t *root = json_object();
     json_t *srv = json_object();
@@ -220,6 +221,32 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, size_t *l
         json_object_set_new(s, "corrupt", json_integer((json_int_t)st->corrupt));
         json_object_set_new(s, "quarantined", json_integer((json_int_t)st->quarantined));
         json_object_set_new(root, "store", s);
+    }
+    if (s3) {
+        json_t *t = json_object();
+        const struct {
+            const char *name;
+            uint64_t v;
+        } f[] = {
+            {"get_hits", s3->get_hits},
+            {"get_misses", s3->get_misses},
+            {"get_errors", s3->get_errors},
+            {"get_untrusted", s3->get_untrusted},
+            {"put_ok", s3->put_ok},
+            {"put_errors", s3->put_errors},
+            {"queue_dropped", s3->queue_dropped},
+            {"queue_depth", s3->queue_depth},
+            {"refreshes", s3->refreshes},
+            {"refresh_errors", s3->refresh_errors},
+            {"refresh_checks", s3->refresh_checks},
+            {"refresh_restored", s3->refresh_restored},
+            {"refresh_dropped", s3->refresh_dropped},
+            {"refresh_pending", s3->refresh_pending},
+        };
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            json_object_set_new(t, f[i].name, json_integer((json_int_t)f[i].v));
+        json_object_set_new(t, "up", json_boolean(!s3->down));
+        json_object_set_new(root, "s3", t);
     }
     char *out = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);

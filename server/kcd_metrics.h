@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kc_store.h"
+#include "kcd_s3.h"
 
 typedef enum kcd_route {
     KCD_R_ARTIFACT_GET,
@@ -82,7 +83,9 @@ void kcd_metrics_add(uint64_t *counter, uint64_t n);
  * when the store statistics could not be read. */
 char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len);
 
-/* Renders /v1/stats JSON (malloc'd, caller frees). */
-char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, size_t *len);
+/* Renders /v1/stats JSON (malloc'd, caller frees); s3 (NULL: no S3 tier)
+ * adds an "s3" object with the tier's counters, named as in kcd_s3_stats. */
+char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd_s3_stats *s3,
+                       size_t *len);
 
 #endif

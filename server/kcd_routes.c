@@ -75,12 +75,22 @@ struct kcd_ctx {
 };
 
 static uint64_t kcd_ctx_gen_counter;
+static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err);
 static __thread struct {
     uint64_t gen;
     kc_store *store;
 } kcd_tls;
 
 /* ---------------------------------------------------------------- context */
+
+/* The S3 tier's source (kcd_s3_set_source): a key's stored envelope, read on
+ * the tier's worker thread (its own store handle) without counting a hit or
+ * moving the entry in the LRU order. */
+static kc_code s3_local_envelope(void *ud, const char *key, uint8_t **env, size_t *len, kc_err *err)
+{
+    kc_store *s = ctx_store(ud, err);
+    return s ? kc_store_peek_envelope(s, key, env, len, err) : err->code;
+}
 
 kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
 {
@@ -119,8 +129,10 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     }
     if (rc == KC_OK && kcd_s3_config_enabled(&cfg->s3)) {
         rc = kcd_s3_open(&cfg->s3, &ctx->s3, err);
-        if (rc == KC_OK)
+        if (rc == KC_OK) {
             kcd_s3_set_trust(ctx->s3, ctx->trust); /* reads from the bucket are foreign */
+            kcd_s3_set_source(ctx->s3, s3_local_envelope, ctx); /* refreshes on local hits */
+        }
         ctx->s3_drain_ms = (long)cfg->grace * 1000;
     }
     if (rc != KC_OK) {
@@ -135,6 +147,8 @@ void kcd_ctx_free(kcd_ctx *ctx)
 {
     if (!ctx)
         return;
+    /* first: its workers drain the queue, reading refreshes from the store */
+    kcd_s3_close(ctx->s3, ctx->s3_drain_ms);
     for (size_t i = 0; i < ctx->nhandles; i++)
         kc_store_close(ctx->handles[i]);
     free(ctx->handles);
@@ -146,7 +160,6 @@ void kcd_ctx_free(kcd_ctx *ctx)
     kc_trust_free(ctx->trust);
     kcd_hot_free(ctx->hot);
     kcd_status_free(ctx->status);
-    kcd_s3_close(ctx->s3, ctx->s3_drain_ms); /* drains queued uploads */
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->data);
     free(ctx);
@@ -166,6 +179,11 @@ kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
 {
     return &ctx->metrics;
+}
+
+kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx)
+{
+    return ctx->s3;
 }
 
 /* This thread's store handle for ctx, opened on first use. */
@@ -987,8 +1005,12 @@ static void get_stats(kcd_exchange *x, bool prometheus)
     if (!have)
         kcd_log(KCD_LOG_WARN, "store statistics unavailable: %s", e.msg);
     size_t len = 0;
+    kcd_s3_stats s3;
+    if (x->ctx->s3)
+        kcd_s3_stats_get(x->ctx->s3, &s3);
     char *text = prometheus ? kcd_metrics_prometheus(&x->ctx->metrics, have ? &st : NULL, &len)
-                            : kcd_metrics_json(&x->ctx->metrics, have ? &st : NULL, &len);
+                            : kcd_metrics_json(&x->ctx->metrics, have ? &st : NULL,
+                                               x->ctx->s3 ? &s3 : NULL, &len);
     if (!text) {
         resp_error(x, 500, "out of memory rendering statistics");
         return;
@@ -1853,6 +1875,8 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     kcd_status_tick(x->ctx->status, &x->ctx->metrics, now);
     kcd_metrics_request(&x->ctx->metrics, x->route, status, x->bytes_in,
                         (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
+    if (status == 200 && (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
+        kcd_s3_note_hit(x->ctx->s3, x->key); /* keeps a hot key's bucket copy young */
     if (kcd_log_enabled(KCD_LOG_INFO))
         kcd_log(KCD_LOG_INFO, "access %s \"%s %s\" %d %" PRIu64 " %" PRIu64 " %.3fms %s%s",
                 x->remote, x->method, x->path, status, x->bytes_in, x->bytes_out, dt * 1e3, x->who,

@@ -50,6 +50,10 @@ void kcd_ctx_free(kcd_ctx *ctx);
 /* The context's counters (lives as long as the context). */
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx);
 
+/* The context's S3 tier, NULL without one: for tests that move its clock
+ * (kcd_s3_set_clock) before the first request. */
+struct kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx);
+
 /* For the Redis listener (kcd_redis.h), which shares the context: this
  * thread's store handle (opened on first use, closed by kcd_ctx_free; NULL
  * with *err set when it cannot be opened), the token table and the memory

@@ -513,9 +513,16 @@ typedef struct s3_job {
     bool refresh; /* re-write to refresh the object's age (counted apart) */
 } s3_job;
 
+/* Local hits waiting for their bucket copy's age to be checked (kcd_s3_note_hit). */
+#define S3_CHECK_RING 256
+
+/* Per key (by slot): from when the refresh interval counts, i.e. when this
+ * server last knew the bucket copy to be new (its Last-Modified, or the time
+ * a refresh or check was queued). Read without the lock on a local hit: a
+ * torn tag/at pair costs at most one extra or one postponed check. */
 typedef struct s3_refresh_slot {
-    uint64_t tag; /* first 64 bits of the key; 0 = empty */
-    double at;    /* clock time the refresh was queued */
+    _Atomic uint64_t tag; /* first 64 bits of the key; 0 = empty */
+    _Atomic double at;    /* tier clock seconds */
 } s3_refresh_slot;
 
 struct kcd_s3 {
@@ -543,10 +550,15 @@ struct kcd_s3 {
     const kc_trust *trust; /* kcd_s3_set_trust: objects must be signed by one of its keys */
     kcd_s3_clock_fn clock; /* kcd_s3_set_clock; seconds since the epoch */
     void *clock_ud;
-    s3_refresh_slot *refreshed; /* S3_REFRESH_SLOTS, guarded by mu */
+    s3_refresh_slot *refreshed; /* S3_REFRESH_SLOTS, written under mu */
+    kcd_s3_source_fn source;    /* kcd_s3_set_source: local envelopes for refreshes */
+    void *source_ud;
+    char (*checks)[KC_KEY_HEX_LEN + 1]; /* S3_CHECK_RING keys from local hits, guarded by mu */
+    unsigned check_head, nchecks;
 
     _Atomic uint64_t get_hits, get_misses, get_errors, get_untrusted, head_requests, put_ok,
-        put_errors, queue_dropped, skipped_down, bytes_in, bytes_out, refreshes, refresh_errors;
+        put_errors, queue_dropped, skipped_down, bytes_in, bytes_out, refreshes, refresh_errors,
+        refresh_checks, refresh_dropped, refresh_restored;
 };
 
 static CURL *s3_handle_get(kcd_s3 *s)
@@ -985,35 +997,136 @@ void kcd_s3_set_clock(kcd_s3 *s, kcd_s3_clock_fn now, void *ud)
     s->clock_ud = now ? ud : NULL;
 }
 
+static uint64_t s3_key_tag(const char *key)
+{
+    char head[17];
+    memcpy(head, key, 16);
+    head[16] = 0;
+    return strtoull(head, NULL, 16) | 1; /* never 0, the empty mark */
+}
+
+static s3_refresh_slot *s3_slot_of(kcd_s3 *s, uint64_t tag)
+{
+    return &s->refreshed[tag % S3_REFRESH_SLOTS];
+}
+
+/* Whether a refresh or check of the key with this tag is due at now. */
+static bool s3_slot_due(const s3_refresh_slot *slot, uint64_t tag, double now, double interval)
+{
+    return atomic_load(&slot->tag) != tag || now - atomic_load(&slot->at) >= interval;
+}
+
+/* Records that the bucket copy of key was known new at time at. */
+static void s3_slot_set(kcd_s3 *s, const char *key, double at)
+{
+    uint64_t tag = s3_key_tag(key);
+    s3_refresh_slot *slot = s3_slot_of(s, tag);
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&slot->tag, tag);
+    atomic_store(&slot->at, at);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Refresh on read (see kcd_s3.h): queues env (verified, just read) for upload
  * again when its bucket copy, last modified at mtime, is an interval old and
- * this key was not queued for a refresh within the interval. */
+ * this key was not queued for a refresh within the interval. A young copy
+ * starts the key's interval at its Last-Modified, so local hits that follow
+ * leave it alone until it is old. */
 static void s3_maybe_refresh(kcd_s3 *s, const char *key, const uint8_t *env, size_t len,
                              double mtime)
 {
     double interval = (double)s->cfg.refresh_interval_s;
     double now = s->clock(s->clock_ud);
-    if (interval <= 0 || now - mtime < interval)
+    if (interval <= 0)
         return;
-    char head[17];
-    memcpy(head, key, 16);
-    head[16] = 0;
-    uint64_t tag = strtoull(head, NULL, 16) | 1; /* never 0, the empty mark */
-    s3_refresh_slot *slot = &s->refreshed[tag % S3_REFRESH_SLOTS];
+    if (now - mtime < interval) {
+        s3_slot_set(s, key, mtime);
+        return;
+    }
+    uint64_t tag = s3_key_tag(key);
+    s3_refresh_slot *slot = s3_slot_of(s, tag);
     pthread_mutex_lock(&s->mu);
-    bool due = slot->tag != tag || now - slot->at >= interval;
-    s3_refresh_slot before = *slot;
+    bool due = s3_slot_due(slot, tag, now, interval);
+    uint64_t tag_before = atomic_load(&slot->tag);
+    double at_before = atomic_load(&slot->at);
     if (due) {
-        slot->tag = tag;
-        slot->at = now;
+        atomic_store(&slot->tag, tag);
+        atomic_store(&slot->at, now);
     }
     pthread_mutex_unlock(&s->mu);
     if (due && !s3_enqueue(s, key, env, len, true)) {
         pthread_mutex_lock(&s->mu); /* not queued: let the next read try */
-        if (slot->tag == tag && slot->at == now)
-            *slot = before;
+        if (atomic_load(&slot->tag) == tag && atomic_load(&slot->at) == now) {
+            atomic_store(&slot->tag, tag_before);
+            atomic_store(&slot->at, at_before);
+        }
         pthread_mutex_unlock(&s->mu);
     }
+}
+
+void kcd_s3_set_source(kcd_s3 *s, kcd_s3_source_fn fn, void *ud)
+{
+    s->source = fn;
+    s->source_ud = ud;
+}
+
+void kcd_s3_note_hit(kcd_s3 *s, const char *key)
+{
+    if (!s || !s->source || s->cfg.refresh_interval_s == 0 || !kc_key_valid(key))
+        return;
+    double interval = (double)s->cfg.refresh_interval_s;
+    double now = s->clock(s->clock_ud);
+    uint64_t tag = s3_key_tag(key);
+    s3_refresh_slot *slot = s3_slot_of(s, tag);
+    if (!s3_slot_due(slot, tag, now, interval)) /* the common case: no lock taken */
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s3_slot_due(slot, tag, now, interval)) {
+        if (s->stopping || s->nchecks >= S3_CHECK_RING) {
+            atomic_fetch_add(&s->refresh_dropped, 1); /* the slot stays due: a later hit retries */
+        } else {
+            memcpy(s->checks[(s->check_head + s->nchecks) % S3_CHECK_RING], key,
+                   KC_KEY_HEX_LEN + 1);
+            s->nchecks++;
+            atomic_store(&slot->tag, tag);
+            atomic_store(&slot->at, now);
+            pthread_cond_signal(&s->work_cv);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* On the worker: a locally served key's bucket copy is checked (HEAD) and,
+ * when it is an interval old or gone, uploaded again from the local store. */
+static void s3_check_one(kcd_s3 *s, const char *key)
+{
+    double interval = (double)s->cfg.refresh_interval_s;
+    s3_body body = {.limit = S3_ERRBODY_MAX};
+    long long mtime = -1;
+    kc_err err;
+    atomic_fetch_add(&s->refresh_checks, 1);
+    atomic_fetch_add(&s->head_requests, 1);
+    kc_code rc = s3_request(s, "HEAD", key, NULL, 0, &body, NULL, &mtime, &err);
+    free(body.buf);
+    double now = s->clock(s->clock_ud);
+    if (rc == KC_OK && (mtime < 0 || now - (double)mtime < interval)) {
+        /* young (or of unknown age: left alone): due again when it is old */
+        s3_slot_set(s, key, mtime < 0 ? now : (double)mtime);
+        return;
+    }
+    if (rc != KC_OK && rc != KC_ERR_NOT_FOUND) { /* the slot stays claimed: next interval */
+        atomic_fetch_add(&s->refresh_errors, 1);
+        return;
+    }
+    uint8_t *env = NULL;
+    size_t len = 0;
+    if (s->source(s->source_ud, key, &env, &len, &err) != KC_OK)
+        return; /* evicted locally since the hit: nothing to keep young */
+    if (s3_put_check(s, key, env, len, &err) != KC_OK)
+        atomic_fetch_add(&s->refresh_errors, 1);
+    else if (s3_put_now(s, key, env, len, true, &err) == KC_OK && rc == KC_ERR_NOT_FOUND)
+        atomic_fetch_add(&s->refresh_restored, 1);
+    free(env);
 }
 
 kc_code kcd_s3_put(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err)
@@ -1041,7 +1154,7 @@ static void *s3_worker(void *arg)
     for (;;) {
         if (s->stopping)
             break;
-        if (!s->head) {
+        if (!s->head && !s->nchecks) {
             pthread_cond_wait(&s->work_cv, &s->mu);
             continue;
         }
@@ -1050,6 +1163,19 @@ static void *s3_worker(void *arg)
             struct timespec ts;
             s3_abs_deadline(&ts, left);
             pthread_cond_timedwait(&s->work_cv, &s->mu, &ts);
+            continue;
+        }
+        if (!s->head) { /* uploads first: a check only renews an age */
+            char key[KC_KEY_HEX_LEN + 1];
+            memcpy(key, s->checks[s->check_head], sizeof key);
+            s->check_head = (s->check_head + 1) % S3_CHECK_RING;
+            s->nchecks--;
+            s->inflight++;
+            pthread_mutex_unlock(&s->mu);
+            s3_check_one(s, key);
+            pthread_mutex_lock(&s->mu);
+            s->inflight--;
+            pthread_cond_broadcast(&s->idle_cv);
             continue;
         }
         s3_job *j = s->head;
@@ -1081,11 +1207,12 @@ size_t kcd_s3_flush(kcd_s3 *s, long timeout_ms)
     pthread_mutex_lock(&s->mu);
     /* Stops early when the bucket is down: nothing drains until the back-off
      * ends, and shutdown must not wait for a dead bucket. */
-    while ((s->queued || s->inflight) && !s->stopping && !(s->down_until > kc_now())) {
+    while ((s->queued || s->nchecks || s->inflight) && !s->stopping &&
+           !(s->down_until > kc_now())) {
         if (pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts) != 0)
             break;
     }
-    size_t left = s->queued + s->inflight;
+    size_t left = s->queued + s->nchecks + s->inflight;
     pthread_mutex_unlock(&s->mu);
     return left;
 }
@@ -1146,8 +1273,9 @@ kc_code kcd_s3_open(const kcd_s3_config *cfg, kcd_s3 **out, kc_err *err)
     }
     s->threads = calloc(c->workers, sizeof *s->threads);
     s->refreshed = calloc(S3_REFRESH_SLOTS, sizeof *s->refreshed);
+    s->checks = calloc(S3_CHECK_RING, sizeof *s->checks);
     kcd_s3_set_clock(s, NULL, NULL);
-    if (!s->sigv4 || !s->base_url || !s->threads || !s->refreshed) {
+    if (!s->sigv4 || !s->base_url || !s->threads || !s->refreshed || !s->checks) {
         kcd_s3_close(s, 0);
         return kc_err_set(err, KC_ERR_NOMEM, "s3: out of memory");
     }
@@ -1172,13 +1300,15 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms)
     s->stopping = true;
     s3_job *j = s->head;
     s->head = s->tail = NULL;
-    uint64_t dropped = s->queued;
+    uint64_t dropped = s->queued, checks_dropped = s->nchecks;
+    s->nchecks = 0;
     s->queued = 0;
     s->queued_bytes = 0;
     pthread_cond_broadcast(&s->work_cv);
     pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
     atomic_fetch_add(&s->queue_dropped, dropped);
+    atomic_fetch_add(&s->refresh_dropped, checks_dropped);
     while (j) {
         s3_job *next = j->next;
         free(j->env);
@@ -1194,6 +1324,7 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms)
     pthread_mutex_destroy(&s->mu);
     free(s->threads);
     free(s->refreshed);
+    free(s->checks);
     free(s->sigv4);
     free(s->base_url);
     kcd_s3_config_free(&s->cfg);
@@ -1222,9 +1353,13 @@ void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st)
     st->bytes_out = atomic_load(&s->bytes_out);
     st->refreshes = atomic_load(&s->refreshes);
     st->refresh_errors = atomic_load(&s->refresh_errors);
+    st->refresh_checks = atomic_load(&s->refresh_checks);
+    st->refresh_dropped = atomic_load(&s->refresh_dropped);
+    st->refresh_restored = atomic_load(&s->refresh_restored);
     pthread_mutex_lock(&s->mu);
     st->queue_depth = s->queued + s->inflight;
     st->queue_bytes = s->queued_bytes;
+    st->refresh_pending = s->nchecks;
     st->down = s->down_until > kc_now();
     pthread_mutex_unlock(&s->mu);
 }
@@ -1249,11 +1384,24 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         "kcached_s3_put_total{result=\"ok\"} %llu\n"
         "kcached_s3_put_total{result=\"error\"} %llu\n"
         "kcached_s3_put_total{result=\"dropped\"} %llu\n"
-        "# HELP kcached_s3_refreshes_total Objects read from the S3 tier and written again "
-        "to renew their age for the bucket's lifecycle rule (--s3-refresh-interval).\n"
+        "# HELP kcached_s3_refreshes_total Objects read (through the tier or from the local "
+        "store) and written again to renew their age for the bucket's lifecycle rule "
+        "(--s3-refresh-interval).\n"
         "# TYPE kcached_s3_refreshes_total counter\n"
         "kcached_s3_refreshes_total{result=\"ok\"} %llu\n"
         "kcached_s3_refreshes_total{result=\"error\"} %llu\n"
+        "# HELP kcached_s3_refresh_checks_total Age checks (HEAD) of the bucket copies of keys "
+        "served from the local store.\n"
+        "# TYPE kcached_s3_refresh_checks_total counter\n"
+        "kcached_s3_refresh_checks_total %llu\n"
+        "# HELP kcached_s3_refresh_restored_total Refreshes that put back an object the bucket "
+        "no longer had (expired by its lifecycle rule).\n"
+        "# TYPE kcached_s3_refresh_restored_total counter\n"
+        "kcached_s3_refresh_restored_total %llu\n"
+        "# HELP kcached_s3_refresh_dropped_total Local hits not queued for an age check "
+        "because the check queue was full.\n"
+        "# TYPE kcached_s3_refresh_dropped_total counter\n"
+        "kcached_s3_refresh_dropped_total %llu\n"
         "# HELP kcached_s3_errors_total Failed S3 requests (reads, uploads and refreshes).\n"
         "# TYPE kcached_s3_errors_total counter\n"
         "kcached_s3_errors_total %llu\n"
@@ -1277,7 +1425,8 @@ size_t kcd_s3_metrics(kcd_s3 *s, char *buf, size_t cap)
         (unsigned long long)st.get_errors, (unsigned long long)st.get_untrusted,
         (unsigned long long)st.put_ok, (unsigned long long)st.put_errors,
         (unsigned long long)st.queue_dropped, (unsigned long long)st.refreshes,
-        (unsigned long long)st.refresh_errors,
+        (unsigned long long)st.refresh_errors, (unsigned long long)st.refresh_checks,
+        (unsigned long long)st.refresh_restored, (unsigned long long)st.refresh_dropped,
         (unsigned long long)(st.get_errors + st.put_errors + st.refresh_errors),
         (unsigned long long)st.skipped_down, (unsigned long long)st.bytes_in,
         (unsigned long long)st.bytes_out, (unsigned long long)st.queue_depth,

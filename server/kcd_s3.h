@@ -131,16 +131,44 @@ void kcd_s3_close(kcd_s3 *s, long drain_ms);
  * bytes are queued for upload again on the background queue (never on the
  * caller's path), which gives the object a new Last-Modified so a bucket
  * lifecycle rule (expire after N days) keeps what is read. An in-memory map
- * of 4096 slots (by key) remembers when each key was last queued so a key is
- * refreshed at most once per interval per server; a slot collision costs at
- * most one extra refresh. Counted as kcached_s3_refreshes_total. A full
- * queue skips the refresh (the next read tries again).
+ * of 4096 slots (by key) remembers from when each key's interval counts (a
+ * young copy's Last-Modified, or when its refresh or check was queued) so a
+ * key is refreshed at most once per interval per server; a slot collision
+ * costs at most one extra check or refresh. Counted as
+ * kcached_s3_refreshes_total. A full queue skips the refresh (the next read
+ * tries again). Local hits use the same map: kcd_s3_note_hit.
  *
  * The clock returns seconds since the Unix epoch; the default reads
  * CLOCK_REALTIME. kcd_s3_set_clock replaces it (tests move time with it);
  * NULL restores the default. Call before the handle is shared. */
 typedef double (*kcd_s3_clock_fn)(void *ud);
 void kcd_s3_set_clock(kcd_s3 *s, kcd_s3_clock_fn now, void *ud);
+
+/* Where refreshes of locally served keys get their bytes: fn reads key's
+ * verified envelope from the local store into *env (malloc'd; the tier frees
+ * it) and *len; KC_ERR_NOT_FOUND (or any error) when it no longer has it,
+ * and then nothing is uploaded. Called on the tier's worker threads, one key
+ * at a time per thread. Without a source kcd_s3_note_hit does nothing. Call
+ * before the handle is shared. */
+typedef kc_code (*kcd_s3_source_fn)(void *ud, const char *key, uint8_t **env, size_t *len,
+                                    kc_err *err);
+void kcd_s3_set_source(kcd_s3 *s, kcd_s3_source_fn fn, void *ud);
+
+/* Refresh on local hits: the server calls this for every artifact it serves
+ * from its own store (or memory cache), so a key that stays hot locally,
+ * and so never reads through again, still keeps its bucket copy young.
+ * Never touches the network and never blocks on it: when the key's slot in
+ * the map above says its interval has passed (or the key is not in it), the
+ * key is put on a check queue (256 keys) and the slot is
+ * stamped, so at most one check per key per interval; a full queue drops the
+ * hit (counted in refresh_dropped; the key stays due and a later hit tries
+ * again). A worker then HEADs the object: a copy younger than the interval
+ * starts the key's interval at its Last-Modified; an older copy, or none
+ * (404: expired by the lifecycle rule), is uploaded again from the source
+ * (same envelope bytes as a write-back), counted in refreshes (and
+ * refresh_restored when it was gone). Uploads waiting on the queue go
+ * before checks. No-op when s is NULL, the interval is 0 or key is bad. */
+void kcd_s3_note_hit(kcd_s3 *s, const char *key);
 
 /* Read-through: GETs the envelope of key from the bucket and checks it (the
  * envelope header parses, names this key, its length and payload digest are
@@ -174,9 +202,9 @@ bool kcd_s3_put_async(kcd_s3 *s, const char *key, const uint8_t *env, size_t len
  * put_async (KC_ERR_FULL when the queue dropped it). */
 kc_code kcd_s3_put(kcd_s3 *s, const char *key, const uint8_t *env, size_t len, kc_err *err);
 
-/* Waits up to timeout_ms for the queue to empty and in-flight uploads to
- * finish (returning early while the tier is down); returns how many uploads
- * were still pending. */
+/* Waits up to timeout_ms for the queue (uploads and age checks) to empty and
+ * in-flight requests to finish (returning early while the tier is down);
+ * returns how many were still pending. */
 size_t kcd_s3_flush(kcd_s3 *s, long timeout_ms);
 
 /* Cumulative counters since kcd_s3_open. */
@@ -186,17 +214,21 @@ typedef struct kcd_s3_stats {
     uint64_t get_errors;    /* transport, 5xx, 403, corrupt, too large, or skipped while down */
     uint64_t get_untrusted; /* valid objects refused: no trusted key signed them */
     uint64_t head_requests;
-    uint64_t put_ok;         /* objects written (sync or async) */
-    uint64_t put_errors;     /* uploads that failed (or were refused while down) */
-    uint64_t queue_dropped;  /* async uploads refused because the queue was full */
-    uint64_t refreshes;      /* objects re-written to refresh their age */
-    uint64_t refresh_errors; /* refresh uploads that failed */
-    uint64_t skipped_down;   /* requests refused at once while in back-off */
-    uint64_t bytes_in;       /* object bytes read */
-    uint64_t bytes_out;      /* object bytes written */
-    uint64_t queue_depth;    /* uploads waiting now (gauge) */
-    uint64_t queue_bytes;    /* bytes waiting now (gauge) */
-    bool down;               /* in back-off now */
+    uint64_t put_ok;           /* objects written (sync or async) */
+    uint64_t put_errors;       /* uploads that failed (or were refused while down) */
+    uint64_t queue_dropped;    /* async uploads refused because the queue was full */
+    uint64_t refreshes;        /* objects re-written to refresh their age */
+    uint64_t refresh_errors;   /* refresh uploads (or their age checks) that failed */
+    uint64_t refresh_checks;   /* age checks (HEAD) of keys served locally */
+    uint64_t refresh_restored; /* refreshes of objects the bucket no longer had */
+    uint64_t refresh_dropped;  /* local hits not queued: the check queue was full */
+    uint64_t refresh_pending;  /* age checks waiting now (gauge) */
+    uint64_t skipped_down;     /* requests refused at once while in back-off */
+    uint64_t bytes_in;         /* object bytes read */
+    uint64_t bytes_out;        /* object bytes written */
+    uint64_t queue_depth;      /* uploads waiting now (gauge) */
+    uint64_t queue_bytes;      /* bytes waiting now (gauge) */
+    bool down;                 /* in back-off now */
 } kcd_s3_stats;
 
 void kcd_s3_stats_get(kcd_s3 *s, kcd_s3_stats *st);

@@ -560,6 +560,11 @@ unsigned kcd_server_port(const kcd_server *srv)
     return srv->port;
 }
 
+kcd_ctx *kcd_server_ctx(kcd_server *srv)
+{
+    return srv->ctx;
+}
+
 void kcd_server_stop(kcd_server *srv)
 {
     if (!srv)

@@ -265,9 +265,20 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
                 "<tr><td>reads through (hits / misses / errors)</td><td>%" PRIu64 " / %" PRIu64
                 " / %" PRIu64 "</td></tr>\n<tr><td>uploads (ok / errors / dropped)</td><td>%" PRIu64
                 " / %" PRIu64 " / %" PRIu64 "</td></tr>\n<tr><td>upload queue (objects / bytes)"
-                "</td><td>%" PRIu64 " / %" PRIu64 "</td></tr></table>\n",
+                "</td><td>%" PRIu64 " / %" PRIu64 "</td></tr>\n"
+                "<tr><td>refreshes (objects kept young for the lifecycle rule)</td>"
+                "<td id=\"s3_refreshes\">%" PRIu64 "</td></tr>\n"
+                "<tr><td>&nbsp;of which put back after they expired</td>"
+                "<td id=\"s3_refresh_restored\">%" PRIu64 "</td></tr>\n"
+                "<tr><td>refresh errors</td><td id=\"s3_refresh_errors\">%" PRIu64 "</td></tr>\n"
+                "<tr><td>age checks of locally served keys</td>"
+                "<td id=\"s3_refresh_checks\">%" PRIu64 "</td></tr>\n"
+                "<tr><td>local hits not checked (queue full)</td>"
+                "<td id=\"s3_refresh_dropped\">%" PRIu64 "</td></tr></table>\n",
                 s3.down ? "down (backing off)" : "up", s3.get_hits, s3.get_misses, s3.get_errors,
-                s3.put_ok, s3.put_errors, s3.queue_dropped, s3.queue_depth, s3.queue_bytes);
+                s3.put_ok, s3.put_errors, s3.queue_dropped, s3.queue_depth, s3.queue_bytes,
+                s3.refreshes, s3.refresh_restored, s3.refresh_errors, s3.refresh_checks,
+                s3.refresh_dropped);
     } else {
         fputs("<p id=\"s3_state\">not configured</p>\n", f);
     }

@@ -3,13 +3,15 @@
  * `promtool check metrics` (Debian's prometheus package) reads the text a
  * real kcached serves after traffic on every route family (hits, misses,
  * uploads, a bundle, an error), so a new metric with a bad name, a missing
- * HELP/TYPE or a counter without _total fails CI.
+ * HELP/TYPE or a counter without _total fails CI; also with an S3 tier
+ * (s3rver), whose kcached_s3_* metrics follow.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_s3server.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -27,6 +29,44 @@ static long req(const kc_testserver *ts, const char *method, const char *path, c
     return st;
 }
 
+/* promtool check metrics on text: passes, or says why. */
+static void lint(const kc_http_result *m)
+{
+    kc_test_result r;
+    char *const argv[] = {"promtool", "check", "metrics", NULL};
+    cr_assert_eq(kc_test_run(argv, m->body, m->len, 60, &r), 0, "promtool could not be started");
+    cr_expect_eq(r.exit_code, 0, "promtool check metrics:\n%s%s\n--- text ---\n%s", r.out, r.err,
+                 m->body);
+    kc_test_result_free(&r);
+}
+
+Test(metrics_lint, promtool_accepts_the_s3_tier_metrics, .timeout = 120)
+{
+    if (!kc_s3server_bin())
+        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
+    kc_s3server s3;
+    cr_assert_eq(kc_s3server_start(&s3, "kcd-lint"), 0, "s3rver did not start");
+    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", "--s3-endpoint", s3.endpoint, "--s3-bucket",
+                          "kcd-lint",    NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    const char *missing = "/v1/artifacts/"
+                          "00000000000000000000000000000000000000000000000000000000000000ff";
+    cr_expect_eq(req(&ts, "GET", missing, NULL, NULL), 404); /* a read through that misses */
+    kc_http_result m;
+    cr_assert_eq(req(&ts, "GET", "/metrics", NULL, &m), 200);
+    cr_assert(strstr((char *)m.body, "kcached_s3_refresh_checks_total"), "metrics text:\n%s",
+              m.body);
+    cr_assert(strstr((char *)m.body, "kcached_s3_refresh_dropped_total"));
+    lint(&m);
+    kc_http_result_free(&m);
+    kc_testserver_cleanup(&ts);
+    kc_s3server_stop(&s3);
+}
+
 Test(metrics_lint, promtool_accepts_the_metrics_text, .timeout = 120)
 {
     kc_testserver ts;
@@ -42,12 +82,9 @@ Test(metrics_lint, promtool_accepts_the_metrics_text, .timeout = 120)
     cr_assert_eq(req(&ts, "GET", "/metrics", NULL, &m), 200);
     cr_assert(strstr((char *)m.body, "kcached_"), "metrics text:\n%s", m.body);
 
+    lint(&m);
     kc_test_result r;
     char *const argv[] = {"promtool", "check", "metrics", NULL};
-    cr_assert_eq(kc_test_run(argv, m.body, m.len, 60, &r), 0, "promtool could not be started");
-    cr_expect_eq(r.exit_code, 0, "promtool check metrics:\n%s%s\n--- text ---\n%s", r.out, r.err,
-                 m.body);
-    kc_test_result_free(&r);
 
     /* the linter itself must catch a bad exposition, or this test proves nothing */
     const char bad[] = "kcached_bad_counter 1\n# TYPE kcached_late counter\nkcached_late 2\n";

@@ -550,26 +550,8 @@ Test(s3_tier, read_through_rejects_damaged_or_misplaced_objects, .timeout = 60)
  * any failure. */
 static long long raw_mtime(const char *url)
 {
-    CURL *h = curl_easy_init();
-    struct curl_slist *hdrs =
-        curl_slist_append(NULL, "x-amz-content-sha256: "
-                                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
-    curl_easy_setopt(h, CURLOPT_USERPWD, KC_S3SERVER_KEY ":" KC_S3SERVER_SECRET);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-    long status = 0;
-    curl_off_t ft = -1;
-    if (curl_easy_perform(h) == CURLE_OK) {
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_getinfo(h, CURLINFO_FILETIME_T, &ft);
-    }
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
-    return status == 200 ? (long long)ft : -1;
+    long long mtime = -1;
+    return kc_s3server_object(url, "HEAD", NULL, NULL, &mtime) == 200 ? mtime : -1;
 }
 
 /* The tier's clock in these tests: the wall clock plus an offset the test moves. */
@@ -709,10 +691,11 @@ Test(s3_tier, vanished_bucket_counts_errors_and_never_hangs, .timeout = 60)
     kc_s3server_stop(&srv);
 }
 
-Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
+/* A listening socket on loopback that is never accepted from: connections
+ * complete (the kernel does the handshake) and then nothing answers.
+ * Writes its URL into endpoint; returns the socket (close it). */
+static int silent_endpoint(char *endpoint, size_t cap)
 {
-    /* A socket that accepts connections (the kernel completes the handshake)
-     * but never answers: the request must end at s3-timeout. */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(fd, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -720,8 +703,16 @@ Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
     cr_assert_eq(listen(fd, 16), 0);
     socklen_t alen = sizeof a;
     getsockname(fd, (struct sockaddr *)&a, &alen);
+    snprintf(endpoint, cap, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
+{
+    /* A socket that accepts connections (the kernel completes the handshake)
+     * but never answers: the request must end at s3-timeout. */
     char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    int fd = silent_endpoint(endpoint, sizeof endpoint);
 
     kcd_s3_config c;
     config_for(&c, endpoint);
@@ -738,6 +729,56 @@ Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
     kcd_s3_stats st;
     kcd_s3_stats_get(s3, &st);
     cr_assert_eq(st.get_errors, 1);
+    kcd_s3_close(s3, 0);
+    kcd_s3_config_free(&c);
+    close(fd);
+}
+
+/* The local store of these tests: has nothing (refreshes find no bytes). */
+static kc_code no_local_copy(void *ud, const char *key, uint8_t **env, size_t *len, kc_err *err)
+{
+    (void)ud, (void)env, (void)len;
+    return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not stored", key);
+}
+
+Test(s3_tier, local_hits_never_wait_for_the_bucket_and_drop_when_the_queue_is_full, .timeout = 60)
+{
+    /* The only worker hangs on its first age check (the endpoint accepts
+     * and never answers): local hits must still return at once, queue up to
+     * 256 keys, and count the rest as dropped. */
+    char endpoint[64];
+    int fd = silent_endpoint(endpoint, sizeof endpoint);
+    kcd_s3_config c;
+    config_for(&c, endpoint);
+    kc_err err;
+    cr_assert_eq(kcd_s3_config_set(&c, "s3-workers", "1", "t", &err), KC_OK);
+    kcd_s3 *s3;
+    cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
+    /* keys whose first 64 bits are odd and distinct below 4096: each has a
+     * slot of its own in the tier's 4096-slot map */
+    char keys[300][KC_KEY_HEX_LEN + 1];
+    for (int i = 0; i < 300; i++)
+        snprintf(keys[i], sizeof keys[i], "%016x%048d", 2 * i + 1, 0);
+    kcd_s3_note_hit(s3, keys[0]); /* no source yet: nothing happens */
+    kcd_s3_stats st;
+    kcd_s3_stats_get(s3, &st);
+    cr_assert_eq(st.refresh_pending + st.refresh_dropped + st.queue_depth, 0);
+    kcd_s3_set_source(s3, no_local_copy, NULL);
+    for (int i = 0; i < 300; i++)
+        kcd_s3_note_hit(s3, keys[i]);
+    kcd_s3_stats_get(s3, &st);
+    /* the worker took one key or none so far */
+    cr_assert(st.refresh_pending == 256 && (st.refresh_dropped == 43 || st.refresh_dropped == 44),
+              "pending %llu, dropped %llu", (unsigned long long)st.refresh_pending,
+              (unsigned long long)st.refresh_dropped);
+    uint64_t dropped = st.refresh_dropped;
+    for (int i = 0; i < 200; i++) /* queued keys: stamped, not queued again */
+        kcd_s3_note_hit(s3, keys[i]);
+    kcd_s3_note_hit(s3, "not-a-key");
+    kcd_s3_stats_get(s3, &st);
+    cr_assert_eq(st.refresh_dropped, dropped);
+    cr_assert_eq(st.refresh_pending, 256);
+    kcd_s3_note_hit(NULL, keys[0]); /* no tier: a no-op */
     kcd_s3_close(s3, 0);
     kcd_s3_config_free(&c);
     close(fd);

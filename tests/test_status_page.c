@@ -4,16 +4,21 @@
  * figures /v1/stats reports (hits, misses, entries, stored bytes), the
  * sizes by kind and device and the most missed key; in process, the hit
  * ratio sparkline follows the samples it is fed (the sampling clock is a
- * parameter) and the top-N of missed keys keeps the most missed.
+ * parameter) and the top-N of missed keys keeps the most missed. With an S3
+ * tier (s3rver), the page's S3 section shows the refresh figures of
+ * /v1/stats.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_s3server.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kcd_status.h"
@@ -166,6 +171,75 @@ Test(status_page, chromium_shows_the_figures_of_v1_stats_without_console_message
     free(console);
     free(profile);
     kc_testserver_cleanup(&ts);
+}
+
+/* /v1/stats parsed (caller json_decref's). */
+static json_t *stats_json(const kc_testserver *ts)
+{
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, "GET", "/v1/stats", NULL, NULL, 0, false, &r), 0);
+    json_error_t je;
+    json_t *stats = json_loads((const char *)r.body, 0, &je);
+    cr_assert_not_null(stats, "/v1/stats: %s", je.text);
+    kc_http_result_free(&r);
+    return stats;
+}
+
+Test(status_page, s3_section_shows_the_refresh_figures_of_v1_stats, .timeout = 300)
+{
+    if (!kc_s3server_bin())
+        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
+    kc_s3server s3;
+    cr_assert_eq(kc_s3server_start(&s3, "kcd-status"), 0, "s3rver did not start");
+    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {
+        "--log-level", "error",      "--s3-endpoint",      s3.endpoint,
+        "--s3-bucket", "kcd-status", "--s3-write-through", "--s3-refresh-interval",
+        "1s",          NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    char key[65], path[128];
+    time_t put_at = time(NULL);
+    put_artifact(&ts, "status-s3", "cpu-so", "cpu-x86_64-v3", key);
+    /* Last-Modified has one-second resolution: let the bucket copy get
+     * older than the 1 s interval, then serve it once from the local store. */
+    while (time(NULL) < put_at + 2)
+        usleep(50 * 1000);
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    cr_expect_eq(get(&ts, path), 200);
+    json_t *stats = NULL, *s3s = NULL;
+    for (int i = 0; i < 400; i++) { /* the refresh runs on the tier's worker */
+        json_decref(stats);
+        stats = stats_json(&ts);
+        s3s = json_object_get(stats, "s3");
+        if (json_integer_value(json_object_get(s3s, "refreshes")) >= 1 &&
+            json_integer_value(json_object_get(s3s, "queue_depth")) == 0)
+            break;
+        usleep(50 * 1000);
+    }
+    cr_assert(json_is_object(s3s), "/v1/stats has no s3 object");
+
+    char url[256], *profile = kc_test_path(ts.root, "chromium-profile"), *console = NULL;
+    snprintf(url, sizeof url, "%s/status", ts.url);
+    char *dom = chromium_dom(url, profile, &console);
+    cr_expect_str_empty(console, "console messages while loading /status:\n%s", console);
+    cr_expect(strstr(dom, "id=\"s3_state\">up"), "S3 tier state:\n%s", dom);
+    const char *figures[] = {"refreshes", "refresh_checks", "refresh_restored", "refresh_errors",
+                             "refresh_dropped"};
+    for (size_t i = 0; i < sizeof figures / sizeof *figures; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "s3_%s", figures[i]);
+        cr_expect_eq(dom_figure(dom, id), json_figure(stats, "s3", figures[i]), "%s", figures[i]);
+    }
+    cr_expect_eq(dom_figure(dom, "s3_refreshes"), 1, "the local hit refreshed the bucket copy");
+    json_decref(stats);
+    free(dom);
+    free(console);
+    free(profile);
+    kc_testserver_cleanup(&ts);
+    kc_s3server_stop(&s3);
 }
 
 Test(status_page, sparkline_follows_the_samples_and_top_misses_keep_the_most_missed)

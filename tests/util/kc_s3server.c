@@ -5,6 +5,7 @@
  */
 #include "kc_s3server.h"
 
+#include <curl/curl.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -116,6 +117,63 @@ void kc_s3server_kill(kc_s3server *srv)
         waitpid(srv->pid, NULL, 0);
         srv->pid = 0;
     }
+}
+
+typedef struct s3obj_body {
+    uint8_t *buf;
+    size_t len;
+} s3obj_body;
+
+static size_t s3obj_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    s3obj_body *b = ud;
+    size_t n = size * nmemb;
+    uint8_t *nb = realloc(b->buf, b->len + n + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + b->len, ptr, n);
+    b->buf = nb;
+    b->len += n;
+    return n;
+}
+
+long kc_s3server_object(const char *url, const char *method, uint8_t **body, size_t *len,
+                        long long *mtime)
+{
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdrs =
+        curl_slist_append(NULL, "x-amz-content-sha256: "
+                                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    s3obj_body b = {NULL, 0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    else if (strcmp(method, "GET") != 0)
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s3obj_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+    curl_easy_setopt(h, CURLOPT_USERPWD, KC_S3SERVER_KEY ":" KC_S3SERVER_SECRET);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    long status = 0;
+    curl_off_t ft = -1;
+    if (curl_easy_perform(h) == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(h, CURLINFO_FILETIME_T, &ft);
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    if (mtime)
+        *mtime = status >= 200 && status < 300 ? (long long)ft : -1;
+    if (body) {
+        *body = b.buf;
+        *len = b.len;
+    } else {
+        free(b.buf);
+    }
+    return status;
 }
 
 void kc_s3server_stop(kc_s3server *srv)

@@ -7,6 +7,8 @@
 #ifndef KC_S3SERVER_H
 #define KC_S3SERVER_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define KC_S3SERVER_KEY "S3RVER"
@@ -39,5 +41,13 @@ void kc_s3server_kill(kc_s3server *srv);
 
 /* Kills the server if still running and removes its files. */
 void kc_s3server_stop(kc_s3server *srv);
+
+/* One request to an object URL, signed with s3rver's credentials (SigV4,
+ * us-east-1), bypassing kcd_s3: method "GET", "HEAD" or "DELETE". Returns the
+ * HTTP status (0 when the transfer failed). body/len (may be NULL) receive a
+ * GET's bytes (malloc'd, caller frees); mtime (may be NULL) the object's
+ * Last-Modified in epoch seconds, -1 when none came back. */
+long kc_s3server_object(const char *url, const char *method, uint8_t **body, size_t *len,
+                        long long *mtime);
 
 #endif
