@@ -1,7 +1,9 @@
 /*
  * kcd_config.c - merges kcached's settings from defaults, a config file, the
  * environment and the command line, in that order of increasing precedence.
- * One option table drives all four sources so they cannot drift apart.
+ * One option table drives all four sources so they cannot drift apart; the
+ * S3 tier's --s3-* options are rows of it too (their S3 checks are in
+ * kcd_s3_config.c).
  */
 #include "kcd_config.h"
 
@@ -22,55 +24,131 @@
 #include "kcd_auth.h"
 #include "kcd_log.h"
 
-typedef enum { OPT_STR, OPT_SIZE, OPT_UINT, OPT_BOOL, OPT_LEVEL } opt_type;
+/* How a value is read and printed. */
+typedef enum {
+    OPT_STR,      /* char *: "" unsets it (unless OPT_F_NONEMPTY) */
+    OPT_SIZE,     /* uint64_t bytes: "64M" (kc_parse_size) */
+    OPT_UINT,     /* unsigned, in min..max (default 0..1000000) */
+    OPT_MS,       /* long milliseconds, in min..max */
+    OPT_DURATION, /* uint64_t seconds: N, Ns, Nm, Nh or Nd, at most 10 years */
+    OPT_BOOL,     /* bool: true/false/yes/no/on/off/1/0; no value = true */
+    OPT_LEVEL,    /* int kcd_log_level */
+} opt_type;
+
+enum {
+    OPT_F_S3 = 1,       /* the S3 tier's: own --help section, printed only when it is on */
+    OPT_F_NONEMPTY = 2, /* an empty value is refused; left out of --check-config when unset */
+};
 
 typedef struct opt_def {
     const char *name;
     opt_type type;
     size_t off;
-    const char *help;
+    const char *help; /* a '\n' continues it on the next line of --help */
+    const char *arg;  /* the value's name in --help's S3 section ("URL") */
+    unsigned flags;   /* OPT_F_* */
+    uint64_t min, max;
+    /* --check-config: what is used instead when the option is unset, printed
+     * as a `# NAME: NOTE` comment */
+    const char *(*unset_note)(const kcd_config *cfg);
 } opt_def;
 
+static const char *s3_credentials_note(const kcd_config *cfg)
+{
+    return kcd_s3_config_credentials_source(&cfg->s3);
+}
+
 #define OFF(f) offsetof(kcd_config, f)
+/* An option of kcached itself; the S3 tier's rows name every field. */
+#define OPT(n, t, f, h)                                                                            \
+    {                                                                                              \
+        .name = n, .type = t, .off = OFF(f), .help = h                                             \
+    }
+#define S3(f) OFF(s3.f)
+#define S3OPT(n, t, f, a, fl, h)                                                                   \
+    {                                                                                              \
+        .name = n, .type = t, .off = S3(f), .arg = a, .flags = OPT_F_S3 | (fl), .help = h          \
+    }
+#define S3NUM(n, t, f, a, lo, hi, h)                                                               \
+    {                                                                                              \
+        .name = n, .type = t, .off = S3(f), .arg = a, .flags = OPT_F_S3, .min = lo, .max = hi,     \
+        .help = h                                                                                  \
+    }
 static const opt_def kcd_opts[] = {
-    {"listen", OPT_STR, OFF(listen), "HOST:PORT to listen on (port 0 = any free port)"},
-    {"data", OPT_STR, OFF(data), "store directory"},
-    {"max-size", OPT_SIZE, OFF(max_size), "store size limit, LRU eviction (0 = unlimited)"},
-    {"max-blob", OPT_SIZE, OFF(max_blob),
-     "largest accepted upload and bundle artifact (413 above)"},
-    {"upload-memory", OPT_SIZE, OFF(upload_memory),
-     "request-body bytes buffered by all uploads at once (503 above)"},
-    {"memory-cache", OPT_SIZE, OFF(memory_cache), "memory for hot artifacts (0 = off)"},
-    {"tokens", OPT_STR, OFF(tokens), "tokens file: `TOKEN SCOPES [NAME]` per line"},
-    {"anonymous-read", OPT_BOOL, OFF(anonymous_read), "allow reads without a token"},
-    {"insecure-no-auth", OPT_BOOL, OFF(insecure_no_auth),
-     "allow a non-loopback --listen without --tokens"},
-    {"tls-cert", OPT_STR, OFF(tls_cert), "PEM certificate: serve HTTPS"},
-    {"tls-key", OPT_STR, OFF(tls_key), "PEM private key for --tls-cert"},
-    {"tls-priorities", OPT_STR, OFF(tls_priorities),
-     "GnuTLS priority string (default: TLS 1.2 and 1.3 only)"},
-    {"tls-client-ca", OPT_STR, OFF(tls_client_ca),
-     "PEM CA: require a client certificate it signed (mTLS; `cert:SUBJECT` lines in --tokens)"},
-    {"trusted-keys", OPT_STR, OFF(trusted_keys),
-     "PEM Ed25519 public keys: refuse uploads not signed by one (422)"},
-    {"threads", OPT_UINT, OFF(threads), "worker threads (0 = one per CPU)"},
-    {"timeout", OPT_UINT, OFF(timeout), "idle connection timeout, seconds"},
-    {"max-connections", OPT_UINT, OFF(max_connections), "concurrent connection limit"},
-    {"per-ip-connections", OPT_UINT, OFF(per_ip_connections),
-     "concurrent connections from one client address"},
-    {"header-timeout", OPT_UINT, OFF(header_timeout),
-     "seconds a new connection may stay idle before its request head is in"},
-    {"grace", OPT_UINT, OFF(grace), "seconds in-flight requests get on SIGTERM"},
-    {"compact-interval", OPT_UINT, OFF(compact_interval),
-     "seconds between compactions of mostly-dead pack files (0 = never)"},
-    {"log-level", OPT_LEVEL, OFF(log_level), "error, warn, info (access log) or debug"},
-    {"port-file", OPT_STR, OFF(port_file), "write the bound port to FILE once listening"},
-    {"redis-listen", OPT_STR, OFF(redis_listen),
-     "HOST:PORT for the Redis protocol (RESP2/3; off when unset)"},
-    {"redis-port-file", OPT_STR, OFF(redis_port_file),
-     "write the bound Redis port to FILE (before --port-file)"},
-    {"redis-timeout", OPT_UINT, OFF(redis_timeout),
-     "seconds a Redis client may send nothing before it is closed (0 = never)"},
+    OPT("listen", OPT_STR, listen, "HOST:PORT to listen on (port 0 = any free port)"),
+    OPT("data", OPT_STR, data, "store directory"),
+    OPT("max-size", OPT_SIZE, max_size, "store size limit, LRU eviction (0 = unlimited)"),
+    OPT("max-blob", OPT_SIZE, max_blob, "largest accepted upload and bundle artifact (413 above)"),
+    OPT("upload-memory", OPT_SIZE, upload_memory,
+        "request-body bytes buffered by all uploads at once (503 above)"),
+    OPT("memory-cache", OPT_SIZE, memory_cache, "memory for hot artifacts (0 = off)"),
+    OPT("tokens", OPT_STR, tokens, "tokens file: `TOKEN SCOPES [NAME]` per line"),
+    OPT("anonymous-read", OPT_BOOL, anonymous_read, "allow reads without a token"),
+    OPT("insecure-no-auth", OPT_BOOL, insecure_no_auth,
+        "allow a non-loopback --listen without --tokens"),
+    OPT("tls-cert", OPT_STR, tls_cert, "PEM certificate: serve HTTPS"),
+    OPT("tls-key", OPT_STR, tls_key, "PEM private key for --tls-cert"),
+    OPT("tls-priorities", OPT_STR, tls_priorities,
+        "GnuTLS priority string (default: TLS 1.2 and 1.3 only)"),
+    OPT("tls-client-ca", OPT_STR, tls_client_ca,
+        "PEM CA: require a client certificate it signed (mTLS; `cert:SUBJECT` lines in --tokens)"),
+    OPT("trusted-keys", OPT_STR, trusted_keys,
+        "PEM Ed25519 public keys: refuse uploads not signed by one (422)"),
+    OPT("threads", OPT_UINT, threads, "worker threads (0 = one per CPU)"),
+    OPT("timeout", OPT_UINT, timeout, "idle connection timeout, seconds"),
+    OPT("max-connections", OPT_UINT, max_connections, "concurrent connection limit"),
+    OPT("per-ip-connections", OPT_UINT, per_ip_connections,
+        "concurrent connections from one client address"),
+    OPT("header-timeout", OPT_UINT, header_timeout,
+        "seconds a new connection may stay idle before its request head is in"),
+    OPT("grace", OPT_UINT, grace, "seconds in-flight requests get on SIGTERM"),
+    OPT("compact-interval", OPT_UINT, compact_interval,
+        "seconds between compactions of mostly-dead pack files (0 = never)"),
+    OPT("log-level", OPT_LEVEL, log_level, "error, warn, info (access log) or debug"),
+    OPT("port-file", OPT_STR, port_file, "write the bound port to FILE once listening"),
+    OPT("redis-listen", OPT_STR, redis_listen,
+        "HOST:PORT for the Redis protocol (RESP2/3; off when unset)"),
+    OPT("redis-port-file", OPT_STR, redis_port_file,
+        "write the bound Redis port to FILE (before --port-file)"),
+    OPT("redis-timeout", OPT_UINT, redis_timeout,
+        "seconds a Redis client may send nothing before it is closed (0 = never)"),
+    /* the S3 backing tier (kcd_s3.h), in --help order */
+    S3OPT("s3-endpoint", OPT_STR, endpoint, "URL", OPT_F_NONEMPTY,
+          "http(s)://host[:port] of the S3 service"),
+    S3OPT("s3-bucket", OPT_STR, bucket, "NAME", OPT_F_NONEMPTY,
+          "bucket shared by every kcached instance"),
+    S3OPT("s3-region", OPT_STR, region, "NAME", OPT_F_NONEMPTY,
+          "SigV4 signing region (default us-east-1)"),
+    S3OPT("s3-prefix", OPT_STR, prefix, "PATH", 0, "object key prefix (default kcache/v1/)"),
+    {.name = "s3-credentials",
+     .type = OPT_STR,
+     .off = S3(credentials_file),
+     .arg = "FILE",
+     .flags = OPT_F_S3 | OPT_F_NONEMPTY,
+     .unset_note = s3_credentials_note,
+     .help = "AWS credentials file (default: AWS_ACCESS_KEY_ID,\n"
+             "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN from the environment)"},
+    S3OPT("s3-profile", OPT_STR, profile, "NAME", OPT_F_NONEMPTY,
+          "profile in the credentials file (default $AWS_PROFILE or default)"),
+    S3OPT("s3-virtual-host", OPT_BOOL, virtual_host, NULL, 0,
+          "bucket.host/key URLs instead of host/bucket/key"),
+    S3OPT("s3-write-through", OPT_BOOL, write_through, NULL, 0,
+          "PUT waits for the bucket instead of queueing the upload"),
+    S3NUM("s3-queue", OPT_UINT, queue_max, "N", 1, 1000000,
+          "queued uploads at most (default 1024)"),
+    S3OPT("s3-queue-bytes", OPT_SIZE, queue_max_bytes, "SIZE", 0,
+          "queued upload bytes at most (default 256M)"),
+    S3NUM("s3-workers", OPT_UINT, workers, "N", 1, 64, "upload threads (default 2)"),
+    S3NUM("s3-connect-timeout", OPT_MS, connect_timeout_ms, "MS", 1, 600000,
+          "connect timeout (default 2000)"),
+    S3NUM("s3-timeout", OPT_MS, timeout_ms, "MS", 1, 3600000,
+          "whole-request timeout (default 30000)"),
+    S3OPT("s3-ca-file", OPT_STR, ca_file, "FILE", OPT_F_NONEMPTY,
+          "extra CA bundle for an https endpoint"),
+    S3OPT("s3-refresh-interval", OPT_DURATION, refresh_interval_s, "D", 0,
+          "re-write an object read from the bucket when its\n"
+          "Last-Modified is D old, at most once per D, so a\n"
+          "lifecycle rule keeps hot objects (default 1d; 0 = off)"),
 };
 #define NOPTS (sizeof kcd_opts / sizeof kcd_opts[0])
 
@@ -139,57 +217,106 @@ static int parse_bool(const char *v)
     return -1;
 }
 
+/* A decimal number in min..max (max 0: 0..1000000), no sign; -1 if not. */
+static int parse_number(const char *v, const opt_def *o, uint64_t *out)
+{
+    uint64_t max = o->max ? o->max : 1000000;
+    char *end;
+    errno = 0;
+    unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || v[0] == '-' || n < o->min || n > max)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+/* "90", "90s", "15m", "12h", "1d" -> seconds, at most 10 years; -1 if not. */
+static int parse_duration(const char *v, uint64_t *out)
+{
+    static const struct {
+        char suffix;
+        uint64_t mult;
+    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+    const uint64_t limit = 3650ull * 86400;
+    if (!v || !*v || strlen(v) > 24)
+        return -1;
+    char num[32];
+    snprintf(num, sizeof num, "%s", v);
+    size_t n = strlen(num);
+    uint64_t mult = 1;
+    for (size_t i = 0; n > 1 && i < sizeof units / sizeof units[0]; i++)
+        if (tolower((unsigned char)num[n - 1]) == units[i].suffix) {
+            mult = units[i].mult;
+            num[n - 1] = 0;
+            break;
+        }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(num, &end, 10);
+    if (*end || errno || num[0] == '-' || !isdigit((unsigned char)num[0]) || x > limit / mult)
+        return -1;
+    *out = x * mult;
+    return 0;
+}
+
 kc_code kcd_config_set(kcd_config *cfg, const char *name, const char *value, const char *source,
                        kc_err *err)
 {
     const opt_def *o = opt_find(name);
-    if (!o) {
-        char norm[64];
-        snprintf(norm, sizeof norm, "%s", name);
-        for (char *c = norm; *c; c++)
-            *c = *c == '_' ? '-' : (char)tolower((unsigned char)*c);
-        kc_code rc = kcd_s3_config_set(&cfg->s3, norm, value, source, err);
-        if (rc == KC_ERR_NOT_FOUND)
-            return kc_err_set(err, KC_ERR_INVALID, "%s: unknown option '%s'", source, name);
-        return rc;
-    }
+    if (!o)
+        return kc_err_set(err, KC_ERR_INVALID, "%s: unknown option '%s'", source, name);
     void *field = (char *)cfg + o->off;
+    const char *v = value ? value : "";
+    uint64_t num;
     switch (o->type) {
     case OPT_STR: {
         char **s = field;
-        if (!value)
-            return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s' needs a value", source, name);
-        char *dup = strdup(value);
-        if (!dup)
+        if (!value || (!*value && (o->flags & OPT_F_NONEMPTY)))
+            return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s' needs a value", source,
+                              o->name);
+        char *dup = *value ? strdup(value) : NULL;
+        if (*value && !dup)
             return kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", source);
         free(*s);
-        *s = *value ? dup : (free(dup), (char *)NULL);
+        *s = dup;
         return KC_OK;
     }
     case OPT_SIZE: {
-        uint64_t v;
         kc_err e;
-        if (!value || kc_parse_size(value, &v, &e) != KC_OK)
-            return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad size '%s'", source, name,
-                              value ? value : "");
-        *(uint64_t *)field = v;
+        if (!value || kc_parse_size(value, &num, &e) != KC_OK)
+            return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad size '%s'", source,
+                              o->name, v);
+        *(uint64_t *)field = num;
         return KC_OK;
     }
-    case OPT_UINT: {
-        char *end;
-        errno = 0;
-        unsigned long v = value ? strtoul(value, &end, 10) : 0;
-        if (!value || !*value || *end || errno || v > 1000000 || value[0] == '-')
-            return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad number '%s'", source, name,
-                              value ? value : "");
-        *(unsigned *)field = (unsigned)v;
+    case OPT_UINT:
+    case OPT_MS:
+        if (parse_number(value, o, &num) != 0) {
+            if (!o->max)
+                return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad number '%s'", source,
+                                  o->name, v);
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "%s: option '%s': bad number '%s' (want %llu..%llu)", source, o->name,
+                              v, (unsigned long long)o->min, (unsigned long long)o->max);
+        }
+        if (o->type == OPT_MS)
+            *(long *)field = (long)num;
+        else
+            *(unsigned *)field = (unsigned)num;
         return KC_OK;
-    }
+    case OPT_DURATION:
+        if (parse_duration(value, &num) != 0)
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "%s: option '%s': bad duration '%s' (N, Ns, Nm, Nh or Nd, at most "
+                              "3650d)",
+                              source, o->name, v);
+        *(uint64_t *)field = num;
+        return KC_OK;
     case OPT_BOOL: {
         int b = parse_bool(value);
         if (b < 0)
             return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad boolean '%s'", source,
-                              name, value);
+                              o->name, v);
         *(bool *)field = b;
         return KC_OK;
     }
@@ -198,7 +325,7 @@ kc_code kcd_config_set(kcd_config *cfg, const char *name, const char *value, con
         if (l < 0)
             return kc_err_set(err, KC_ERR_INVALID,
                               "%s: option '%s': bad level '%s' (error, warn, info, debug)", source,
-                              name, value ? value : "");
+                              o->name, v);
         *(int *)field = l;
         return KC_OK;
     }
@@ -271,7 +398,7 @@ static kc_code load_env(kcd_config *cfg, char **envp, kc_err *err)
             continue;
         char src[128];
         snprintf(src, sizeof src, "environment KCACHED_%s", name);
-        if (!opt_find(name) && !kcd_s3_config_is_option(name, NULL))
+        if (!opt_find(name))
             return kc_err_set(err, KC_ERR_INVALID, "%s: unknown setting", src);
         kc_code rc = kcd_config_set(cfg, name, eq + 1, src, err);
         if (rc != KC_OK)
@@ -337,12 +464,10 @@ kc_code kcd_config_load(kcd_config *cfg, int argc, char **argv, char **envp,
         memcpy(name, a + 2, n);
         name[n] = 0;
         const opt_def *o = opt_find(name);
-        bool s3_bool = false;
-        if (!o && !kcd_s3_config_is_option(name, &s3_bool))
+        if (!o)
             return kc_err_set(err, KC_ERR_INVALID, "unknown option '%s' (see --help)", a);
-        bool is_bool = o ? o->type == OPT_BOOL : s3_bool;
         const char *val = eq ? eq + 1 : NULL;
-        if (!val && !is_bool) {
+        if (!val && o->type != OPT_BOOL) {
             if (i + 1 >= argc)
                 return kc_err_set(err, KC_ERR_INVALID, "option '--%s' needs a value", name);
             val = argv[++i];
@@ -537,11 +662,18 @@ void kcd_config_print_string(void *fp, const char *name, const char *value)
 void kcd_config_print(const kcd_config *cfg, void *fp)
 {
     FILE *f = fp;
+    bool s3_on = kcd_s3_config_enabled(&cfg->s3);
     for (size_t i = 0; i < NOPTS; i++) {
         const opt_def *o = &kcd_opts[i];
         const void *field = (const char *)cfg + o->off;
+        if ((o->flags & OPT_F_S3) && !s3_on)
+            continue;
         if (o->type == OPT_STR) {
-            kcd_config_print_string(f, o->name, *(char *const *)field);
+            const char *v = *(char *const *)field;
+            if (!v && o->unset_note)
+                fprintf(f, "# %s: %s\n", o->name, o->unset_note(cfg));
+            if (v || !(o->flags & OPT_F_NONEMPTY)) /* `name = ` would not read back */
+                kcd_config_print_string(f, o->name, v);
             continue;
         }
         fprintf(f, "%s = ", o->name);
@@ -554,6 +686,12 @@ void kcd_config_print(const kcd_config *cfg, void *fp)
         case OPT_UINT:
             fprintf(f, "%u\n", *(const unsigned *)field);
             break;
+        case OPT_MS:
+            fprintf(f, "%ld\n", *(const long *)field);
+            break;
+        case OPT_DURATION:
+            fprintf(f, "%llus\n", (unsigned long long)*(const uint64_t *)field);
+            break;
         case OPT_BOOL:
             fprintf(f, "%s\n", *(const bool *)field ? "true" : "false");
             break;
@@ -562,7 +700,30 @@ void kcd_config_print(const kcd_config *cfg, void *fp)
             break;
         }
     }
-    kcd_s3_config_print(&cfg->s3, f);
+}
+
+/* Appends the --help lines of the options whose OPT_F_S3 flag is s3 to
+ * buf (cap bytes) at *n: the S3 section also names each value ("URL"). */
+static void usage_options(char *buf, size_t cap, size_t *n, bool s3)
+{
+    int width = s3 ? 22 : 16; /* help text starts at column width + 5 */
+    for (size_t i = 0; i < NOPTS && *n < cap; i++) {
+        const opt_def *o = &kcd_opts[i];
+        if (!!(o->flags & OPT_F_S3) != s3)
+            continue;
+        char head[64];
+        snprintf(head, sizeof head, "%s%s%s", o->name, s3 && o->arg ? " " : "",
+                 s3 && o->arg ? o->arg : "");
+        *n += (size_t)snprintf(buf + *n, cap - *n, "  --%-*s ", width, head);
+        for (const char *h = o->help; *n < cap;) {
+            const char *nl = strchr(h, '\n');
+            int len = nl ? (int)(nl - h) : (int)strlen(h);
+            *n += (size_t)snprintf(buf + *n, cap - *n, "%.*s\n%*s", len, h, nl ? width + 5 : 0, "");
+            if (!nl)
+                break;
+            h = nl + 1;
+        }
+    }
 }
 
 const char *kcd_config_usage(void)
@@ -575,15 +736,16 @@ const char *kcd_config_usage(void)
         "usage: kcached [--config FILE] [--check-config] [options]\n"
         "Serves a kcache store over HTTP (docs/DESIGN.md §6).\n\noptions (config file key "
         "without dashes; environment KCACHED_NAME, e.g. KCACHED_MAX_SIZE):\n");
-    for (size_t i = 0; i < NOPTS && n < sizeof buf; i++)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "  --%-16s %s\n", kcd_opts[i].name,
-                              kcd_opts[i].help);
+    usage_options(buf, sizeof buf, &n, false);
     if (n < sizeof buf)
-        snprintf(buf + n, sizeof buf - n,
-                 "  --config FILE      read `key = value` settings (also $KCACHED_CONFIG)\n"
-                 "  --check-config     validate the settings, print them, exit\n"
-                 "  --help, --version\nPrecedence: flags > environment > config file > "
-                 "defaults.\n\n%s(each also as KCACHED_S3_NAME in the environment)\n",
-                 kcd_s3_usage());
+        n += (size_t)snprintf(
+            buf + n, sizeof buf - n,
+            "  --config FILE      read `key = value` settings (also $KCACHED_CONFIG)\n"
+            "  --check-config     validate the settings, print them, exit\n"
+            "  --help, --version\nPrecedence: flags > environment > config file > "
+            "defaults.\n\nS3-compatible backing tier (off unless --s3-endpoint is given):\n");
+    usage_options(buf, sizeof buf, &n, true);
+    if (n < sizeof buf)
+        snprintf(buf + n, sizeof buf - n, "(each also as KCACHED_S3_NAME in the environment)\n");
     return buf;
 }

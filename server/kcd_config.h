@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kc_error.h"
-#include "kcd_s3.h"
+#include "kcd_s3_config.h"
 
 /* Built-in TLS: TLS 1.2 and 1.3 only, GnuTLS's NORMAL cipher choice. */
 #define KCD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
@@ -46,7 +46,7 @@ typedef struct kcd_config {
     unsigned redis_timeout;      /* seconds a Redis client may stay idle; 0 = never */
     char *config;                /* the config file that was read, if any */
     bool check_config;           /* validate, print the effective settings, exit */
-    kcd_s3_config s3;            /* optional S3 backing tier (s3-* options, kcd_s3.h) */
+    kcd_s3_config s3;            /* optional S3 backing tier (s3-* options, kcd_s3_config.h) */
 } kcd_config;
 
 /* What main should do after kcd_config_load. */
@@ -61,9 +61,10 @@ typedef enum kcd_config_action {
  * max-blob 1G, timeout 60, ...). Free with kcd_config_free. */
 void kcd_config_defaults(kcd_config *cfg);
 
-/* Sets one option by flag name without dashes ("max-size", also accepted with
- * '_' for '-'). source names where the value came from, for error messages.
- * KC_ERR_INVALID names the option, value and source. */
+/* Sets one option by flag name without dashes ("max-size", "s3-bucket"; '_'
+ * is accepted for '-'). source names where the value came from, for error messages.
+ * KC_ERR_INVALID names the option, value and source; a refused value leaves
+ * cfg unchanged. */
 kc_code kcd_config_set(kcd_config *cfg, const char *name, const char *value, const char *source,
                        kc_err *err);
 

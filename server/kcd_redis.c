@@ -385,6 +385,8 @@ static void commit_batch(kcd_redis *r, rconn *batch)
     }
     for (size_t i = 0; i < r->ntouched; i++)
         kcd_hot_drop_bin(r->hot, r->touched[i]);
+    if (n)
+        kcd_ctx_note_write(r->ctx); /* before any reply goes out: bundles show the batch */
     for (rconn *c = batch, *next; c; c = next) {
         next = c->qnext;
         rworker *w = c->w;

@@ -121,8 +121,10 @@ static void expire_now(kcd_redis *r, kc_store *s, const rkey *k)
         kcd_hot_drop_bin(r->hot, k->d);
         removed = exp && exp <= now_ms() && kc_store_delete(s, k->hex, &e) == KC_OK;
     }
-    if (kc_store_batch_end(s, true, &e) == KC_OK && removed)
+    if (kc_store_batch_end(s, true, &e) == KC_OK && removed) {
         kcd_hot_drop_bin(r->hot, k->d);
+        kcd_ctx_note_write(r->ctx);
+    }
 }
 
 static void reply_store_error(rconn *c, const kc_err *e);

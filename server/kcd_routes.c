@@ -68,7 +68,8 @@ struct kcd_ctx {
     kcd_status *status; /* GET /status: samples and top missed keys */
     const char *tls;    /* for /status */
     uint64_t gen;       /* identifies this context in the per-thread handle cache */
-    uint64_t writes;    /* successful writes through this server: names a bundle's snapshot */
+    uint64_t
+        writes; /* writes through this server (kcd_ctx_note_write): names a bundle's snapshot */
     pthread_mutex_t lock;
     kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
     size_t nhandles, caphandles;
@@ -184,6 +185,11 @@ kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
 kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx)
 {
     return ctx->s3;
+}
+
+void kcd_ctx_note_write(kcd_ctx *ctx)
+{
+    __atomic_add_fetch(&ctx->writes, 1, __ATOMIC_RELAXED);
 }
 
 /* This thread's store handle for ctx, opened on first use. */
@@ -611,7 +617,7 @@ static bool want_body(kcd_exchange *x, const kcd_request *req, body_kind kind, u
 static void note_write(kcd_exchange *x)
 {
     if (x->resp && x->resp->status >= 200 && x->resp->status < 300 && x->body != BODY_MISSING)
-        __atomic_add_fetch(&x->ctx->writes, 1, __ATOMIC_RELAXED);
+        kcd_ctx_note_write(x->ctx);
 }
 
 /* Marks an envelope response: zstd-encoded (with its decoded length) or not. */

@@ -62,6 +62,12 @@ struct kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err);
 const struct kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx);
 struct kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx);
 
+/* Counts a write to the store (any path: HTTP, Redis). A finished bundle
+ * is kept in the memory cache under its query and this count, so a write
+ * counted before its answer goes out shows in every bundle asked for
+ * after that answer. Thread-safe. */
+void kcd_ctx_note_write(kcd_ctx *ctx);
+
 /* Store upkeep (kc_store_compact) on a handle of its own; counted in
  * /metrics (kcached_compactions_total). For the server's upkeep thread. */
 kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);

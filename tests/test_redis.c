@@ -18,6 +18,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "kc_bundle.h"
+#include "kc_hash.h"
+#include "kc_store.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -741,6 +744,77 @@ Test(redis, large_values_round_trip)
     free(all);
     close(fd);
     free(val);
+    rs_stop(&rs);
+}
+
+/* The value a GET /v1/bundle?kind=redis holds for Redis key name
+ * (malloc'd), or NULL: the bundle is imported into a scratch store and the
+ * entry looked up under the key kcached files name under (SHA-256 over
+ * "redis:" and the name). */
+static char *bundle_value(const rserver *rs, const char *name)
+{
+    kc_http_result h;
+    cr_assert_eq(
+        kc_testserver_http(&rs->ts, "GET", "/v1/bundle?kind=redis", NULL, NULL, 0, false, &h), 0);
+    cr_assert_eq(h.status, 200, "GET /v1/bundle: %ld %s", h.status, h.body);
+    char *dir = kc_test_mkdtemp("kcdredisbundle");
+    kc_store *s;
+    kc_bundle_import *im;
+    kc_err e = {0};
+    cr_assert_eq(kc_store_open(dir, NULL, &s, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_bundle_import_begin(s, &im, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_bundle_import_feed(im, h.body, h.len, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_bundle_import_finish(im, NULL, &e), KC_OK, "%s", e.msg);
+    kc_bundle_import_free(im);
+    kc_http_result_free(&h);
+    char text[300], key[KC_KEY_HEX_LEN + 1];
+    snprintf(text, sizeof text, "redis:%s", name);
+    kc_sha256_hex(text, strlen(text), key);
+    kc_artifact a;
+    char *value = NULL;
+    if (kc_store_get(s, key, &a, &e) == KC_OK) {
+        value = strndup((const char *)a.payload, a.payload_len);
+        kc_artifact_free(&a);
+    }
+    kc_store_close(s);
+    kc_test_rmtree(dir);
+    free(dir);
+    return value;
+}
+
+#define EXPECT_BUNDLE(rs, name, want)                                                              \
+    do {                                                                                           \
+        char *got_ = bundle_value(rs, name);                                                       \
+        cr_expect(got_ && !strcmp(got_, want), "bundle has %s = %s, want %s", name,                \
+                  got_ ? got_ : "(none)", want);                                                   \
+        free(got_);                                                                                \
+    } while (0)
+
+#define EXPECT_NOT_IN_BUNDLE(rs, name)                                                             \
+    do {                                                                                           \
+        char *got_ = bundle_value(rs, name);                                                       \
+        cr_expect_null(got_, "bundle still has %s = %s", name, got_);                              \
+        free(got_);                                                                                \
+    } while (0)
+
+/* A finished bundle is kept in the memory cache under its query and the
+ * count of writes kcached has answered: Redis writes count like HTTP ones,
+ * so a bundle asked for after a SET or DEL was answered shows it. */
+Test(redis, redis_writes_show_in_the_next_bundle_at_once)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    EXPECT_CLI("OK", &rs, "SET", "pt2:first", "one");
+    EXPECT_BUNDLE(&rs, "pt2:first", "one");
+    EXPECT_NOT_IN_BUNDLE(&rs, "pt2:second"); /* the same query again: from memory */
+    EXPECT_CLI("OK", &rs, "SET", "pt2:second", "two");
+    EXPECT_BUNDLE(&rs, "pt2:second", "two");
+    EXPECT_CLI("OK", &rs, "SET", "pt2:first", "uno");
+    EXPECT_BUNDLE(&rs, "pt2:first", "uno");
+    EXPECT_CLI("1", &rs, "DEL", "pt2:first");
+    EXPECT_NOT_IN_BUNDLE(&rs, "pt2:first");
+    EXPECT_CLI("OK", &rs, "SET", "pt2:fourth", "four", "EX", "3600");
+    EXPECT_BUNDLE(&rs, "pt2:fourth", "four");
     rs_stop(&rs);
 }
 

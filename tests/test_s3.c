@@ -5,6 +5,7 @@
  * stops answering (errors counted, bounded by timeouts, never a hang).
  */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include "kc_hash.h"
 #include "kc_s3server.h"
 #include "kc_testutil.h"
+#include "kcd_config.h"
 #include "kcd_s3.h"
 
 #define BUCKET "kc-test"
@@ -43,14 +45,30 @@ static uint8_t *make_envelope(unsigned seed, size_t n, char key[KC_KEY_HEX_LEN +
     return env;
 }
 
+/* Sets one s3-* option of c as kcached does, through its one option table
+ * (kcd_config_set): c is moved into a kcached configuration and back. */
+static kc_code s3_set(kcd_s3_config *c, const char *name, const char *value, const char *source,
+                      kc_err *err)
+{
+    kcd_config cfg;
+    kcd_config_defaults(&cfg);
+    kcd_s3_config_free(&cfg.s3);
+    cfg.s3 = *c;
+    kc_code rc = kcd_config_set(&cfg, name, value, source, err);
+    *c = cfg.s3;
+    memset(&cfg.s3, 0, sizeof cfg.s3);
+    kcd_config_free(&cfg);
+    return rc;
+}
+
 static void config_for(kcd_s3_config *c, const char *endpoint)
 {
     kc_err err;
     kcd_s3_config_defaults(c);
-    cr_assert_eq(kcd_s3_config_set(c, "s3-endpoint", endpoint, "test", &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(kcd_s3_config_set(c, "s3-bucket", BUCKET, "test", &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(kcd_s3_config_set(c, "s3-connect-timeout", "1000", "test", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(c, "s3-timeout", "5000", "test", &err), KC_OK);
+    cr_assert_eq(s3_set(c, "s3-endpoint", endpoint, "test", &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(s3_set(c, "s3-bucket", BUCKET, "test", &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(s3_set(c, "s3-connect-timeout", "1000", "test", &err), KC_OK);
+    cr_assert_eq(s3_set(c, "s3-timeout", "5000", "test", &err), KC_OK);
     c->access_key = strdup(KC_S3SERVER_KEY);
     c->secret_key = strdup(KC_S3SERVER_SECRET);
     cr_assert_eq(kcd_s3_config_finish(c, &err), KC_OK, "%s", err.msg);
@@ -67,81 +85,95 @@ static void start_s3(kc_s3server *srv)
 
 Test(s3_config, parses_every_option_and_rejects_bad_values)
 {
-    kcd_s3_config c;
+    kcd_config cfg;
+    kcd_s3_config *c = &cfg.s3;
     kc_err err;
-    kcd_s3_config_defaults(&c);
-    cr_assert_not(kcd_s3_config_enabled(&c));
-    cr_assert_eq(kcd_s3_config_set(&c, "listen", "x", "t", &err), KC_ERR_NOT_FOUND);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-nonsense", "x", "t", &err), KC_ERR_NOT_FOUND);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3_endpoint", "http://127.0.0.1:9/", "t", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-bucket", "my-bucket", "t", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-region", "eu-west-1", "t", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-prefix", "fleet/a/", "t", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-write-through", NULL, "t", &err), KC_OK);
-    cr_assert(c.write_through);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-write-through", "off", "t", &err), KC_OK);
-    cr_assert_not(c.write_through);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-queue", "17", "t", &err), KC_OK);
-    cr_assert_eq(c.queue_max, 17);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-queue-bytes", "64M", "t", &err), KC_OK);
-    cr_assert_eq(c.queue_max_bytes, 64ull << 20);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-workers", "3", "t", &err), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-timeout", "1500", "t", &err), KC_OK);
-    cr_assert_eq(c.timeout_ms, 1500);
+    kcd_config_defaults(&cfg);
+    cr_assert_not(kcd_s3_config_enabled(c));
+    cr_assert_eq(kcd_config_set(&cfg, "s3-nonsense", "x", "t", &err), KC_ERR_INVALID);
+    cr_assert(strstr(err.msg, "unknown option 's3-nonsense'"), "%s", err.msg);
+    cr_assert_eq(kcd_config_set(&cfg, "s3_endpoint", "http://127.0.0.1:9/", "t", &err), KC_OK);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-bucket", "my-bucket", "t", &err), KC_OK);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-region", "eu-west-1", "t", &err), KC_OK);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-prefix", "fleet/a/", "t", &err), KC_OK);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-write-through", NULL, "t", &err), KC_OK);
+    cr_assert(c->write_through);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-write-through", "off", "t", &err), KC_OK);
+    cr_assert_not(c->write_through);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-queue", "17", "t", &err), KC_OK);
+    cr_assert_eq(c->queue_max, 17);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-queue-bytes", "64M", "t", &err), KC_OK);
+    cr_assert_eq(c->queue_max_bytes, 64ull << 20);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-workers", "3", "t", &err), KC_OK);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-timeout", "1500", "t", &err), KC_OK);
+    cr_assert_eq(c->timeout_ms, 1500);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-connect-timeout", "250", "t", &err), KC_OK);
+    cr_assert_eq(c->connect_timeout_ms, 250);
 
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-queue", "-1", "kcached.conf:3", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-queue", "-1", "kcached.conf:3", &err), KC_ERR_INVALID);
     cr_assert(strstr(err.msg, "kcached.conf:3") && strstr(err.msg, "s3-queue"), "%s", err.msg);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-workers", "0", "t", &err), KC_ERR_INVALID);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-virtual-host", "maybe", "t", &err), KC_ERR_INVALID);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-queue-bytes", "lots", "t", &err), KC_ERR_INVALID);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-bucket", NULL, "t", &err), KC_ERR_INVALID);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "12h", "t", &err), KC_OK);
-    cr_assert_eq(c.refresh_interval_s, 12 * 3600);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "2d", "t", &err), KC_OK);
-    cr_assert_eq(c.refresh_interval_s, 2 * 86400);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "0", "t", &err), KC_OK);
-    cr_assert_eq(c.refresh_interval_s, 0);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "soon", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-workers", "0", "t", &err), KC_ERR_INVALID);
+    cr_assert(strstr(err.msg, "1..64"), "the range is named: %s", err.msg);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-workers", "65", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-timeout", "3600001", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-virtual-host", "maybe", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-queue-bytes", "lots", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-bucket", NULL, "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-bucket", "", "t", &err), KC_ERR_INVALID);
+    cr_assert(strstr(err.msg, "s3-bucket' needs a value"), "%s", err.msg);
+    cr_assert_str_eq(c->bucket, "my-bucket", "a refused value changes nothing");
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "12h", "t", &err), KC_OK);
+    cr_assert_eq(c->refresh_interval_s, 12 * 3600);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "2d", "t", &err), KC_OK);
+    cr_assert_eq(c->refresh_interval_s, 2 * 86400);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "90", "t", &err), KC_OK);
+    cr_assert_eq(c->refresh_interval_s, 90);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "0", "t", &err), KC_OK);
+    cr_assert_eq(c->refresh_interval_s, 0);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "soon", "t", &err), KC_ERR_INVALID);
     cr_assert(strstr(err.msg, "s3-refresh-interval"), "%s", err.msg);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "-1d", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "-1d", "t", &err), KC_ERR_INVALID);
+    cr_assert_eq(kcd_config_set(&cfg, "s3-refresh-interval", "3651d", "t", &err), KC_ERR_INVALID);
 
     setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "secret/with:colon", 1);
     unsetenv("AWS_SESSION_TOKEN");
-    cr_assert_eq(kcd_s3_config_finish(&c, &err), KC_OK, "%s", err.msg);
-    cr_assert_str_eq(c.endpoint, "http://127.0.0.1:9");
-    cr_assert_str_eq(c.access_key, "AKIDTEST");
-    cr_assert_str_eq(c.secret_key, "secret/with:colon");
-    cr_assert_null(c.session_token);
+    cr_assert_eq(kcd_s3_config_check(c, &err), KC_OK, "%s", err.msg);
+    cr_assert_null(c->access_key, "check must not change the configuration");
+    cr_assert_eq(kcd_s3_config_finish(c, &err), KC_OK, "%s", err.msg);
+    cr_assert_str_eq(c->endpoint, "http://127.0.0.1:9");
+    cr_assert_str_eq(c->access_key, "AKIDTEST");
+    cr_assert_str_eq(c->secret_key, "secret/with:colon");
+    cr_assert_null(c->session_token);
 
     char *printed = NULL;
     size_t plen = 0;
     FILE *f = open_memstream(&printed, &plen);
-    kcd_s3_config_print(&c, f);
+    kcd_config_print(&cfg, f);
     fclose(f);
-    cr_assert(strstr(printed, "s3-bucket = my-bucket"), "%s", printed);
+    cr_assert(strstr(printed, "s3-bucket = my-bucket\n"), "%s", printed);
+    cr_assert(strstr(printed, "s3-refresh-interval = 0s\n"), "%s", printed);
+    cr_assert(strstr(printed, "s3-connect-timeout = 250\n"), "%s", printed);
     cr_assert_null(strstr(printed, "secret/with"), "secret printed: %s", printed);
     free(printed);
-    cr_assert(strstr(kcd_s3_usage(), "--s3-endpoint"));
-    cr_assert_eq(kcd_s3_config_check(&c, &err), KC_OK, "%s", err.msg);
-    kcd_s3_config_free(&c);
+    cr_assert(strstr(kcd_config_usage(), "--s3-endpoint URL"));
+    kcd_config_free(&cfg);
 
-    bool is_bool = false;
-    cr_assert(kcd_s3_config_is_option("s3-write-through", &is_bool));
-    cr_assert(is_bool);
-    cr_assert(kcd_s3_config_is_option("S3_BUCKET", &is_bool)); /* KCACHED_S3_BUCKET */
-    cr_assert_not(is_bool);
-    cr_assert_not(kcd_s3_config_is_option("s3-", NULL));
-    cr_assert_not(kcd_s3_config_is_option("listen", NULL));
-    kcd_s3_config_defaults(&c);
-    cr_assert_eq(kcd_s3_config_set(&c, "S3_QUEUE", "5", "environment KCACHED_S3_QUEUE", &err),
+    /* the tier off: nothing of it printed, always valid */
+    kcd_config_defaults(&cfg);
+    cr_assert_eq(kcd_config_set(&cfg, "S3_QUEUE", "5", "environment KCACHED_S3_QUEUE", &err),
                  KC_OK);
-    cr_assert_eq(c.queue_max, 5);
-    cr_assert_eq(kcd_s3_config_check(&c, &err), KC_OK, "tier off is always valid");
-    kcd_s3_config_set(&c, "s3-endpoint", "http://h", "t", &err);
-    cr_assert_eq(kcd_s3_config_check(&c, &err), KC_ERR_INVALID);
-    cr_assert_null(c.access_key, "check must not change the configuration");
-    kcd_s3_config_free(&c);
+    cr_assert_eq(c->queue_max, 5);
+    f = open_memstream(&printed, &plen);
+    kcd_config_print(&cfg, f);
+    fclose(f);
+    cr_assert_null(strstr(printed, "s3-"), "%s", printed);
+    free(printed);
+    cr_assert_eq(kcd_s3_config_check(c, &err), KC_OK, "tier off is always valid");
+    kcd_config_set(&cfg, "s3-endpoint", "http://h", "t", &err);
+    cr_assert_eq(kcd_s3_config_check(c, &err), KC_ERR_INVALID);
+    cr_assert_null(c->access_key, "check must not change the configuration");
+    kcd_config_free(&cfg);
 }
 
 Test(s3_config, finish_names_what_is_wrong)
@@ -161,11 +193,11 @@ Test(s3_config, finish_names_what_is_wrong)
         kcd_s3_config c;
         kc_err err;
         kcd_s3_config_defaults(&c);
-        kcd_s3_config_set(&c, "s3-endpoint", bad[i].endpoint, "t", &err);
+        s3_set(&c, "s3-endpoint", bad[i].endpoint, "t", &err);
         if (bad[i].bucket)
-            kcd_s3_config_set(&c, "s3-bucket", bad[i].bucket, "t", &err);
+            s3_set(&c, "s3-bucket", bad[i].bucket, "t", &err);
         if (bad[i].prefix)
-            kcd_s3_config_set(&c, "s3-prefix", bad[i].prefix, "t", &err);
+            s3_set(&c, "s3-prefix", bad[i].prefix, "t", &err);
         cr_assert_neq(kcd_s3_config_finish(&c, &err), KC_OK, "case %zu accepted", i);
         cr_assert(strstr(err.msg, bad[i].want), "case %zu: %s", i, err.msg);
         kcd_s3_config_free(&c);
@@ -174,8 +206,8 @@ Test(s3_config, finish_names_what_is_wrong)
     kcd_s3_config c;
     kc_err err;
     kcd_s3_config_defaults(&c);
-    kcd_s3_config_set(&c, "s3-endpoint", "https://s3.example.net", "t", &err);
-    kcd_s3_config_set(&c, "s3-bucket", "good-bucket", "t", &err);
+    s3_set(&c, "s3-endpoint", "https://s3.example.net", "t", &err);
+    s3_set(&c, "s3-bucket", "good-bucket", "t", &err);
     unsetenv("AWS_ACCESS_KEY_ID");
     cr_assert_eq(kcd_s3_config_finish(&c, &err), KC_ERR_AUTH);
     cr_assert(strstr(err.msg, "AWS_ACCESS_KEY_ID"), "%s", err.msg);
@@ -205,11 +237,11 @@ Test(s3_config, reads_profiles_from_a_credentials_file)
         kcd_s3_config c;
         kc_err err;
         kcd_s3_config_defaults(&c);
-        kcd_s3_config_set(&c, "s3-endpoint", "http://127.0.0.1:9", "t", &err);
-        kcd_s3_config_set(&c, "s3-bucket", "kc-test", "t", &err);
-        kcd_s3_config_set(&c, "s3-credentials", path, "t", &err);
+        s3_set(&c, "s3-endpoint", "http://127.0.0.1:9", "t", &err);
+        s3_set(&c, "s3-bucket", "kc-test", "t", &err);
+        s3_set(&c, "s3-credentials", path, "t", &err);
         if (profiles[i])
-            kcd_s3_config_set(&c, "s3-profile", profiles[i], "t", &err);
+            s3_set(&c, "s3-profile", profiles[i], "t", &err);
         kc_code rc = kcd_s3_config_finish(&c, &err);
         if (i == 0) {
             cr_assert_eq(rc, KC_OK, "%s", err.msg);
@@ -230,14 +262,213 @@ Test(s3_config, reads_profiles_from_a_credentials_file)
     kcd_s3_config c;
     kc_err err;
     kcd_s3_config_defaults(&c);
-    kcd_s3_config_set(&c, "s3-endpoint", "http://127.0.0.1:9", "t", &err);
-    kcd_s3_config_set(&c, "s3-bucket", "kc-test", "t", &err);
-    kcd_s3_config_set(&c, "s3-credentials", "/nonexistent/creds", "t", &err);
+    s3_set(&c, "s3-endpoint", "http://127.0.0.1:9", "t", &err);
+    s3_set(&c, "s3-bucket", "kc-test", "t", &err);
+    s3_set(&c, "s3-credentials", "/nonexistent/creds", "t", &err);
     cr_assert_neq(kcd_s3_config_finish(&c, &err), KC_OK);
     cr_assert(strstr(err.msg, "/nonexistent/creds"), "%s", err.msg);
     kcd_s3_config_free(&c);
     free(path);
     kc_test_rmtree(dir);
+    free(dir);
+}
+
+/* kcached --check-config with args (NULL-terminated after the first
+ * ones); the result in r. */
+#define CHECK_CONFIG(r, ...)                                                                       \
+    cr_assert_eq(kc_test_runl(r, KC_TEST_KCACHED, __VA_ARGS__, "--check-config", NULL), 0,         \
+                 "kcached did not run")
+
+Test(s3_config, kcached_refuses_a_bad_s3_value_naming_option_and_source)
+{
+    char *dir = kc_test_mkdtemp("s3opts");
+    char *data = kc_test_path(dir, "data");
+    char *conf = kc_test_path(dir, "kcached.conf");
+    const char *text = "s3-endpoint = http://127.0.0.1:9\n"
+                       "s3-bucket = kc-test\n"
+                       "s3-workers = 0\n";
+    cr_assert_eq(kc_test_write_file(conf, text, strlen(text)), 0);
+    kc_test_result r;
+    CHECK_CONFIG(&r, "--config", conf, "--data", data);
+    cr_expect_eq(r.exit_code, 2, "bad s3-workers in a config file accepted: %s", r.out);
+    cr_expect(strstr(r.err, "kcached.conf:3") && strstr(r.err, "'s3-workers'") &&
+                  strstr(r.err, "1..64"),
+              "%s", r.err);
+    kc_test_result_free(&r);
+
+    struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--s3-queue-bytes", "lots", "'s3-queue-bytes': bad size 'lots'"},
+        {"--s3-refresh-interval", "soon", "'s3-refresh-interval': bad duration 'soon'"},
+        {"--s3-timeout", "0", "'s3-timeout': bad number '0'"},
+        {"--s3-virtual-host=maybe", NULL, "'s3-virtual-host': bad boolean 'maybe'"},
+        {"--s3-bucket=", NULL, "'s3-bucket' needs a value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i].value)
+            CHECK_CONFIG(&r, "--data", data, "--s3-endpoint", "http://127.0.0.1:9", bad[i].flag,
+                         bad[i].value);
+        else
+            CHECK_CONFIG(&r, "--data", data, "--s3-endpoint", "http://127.0.0.1:9", bad[i].flag);
+        cr_expect_eq(r.exit_code, 2, "%s accepted: %s", bad[i].flag, r.out);
+        cr_expect(strstr(r.err, "command line") && strstr(r.err, bad[i].want), "%s: %s",
+                  bad[i].flag, r.err);
+        kc_test_result_free(&r);
+    }
+    cr_assert_eq(
+        kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--check-config", "--s3-workers", NULL),
+        0);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "'--s3-workers' needs a value"), "%s", r.err);
+    kc_test_result_free(&r);
+
+    setenv("KCACHED_S3_CONNECT_TIMEOUT", "1s", 1);
+    CHECK_CONFIG(&r, "--data", data);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "KCACHED_S3_CONNECT_TIMEOUT") && strstr(r.err, "'s3-connect-timeout'"),
+              "%s", r.err);
+    kc_test_result_free(&r);
+    unsetenv("KCACHED_S3_CONNECT_TIMEOUT");
+
+    /* a value that parses but that S3 refuses names the option too */
+    text = "s3-endpoint = http://127.0.0.1:9\ns3-bucket = Bad_Bucket\n";
+    cr_assert_eq(kc_test_write_file(conf, text, strlen(text)), 0);
+    setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "s", 1);
+    CHECK_CONFIG(&r, "--config", conf, "--data", data);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "s3-bucket 'Bad_Bucket'"), "%s", r.err);
+    kc_test_result_free(&r);
+    kc_test_rmtree(dir);
+    free(conf);
+    free(data);
+    free(dir);
+}
+
+/* The s3-* lines of a --check-config output (malloc'd, in order). */
+static char *s3_lines(const char *out)
+{
+    char *lines = calloc(1, strlen(out) + 1);
+    for (const char *l = out; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l + 1) : strlen(l);
+        if (!strncmp(l, "s3-", 3))
+            strncat(lines, l, n);
+        l += n;
+    }
+    return lines;
+}
+
+Test(s3_config, every_s3_option_is_read_alike_from_file_environment_and_flags)
+{
+    char *dir = kc_test_mkdtemp("s3opts");
+    char *data = kc_test_path(dir, "data");
+    char *creds = kc_test_path(dir, "credentials");
+    char *conf = kc_test_path(dir, "kcached.conf");
+    const char *ctext = "[ci]\naws_access_key_id = AKIDCI\naws_secret_access_key = cisecret\n";
+    cr_assert_eq(kc_test_write_file(creds, ctext, strlen(ctext)), 0);
+    /* every s3 option, none at its default */
+    const char *opts[][2] = {
+        {"s3-endpoint", "https://s3.example.net"},
+        {"s3-bucket", "fleet-cache"},
+        {"s3-region", "eu-west-3"},
+        {"s3-prefix", "ci/kcache/"},
+        {"s3-credentials", creds},
+        {"s3-profile", "ci"},
+        {"s3-virtual-host", "true"},
+        {"s3-write-through", "true"},
+        {"s3-queue", "17"},
+        {"s3-queue-bytes", "64M"},
+        {"s3-workers", "3"},
+        {"s3-connect-timeout", "700"},
+        {"s3-timeout", "9000"},
+        {"s3-ca-file", "/etc/hosts"},
+        {"s3-refresh-interval", "12h"},
+    };
+    enum { N = sizeof opts / sizeof opts[0] };
+    char text[4096] = "", env[N][256], flags[N][256];
+    const char *argv_flags[N + 4];
+    for (size_t i = 0; i < N; i++) {
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s = %s\n", opts[i][0],
+                 opts[i][1]);
+        snprintf(flags[i], sizeof flags[i], "--%s=%s", opts[i][0], opts[i][1]);
+        argv_flags[i] = flags[i];
+        char *e = env[i];
+        snprintf(e, sizeof env[i], "KCACHED_%s", opts[i][0]);
+        for (char *c = e; *c; c++)
+            *c = *c == '-' ? '_' : (char)toupper((unsigned char)*c);
+    }
+    cr_assert_eq(kc_test_write_file(conf, text, strlen(text)), 0);
+
+    kc_test_result r;
+    CHECK_CONFIG(&r, "--config", conf, "--data", data);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *from_file = s3_lines(r.out);
+    kc_test_result_free(&r);
+    for (size_t i = 0; i < N; i++) {
+        char want[512];
+        snprintf(want, sizeof want, "%s = ", opts[i][0]);
+        cr_expect(strstr(from_file, want), "%s missing from --check-config:\n%s", opts[i][0],
+                  from_file);
+    }
+    unsigned printed = 0;
+    for (const char *l = from_file; (l = strchr(l, '\n')); l++)
+        printed++;
+    cr_expect_eq(printed, N, "%u s3-* lines for %d options:\n%s", printed, (int)N, from_file);
+    cr_expect(strstr(from_file, "s3-queue-bytes = 67108864\n") &&
+                  strstr(from_file, "s3-refresh-interval = 43200s\n"),
+              "%s", from_file);
+
+    for (size_t i = 0; i < N; i++)
+        setenv(env[i], opts[i][1], 1);
+    CHECK_CONFIG(&r, "--data", data);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *from_env = s3_lines(r.out);
+    kc_test_result_free(&r);
+    for (size_t i = 0; i < N; i++)
+        unsetenv(env[i]);
+    cr_expect_str_eq(from_env, from_file);
+
+    char *argv[N + 8];
+    size_t n = 0;
+    argv[n++] = KC_TEST_KCACHED;
+    argv[n++] = "--data";
+    argv[n++] = data;
+    for (size_t i = 0; i < N; i++)
+        argv[n++] = (char *)argv_flags[i];
+    argv[n++] = "--check-config";
+    argv[n] = NULL;
+    cr_assert_eq(kc_test_run(argv, NULL, 0, 30, &r), 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *from_flags = s3_lines(r.out);
+    kc_test_result_free(&r);
+    cr_expect_str_eq(from_flags, from_file);
+
+    /* --help: one option line for each, in the S3 section */
+    cr_assert_eq(kc_test_runl(&r, KC_TEST_KCACHED, "--help", NULL), 0);
+    cr_assert_eq(r.exit_code, 0);
+    unsigned option_lines = 0;
+    for (const char *l = r.out; (l = strstr(l, "\n  --s3-")); l++)
+        option_lines++;
+    cr_expect_eq(option_lines, N, "%u --s3-* option lines in --help, %d options:\n%s", option_lines,
+                 (int)N, r.out);
+    for (size_t i = 0; i < N; i++) {
+        char line[128];
+        unsigned count = 0;
+        snprintf(line, sizeof line, "\n  --%s ", opts[i][0]);
+        for (const char *l = r.out; (l = strstr(l, line)); l++)
+            count++;
+        cr_expect_eq(count, 1, "--%s: %u lines in --help:\n%s", opts[i][0], count, r.out);
+    }
+    kc_test_result_free(&r);
+    free(from_file);
+    free(from_env);
+    free(from_flags);
+    kc_test_rmtree(dir);
+    free(conf);
+    free(creds);
+    free(data);
     free(dir);
 }
 
@@ -347,8 +578,8 @@ Test(s3_tier, background_queue_uploads_everything_and_is_bounded, .timeout = 60)
      * listens on, so every upload fails quickly and is counted too. */
     kcd_s3_config small;
     config_for(&small, "http://127.0.0.1:1");
-    kcd_s3_config_set(&small, "s3-queue", "2", "t", &err);
-    kcd_s3_config_set(&small, "s3-workers", "1", "t", &err);
+    s3_set(&small, "s3-queue", "2", "t", &err);
+    s3_set(&small, "s3-workers", "1", "t", &err);
     cr_assert_eq(kcd_s3_open(&small, &s3, &err), KC_OK, "%s", err.msg);
     unsigned accepted = 0;
     for (unsigned i = 0; i < N; i++)
@@ -636,7 +867,7 @@ Test(s3_tier, reads_refresh_an_objects_age_at_most_once_per_interval, .timeout =
     kcd_s3_close(s3, 1000);
 
     /* s3-refresh-interval 0 turns it off. */
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-refresh-interval", "0", "test", &err), KC_OK);
+    cr_assert_eq(s3_set(&c, "s3-refresh-interval", "0", "test", &err), KC_OK);
     cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
     kcd_s3_set_clock(s3, moved_clock, &offset);
     offset = 100 * 86400.0;
@@ -717,7 +948,7 @@ Test(s3_tier, silent_endpoint_is_cut_off_by_the_timeout, .timeout = 60)
     kcd_s3_config c;
     config_for(&c, endpoint);
     kc_err err;
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-timeout", "300", "t", &err), KC_OK);
+    cr_assert_eq(s3_set(&c, "s3-timeout", "300", "t", &err), KC_OK);
     kcd_s3 *s3;
     cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
     char key[KC_KEY_HEX_LEN + 1];
@@ -751,7 +982,7 @@ Test(s3_tier, local_hits_never_wait_for_the_bucket_and_drop_when_the_queue_is_fu
     kcd_s3_config c;
     config_for(&c, endpoint);
     kc_err err;
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-workers", "1", "t", &err), KC_OK);
+    cr_assert_eq(s3_set(&c, "s3-workers", "1", "t", &err), KC_OK);
     kcd_s3 *s3;
     cr_assert_eq(kcd_s3_open(&c, &s3, &err), KC_OK, "%s", err.msg);
     /* keys whose first 64 bits are odd and distinct below 4096: each has a
@@ -796,9 +1027,9 @@ Test(s3_tier, requests_carry_a_valid_sigv4_signature, .timeout = 60)
     kcd_s3_config c;
     kc_err err;
     kcd_s3_config_defaults(&c);
-    kcd_s3_config_set(&c, "s3-endpoint", srv.endpoint, "t", &err);
-    kcd_s3_config_set(&c, "s3-bucket", BUCKET, "t", &err);
-    kcd_s3_config_set(&c, "s3-region", "eu-central-1", "t", &err);
+    s3_set(&c, "s3-endpoint", srv.endpoint, "t", &err);
+    s3_set(&c, "s3-bucket", BUCKET, "t", &err);
+    s3_set(&c, "s3-region", "eu-central-1", "t", &err);
     setenv("AWS_ACCESS_KEY_ID", "AKIDSIGTEST", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t/with+chars", 1);
     setenv("AWS_SESSION_TOKEN", "session-token-123", 1);
@@ -823,9 +1054,9 @@ Test(s3_tier, requests_carry_a_valid_sigv4_signature, .timeout = 60)
     for (int i = 0; i < 2; i++) {
         kcd_s3_config bad;
         kcd_s3_config_defaults(&bad);
-        kcd_s3_config_set(&bad, "s3-endpoint", srv.endpoint, "t", &err);
-        kcd_s3_config_set(&bad, "s3-bucket", BUCKET, "t", &err);
-        kcd_s3_config_set(&bad, "s3-region", i == 1 ? "us-west-2" : "eu-central-1", "t", &err);
+        s3_set(&bad, "s3-endpoint", srv.endpoint, "t", &err);
+        s3_set(&bad, "s3-bucket", BUCKET, "t", &err);
+        s3_set(&bad, "s3-region", i == 1 ? "us-west-2" : "eu-central-1", "t", &err);
         setenv("AWS_SECRET_ACCESS_KEY", i == 0 ? "wrong" : "s3cr3t/with+chars", 1);
         cr_assert_eq(kcd_s3_config_finish(&bad, &err), KC_OK, "%s", err.msg);
         cr_assert_eq(kcd_s3_open(&bad, &s3, &err), KC_OK, "%s", err.msg);
@@ -843,10 +1074,10 @@ Test(s3_tier, requests_carry_a_valid_sigv4_signature, .timeout = 60)
     kcd_s3_config_defaults(&vh);
     char endpoint[64];
     snprintf(endpoint, sizeof endpoint, "http://localhost:%d", srv.port);
-    kcd_s3_config_set(&vh, "s3-endpoint", endpoint, "t", &err);
-    kcd_s3_config_set(&vh, "s3-bucket", BUCKET, "t", &err);
-    kcd_s3_config_set(&vh, "s3-region", "eu-central-1", "t", &err);
-    kcd_s3_config_set(&vh, "s3-virtual-host", "yes", "t", &err);
+    s3_set(&vh, "s3-endpoint", endpoint, "t", &err);
+    s3_set(&vh, "s3-bucket", BUCKET, "t", &err);
+    s3_set(&vh, "s3-region", "eu-central-1", "t", &err);
+    s3_set(&vh, "s3-virtual-host", "yes", "t", &err);
     setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t/with+chars", 1);
     cr_assert_eq(kcd_s3_open(&vh, &s3, &err), KC_OK, "%s", err.msg);
     cr_assert_eq(kcd_s3_put_sync(s3, key, env, len, &err), KC_OK, "%s", err.msg);

@@ -174,14 +174,26 @@ Test(server_routes, a_kept_bundle_is_never_older_than_the_writes_answered_before
     uint8_t *b3 = get_bundle_body(&n3, &mem);
     cr_expect_not(mem, "a PUT answered before the GET: the bundle is built again");
     cr_expect_gt(n3, n1 + len / 2, "and holds the new artifact");
+    size_t n_b3 = n3;
     cr_expect_eq(status("DELETE", path, NULL, 0), 204);
     uint8_t *b4 = get_bundle_body(&n3, &mem);
     cr_expect_not(mem, "so does a DELETE");
     cr_expect_eq(n3, n1);
+    /* every other way in counts too: a bundle import, a ccache PUT */
+    cr_expect_eq(status("POST", "/v1/bundle", b3, n_b3), 200);
+    uint8_t *b5 = get_bundle_body(&n3, &mem);
+    cr_expect_not(mem, "a bundle import answered before the GET: built again");
+    cr_expect_gt(n3, n1 + len / 2, "and holds the imported artifact");
+    cr_expect_lt(status("PUT", "/ccache/ab/cdef", "ccache-entry", 12), 300);
+    uint8_t *b6 = get_bundle_body(&n2, &mem);
+    cr_expect_not(mem, "a ccache PUT answered before the GET: built again");
+    cr_expect_gt(n2, n3, "and holds the ccache entry");
     free(b1);
     free(b2);
     free(b3);
     free(b4);
+    free(b5);
+    free(b6);
     free(env);
 }
 

@@ -147,8 +147,8 @@ Test(server_s3, trusted_keys_hold_for_objects_read_from_the_bucket, .timeout = 1
     kcd_s3_config c;
     kcd_s3_config_defaults(&c);
     kc_err e = {0};
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-endpoint", s3.endpoint, "test", &e), KC_OK);
-    cr_assert_eq(kcd_s3_config_set(&c, "s3-bucket", BUCKET, "test", &e), KC_OK);
+    c.endpoint = strdup(s3.endpoint);
+    c.bucket = strdup(BUCKET);
     kcd_s3 *fleet;
     cr_assert_eq(kcd_s3_open(&c, &fleet, &e), KC_OK, "%s", e.msg);
 
