@@ -553,6 +553,101 @@ static kc_code corrupt_entry(kc_store *s, const char *key, int64_t blob, const c
                       reason);
 }
 
+/* ---- ranges already checked (kc_store_opts.span_recheck_s) ------------ */
+
+#define KC_SPAN_MEMO_SLOTS 256 /* in sets of KC_SPAN_MEMO_WAYS, oldest replaced */
+#define KC_SPAN_MEMO_WAYS 4
+/* A pack file changed less than this many seconds before a check may change
+ * again in the same timestamp tick without its ctime moving: such a check
+ * is not remembered. */
+#define KC_SPAN_SETTLE_S 1
+
+typedef struct kc_span_memo {
+    dev_t dev;
+    ino_t ino;
+    struct timespec ctime;
+    uint64_t start, len, xxh, pxxh; /* the range, its stored bytes' XXH3, its prefix's */
+    double at;                      /* kc_now() of the check; 0 = empty */
+} kc_span_memo;
+
+static bool memo_matches(const kc_span_memo *m, const struct stat *sb, const kc_span_memo *want)
+{
+    return m->at > 0 && m->dev == sb->st_dev && m->ino == sb->st_ino &&
+           m->ctime.tv_sec == sb->st_ctim.tv_sec && m->ctime.tv_nsec == sb->st_ctim.tv_nsec &&
+           m->start == want->start && m->len == want->len && m->xxh == want->xxh &&
+           m->pxxh == want->pxxh;
+}
+
+/* The slot for want's range of the file sb: the one remembering it when
+ * *hit, else the one to remember it in (that range's old slot, or the
+ * set's oldest). NULL when the table cannot be allocated (every call then
+ * checks). */
+static kc_span_memo *memo_slot(kc_store *s, const struct stat *sb, const kc_span_memo *want,
+                               bool *hit)
+{
+    *hit = false;
+    if (!s->memo && !(s->memo = calloc(KC_SPAN_MEMO_SLOTS, sizeof *s->memo)))
+        return NULL;
+    uint64_t h = ((uint64_t)sb->st_ino * 0x9E3779B97F4A7C15ull) ^ want->start;
+    kc_span_memo *set =
+        &s->memo[((h ^ (h >> 29)) % (KC_SPAN_MEMO_SLOTS / KC_SPAN_MEMO_WAYS)) * KC_SPAN_MEMO_WAYS];
+    kc_span_memo *victim = set;
+    for (int i = 0; i < KC_SPAN_MEMO_WAYS; i++) {
+        kc_span_memo *m = &set[i];
+        if (memo_matches(m, sb, want)) {
+            *hit = true;
+            return m;
+        }
+        if (m->ino == sb->st_ino && m->dev == sb->st_dev && m->start == want->start)
+            return m; /* the same range, remembered under an older state */
+        if (m->at < victim->at)
+            victim = m;
+    }
+    return victim;
+}
+
+/* Does the file's ctime lie far enough in the past that any later write
+ * will move it? */
+static bool ctime_settled(const struct stat *sb)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return sb->st_ctim.tv_sec + KC_SPAN_SETTLE_S < now.tv_sec ||
+           (sb->st_ctim.tv_sec + KC_SPAN_SETTLE_S == now.tv_sec &&
+            sb->st_ctim.tv_nsec <= now.tv_nsec);
+}
+
+/* Checks the stored bytes of a span in fd at [start, start + plen + zlen):
+ * the prefix equals prefix (else *other: not this entry's range, nothing
+ * wrong), then the XXH3-64 and the frame's sizes. Through a read-only
+ * mapping: no copy. NULL when they pass, else why they fail. */
+static const char *check_span(int fd, uint64_t start, const uint8_t *prefix, size_t plen,
+                              size_t zlen, const served_row *r, bool *other)
+{
+    *other = false;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base = start & ~(page - 1);
+    size_t maplen = (size_t)(start + plen + zlen - base);
+    void *map = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)base);
+    if (map == MAP_FAILED) {
+        *other = true; /* cannot tell: the streamed path reads it and judges */
+        return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)map + (start - base);
+    const uint8_t *z = p + plen;
+    const char *reason = NULL;
+    if (memcmp(p, prefix, plen) != 0)
+        *other = true;
+    else if (XXH3_64bits(z, zlen) != r->xxh)
+        reason =
+            r->raw ? "stored bytes fail their checksum" : "compressed bytes fail their checksum";
+    else if (!r->raw && (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)r->size ||
+                         ZSTD_findFrameCompressedSize(z, zlen) != zlen))
+        reason = "stored frame does not match its size";
+    munmap(map, maplen);
+    return reason;
+}
+
 kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_store_span *sp,
                           kc_err *err)
 {
@@ -567,9 +662,6 @@ kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_sto
     size_t plen = 0;
     uint8_t *prefix = NULL;
     int fd = -1;
-    void *map = MAP_FAILED;
-    size_t maplen = 0;
-    const char *reason = NULL;
     kc_err ignored;
     struct stat sb;
     if (!r.pack || !r.pre || (!r.raw && !accept_zstd))
@@ -581,41 +673,41 @@ kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_sto
         kc_packs_dup(s->packs, r.pack, &fd, &ignored) != KC_OK || fstat(fd, &sb) != 0 ||
         (uint64_t)sb.st_size < (uint64_t)(r.off + r.zsize))
         goto none;
-    uint64_t start = (uint64_t)(r.off - r.pre);
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t base = start & ~(page - 1);
-    maplen = (size_t)((uint64_t)(r.off + r.zsize) - base);
-    map = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)base);
-    if (map == MAP_FAILED)
-        goto none;
-    const uint8_t *p = (const uint8_t *)map + (start - base);
-    if (memcmp(p, prefix, plen) != 0)
-        goto none;
-    const uint8_t *z = p + plen;
     size_t zlen = (size_t)r.zsize;
-    if (XXH3_64bits(z, zlen) != r.xxh)
-        reason =
-            r.raw ? "stored bytes fail their checksum" : "compressed bytes fail their checksum";
-    else if (!r.raw && (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)r.size ||
-                        ZSTD_findFrameCompressedSize(z, zlen) != zlen))
-        reason = "stored frame does not match its size";
-    munmap(map, maplen);
-    map = MAP_FAILED;
-    if (reason) {
-        close(fd);
-        free(prefix);
-        served_row_free(&r);
-        return corrupt_entry(s, key, r.blob, reason, err);
+    kc_span_memo want = {.start = (uint64_t)(r.off - r.pre),
+                         .len = plen + zlen,
+                         .xxh = r.xxh,
+                         .pxxh = XXH3_64bits(prefix, plen)};
+    bool hit = false;
+    kc_span_memo *m = s->opts.span_recheck_s ? memo_slot(s, &sb, &want, &hit) : NULL;
+    double now = kc_now();
+    if (!hit || now - m->at >= (double)s->opts.span_recheck_s) {
+        bool other;
+        const char *reason = check_span(fd, want.start, prefix, plen, zlen, &r, &other);
+        if (reason) {
+            close(fd);
+            free(prefix);
+            served_row_free(&r);
+            return corrupt_entry(s, key, r.blob, reason, err);
+        }
+        if (other)
+            goto none;
+        sp->checked = true;
+        if (m && ctime_settled(&sb)) {
+            *m = want;
+            m->dev = sb.st_dev;
+            m->ino = sb.st_ino;
+            m->ctime = sb.st_ctim;
+            m->at = now > 0 ? now : 1e-9;
+        }
     }
     sp->fd = fd;
-    sp->off = start;
-    sp->len = plen + zlen;
+    sp->off = want.start;
+    sp->len = want.len;
     sp->zstd = !r.raw;
     fd = -1;
     kc_store__note_access(s, r.id, true);
 none:
-    if (map != MAP_FAILED)
-        munmap(map, maplen);
     if (fd >= 0)
         close(fd);
     free(prefix);
@@ -737,24 +829,29 @@ static bool reader_digest_ok(kc_store_reader *r)
     return r->zread == r->zsize && XXH3_64bits_digest(r->h) == r->xxh;
 }
 
+/* Inflate mode: once the decoder has taken every byte of the input buffer,
+ * refills it with the next stored bytes (none left: nothing to do). */
+static kc_code reader_refill(kc_store_reader *r, kc_err *err)
+{
+    if (r->in_pos < r->in_len || r->zread == r->zsize)
+        return KC_OK;
+    size_t want = r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
+    kc_code code = reader_fill(r, r->in, want, err);
+    r->in_len = code == KC_OK ? want : 0;
+    r->in_pos = 0;
+    return code;
+}
+
 /* Inflate mode, once the body's last byte is decoded: the rest of the
  * stored bytes must be the frame's end (nothing more decodes) and the
  * whole must match its checksum. */
 static kc_code reader_finish_inflate(kc_store_reader *r, size_t ret, kc_err *err)
 {
     uint8_t extra[16];
-    while (ret != 0) {
-        if (r->in_pos == r->in_len) {
-            if (r->zread == r->zsize)
-                break;
-            size_t want =
-                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
-            kc_code code = reader_fill(r, r->in, want, err);
-            if (code != KC_OK)
-                return code;
-            r->in_len = want;
-            r->in_pos = 0;
-        }
+    kc_code code = KC_OK;
+    while (ret != 0 && (r->in_pos < r->in_len || r->zread < r->zsize)) {
+        if ((code = reader_refill(r, err)) != KC_OK)
+            return code;
         ZSTD_outBuffer o = {extra, sizeof extra, 0};
         ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
         ret = ZSTD_decompressStream(r->d, &o, &i);
@@ -766,10 +863,8 @@ static kc_code reader_finish_inflate(kc_store_reader *r, size_t ret, kc_err *err
     if (ret != 0 || r->in_pos != r->in_len)
         return reader_fail(r, KC_ERR_CORRUPT, "payload does not decompress to its size", err);
     while (r->zread < r->zsize) { /* bytes after the frame: hash them to report the damage */
-        size_t want =
-            r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
-        kc_code code = reader_fill(r, r->in, want, err);
-        if (code != KC_OK)
+        r->in_pos = r->in_len;
+        if ((code = reader_refill(r, err)) != KC_OK)
             return code;
     }
     if (!reader_digest_ok(r))
@@ -807,15 +902,9 @@ kc_code kc_store_reader_read(kc_store_reader *r, uint8_t *buf, size_t cap, size_
         return KC_OK;
     }
     for (;;) {
-        if (r->in_pos == r->in_len && r->zread < r->zsize) {
-            size_t want =
-                r->zsize - r->zread < KC_READER_IN ? (size_t)(r->zsize - r->zread) : KC_READER_IN;
-            kc_code code = reader_fill(r, r->in, want, err);
-            if (code != KC_OK)
-                return code;
-            r->in_len = want;
-            r->in_pos = 0;
-        }
+        kc_code code = reader_refill(r, err);
+        if (code != KC_OK)
+            return code;
         ZSTD_outBuffer o = {buf, room, 0};
         ZSTD_inBuffer i = {r->in, r->in_len, r->in_pos};
         size_t ret = ZSTD_decompressStream(r->d, &o, &i);
@@ -827,11 +916,9 @@ kc_code kc_store_reader_read(kc_store_reader *r, uint8_t *buf, size_t cap, size_
                 return reader_fail(r, KC_ERR_CORRUPT, "payload ends before its recorded size", err);
             continue;
         }
-        if (r->out_done + o.pos == r->out_total) {
-            kc_code code = reader_finish_inflate(r, ret, err);
-            if (code != KC_OK)
-                return code;
-        }
+        if (r->out_done + o.pos == r->out_total &&
+            (code = reader_finish_inflate(r, ret, err)) != KC_OK)
+            return code;
         r->out_done += o.pos;
         *n = o.pos;
         return KC_OK;

@@ -146,6 +146,7 @@ struct kc_store {
     int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
     size_t ndoomed;
     kc_frame_checker *checker; /* made on first use: compressed payloads received */
+    struct kc_span_memo *memo; /* made on first use: ranges kc_store_get_span checked */
     char *recovered;           /* where a damaged database was moved (recover_corrupt) */
     char recovered_why[256];
 };

@@ -309,6 +309,7 @@ void kc_store_close(kc_store *s)
     kc_sha256_free(s->sha);
     kc_packs_close(s->packs);
     kc_frame_checker_free(s->checker);
+    free(s->memo);
     free(s->touch);
     free(s->recovered);
     free(s->dir);

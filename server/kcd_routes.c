@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the window a frame needs */
 #include <zstd.h>
 #include <unistd.h>
 
@@ -41,11 +40,10 @@
 #define CT_HTML "text/html; charset=utf-8"
 /* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
 #define KCD_HOT_REFRESH_S 30.0
-/* An envelope longer than this (and than a memory-cache entry may be) is
- * streamed from its stored zstd frame instead of decoded whole in memory. */
-#define KCD_STREAM_ABOVE (8u << 20)
-/* ... provided its frame decodes within this window (bytes of history). */
-#define KCD_STREAM_WINDOW_LOG 24
+/* A pack range sent with sendfile(2) is hashed again at most this long
+ * after its last check, sooner when its pack file changes
+ * (kc_store_opts.span_recheck_s): the same bound as the memory cache's. */
+#define KCD_SPAN_RECHECK_S 30u
 /* Artifact bodies from this size up that cannot go out of the pack file as
  * one range are streamed through a bounded reader instead of buffered
  * (unless the memory cache keeps them: see get_artifact). */
@@ -60,9 +58,8 @@ struct kcd_ctx {
     uint64_t max_blob;
     uint64_t upload_memory; /* --upload-memory: cap on metrics.upload_bytes */
     kcd_auth *auth;
-    kcd_hot *hot;        /* NULL when --memory-cache 0 */
-    size_t stream_above; /* envelopes longer than this are streamed (KCD_STREAM_ABOVE) */
-    kcd_s3 *s3;          /* NULL unless an S3 backing tier is configured */
+    kcd_hot *hot; /* NULL when --memory-cache 0 */
+    kcd_s3 *s3;   /* NULL unless an S3 backing tier is configured */
     long s3_drain_ms;
     kcd_metrics metrics;
     kcd_status *status; /* GET /status: samples and top missed keys */
@@ -102,6 +99,7 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
     ctx->sopts.max_size = cfg->max_size;
+    ctx->sopts.span_recheck_s = KCD_SPAN_RECHECK_S;
     ctx->max_blob = cfg->max_blob;
     ctx->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
@@ -115,10 +113,7 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
         uint64_t per = cfg->memory_cache / 8;
         per = per > (64u << 20) ? (64u << 20) : per;
         ctx->hot = kcd_hot_new(cfg->memory_cache, (size_t)per, KCD_HOT_REFRESH_S);
-        ctx->stream_above = (size_t)per;
     }
-    if (ctx->stream_above < KCD_STREAM_ABOVE)
-        ctx->stream_above = KCD_STREAM_ABOVE;
     kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
     if (rc == KC_OK && cfg->trusted_keys &&
         (rc = kc_trust_load(cfg->trusted_keys, &ctx->trust, err)) == KC_OK)
@@ -235,9 +230,8 @@ kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
     return ctx->hot;
 }
 
-/* A bundle (store + cursor), a large artifact read from its pack (reader),
- * or one envelope decoded from its stored zstd
- * stream as the client takes it (z, dctx). */
+/* A response body produced as the client takes it: a bundle (store +
+ * cursor), or a large artifact read from its pack (reader). */
 struct kcd_stream {
     kc_store *store; /* a bundle's own handle */
     kc_bundle_cursor *cur;
@@ -246,11 +240,6 @@ struct kcd_stream {
     kc_store_reader *reader; /* or a large artifact read from its pack (on the thread's
                                 store handle: kc_store_reader_open) */
     uint64_t len;            /* reader: the body length */
-    uint8_t *z; /* or an envelope decoded from its stored stream (kc_store_get_zstd), owned */
-    ZSTD_inBuffer in;
-    ZSTD_DCtx *dctx;
-    uint64_t total; /* envelope length: exactly this many bytes come out */
-    char key[KC_KEY_HEX_LEN + 1];
     kcd_metrics *metrics;
     uint64_t bytes;
     bool failed;
@@ -771,37 +760,32 @@ static ZSTD_DCtx *thread_dctx(void)
     return d;
 }
 
-/* Answers 200 with an envelope streamed from z, the stored zstd stream of
- * x->key (taken over on success). False, z untouched, when its payload
- * frame needs a bigger decoding window than KCD_STREAM_WINDOW_LOG allows. */
-static bool stream_envelope(kcd_exchange *x, uint8_t *z, size_t zlen, size_t envlen)
+/* A large body through the store's bounded reader (the reader counts the
+ * hit in the store; here the server's hit). */
+static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_len, kc_code *rc,
+                         kc_err *e)
 {
-    size_t hz = ZSTD_findFrameCompressedSize(z, zlen); /* the header's own frame */
-    ZSTD_frameHeader fh;
-    if (ZSTD_isError(hz) || hz >= zlen || ZSTD_getFrameHeader(&fh, z + hz, zlen - hz) != 0 ||
-        fh.windowSize > (1ull << KCD_STREAM_WINDOW_LOG))
-        return false;
     kcd_stream *st = calloc(1, sizeof *st);
-    if (!st || !(st->dctx = ZSTD_createDCtx()) ||
-        ZSTD_isError(
-            ZSTD_DCtx_setParameter(st->dctx, ZSTD_d_windowLogMax, KCD_STREAM_WINDOW_LOG))) {
-        kcd_stream_free(st);
+    if (!st) {
+        resp_error(x, 500, "out of memory");
+        return true;
+    }
+    bool framed = false;
+    *rc = kc_store_reader_open(s, x->key, zstd, &st->reader, &st->len, &framed, e);
+    if (*rc != KC_OK) {
+        free(st);
         return false;
     }
+    st->metrics = &x->ctx->metrics;
     kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
     if (!r) {
         kcd_stream_free(st);
-        return false;
+        return true;
     }
-    st->z = z;
-    st->in = (ZSTD_inBuffer){z, zlen, 0};
-    st->total = envlen;
-    st->metrics = &x->ctx->metrics;
-    memcpy(st->key, x->key, sizeof st->key);
     r->stream = st;
-    r->stream_len = envlen;
-    r->vary = "Accept-Encoding";
+    r->stream_len = st->len;
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    envelope_headers(x, framed, env_len);
     return true;
 }
 
@@ -819,8 +803,10 @@ static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;
-    if (envlen > x->ctx->stream_above && stream_envelope(x, z, zlen, envlen))
-        return true;
+    if (envlen >= KCD_LARGE_BODY && !kcd_hot_accepts(x->ctx->hot, envlen)) {
+        free(z);
+        return get_streamed(x, *sp, false, envlen, rc, e);
+    }
     uint8_t *env = malloc(envlen ? envlen : 1);
     ZSTD_DCtx *d = thread_dctx();
     size_t got = env && d ? ZSTD_decompressDCtx(d, env, envlen, z, zlen) : 0;
@@ -872,35 +858,6 @@ static void resp_span(kcd_exchange *x, kc_store_span *sp)
     r->body_len = (size_t)sp->len;
     kcd_metrics_add(&x->ctx->metrics.hits, 1);
     envelope_headers(x, sp->zstd, sp->env_len);
-}
-
-/* A large body through the store's bounded reader (the reader counts the
- * hit in the store; here the server's hit). */
-static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_len, kc_code *rc,
-                         kc_err *e)
-{
-    kcd_stream *st = calloc(1, sizeof *st);
-    if (!st) {
-        resp_error(x, 500, "out of memory");
-        return true;
-    }
-    bool framed = false;
-    *rc = kc_store_reader_open(s, x->key, zstd, &st->reader, &st->len, &framed, e);
-    if (*rc != KC_OK) {
-        free(st);
-        return false;
-    }
-    st->metrics = &x->ctx->metrics;
-    kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
-    if (!r) {
-        kcd_stream_free(st);
-        return true;
-    }
-    r->stream = st;
-    r->stream_len = st->len;
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
-    envelope_headers(x, framed, env_len);
-    return true;
 }
 
 /* GET/HEAD /v1/artifacts/{key}, largest first: a body that is one range of
@@ -1035,56 +992,6 @@ static void get_stats(kcd_exchange *x, bool prometheus)
 
 /* ----------------------------------------------------------- bundle stream */
 
-/* After the last byte of an envelope stream: nothing may follow it (ret is
- * the last ZSTD_decompressStream result). NULL when it ends cleanly. */
-static const char *stream_tail(kcd_stream *s, size_t ret)
-{
-    uint8_t extra;
-    for (int i = 0; i < 4 && (ret != 0 || s->in.pos < s->in.size); i++) {
-        ZSTD_outBuffer o1 = {&extra, 1, 0};
-        ret = ZSTD_decompressStream(s->dctx, &o1, &s->in);
-        if (ZSTD_isError(ret))
-            return ZSTD_getErrorName(ret);
-        if (o1.pos)
-            return "stored stream is longer than its entry";
-    }
-    return ret != 0 || s->in.pos < s->in.size ? "stored stream does not end with its entry" : NULL;
-}
-
-/* Decodes the next bytes of an envelope stream. The stored bytes passed
- * their checksum when read, so a decoding failure here is a store fault:
- * the transfer is aborted (the client sees it cut short), never completed
- * with wrong bytes. */
-static ssize_t envelope_read(kcd_stream *s, uint8_t *buf, size_t cap)
-{
-    uint64_t left = s->total - s->bytes;
-    if (left == 0)
-        return 0;
-    const char *why = NULL;
-    ZSTD_outBuffer out = {buf, cap < left ? cap : (size_t)left, 0};
-    size_t ret = 0;
-    while (out.pos == 0 && !why) {
-        size_t in0 = s->in.pos;
-        ret = ZSTD_decompressStream(s->dctx, &out, &s->in);
-        if (ZSTD_isError(ret))
-            why = ZSTD_getErrorName(ret);
-        else if (out.pos == 0 && s->in.pos == in0)
-            why = "stored stream ends early";
-    }
-    if (!why && s->bytes + out.pos == s->total)
-        why = stream_tail(s, ret);
-    if (why) {
-        kcd_log(KCD_LOG_ERROR, "streaming %s aborted after %" PRIu64 " of %" PRIu64 " bytes: %s",
-                s->key, s->bytes, s->total, why);
-        s->failed = true;
-        return -1;
-    }
-    s->bytes += out.pos;
-    if (s->metrics)
-        kcd_metrics_add(&s->metrics->bytes_out, out.pos);
-    return (ssize_t)out.pos;
-}
-
 ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
 {
     if (s->failed)
@@ -1100,8 +1007,6 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
             kcd_metrics_add(&s->metrics->bytes_out, n);
         return (ssize_t)n;
     }
-    if (!s->cur && !s->reader)
-        return envelope_read(s, buf, cap);
     kc_code rc = s->reader ? kc_store_reader_read(s->reader, buf, cap, &n, &e)
                            : kc_bundle_cursor_read(s->cur, buf, cap, &n, &e);
     if (rc != KC_OK) {
@@ -1131,8 +1036,6 @@ void kcd_stream_free(kcd_stream *s)
     free(s->head);
     kc_bundle_cursor_close(s->cur);
     kc_store_close(s->store);
-    ZSTD_freeDCtx(s->dctx);
-    free(s->z);
     free(s);
 }
 

@@ -4,7 +4,8 @@
  * its pack file (sendfile) after a checksum, the rest streams through a
  * bounded reader; every layout (packed raw, packed frame, inline, a payload
  * shared by two keys) answers the same envelope to identity and zstd
- * clients, and damaged pack bytes are never served as a whole body.
+ * clients, and damaged pack bytes are never served as a whole body, even
+ * from a range whose check kcached remembers.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -300,6 +302,84 @@ Test(large_reads, a_span_over_damaged_bytes_is_refused_and_quarantined)
     free(dir);
 }
 
+/* Waits until every pack file under dir was last changed more than a
+ * second ago: only then is a check of its bytes remembered
+ * (kc_store_opts.span_recheck_s). Nothing signals that time has passed, so
+ * this polls the files' ctime (about a second). */
+static void wait_packs_settled(const char *dir)
+{
+    char *packs = kc_test_path(dir, "packs");
+    bool fresh = true;
+    for (int tries = 0; fresh && tries < 200; tries++) {
+        fresh = false;
+        DIR *d = opendir(packs);
+        cr_assert_not_null(d);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            struct stat sb;
+            char *p = kc_test_path(packs, de->d_name);
+            if (strstr(de->d_name, ".kcp") && stat(p, &sb) == 0 &&
+                (double)(now.tv_sec - sb.st_ctim.tv_sec) +
+                        (double)(now.tv_nsec - sb.st_ctim.tv_nsec) / 1e9 <
+                    1.1)
+                fresh = true;
+            free(p);
+        }
+        closedir(d);
+        if (fresh)
+            nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    }
+    cr_assert(!fresh, "pack files under %s keep changing", packs);
+    free(packs);
+}
+
+/* A span once checked goes out again without being hashed (span_recheck_s),
+ * but only while its pack file is unchanged: damage written to the file
+ * after the check is found by the next call, before any byte is handed out. */
+Test(large_reads, a_remembered_span_is_checked_again_once_its_pack_file_changes)
+{
+    for (int mode = 0; mode < 2; mode++) { /* raw to an identity client, frame to zstd */
+        char *dir = kc_test_mkdtemp("large-memo");
+        kc_store *s;
+        kc_err e = {0};
+        kc_store_opts o = {.span_recheck_s = 3600};
+        cr_assert_eq(kc_store_open(dir, &o, &s, &e), KC_OK);
+        art a;
+        art_make(&a, "memo", BIG, mode ? RUNS : RANDOM, 12 + (uint64_t)mode);
+        put(s, &a);
+        wait_packs_settled(dir);
+        kc_store_span sp;
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(kc_store_get_span(s, a.key, mode, &sp, &e), KC_OK, "%s", e.msg);
+            cr_assert_geq(sp.fd, 0, "mode %d: packed entry has a span", mode);
+            cr_expect_eq(sp.checked, i == 0, "mode %d, call %d: hashed only the first time", mode,
+                         i);
+            close(sp.fd);
+        }
+        damage_pack(dir, 100);
+        cr_expect_eq(kc_store_get_span(s, a.key, mode, &sp, &e), KC_ERR_CORRUPT,
+                     "mode %d: damage after the check went unseen", mode);
+        cr_expect_eq(sp.fd, -1);
+        cr_expect_eq(kc_store_has(s, a.key, &e), KC_ERR_NOT_FOUND, "quarantined");
+        kc_store_close(s);
+
+        /* without span_recheck_s (the default) every call hashes */
+        cr_assert_eq(kc_store_open(dir, NULL, &s, &e), KC_OK);
+        put(s, &a);
+        for (int i = 0; i < 2; i++) {
+            cr_assert_eq(kc_store_get_span(s, a.key, mode, &sp, &e), KC_OK, "%s", e.msg);
+            cr_expect(sp.fd >= 0 && sp.checked, "mode %d, call %d: not hashed", mode, i);
+            close(sp.fd);
+        }
+        kc_store_close(s);
+        art_free(&a);
+        kc_test_rmtree(dir);
+        free(dir);
+    }
+}
+
 /* ---- kcached --------------------------------------------------------- */
 
 static char *apath(const char *key)
@@ -425,6 +505,42 @@ Test(large_reads, kcached_never_serves_a_damaged_pack_entry_whole, .timeout = 12
         art_free(&a);
         if (c == 3)
             art_free(&other);
+    }
+}
+
+/* kcached remembers the pack ranges it checked (for 30 s): damage written
+ * to a pack file it already served from, while it runs, is still refused
+ * before the send. */
+Test(large_reads, kcached_refuses_damage_to_a_range_it_served_before, .timeout = 120)
+{
+    for (int c = 0; c < 2; c++) { /* 0: raw, identity; 1: frame, zstd client */
+        kc_testserver ts;
+        memset(&ts, 0, sizeof ts);
+        const char *args[] = {"--log-level", "warn", NULL};
+        cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+        art a;
+        art_make(&a, "dmg-live", BIG, c ? RUNS : RANDOM, 40 + (uint64_t)c);
+        put_http(&ts, &a);
+        wait_packs_settled(ts.data);
+        const char *h[] = {c ? "Accept-Encoding: zstd" : "Accept-Encoding: identity", NULL};
+        kc_http_result r;
+        for (int i = 0; i < 3; i++) { /* checked, then remembered */
+            cr_assert_eq(kc_testserver_http(&ts, "GET", apath(a.key), h, NULL, 0, false, &r), 0);
+            cr_assert_eq(r.status, 200, "case %d intact", c);
+            expect_envelope(&a, r.body, r.len, c == 1, "intact");
+            kc_http_result_free(&r);
+        }
+        damage_pack(ts.data, 3000);
+        int rc = kc_testserver_http(&ts, "GET", apath(a.key), h, NULL, 0, false, &r);
+        cr_expect(rc == 0 && r.status == 404, "case %d: damaged entry answered %ld (%zu bytes)", c,
+                  r.status, r.len);
+        kc_http_result_free(&r);
+        char *log = kc_testserver_read_log(&ts);
+        cr_expect(log && strstr(log, "corrupt entry"), "case %d: log:\n%s", c, log);
+        free(log);
+        cr_assert_eq(kc_testserver_stop(&ts), 0);
+        kc_testserver_cleanup(&ts);
+        art_free(&a);
     }
 }
 

@@ -79,6 +79,12 @@ typedef struct kc_store_opts {
                                   cache, whose content can be fetched or compiled again.
                                   Off (a server's store): the open fails and nothing is
                                   moved. Ignored when read_only. */
+    unsigned span_recheck_s;      /* 0 (default): kc_store_get_span checks a range's bytes
+                                  at every call. N: a range this handle checked less
+                                  than N seconds ago is not hashed again while its pack
+                                  file keeps its inode and change time (see
+                                  kc_store_get_span). For a server that sends the same
+                                  large entries many times a second. */
 } kc_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
@@ -204,6 +210,8 @@ typedef struct kc_store_span {
     bool zstd;        /* the body is the zstd stream of the envelope */
     bool raw;         /* the payload is stored raw (any client gets identity) */
     uint64_t env_len; /* envelope length (= len when !zstd) */
+    bool checked;     /* the range was hashed by this call (false: a check made by
+                         this handle within opts.span_recheck_s vouches for it) */
 } kc_store_span;
 
 /* Looks key up and, when the whole response body is one range of a pack
@@ -218,7 +226,19 @@ typedef struct kc_store_span {
  * when the stored bytes fail their checksum (the entry is quarantined).
  * The bytes are checked before they are handed out, not while: packs are
  * append-only and never rewritten in place, so only damage in the moment
- * between the check and the send could slip through. */
+ * between the check and the send could slip through.
+ *
+ * With opts.span_recheck_s = N > 0 the handle remembers (in a fixed table
+ * of 256 ranges, about 20 KiB) the ranges it checked, keyed by the pack
+ * file's device, inode and change time (ctime) and by the range's offset,
+ * length, recorded XXH3 and prefix. A call that finds its range there,
+ * checked less than N seconds ago, sends it without hashing it again. Any
+ * write to a pack file (an append, or damage through the file system)
+ * moves its ctime and so forces a new check; a check of a pack file whose
+ * ctime is less than a second old is not remembered, since a write in the
+ * same timestamp tick could leave the ctime unchanged. What no file
+ * metadata shows (a disk returning other bytes once the page cache has
+ * dropped them) is caught at the next check, at most N seconds later. */
 kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_store_span *sp,
                           kc_err *err);
 
