@@ -43,15 +43,8 @@ static void teardown(void)
 
 static uint8_t *envelope(const char *seed, char key[65], size_t *len)
 {
-    kc_sha256_hex(seed, strlen(seed), key);
-    uint8_t payload[3000];
-    kc_test_fill_random(payload, sizeof payload, strlen(seed));
-    kc_artifact a;
-    kc_err e = {0};
-    cr_assert_eq(kc_artifact_init(&a, key, "cpu-so", NULL, payload, sizeof payload, &e), KC_OK);
-    uint8_t *env;
-    cr_assert_eq(kc_envelope_encode(&a, &env, len, &e), KC_OK);
-    kc_artifact_free(&a);
+    uint8_t *env = kc_test_envelope(seed, 3000, key, len);
+    cr_assert_not_null(env, "could not encode the envelope for '%s'", seed);
     return env;
 }
 

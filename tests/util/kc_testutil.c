@@ -18,6 +18,8 @@
 
 #include "kc_testutil.h"
 
+#include "kc_envelope.h"
+#include "kc_hash.h"
 #include "kc_log.h"
 
 extern char **environ;
@@ -256,6 +258,25 @@ void kc_test_fill_random(void *buf, size_t len, uint64_t seed)
         x ^= x << 17;
         p[i] = (uint8_t)(x >> 24);
     }
+}
+
+uint8_t *kc_test_envelope(const char *seed, size_t payload_len, char key[65], size_t *len)
+{
+    kc_sha256_hex(seed, strlen(seed), key);
+    uint8_t *payload = malloc(payload_len ? payload_len : 1);
+    if (!payload)
+        return NULL;
+    kc_test_fill_random(payload, payload_len, strlen(seed));
+    kc_artifact a;
+    kc_err e = {0};
+    uint8_t *env = NULL;
+    if (kc_artifact_init(&a, key, "cpu-so", NULL, payload, payload_len, &e) == KC_OK) {
+        if (kc_envelope_encode(&a, &env, len, &e) != KC_OK)
+            env = NULL;
+        kc_artifact_free(&a);
+    }
+    free(payload);
+    return env;
 }
 
 int kc_test_kcache(kc_test_result *r, const char *kcache_bin, const char *dir, const char *url,

@@ -59,6 +59,12 @@ int kc_test_write_file(const char *path, const void *data, size_t len);
 /* Deterministic pseudo-random bytes (xorshift) for payloads. */
 void kc_test_fill_random(void *buf, size_t len, uint64_t seed);
 
+/* Encodes a "cpu-so" artifact keyed by the SHA-256 of seed (written to key)
+ * whose payload is payload_len bytes of kc_test_fill_random seeded by
+ * strlen(seed). Returns the malloc'd envelope (length in *len; the caller
+ * frees it) or NULL if the artifact could not be built or encoded. */
+uint8_t *kc_test_envelope(const char *seed, size_t payload_len, char key[65], size_t *len);
+
 /* Walks the records of a bundle held in memory (format in kc_bundle.h):
  * ends[i] = the byte offset just after artifact record i (up to max), and
  * *end_record = where the end record begins (or where the walk stopped).
