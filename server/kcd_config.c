@@ -146,9 +146,10 @@ static const opt_def kcd_opts[] = {
     S3OPT("s3-ca-file", OPT_STR, ca_file, "FILE", OPT_F_NONEMPTY,
           "extra CA bundle for an https endpoint"),
     S3OPT("s3-refresh-interval", OPT_DURATION, refresh_interval_s, "D", 0,
-          "re-write an object read from the bucket when its\n"
-          "Last-Modified is D old, at most once per D, so a\n"
-          "lifecycle rule keeps hot objects (default 1d; 0 = off)"),
+          "re-write an artifact served (read through or from the\n"
+          "local store) whose bucket copy is D old or gone, at most\n"
+          "once per D, so a lifecycle rule keeps hot objects\n"
+          "(default 1d; 0 = off)"),
 };
 #define NOPTS (sizeof kcd_opts / sizeof kcd_opts[0])
 

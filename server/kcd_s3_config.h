@@ -34,9 +34,10 @@
  *   s3-connect-timeout MS    connect timeout (default 2000)
  *   s3-timeout MS            whole-request timeout (default 30000)
  *   s3-ca-file FILE          extra CA bundle for an https endpoint
- *   s3-refresh-interval DUR  re-write an object read from the bucket once
- *                            its Last-Modified is this old, at most once per
- *                            interval per key (default 1d; N[s|m|h|d]; 0 = off)
+ *   s3-refresh-interval DUR  re-write an artifact served (read through or
+ *                            from the local store) whose bucket copy is this
+ *                            old or gone, at most once per interval per key
+ *                            (default 1d; N[s|m|h|d]; 0 = off)
  */
 typedef struct kcd_s3_config {
     char *endpoint;
