@@ -692,15 +692,20 @@ Test(redis, bad_input_closes_only_that_connection)
         close(fd);
     }
     /* a value over --max-blob from redis-cli (-x: the value on stdin):
-     * refused, nothing stored */
+     * refused, nothing stored. kcached answers the error as soon as it has
+     * read the bulk length and closes, as redis-server does; redis-cli may
+     * still be writing the value then, and so reports either the error or
+     * the broken pipe, whichever it meets first. */
     size_t bn = 1100000;
     char *big = malloc(bn);
     memset(big, 'v', bn);
     char *argv[] = {"redis-cli", "-p", rs.portstr, "-x", "SET", "big", NULL};
     kc_test_result r;
     cr_assert_eq(kc_test_run(argv, big, bn, 30, &r), 0);
-    cr_expect(strstr(r.out, "invalid bulk length") != NULL, "redis-cli -x SET: %s %s", r.out,
-              r.err);
+    bool refused = strstr(r.out, "invalid bulk length") || strstr(r.out, "Broken pipe") ||
+                   strstr(r.err, "Broken pipe") || strstr(r.out, "Connection reset") ||
+                   strstr(r.err, "Connection reset");
+    cr_expect(refused, "redis-cli -x SET: %s %s", r.out, r.err);
     kc_test_result_free(&r);
     free(big);
     EXPECT_CLI("0", &rs, "EXISTS", "big");
