@@ -119,24 +119,6 @@ void kc_s3server_kill(kc_s3server *srv)
     }
 }
 
-typedef struct s3obj_body {
-    uint8_t *buf;
-    size_t len;
-} s3obj_body;
-
-static size_t s3obj_write(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-    s3obj_body *b = ud;
-    size_t n = size * nmemb;
-    uint8_t *nb = realloc(b->buf, b->len + n + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + b->len, ptr, n);
-    b->buf = nb;
-    b->len += n;
-    return n;
-}
-
 long kc_s3server_object(const char *url, const char *method, uint8_t **body, size_t *len,
                         long long *mtime)
 {
@@ -144,7 +126,7 @@ long kc_s3server_object(const char *url, const char *method, uint8_t **body, siz
     struct curl_slist *hdrs =
         curl_slist_append(NULL, "x-amz-content-sha256: "
                                 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    s3obj_body b = {NULL, 0};
+    kc_test_buf b = {0};
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (strcmp(method, "HEAD") == 0)
@@ -152,7 +134,7 @@ long kc_s3server_object(const char *url, const char *method, uint8_t **body, siz
     else if (strcmp(method, "GET") != 0)
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s3obj_write);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kc_test_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
     curl_easy_setopt(h, CURLOPT_USERPWD, KC_S3SERVER_KEY ":" KC_S3SERVER_SECRET);
@@ -168,10 +150,10 @@ long kc_s3server_object(const char *url, const char *method, uint8_t **body, siz
     if (mtime)
         *mtime = status >= 200 && status < 300 ? (long long)ft : -1;
     if (body) {
-        *body = b.buf;
+        *body = b.p;
         *len = b.len;
     } else {
-        free(b.buf);
+        free(b.p);
     }
     return status;
 }

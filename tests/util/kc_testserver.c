@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kc_testutil.h"
+
 extern char **environ;
 
 #ifndef KC_TEST_KCACHED
@@ -229,29 +231,6 @@ char *kc_testserver_read_log(const kc_testserver *ts)
     return buf;
 }
 
-typedef struct membuf {
-    unsigned char *p;
-    size_t len, cap;
-} membuf;
-
-static size_t membuf_write(char *data, size_t size, size_t nmemb, void *cls)
-{
-    membuf *m = cls;
-    size_t n = size * nmemb;
-    if (m->len + n + 1 > m->cap) {
-        size_t cap = (m->len + n + 1) * 2;
-        unsigned char *p = realloc(m->p, cap);
-        if (!p)
-            return 0;
-        m->p = p;
-        m->cap = cap;
-    }
-    memcpy(m->p + m->len, data, n);
-    m->len += n;
-    m->p[m->len] = 0;
-    return n;
-}
-
 typedef struct upload {
     const unsigned char *p;
     size_t len, off;
@@ -280,7 +259,7 @@ int kc_testserver_http(const kc_testserver *ts, const char *method, const char *
         return -1;
     char url[8192];
     snprintf(url, sizeof url, "%s%s", ts->url, path);
-    membuf b = {0}, h = {0};
+    kc_test_buf b = {0}, h = {0};
     upload u = {body, len, 0};
     struct curl_slist *hl = NULL;
     for (int i = 0; headers && headers[i]; i++)
@@ -292,9 +271,9 @@ int kc_testserver_http(const kc_testserver *ts, const char *method, const char *
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, membuf_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, kc_test_buf_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, membuf_write);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, kc_test_buf_write);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, out->curl_error);
     if (ts->cainfo[0])

@@ -248,6 +248,24 @@ int kc_test_write_file(const char *path, const void *data, size_t len)
     return (w == len && rc == 0) ? 0 : -1;
 }
 
+size_t kc_test_buf_write(char *data, size_t size, size_t nmemb, void *buf)
+{
+    kc_test_buf *m = buf;
+    size_t n = size * nmemb;
+    if (m->len + n + 1 > m->cap) {
+        size_t cap = (m->len + n + 1) * 2;
+        unsigned char *p = realloc(m->p, cap);
+        if (!p)
+            return 0;
+        m->p = p;
+        m->cap = cap;
+    }
+    memcpy(m->p + m->len, data, n);
+    m->len += n;
+    m->p[m->len] = 0;
+    return n;
+}
+
 void kc_test_fill_random(void *buf, size_t len, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;

@@ -56,6 +56,17 @@ char *kc_test_read_file(const char *path, size_t *len);
 /* Writes len bytes to path (created/truncated). Returns 0 on success. */
 int kc_test_write_file(const char *path, const void *data, size_t len);
 
+/* A growing byte buffer for libcurl responses: pass kc_test_buf_write as
+ * CURLOPT_WRITEFUNCTION (or HEADERFUNCTION) and a zeroed kc_test_buf as its
+ * data. p is malloc'd, NUL-terminated after len bytes, NULL while empty;
+ * the caller frees it. The callback returns 0 (libcurl then fails the
+ * transfer) when memory runs out. */
+typedef struct kc_test_buf {
+    unsigned char *p;
+    size_t len, cap;
+} kc_test_buf;
+size_t kc_test_buf_write(char *data, size_t size, size_t nmemb, void *buf);
+
 /* Deterministic pseudo-random bytes (xorshift) for payloads. */
 void kc_test_fill_random(void *buf, size_t len, uint64_t seed);
 
