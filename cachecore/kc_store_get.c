@@ -588,9 +588,13 @@ static kc_span_memo *memo_slot(kc_store *s, const struct stat *sb, const kc_span
     *hit = false;
     if (!s->memo && !(s->memo = calloc(KC_SPAN_MEMO_SLOTS, sizeof *s->memo)))
         return NULL;
-    uint64_t h = ((uint64_t)sb->st_ino * 0x9E3779B97F4A7C15ull) ^ want->start;
+    /* Ranges of one pack differ only in start, often by near-multiples of
+     * a large blob's size (a few low bits apart): hash all of it, or such
+     * ranges crowd into a few sets and evict each other on every call. */
+    const uint64_t id[3] = {(uint64_t)sb->st_dev, (uint64_t)sb->st_ino, want->start};
+    uint64_t h = XXH3_64bits(id, sizeof id);
     kc_span_memo *set =
-        &s->memo[((h ^ (h >> 29)) % (KC_SPAN_MEMO_SLOTS / KC_SPAN_MEMO_WAYS)) * KC_SPAN_MEMO_WAYS];
+        &s->memo[(h % (KC_SPAN_MEMO_SLOTS / KC_SPAN_MEMO_WAYS)) * KC_SPAN_MEMO_WAYS];
     kc_span_memo *victim = set;
     for (int i = 0; i < KC_SPAN_MEMO_WAYS; i++) {
         kc_span_memo *m = &set[i];
