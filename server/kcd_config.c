@@ -33,6 +33,7 @@ typedef enum {
     OPT_DURATION, /* uint64_t seconds: N, Ns, Nm, Nh or Nd, at most 10 years */
     OPT_BOOL,     /* bool: true/false/yes/no/on/off/1/0; no value = true */
     OPT_LEVEL,    /* int kcd_log_level */
+    OPT_CHOICE,   /* int: the index of the value in the row's choices */
 } opt_type;
 
 enum {
@@ -51,7 +52,10 @@ typedef struct opt_def {
     /* --check-config: what is used instead when the option is unset, printed
      * as a `# NAME: NOTE` comment */
     const char *(*unset_note)(const kcd_config *cfg);
+    const char *const *choices; /* OPT_CHOICE: the values, NULL-terminated */
 } opt_def;
+
+static const char *const send_modes[] = {"auto", "sendfile", "copy", NULL};
 
 static const char *s3_credentials_note(const kcd_config *cfg)
 {
@@ -102,6 +106,12 @@ static const opt_def kcd_opts[] = {
     OPT("header-timeout", OPT_UINT, header_timeout,
         "seconds a new connection may stay idle before its request head is in"),
     OPT("grace", OPT_UINT, grace, "seconds in-flight requests get on SIGTERM"),
+    {.name = "send-mode",
+     .type = OPT_CHOICE,
+     .off = OFF(send_mode),
+     .choices = send_modes,
+     .help = "large bodies: sendfile, copy (from a mapping) or auto\n"
+             "(copy to loopback peers, sendfile to others)"},
     OPT("compact-interval", OPT_UINT, compact_interval,
         "seconds between compactions of mostly-dead pack files (0 = never)"),
     OPT("log-level", OPT_LEVEL, log_level, "error, warn, info (access log) or debug"),
@@ -320,6 +330,20 @@ kc_code kcd_config_set(kcd_config *cfg, const char *name, const char *value, con
                               o->name, v);
         *(bool *)field = b;
         return KC_OK;
+    }
+    case OPT_CHOICE: {
+        char want[128];
+        size_t n = 0;
+        for (int i = 0; o->choices[i]; i++) {
+            if (strcmp(v, o->choices[i]) == 0) {
+                *(int *)field = i;
+                return KC_OK;
+            }
+            n += (size_t)snprintf(want + n, n < sizeof want ? sizeof want - n : 0, "%s%s",
+                                  i ? ", " : "", o->choices[i]);
+        }
+        return kc_err_set(err, KC_ERR_INVALID, "%s: option '%s': bad value '%s' (want %s)", source,
+                          o->name, v, want);
     }
     case OPT_LEVEL: {
         int l = kcd_log_level_parse(value);
@@ -698,6 +722,9 @@ void kcd_config_print(const kcd_config *cfg, void *fp)
             break;
         case OPT_LEVEL:
             fprintf(f, "%s\n", kcd_log_level_name((kcd_log_level) * (const int *)field));
+            break;
+        case OPT_CHOICE:
+            fprintf(f, "%s\n", o->choices[*(const int *)field]);
             break;
         }
     }

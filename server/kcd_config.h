@@ -17,6 +17,13 @@
 /* Built-in TLS: TLS 1.2 and 1.3 only, GnuTLS's NORMAL cipher choice. */
 #define KCD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
+/* How a large body (a pack range, a memory-cache memfd) is sent. */
+typedef enum {
+    KCD_SEND_AUTO,     /* copied from a mapping to loopback peers, sendfile(2) to others */
+    KCD_SEND_SENDFILE, /* always sendfile(2): no copy in kcached */
+    KCD_SEND_COPY,     /* always copied from a mapping (peers behind veth on this host) */
+} kcd_send_mode;
+
 typedef struct kcd_config {
     char *listen;           /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
     char *data;             /* store directory */
@@ -39,6 +46,7 @@ typedef struct kcd_config {
     unsigned per_ip_connections; /* concurrent connections from one client address */
     unsigned header_timeout;     /* seconds a connection may take to send its request head */
     unsigned grace;              /* seconds to let in-flight requests finish on SIGTERM */
+    int send_mode;               /* kcd_send_mode: how large bodies are sent */
     int log_level;               /* kcd_log_level */
     char *port_file;             /* written with the bound port once listening */
     char *redis_listen;          /* "HOST:PORT" of the Redis listener (kcd_redis.h); NULL = off */

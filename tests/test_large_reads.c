@@ -5,13 +5,19 @@
  * bounded reader; every layout (packed raw, packed frame, inline, a payload
  * shared by two keys) answers the same envelope to identity and zstd
  * clients, and damaged pack bytes are never served as a whole body, even
- * from a range whose check kcached remembers.
+ * from a range whose check kcached remembers. kcached sends such a range
+ * with sendfile or copies it from a mapping (--send-mode); both give the
+ * same bytes, and a pack cut short mid-copy ends only that response.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -380,6 +386,47 @@ Test(large_reads, a_remembered_span_is_checked_again_once_its_pack_file_changes)
     }
 }
 
+/* Equal-sized artifacts put one after another lie in their pack a fixed
+ * stride apart, and every one of their ranges is remembered at once: the
+ * table must not crowd such neighbours into a few of its sets, where they
+ * would push each other out and be hashed again on every call. */
+Test(large_reads, equal_sized_neighbours_in_a_pack_are_all_remembered)
+{
+    enum { N = 48 };
+    char *dir = kc_test_mkdtemp("large-memo-many");
+    kc_store *s;
+    kc_err e = {0};
+    kc_store_opts o = {.span_recheck_s = 3600};
+    cr_assert_eq(kc_store_open(dir, &o, &s, &e), KC_OK);
+    art *a = calloc(N, sizeof *a);
+    for (int i = 0; i < N; i++) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "neighbour-%d", i);
+        art_make(&a[i], seed, BIG, RANDOM, 100 + (uint64_t)i);
+        put(s, &a[i]);
+    }
+    wait_packs_settled(dir);
+    int rechecked = 0;
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            kc_store_span sp;
+            cr_assert_eq(kc_store_get_span(s, a[i].key, false, &sp, &e), KC_OK, "%s", e.msg);
+            cr_assert_geq(sp.fd, 0, "artifact %d has a span", i);
+            if (round == 0)
+                cr_expect(sp.checked, "artifact %d: first call hashes", i);
+            else
+                rechecked += sp.checked;
+            close(sp.fd);
+        }
+    cr_expect_eq(rechecked, 0, "%d of %d remembered ranges were hashed again", rechecked, N);
+    kc_store_close(s);
+    for (int i = 0; i < N; i++)
+        art_free(&a[i]);
+    free(a);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- kcached --------------------------------------------------------- */
 
 static char *apath(const char *key)
@@ -427,10 +474,18 @@ static void put_http(const kc_testserver *ts, const art *a)
 
 Test(large_reads, kcached_serves_every_layout_to_identity_and_zstd_clients, .timeout = 120)
 {
-    for (int hot = 0; hot < 2; hot++) {
+    /* sendfile, copied from a mapping; without and with the memory cache */
+    for (int run = 0; run < 4; run++) {
+        bool hot = run % 2, copy = run / 2;
         kc_testserver ts;
         memset(&ts, 0, sizeof ts);
-        const char *args[] = {"--log-level", "error", "--memory-cache", hot ? "64M" : "0", NULL};
+        const char *args[] = {"--log-level",
+                              "error",
+                              "--memory-cache",
+                              hot ? "64M" : "0",
+                              "--send-mode",
+                              copy ? "copy" : "sendfile",
+                              NULL};
         cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
         art raw, runs, small_raw, small_runs, twin;
         art_make(&raw, "srv-raw", BIG, RANDOM, 21);
@@ -541,6 +596,105 @@ Test(large_reads, kcached_refuses_damage_to_a_range_it_served_before, .timeout =
         cr_assert_eq(kc_testserver_stop(&ts), 0);
         kc_testserver_cleanup(&ts);
         art_free(&a);
+    }
+}
+
+/* The only pack file under dir, and its size. */
+static char *only_pack(const char *dir, off_t *size)
+{
+    char *packs = kc_test_path(dir, "packs");
+    DIR *d = opendir(packs);
+    cr_assert_not_null(d);
+    char *found = NULL;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".kcp")) {
+            cr_assert_null(found, "one pack file expected");
+            found = kc_test_path(packs, de->d_name);
+        }
+    closedir(d);
+    free(packs);
+    cr_assert_not_null(found);
+    struct stat sb;
+    cr_assert_eq(stat(found, &sb), 0);
+    *size = sb.st_size;
+    return found;
+}
+
+/* Another process cuts a pack file short while kcached sends a range of it,
+ * with sendfile or copied from a mapping: that response ends early (in copy
+ * mode the kernel, not kcached, reads the mapping, so the cut fails the
+ * send instead of raising SIGBUS), kcached keeps serving what is still
+ * whole, and the cut entry is never served whole again. */
+Test(large_reads, a_pack_cut_short_mid_send_ends_only_that_response, .timeout = 120)
+{
+    for (int copy = 0; copy < 2; copy++) {
+        kc_testserver ts;
+        memset(&ts, 0, sizeof ts);
+        const char *args[] = {"--log-level",
+                              "error",
+                              "--memory-cache",
+                              "0",
+                              "--max-blob",
+                              "64M",
+                              "--timeout",
+                              "3",
+                              "--send-mode",
+                              copy ? "copy" : "sendfile",
+                              NULL};
+        cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+        art small, big;
+        art_make(&small, "cut-small", BIG, RANDOM, 41);
+        art_make(&big, "cut-big", 32u << 20, RANDOM, 42);
+        put_http(&ts, &small); /* first: it lies before the cut */
+        put_http(&ts, &big);
+
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)ts.port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        struct timeval tv = {.tv_sec = 30};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char head[256];
+        int n = snprintf(head, sizeof head,
+                         "GET %s HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n",
+                         apath(big.key));
+        cr_assert_eq(send(fd, head, (size_t)n, MSG_NOSIGNAL), n);
+        static char buf[1 << 16];
+        size_t got = 0;
+        while (got < sizeof buf) { /* the response has begun */
+            ssize_t r = recv(fd, buf, sizeof buf - got, 0);
+            cr_assert_gt(r, 0);
+            got += (size_t)r;
+        }
+        off_t size;
+        char *pack = only_pack(ts.data, &size);
+        cr_assert_eq(truncate(pack, size - (24 << 20)), 0);
+        ssize_t r;
+        while ((r = recv(fd, buf, sizeof buf, 0)) > 0)
+            got += (size_t)r;
+        /* what was sent before the cut arrives; then the connection stops
+         * and is closed by the idle timeout (libmicrohttpd waits for the
+         * rest of a body it cannot send, in both modes) */
+        cr_expect_eq(r, 0, "mode %d: kcached closes the cut response (recv: %s)", copy,
+                     strerror(errno));
+        cr_expect_lt(got, big.env_len, "mode %d: %zu bytes: the cut response cannot be whole", copy,
+                     got);
+        close(fd);
+
+        expect_served(&ts, &small, false);
+        kc_http_result res;
+        int rc = kc_testserver_http(&ts, "GET", apath(big.key), NULL, NULL, 0, false, &res);
+        bool whole = rc == 0 && res.status == 200 && !res.curl_error[0] && res.len == big.env_len &&
+                     memcmp(res.body, big.env, big.env_len) == 0;
+        cr_expect(!whole, "mode %d: the cut entry was served whole", copy);
+        kc_http_result_free(&res);
+        cr_expect_eq(kc_testserver_stop(&ts), 0, "mode %d: kcached exits cleanly", copy);
+        kc_testserver_cleanup(&ts);
+        free(pack);
+        art_free(&small);
+        art_free(&big);
     }
 }
 

@@ -523,7 +523,7 @@ Test(server, config_file_env_and_flags)
     }
     char *dir = kc_test_mkdtemp("kcdcfg");
     char *conf = kc_test_path(dir, "kcached.conf");
-    const char *text = "# test\nmax-size = 1M\nlog_level = warn\nthreads = 3\n";
+    const char *text = "# test\nmax-size = 1M\nlog_level = warn\nthreads = 3\nsend-mode = copy\n";
     kc_test_write_file(conf, text, strlen(text));
     kc_test_result r;
     setenv("KCACHED_THREADS", "5", 1);
@@ -534,6 +534,18 @@ Test(server, config_file_env_and_flags)
     cr_expect(strstr(r.out, "max-size = 1048576") != NULL, "%s", r.out);
     cr_expect(strstr(r.out, "threads = 5") != NULL, "env beats file: %s", r.out);
     cr_expect(strstr(r.out, "log-level = debug") != NULL, "flag beats file: %s", r.out);
+    cr_expect(strstr(r.out, "send-mode = copy") != NULL, "a choice from the file: %s", r.out);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--check-config", NULL);
+    cr_expect(strstr(r.out, "send-mode = auto") != NULL, "the default choice: %s", r.out);
+    kc_test_result_free(&r);
+    setenv("KCACHED_SEND_MODE", "zerocopy", 1);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", dir, "--check-config", NULL);
+    unsetenv("KCACHED_SEND_MODE");
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "KCACHED_SEND_MODE") && strstr(r.err, "'send-mode'") &&
+                  strstr(r.err, "bad value 'zerocopy' (want auto, sendfile, copy)"),
+              "a bad choice names its source, the option and the choices: %s", r.err);
     kc_test_result_free(&r);
     const char *bad = "max-size = lots\n";
     kc_test_write_file(conf, bad, strlen(bad));
