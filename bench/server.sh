@@ -139,14 +139,20 @@ measure() { # KPATHS NPATHS -> sets k_rps k_bps n_rps n_bps (medians)
 }
 measure "$T/k4k" "$T/n4k"
 k4_rps=$k_rps n4_rps=$n_rps
-# Server RSS sampled every 0.2 s while the 4 MiB runs go (flat = no
-# payload-sized buffers per request).
-rss_sampler() { while kill -0 "$KPID" 2>/dev/null; do awk '/VmRSS/ {print $2}' "/proc/$KPID/status" 2>/dev/null; sleep 0.2; done >"$T/rss4m"; }
+# Server memory sampled every 0.2 s while the 4 MiB runs go: RssAnon (its
+# own memory; flat = no payload-sized buffers per request) and VmRSS, which
+# also counts shared pages it has mapped: the memory cache's memfds and the
+# pack ranges mapped while they are sent to local clients.
+rss_sampler() { while kill -0 "$KPID" 2>/dev/null; do awk '/VmRSS|RssAnon/ {printf "%s ", $2} END {print ""}' "/proc/$KPID/status" 2>/dev/null; sleep 0.2; done >"$T/rss4m"; }
+anon_kib() { awk '/RssAnon/ {print $2}' "/proc/$KPID/status"; }
+mib_range() { # COLUMN: min-max of the samples, MiB
+    awk -v c="$1" 'NF >= 2 {print $c}' "$T/rss4m" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.1f-%.1f", lo/1024, hi/1024}'
+}
 run_wrk "http://127.0.0.1:$KPORT" "$T/k4m" >/dev/null # warm-up: fills the memory cache
 run_wrk "http://127.0.0.1:$NPORT" "$T/n4m" >/dev/null
 rss_sampler & RSSPID=$!
 PIDS+=("$RSSPID")
-rss_before=$(awk '/VmRSS/ {print $2}' "/proc/$KPID/status")
+rss_before=$(anon_kib)
 measure "$T/k4m" "$T/n4m"
 k4m_bps=$k_bps n4m_bps=$n_bps
 # Accept-Encoding: zstd: kcached sends the stored frame (about half the
@@ -166,9 +172,10 @@ export KC_AE=zstd
 measure "$T/k4r" "$T/n4r"
 k4rz_bps=$k_bps n4rz_bps=$n_bps
 unset KC_AE
-rss_after=$(awk '/VmRSS/ {print $2}' "/proc/$KPID/status")
+rss_after=$(anon_kib)
 kill "$RSSPID" 2>/dev/null; wait "$RSSPID" 2>/dev/null || true
-rss_range=$(sort -n "$T/rss4m" | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.1f-%.1f", lo/1024, hi/1024}')
+vmrss_range=$(mib_range 1)
+rss_range=$(mib_range 2)
 
 put_out=$(wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" -s "$T/put.lua" "http://127.0.0.1:$KPORT" 2>&1)
 put_rps=$(awk '/Requests\/sec/ {print $2}' <<<"$put_out")
@@ -210,7 +217,8 @@ cat <<TABLE
 | GET 4 MiB, Accept-Encoding: zstd, envelope MiB/s (wire MiB/s) | $(mib "$(awk -v r="$k4mz_rps" -v s="$env4m" 'BEGIN{print r*s}')") ($(mib "$k4mz_wire")) | $(mib "$n4mz_bps") | $(ratio "$(awk -v r="$k4mz_rps" -v s="$env4m" 'BEGIN{print r*s}')" "$n4mz_bps") | >= 1.0 |
 | GET 4 MiB incompressible (stored raw), MiB/s | $(mib "$k4r_bps") | $(mib "$n4r_bps") | $(ratio "$k4r_bps" "$n4r_bps") | >= 1.0 |
 | GET 4 MiB incompressible, Accept-Encoding: zstd, MiB/s | $(mib "$k4rz_bps") | $(mib "$n4rz_bps") | $(ratio "$k4rz_bps" "$n4rz_bps") | >= 1.0 |
-| server RSS during the 4 MiB runs, MiB (min-max of 0.2 s samples; before / after) | $rss_range ($(awk -v k="$rss_before" 'BEGIN{printf "%.1f", k/1024}') / $(awk -v k="$rss_after" 'BEGIN{printf "%.1f", k/1024}')) | - | - | flat |
+| server RssAnon during the 4 MiB runs, MiB (min-max of 0.2 s samples; before / after) | $rss_range ($(awk -v k="$rss_before" 'BEGIN{printf "%.1f", k/1024}') / $(awk -v k="$rss_after" 'BEGIN{printf "%.1f", k/1024}')) | - | - | flat |
+| server VmRSS during the 4 MiB runs, MiB (min-max; adds mapped shared pages: memory cache, pack ranges in flight) | $vmrss_range | - | - | - |
 | PUT 4 KiB blobs (/ccache), req/s | $put_rps${put_non2xx:+ ($put_non2xx non-2xx)} | - | - | - |
 | RSS after the runs above, MiB (+ memory cache, MiB, partly in memfd) | $(awk -v k="$rss_loaded" 'BEGIN{printf "%.1f", k/1024}') (+ $(mib "${memcache:-0}")) | - | - | bounded |
 | start-up with $ENTRIES entries, s (exec to listening) | $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}') | - | - | < 1 |
