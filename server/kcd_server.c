@@ -2,7 +2,8 @@
  * kcd_server.c - thin libmicrohttpd glue around kcd_routes: binds the
  * socket itself (so port 0 can be reported), runs MHD with epoll and an
  * internal thread pool, maps kcd_response onto MHD responses (buffers handed
- * over without copying, bundles streamed with a content-reader callback) and
+ * over without copying, large bodies sent with sendfile or from a mapping as
+ * --send-mode says, bundles streamed with a content-reader callback) and
  * drains in-flight requests on shutdown.
  */
 #include "kcd_server.h"
@@ -267,11 +268,12 @@ static void mapped_body_free(void *cls)
 }
 
 /* A response whose body is len bytes of fd from off, read through a
- * private read-only mapping of that range that the response unmaps when
- * it is done (the file's pages stay in the page cache, shared). Never
- * used under TLS: only the kernel reads the mapping (sendmsg), so a file
- * cut short by another process fails the send with EFAULT instead of
- * raising SIGBUS. NULL when the range cannot be mapped. */
+ * read-only mapping of that range made for it and unmapped when it is done
+ * (the file's pages stay in the page cache, shared). Never used under TLS:
+ * only the kernel reads the mapping (sendmsg), so a file cut short by
+ * another process fails the send instead of raising SIGBUS in kcached
+ * (libmicrohttpd then waits for the rest until the idle timeout). NULL
+ * when the range cannot be mapped. */
 static struct MHD_Response *mapped_response(int fd, uint64_t off, uint64_t len)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
