@@ -232,30 +232,40 @@ Test(large_reads, incompressible_payloads_are_stored_raw_and_read_back_every_way
     free(dir);
 }
 
-/* Flips a byte at the end minus back of the only pack file under dir. */
-static void damage_pack(const char *dir, size_t back)
+/* The only pack file under dir, and its size. */
+static char *only_pack(const char *dir, off_t *size)
 {
     char *packs = kc_test_path(dir, "packs");
     DIR *d = opendir(packs);
     cr_assert_not_null(d);
+    char *found = NULL;
     struct dirent *de;
-    int n = 0;
-    while ((de = readdir(d))) {
-        if (!strstr(de->d_name, ".kcp"))
-            continue;
-        char *p = kc_test_path(packs, de->d_name);
-        size_t len;
-        char *f = kc_test_read_file(p, &len);
-        cr_assert(f && len > back);
-        f[len - back] ^= 0x41;
-        cr_assert_eq(kc_test_write_file(p, f, len), 0);
-        free(f);
-        free(p);
-        n++;
-    }
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".kcp")) {
+            cr_assert_null(found, "one pack file expected");
+            found = kc_test_path(packs, de->d_name);
+        }
     closedir(d);
     free(packs);
-    cr_assert_eq(n, 1, "one pack file expected");
+    cr_assert_not_null(found);
+    struct stat sb;
+    cr_assert_eq(stat(found, &sb), 0);
+    *size = sb.st_size;
+    return found;
+}
+
+/* Flips a byte at the end minus back of the only pack file under dir. */
+static void damage_pack(const char *dir, size_t back)
+{
+    off_t size;
+    char *p = only_pack(dir, &size);
+    size_t len;
+    char *f = kc_test_read_file(p, &len);
+    cr_assert(f && len > back);
+    f[len - back] ^= 0x41;
+    cr_assert_eq(kc_test_write_file(p, f, len), 0);
+    free(f);
+    free(p);
 }
 
 Test(large_reads, a_damaged_entry_never_reaches_the_end_of_a_reader)
@@ -597,28 +607,6 @@ Test(large_reads, kcached_refuses_damage_to_a_range_it_served_before, .timeout =
         kc_testserver_cleanup(&ts);
         art_free(&a);
     }
-}
-
-/* The only pack file under dir, and its size. */
-static char *only_pack(const char *dir, off_t *size)
-{
-    char *packs = kc_test_path(dir, "packs");
-    DIR *d = opendir(packs);
-    cr_assert_not_null(d);
-    char *found = NULL;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, ".kcp")) {
-            cr_assert_null(found, "one pack file expected");
-            found = kc_test_path(packs, de->d_name);
-        }
-    closedir(d);
-    free(packs);
-    cr_assert_not_null(found);
-    struct stat sb;
-    cr_assert_eq(stat(found, &sb), 0);
-    *size = sb.st_size;
-    return found;
 }
 
 /* Another process cuts a pack file short while kcached sends a range of it,
