@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kc_s3server.h"
+#include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -42,12 +43,8 @@ static void lint(const kc_http_result *m)
 
 Test(metrics_lint, promtool_accepts_the_s3_tier_metrics, .timeout = 120)
 {
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
     kc_s3server s3;
-    cr_assert_eq(kc_s3server_start(&s3, "kcd-lint"), 0, "s3rver did not start");
-    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
-    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kc_s3server_start_or_skip(&s3, "kcd-lint", true);
     kc_testserver ts;
     memset(&ts, 0, sizeof ts);
     const char *args[] = {"--log-level", "error", "--s3-endpoint", s3.endpoint, "--s3-bucket",

@@ -19,6 +19,7 @@
 #include "kc_envelope.h"
 #include "kc_hash.h"
 #include "kc_s3server.h"
+#include "kc_s3server_test.h"
 #include "kc_testutil.h"
 #include "kcd_config.h"
 #include "kcd_s3.h"
@@ -72,13 +73,6 @@ static void config_for(kcd_s3_config *c, const char *endpoint)
     c->access_key = strdup(KC_S3SERVER_KEY);
     c->secret_key = strdup(KC_S3SERVER_SECRET);
     cr_assert_eq(kcd_s3_config_finish(c, &err), KC_OK, "%s", err.msg);
-}
-
-static void start_s3(kc_s3server *srv)
-{
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
-    cr_assert_eq(kc_s3server_start(srv, BUCKET), 0, "s3rver did not start");
 }
 
 /* ---------------------------------------------------------------- options */
@@ -477,7 +471,7 @@ Test(s3_config, every_s3_option_is_read_alike_from_file_environment_and_flags)
 Test(s3_tier, round_trips_envelopes_through_a_real_bucket, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     kcd_s3 *s3;
@@ -544,7 +538,7 @@ Test(s3_tier, round_trips_envelopes_through_a_real_bucket, .timeout = 60)
 Test(s3_tier, background_queue_uploads_everything_and_is_bounded, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     kcd_s3 *s3;
@@ -634,7 +628,7 @@ static void *hammer(void *p)
 Test(s3_tier, many_threads_share_one_tier, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     kcd_s3 *s3;
@@ -722,7 +716,7 @@ static long raw_put(const char *endpoint, const char *path, const void *data, si
 Test(s3_tier, read_through_rejects_damaged_or_misplaced_objects, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     kcd_s3 *s3;
@@ -818,7 +812,7 @@ static uint64_t refreshes_of(kcd_s3 *s3)
 Test(s3_tier, reads_refresh_an_objects_age_at_most_once_per_interval, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     cr_assert_eq(c.refresh_interval_s, 86400, "default interval is one day");
@@ -883,7 +877,7 @@ Test(s3_tier, reads_refresh_an_objects_age_at_most_once_per_interval, .timeout =
 Test(s3_tier, vanished_bucket_counts_errors_and_never_hangs, .timeout = 60)
 {
     kc_s3server srv;
-    start_s3(&srv);
+    kc_s3server_start_or_skip(&srv, BUCKET, false);
     kcd_s3_config c;
     config_for(&c, srv.endpoint);
     kcd_s3 *s3;

@@ -16,6 +16,7 @@
 #include "kc_sign.h"
 #include "kcd_s3.h"
 #include "kc_s3server.h"
+#include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -23,12 +24,8 @@
 
 Test(server_s3, instances_share_a_bucket, .timeout = 120)
 {
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
     kc_s3server s3;
-    cr_assert_eq(kc_s3server_start(&s3, BUCKET), 0, "s3rver did not start");
-    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
-    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kc_s3server_start_or_skip(&s3, BUCKET, true);
     const char *args[] = {"--s3-endpoint", s3.endpoint,          "--s3-bucket",
                           BUCKET,          "--s3-write-through", NULL};
     kc_testserver a, b;
@@ -134,16 +131,12 @@ static void plant(kcd_s3 *s3, const char *key, const uint8_t *env, size_t len)
  * unsigned object to clients of a --trusted-keys server. */
 Test(server_s3, trusted_keys_hold_for_objects_read_from_the_bucket, .timeout = 120)
 {
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
+    kc_s3server s3;
+    kc_s3server_start_or_skip(&s3, BUCKET, true);
     char *root = kc_test_mkdtemp("s3trust");
     char *sign_pem = kc_test_path(root, "sign.pem"), *pub_pem = kc_test_path(root, "trusted.pem");
     cr_assert_eq(kc_test_make_ed25519(sign_pem, pub_pem), 0, "openssl could not make a key pair");
 
-    kc_s3server s3;
-    cr_assert_eq(kc_s3server_start(&s3, BUCKET), 0, "s3rver did not start");
-    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
-    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
     kcd_s3_config c;
     kcd_s3_config_defaults(&c);
     kc_err e = {0};

@@ -17,6 +17,7 @@
 #include "kc_envelope.h"
 #include "kc_hash.h"
 #include "kc_s3server.h"
+#include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kcd_config.h"
@@ -176,17 +177,10 @@ static long long json_int(json_t *o, const char *name)
     return (long long)json_integer_value(v);
 }
 
-static void start_bucket(kc_s3server *s3)
-{
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
-    cr_assert_eq(kc_s3server_start(s3, BUCKET), 0, "s3rver did not start");
-}
-
 Test(server_s3_hot, local_hits_renew_an_old_bucket_copy_once_per_interval, .timeout = 120)
 {
     kc_s3server s3;
-    start_bucket(&s3);
+    kc_s3server_start_or_skip(&s3, BUCKET, false);
     double offset = 0;
     hot_server h;
     server_start(&h, s3.endpoint, &offset);
@@ -259,7 +253,7 @@ Test(server_s3_hot, local_hits_renew_an_old_bucket_copy_once_per_interval, .time
 Test(server_s3_hot, a_copy_the_lifecycle_deleted_is_put_back_by_a_local_hit, .timeout = 120)
 {
     kc_s3server s3;
-    start_bucket(&s3);
+    kc_s3server_start_or_skip(&s3, BUCKET, false);
     double offset = 0;
     hot_server h;
     server_start(&h, s3.endpoint, &offset);
@@ -308,7 +302,7 @@ Test(server_s3_hot, a_copy_the_lifecycle_deleted_is_put_back_by_a_local_hit, .ti
 Test(server_s3_hot, a_server_without_s3_reports_no_tier_and_serves_as_before, .timeout = 120)
 {
     kc_s3server s3;
-    start_bucket(&s3);
+    kc_s3server_start_or_skip(&s3, BUCKET, false);
     double offset = 2 * DAY;
     hot_server with, without;
     server_start(&with, s3.endpoint, &offset);

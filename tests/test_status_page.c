@@ -19,6 +19,7 @@
 #include "kc_envelope.h"
 #include "kc_hash.h"
 #include "kc_s3server.h"
+#include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kcd_status.h"
@@ -187,12 +188,8 @@ static json_t *stats_json(const kc_testserver *ts)
 
 Test(status_page, s3_section_shows_the_refresh_figures_of_v1_stats, .timeout = 300)
 {
-    if (!kc_s3server_bin())
-        cr_skip_test("s3rver not installed: run tests/s3/install.sh");
     kc_s3server s3;
-    cr_assert_eq(kc_s3server_start(&s3, "kcd-status"), 0, "s3rver did not start");
-    setenv("AWS_ACCESS_KEY_ID", KC_S3SERVER_KEY, 1);
-    setenv("AWS_SECRET_ACCESS_KEY", KC_S3SERVER_SECRET, 1);
+    kc_s3server_start_or_skip(&s3, "kcd-status", true);
     kc_testserver ts;
     memset(&ts, 0, sizeof ts);
     const char *args[] = {
