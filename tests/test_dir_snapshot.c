@@ -3,7 +3,9 @@
  * kcached: two cache directories stand for two machines. Round trip (bytes,
  * modes, nesting, empty files and dirs), dedup between snapshots, every
  * hostile-manifest case served by kcached, a reader during the restore, a
- * server killed mid-stream, a full disk, signing and trust, presets.
+ * server killed mid-stream, a full disk, signing and trust, the global
+ * options (size limit, trusted keys) reaching every file a pull fetches,
+ * presets.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -806,6 +808,108 @@ Test(dir_snapshot, trusted_keys_refuse_an_unsigned_manifest_and_accept_a_signed_
     free(pub);
     free(src);
     free(dst);
+}
+
+/* ---- the global options reach dir commands ---------------------------------- */
+
+/* A second server beside ts; *list receives "URL1,URL2" (client-side sharding:
+ * a dir pull then fetches each file with its own GET). */
+static void start_second(kc_testserver *t2, char *list, size_t cap)
+{
+    memset(t2, 0, sizeof *t2);
+    cr_assert_eq(kc_testserver_start(t2, NULL, NULL), 0, "second kcached did not start");
+    snprintf(list, cap, "%s,%s", ts.url, t2->url);
+}
+
+Test(dir_snapshot, dir_pull_keeps_kcache_max_artifact_for_every_file_it_fetches)
+{
+    kc_testserver t2;
+    char list[256];
+    start_second(&t2, list, sizeof list);
+    char *src = P("src"), *dst = P("dst"), *dst2 = P("dst2");
+    mkdir(src, 0755);
+    for (int i = 0; i < 6; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k/%d.bin", i);
+        write_random(src, name, 4096, 100 + (uint64_t)i);
+    }
+    kc_test_result r;
+    KC(&r, "hostA", list, "dir", "push", src, "--name", "big", "--version-key", "v", "--device-key",
+       "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    setenv("KCACHE_MAX_ARTIFACT", "1K", 1);
+    KC(&r, "hostB", list, "dir", "pull", "big", dst, "--version-key", "v", "--device-key", "g");
+    unsetenv("KCACHE_MAX_ARTIFACT");
+    cr_expect_eq(r.exit_code, 1, "4 KiB files came past a 1 KiB limit: %s", r.err);
+    cr_expect(strstr(r.err, "KCACHE_MAX_ARTIFACT"), "the error names the limit: %s", r.err);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostC", list, "dir", "pull", "big", dst2, "--version-key", "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "without the limit: %s", r.err);
+    kc_test_result_free(&r);
+    same_tree(src, dst2);
+    kc_testserver_cleanup(&t2);
+    free(src);
+    free(dst);
+    free(dst2);
+}
+
+Test(dir_snapshot, dir_pull_with_trusted_keys_takes_only_signed_files_it_fetches)
+{
+    kc_testserver t2;
+    char list[256];
+    start_second(&t2, list, sizeof list);
+    char *key = P("sign.pem"), *pub = P("trusted.pem");
+    char *src = P("src"), *src2 = P("src2"), *dst = P("dst"), *dst2 = P("dst2");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    mkdir(src, 0755);
+    mkdir(src2, 0755);
+    for (int i = 0; i < 6; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k/%d.bin", i);
+        write_random(src, name, 2000, 200 + (uint64_t)i);
+        write_random(src2, name, 2000, 300 + (uint64_t)i);
+    }
+    kc_test_result r;
+    /* the files reach the servers unsigned; a later signed push finds them
+     * there and sends only its signed manifest */
+    KC(&r, "hostA", list, "dir", "push", src, "--name", "s", "--version-key", "v1", "--device-key",
+       "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostA", list, "--sign-key", key, "--json", "dir", "push", src, "--name", "s",
+       "--version-key", "v2", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_eq(jint(j, "files_sent"), 0, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", list, "--trusted-keys", pub, "dir", "pull", "s", dst, "--version-key", "v2",
+       "--device-key", "g");
+    cr_expect_eq(r.exit_code, 1, "unsigned files were taken with --trusted-keys: %s", r.err);
+    cr_expect(strstr(r.err, "refused before downloading") && strstr(r.err, "not signed"),
+              "the error says why: %s", r.err);
+    kc_test_result_free(&r);
+
+    /* a snapshot signed throughout comes through */
+    KC(&r, "hostA", list, "--sign-key", key, "dir", "push", src2, "--name", "s", "--version-key",
+       "v3", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostC", list, "--trusted-keys", pub, "dir", "pull", "s", dst2, "--version-key", "v3",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    same_tree(src2, dst2);
+    kc_testserver_cleanup(&t2);
+    free(key);
+    free(pub);
+    free(src);
+    free(src2);
+    free(dst);
+    free(dst2);
 }
 
 Test(dir_snapshot, presets_find_the_directory_skip_locks_and_exact_removes_extras)

@@ -165,19 +165,8 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (kc_mkdirs(s->state, &ignore) != KC_OK)
         s->state[0] = 0;
     if (cli->remote && !o->offline) {
-        /* same CA variable as pull/push, so a private-CA server works here too */
-        const char *ca = getenv("KCACHE_CA_FILE");
-        kc_remote_opts ro = {
-            .token = cli->token,
-            .ca_file = ca && *ca ? ca : NULL,
-            .client_cert = cli->client_cert && *cli->client_cert ? cli->client_cert : NULL,
-            .client_key = cli->client_key && *cli->client_key ? cli->client_key : NULL,
-            .quiet = cli->verbosity < 0,
-            .quiet_token_warning = cli->verbosity < 0,
-            .trust = cli->trust,
-            .max_artifact = cli->max_artifact,
-            .signer = cli->signer};
-        if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
+        const kc_cli_conn tier = {.tier = true};
+        if (kc_cli_remote_open(cli, &tier, &s->remote, &err) != KC_OK) {
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
         }

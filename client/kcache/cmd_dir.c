@@ -126,8 +126,7 @@ typedef struct dir_args {
     const char *name, *version, *device, *preset_name, *dir;
     const preset *preset;
     bool exact, verify;
-    int jobs, connect_ms;
-    const char *ca_file;
+    kc_cli_conn conn; /* --jobs, --ca-file, --connect-timeout */
     char dirbuf[PATH_MAX];
     char devbuf[512];
 } dir_args;
@@ -137,16 +136,13 @@ typedef struct dir_args {
 static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->ca_file = getenv("KCACHE_CA_FILE");
     const kc_opt opts[] = {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0},
                            {"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0},
                            {"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0},
                            {"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0},
                            {"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0},
                            {"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0},
-                           {"--jobs", "-j", KC_OPT_INT, &a->jobs, 1, 64},
-                           {"--ca-file", NULL, KC_OPT_STRING, &a->ca_file, 0, 0},
-                           {"--connect-timeout", NULL, KC_OPT_INT, &a->connect_ms, 1, INT_MAX},
+                           KC_OPTS_CONN(&a->conn),
                            {0}};
     int n = kc_opts_parse(cli, argc, argv, opts, name_arg ? 1 : 0, name_arg ? 2 : 1);
     if (n < 0)
@@ -217,19 +213,8 @@ static int resolve_device(kc_cli *cli, dir_args *a)
 static kc_remote *open_remote(kc_cli *cli, const dir_args *a)
 {
     kc_err err = {0};
-    if (!cli->remote) {
-        kc_err_set(&err, KC_ERR_INVALID, "no server: give --remote URL or set $KCACHE_REMOTE");
-        kc_cli_fail(cli, &err);
-        return NULL;
-    }
-    kc_remote_opts o = {.token = cli->token,
-                        .ca_file = a->ca_file,
-                        .concurrency = a->jobs,
-                        .connect_timeout_ms = a->connect_ms,
-                        .quiet = true,
-                        .signer = cli->signer};
     kc_remote *r = NULL;
-    if (kc_remote_open(cli->remote, &o, &r, &err) != KC_OK)
+    if (kc_cli_remote_open(cli, &a->conn, &r, &err) != KC_OK)
         kc_cli_fail(cli, &err);
     return r;
 }
