@@ -27,6 +27,7 @@
 
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_snap.h"
 #include "kc_snapshot.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
@@ -310,6 +311,124 @@ Test(dir_snapshot, explain_names_the_part_that_differs)
     kc_test_result_free(&r);
     free(src);
     free(dst);
+}
+
+/* ---- the library the tool and the Python package share ---------------------- */
+
+typedef struct reported {
+    char paths[8][64];
+    int n;
+} reported;
+
+static void collect_report(const char *path, void *ctx)
+{
+    reported *r = ctx;
+    if (r->n < 8)
+        snprintf(r->paths[r->n++], sizeof r->paths[0], "%s", path);
+}
+
+Test(dir_snapshot, kc_snap_library_pushes_pulls_checks_and_explains_without_the_tool)
+{
+    char *src = P("src"), *dst = P("dst"), *dirA = P("libA"), *dirB = P("libB");
+    mkdir(src, 0755);
+    write_at(src, "a/x", "one", 3, 0644);
+    write_at(src, "b", "two", 3, 0600);
+    kc_err err = {0};
+    kc_remote *r;
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &err), KC_OK, "%s", err.msg);
+
+    kc_snap_opts o = {.cache_dir = dirA,
+                      .remote = r,
+                      .name = "lib",
+                      .device_key = "g",
+                      .version_key = "v1",
+                      .dir = src};
+    kc_snap_push_result pr;
+    cr_assert_eq(kc_snap_push(&o, &pr, &err), KC_OK, "%s", err.msg);
+    char slot[KC_KEY_HEX_LEN + 1];
+    kc_snapshot_key("lib", "g", "v1", slot);
+    cr_expect_str_eq(pr.slot, slot);
+    cr_expect_eq(pr.scan.files, 2);
+    cr_expect_eq(pr.sent.uploaded, 2);
+    cr_expect(pr.manifest_sent);
+    cr_expect(kc_key_valid(pr.manifest));
+
+    kc_store *sb;
+    cr_assert_eq(kc_store_open(dirB, NULL, &sb, &err), KC_OK, "%s", err.msg);
+    o = (kc_snap_opts){.store = sb,
+                       .cache_dir = dirB,
+                       .remote = r,
+                       .name = "lib",
+                       .device_key = "g",
+                       .version_key = "v1",
+                       .dir = dst,
+                       .verify = true};
+    kc_snap_pull_result res;
+    cr_assert_eq(kc_snap_pull(&o, &res, &err), KC_OK, "%s", err.msg);
+    cr_expect(res.found);
+    cr_expect_str_eq(res.manifest, pr.manifest);
+    cr_expect_eq(res.files, 2);
+    cr_expect_eq(res.restore.written, 2);
+    cr_expect_eq(res.files_received, 2);
+    cr_expect_eq(res.missing, 0);
+    chmod(dst, 0755);
+    same_tree(src, dst);
+
+    /* status reports each file that changed, through the callback */
+    write_at(dst, "a/x", "changed", 7, 0644);
+    reported rep = {0};
+    o.report = collect_report;
+    o.report_ctx = &rep;
+    kc_snap_info info;
+    cr_assert_eq(kc_snap_status(&o, &info, &err), KC_OK, "%s", err.msg);
+    cr_expect(info.found);
+    cr_expect_eq(info.files, 2);
+    cr_expect_eq(info.missing, 1);
+    cr_assert_eq(rep.n, 1);
+    cr_expect_str_eq(rep.paths[0], "a/x");
+
+    /* another version: explain says not found, nearest says what differs,
+     * pull fails with not-found */
+    o.version_key = "v2";
+    cr_assert_eq(kc_snap_explain(&o, &info, &err), KC_OK, "%s", err.msg);
+    cr_expect_not(info.found);
+    cr_expect_str_eq(info.manifest, "");
+    kc_snap_near *near;
+    size_t n;
+    cr_assert_eq(kc_snap_nearest(&o, &near, &n, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_str_eq(near[0].device_key, "g");
+    cr_expect_str_eq(near[0].version_key, "v1");
+    cr_expect_str_eq(near[0].differs, "version");
+    free(near);
+    cr_expect_eq(kc_snap_pull(&o, &res, &err), KC_ERR_NOT_FOUND);
+    cr_expect_not(res.found);
+    cr_expect(strstr(err.msg, "no snapshot 'lib'") && strstr(err.msg, ts.url), "%s", err.msg);
+
+    /* bad words are refused, naming which */
+    o.name = "a b";
+    cr_expect_eq(kc_snap_pull(&o, &res, &err), KC_ERR_INVALID);
+    cr_expect(strstr(err.msg, "snapshot name"), "%s", err.msg);
+    o.name = "lib";
+    o.store = NULL;
+    cr_expect_eq(kc_snap_status(&o, &info, &err), KC_ERR_INVALID);
+
+    /* every preset the message lists can be found */
+    char names[128];
+    snprintf(names, sizeof names, "%s", kc_snap_preset_names());
+    int found = 0;
+    for (char *save = NULL, *t = strtok_r(names, ", ", &save); t;
+         t = strtok_r(NULL, ", ", &save), found++)
+        cr_expect_not_null(kc_snap_preset_find(t), "%s", t);
+    cr_expect_eq(found, 5);
+    cr_expect_null(kc_snap_preset_find("torch"));
+
+    kc_store_close(sb);
+    kc_remote_close(r);
+    free(src);
+    free(dst);
+    free(dirA);
+    free(dirB);
 }
 
 /* ---- hostile manifests ---------------------------------------------------- */
