@@ -381,8 +381,9 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
         if (untrusted) {
             if (err)
                 *err = terr;
-            return kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key",
-                                 slot, untrusted);
+            kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key", slot,
+                          untrusted);
+            return terr.code; /* kc_err_prefix answers KC_OK for a NULL err */
         }
         return kc_err_set(err, KC_ERR_NOT_FOUND, "no manifest for snapshot %s", slot);
     }

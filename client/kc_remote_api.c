@@ -140,8 +140,10 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
     char(*keys)[KC_KEY_HEX_LEN + 1];
     size_t n;
     kc_code rc = kc_store_list_keys(s, f, &keys, &n, err);
-    if (rc != KC_OK)
-        return kc_err_prefix(err, "push");
+    if (rc != KC_OK) {
+        kc_err_prefix(err, "push");
+        return rc;
+    }
     ps->considered = n;
     rc = ops->push_keys(r, s, keys, n, progress, pctx, 0, n, ps, err);
     free(keys);

@@ -90,6 +90,9 @@ static kc_code send(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *
 
 kc_code kc_snap_push(const kc_snap_opts *o, kc_snap_push_result *res, kc_err *err)
 {
+    kc_err local;
+    if (!err) /* some steps hand their code on through err */
+        err = &local;
     memset(res, 0, sizeof *res);
     kc_code c = check_opts(o, true, err);
     if (c != KC_OK)
@@ -232,6 +235,9 @@ static kc_code restore(const kc_snap_opts *o, kc_store *s, const kc_snap_manifes
 
 kc_code kc_snap_pull(const kc_snap_opts *o, kc_snap_pull_result *res, kc_err *err)
 {
+    kc_err local;
+    if (!err) /* some steps hand their code on through err */
+        err = &local;
     memset(res, 0, sizeof *res);
     double t0 = kc_now();
     kc_code c = check_opts(o, true, err);
@@ -286,6 +292,9 @@ static kc_code find(const kc_snap_opts *o, kc_snap_info *info, kc_snap_manifest 
 
 kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 {
+    kc_err local;
+    if (!err) /* some steps hand their code on through err */
+        err = &local;
     memset(info, 0, sizeof *info);
     kc_code c = check_opts(o, true, err);
     if (c == KC_OK)
@@ -303,6 +312,9 @@ kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 
 kc_code kc_snap_explain(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 {
+    kc_err local;
+    if (!err) /* some steps hand their code on through err */
+        err = &local;
     memset(info, 0, sizeof *info);
     kc_code c = check_opts(o, false, err);
     if (c == KC_OK)
@@ -322,6 +334,9 @@ kc_code kc_snap_explain(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 
 kc_code kc_snap_nearest(const kc_snap_opts *o, kc_snap_near **out, size_t *n, kc_err *err)
 {
+    kc_err local;
+    if (!err) /* some steps hand their code on through err */
+        err = &local;
     *out = NULL;
     *n = 0;
     kc_code c = need_store(o, "nearest", err);

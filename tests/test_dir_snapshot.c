@@ -405,6 +405,29 @@ Test(dir_snapshot, kc_snap_library_pushes_pulls_checks_and_explains_without_the_
     cr_expect_not(res.found);
     cr_expect(strstr(err.msg, "no snapshot 'lib'") && strstr(err.msg, ts.url), "%s", err.msg);
 
+    /* a store that trusts a key refuses the unsigned manifest pushed from it
+     * (found, then judged), also for a caller that passes no kc_err */
+    char *key = P("sign.pem"), *pub = P("trusted.pem");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    kc_trust *trust;
+    cr_assert_eq(kc_trust_load(pub, &trust, &err), KC_OK, "%s", err.msg);
+    kc_store *strust;
+    kc_store_opts so = {.trust = trust};
+    cr_assert_eq(kc_store_open(dirA, &so, &strust, &err), KC_OK, "%s", err.msg);
+    kc_snap_opts ot = o;
+    ot.store = strust;
+    ot.cache_dir = dirA;
+    ot.remote = NULL;
+    ot.version_key = "v1";
+    ot.report = NULL;
+    kc_code trc = kc_snap_pull(&ot, &res, NULL);
+    cr_expect_eq(trc, KC_ERR_UNTRUSTED, "%s", kc_code_name(trc));
+    cr_expect_not(res.found);
+    kc_store_close(strust);
+    kc_trust_free(trust);
+    free(key);
+    free(pub);
+
     /* bad words are refused, naming which */
     o.name = "a b";
     cr_expect_eq(kc_snap_pull(&o, &res, &err), KC_ERR_INVALID);
