@@ -13,23 +13,23 @@
 #include "kc_snap_internal.h"
 #include "kc_util.h"
 
-/* Checks the words that name the snapshot, and that dir was given when the
- * call needs one. */
-static kc_code check_opts(const kc_snap_opts *o, bool need_dir, kc_err *err)
+enum { NEED_DIR = 1, NEED_STORE = 2 };
+
+/* What every call checks first: the words that name the snapshot, and the
+ * directory and store when it needs them; fills slot. */
+static kc_code begin(const kc_snap_opts *o, const char *what, unsigned needs,
+                     char slot[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
     if (kc_snapshot_check_ident("snapshot name", o->name, true, err) != KC_OK ||
         kc_snapshot_check_ident("device key", o->device_key, false, err) != KC_OK ||
         kc_snapshot_check_ident("version key", o->version_key, false, err) != KC_OK)
-        return err ? err->code : KC_ERR_INVALID;
-    if (need_dir && (!o->dir || !*o->dir))
-        return kc_err_set(err, KC_ERR_INVALID, "snapshot '%s': no directory given", o->name);
-    return KC_OK;
-}
-
-static kc_code need_store(const kc_snap_opts *o, const char *what, kc_err *err)
-{
-    if (!o->store)
-        return kc_err_set(err, KC_ERR_INVALID, "snapshot %s: no store given", what);
+        return err->code;
+    if ((needs & NEED_DIR) && (!o->dir || !*o->dir))
+        return kc_err_set(err, KC_ERR_INVALID, "snapshot %s '%s': no directory given", what,
+                          o->name);
+    if ((needs & NEED_STORE) && !o->store)
+        return kc_err_set(err, KC_ERR_INVALID, "snapshot %s '%s': no store given", what, o->name);
+    kc_snapshot_key(o->name, o->device_key, o->version_key, slot);
     return KC_OK;
 }
 
@@ -91,13 +91,11 @@ static kc_code send(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *
 kc_code kc_snap_push(const kc_snap_opts *o, kc_snap_push_result *res, kc_err *err)
 {
     kc_err local;
-    if (!err) /* some steps hand their code on through err */
-        err = &local;
+    err = err ? err : &local; /* some steps hand their code on through err */
     memset(res, 0, sizeof *res);
-    kc_code c = check_opts(o, true, err);
+    kc_code c = begin(o, "push", NEED_DIR, res->slot, err);
     if (c != KC_OK)
         return c;
-    kc_snapshot_key(o->name, o->device_key, o->version_key, res->slot);
     kc_store *s;
     if ((c = open_files_store(o, &s, err)) != KC_OK)
         return c;
@@ -236,16 +234,12 @@ static kc_code restore(const kc_snap_opts *o, kc_store *s, const kc_snap_manifes
 kc_code kc_snap_pull(const kc_snap_opts *o, kc_snap_pull_result *res, kc_err *err)
 {
     kc_err local;
-    if (!err) /* some steps hand their code on through err */
-        err = &local;
+    err = err ? err : &local; /* some steps hand their code on through err */
     memset(res, 0, sizeof *res);
     double t0 = kc_now();
-    kc_code c = check_opts(o, true, err);
-    if (c == KC_OK)
-        c = need_store(o, "pull", err);
+    kc_code c = begin(o, "pull", NEED_DIR | NEED_STORE, res->slot, err);
     if (c != KC_OK)
         return c;
-    kc_snapshot_key(o->name, o->device_key, o->version_key, res->slot);
     kc_store *s;
     if ((c = open_files_store(o, &s, err)) != KC_OK)
         return c;
@@ -293,15 +287,11 @@ static kc_code find(const kc_snap_opts *o, kc_snap_info *info, kc_snap_manifest 
 kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 {
     kc_err local;
-    if (!err) /* some steps hand their code on through err */
-        err = &local;
+    err = err ? err : &local; /* some steps hand their code on through err */
     memset(info, 0, sizeof *info);
-    kc_code c = check_opts(o, true, err);
-    if (c == KC_OK)
-        c = need_store(o, "status", err);
+    kc_code c = begin(o, "status", NEED_DIR | NEED_STORE, info->slot, err);
     if (c != KC_OK)
         return c;
-    kc_snapshot_key(o->name, o->device_key, o->version_key, info->slot);
     kc_snap_manifest m = {0};
     c = find(o, info, &m, err);
     if (c == KC_OK)
@@ -313,15 +303,11 @@ kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 kc_code kc_snap_explain(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 {
     kc_err local;
-    if (!err) /* some steps hand their code on through err */
-        err = &local;
+    err = err ? err : &local; /* some steps hand their code on through err */
     memset(info, 0, sizeof *info);
-    kc_code c = check_opts(o, false, err);
-    if (c == KC_OK)
-        c = need_store(o, "explain", err);
+    kc_code c = begin(o, "explain", NEED_STORE, info->slot, err);
     if (c != KC_OK)
         return c;
-    kc_snapshot_key(o->name, o->device_key, o->version_key, info->slot);
     if (o->remote && (c = fetch_manifests(o->remote, o->store, o->name, NULL, &info->bytes_received,
                                           &info->refused, err)) != KC_OK)
         return c;
@@ -335,11 +321,11 @@ kc_code kc_snap_explain(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
 kc_code kc_snap_nearest(const kc_snap_opts *o, kc_snap_near **out, size_t *n, kc_err *err)
 {
     kc_err local;
-    if (!err) /* some steps hand their code on through err */
-        err = &local;
+    err = err ? err : &local; /* some steps hand their code on through err */
     *out = NULL;
     *n = 0;
-    kc_code c = need_store(o, "nearest", err);
+    char slot[KC_KEY_HEX_LEN + 1];
+    kc_code c = begin(o, "nearest", NEED_STORE, slot, err);
     if (c != KC_OK)
         return c;
     char tag[KC_SNAP_IDENT_MAX + 8];
@@ -370,8 +356,8 @@ kc_code kc_snap_nearest(const kc_snap_opts *o, kc_snap_near **out, size_t *n, kc
             kc_snap_near *x = &near[nn++];
             snprintf(x->device_key, sizeof x->device_key, "%s", dk);
             snprintf(x->version_key, sizeof x->version_key, "%s", vk);
-            bool dd = !o->device_key || strcmp(dk, o->device_key) != 0;
-            bool vd = !o->version_key || strcmp(vk, o->version_key) != 0;
+            bool dd = strcmp(dk, o->device_key) != 0;
+            bool vd = strcmp(vk, o->version_key) != 0;
             x->differs = dd && vd ? "device and version"
                          : dd     ? "device"
                          : vd     ? "version"

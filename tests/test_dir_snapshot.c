@@ -954,6 +954,17 @@ Test(dir_snapshot, trusted_keys_refuse_an_unsigned_manifest_and_accept_a_signed_
 
 /* ---- the global options reach dir commands ---------------------------------- */
 
+/* n random files k/0.bin .. of len bytes each under root, seeded from seed. */
+static void write_kernels(const char *root, int n, size_t len, uint64_t seed)
+{
+    mkdir(root, 0755);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k/%d.bin", i);
+        write_random(root, name, len, seed + (uint64_t)i);
+    }
+}
+
 /* A second server beside ts; *list receives "URL1,URL2" (client-side sharding:
  * a dir pull then fetches each file with its own GET). */
 static void start_second(kc_testserver *t2, char *list, size_t cap)
@@ -969,12 +980,7 @@ Test(dir_snapshot, dir_pull_keeps_kcache_max_artifact_for_every_file_it_fetches)
     char list[256];
     start_second(&t2, list, sizeof list);
     char *src = P("src"), *dst = P("dst"), *dst2 = P("dst2");
-    mkdir(src, 0755);
-    for (int i = 0; i < 6; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "k/%d.bin", i);
-        write_random(src, name, 4096, 100 + (uint64_t)i);
-    }
+    write_kernels(src, 6, 4096, 100);
     kc_test_result r;
     KC(&r, "hostA", list, "dir", "push", src, "--name", "big", "--version-key", "v", "--device-key",
        "g");
@@ -1006,14 +1012,8 @@ Test(dir_snapshot, dir_pull_with_trusted_keys_takes_only_signed_files_it_fetches
     char *key = P("sign.pem"), *pub = P("trusted.pem");
     char *src = P("src"), *src2 = P("src2"), *dst = P("dst"), *dst2 = P("dst2");
     cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
-    mkdir(src, 0755);
-    mkdir(src2, 0755);
-    for (int i = 0; i < 6; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "k/%d.bin", i);
-        write_random(src, name, 2000, 200 + (uint64_t)i);
-        write_random(src2, name, 2000, 300 + (uint64_t)i);
-    }
+    write_kernels(src, 6, 2000, 200);
+    write_kernels(src2, 6, 2000, 300);
     kc_test_result r;
     /* the files reach the servers unsigned; a later signed push finds them
      * there and sends only its signed manifest */

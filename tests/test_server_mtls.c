@@ -137,6 +137,25 @@ static reply request(const kc_testserver *ts, const char *method, const char *p,
     return r;
 }
 
+/* Starts kcached over TLS (server.pem) requiring client certificates signed by
+ * ca.pem, with tokens_text as its tokens file; ts->cainfo is ca.pem. */
+static void start_mtls(kc_testserver *ts, const char *tokens_text)
+{
+    char *tokens = path("tokens"), *sc = path("server.pem"), *sk = path("server.key"),
+         *ca = path("ca.pem");
+    cr_assert_eq(kc_test_write_file(tokens, tokens_text, strlen(tokens_text)), 0);
+    const char *args[] = {"--tls-cert",      sc,     "--tls-key", sk,
+                          "--tls-client-ca", ca,     "--tokens",  tokens,
+                          "--log-level",     "warn", NULL};
+    memset(ts, 0, sizeof *ts);
+    cr_assert_eq(kc_testserver_start(ts, NULL, args), 0, "kcached did not start");
+    snprintf(ts->cainfo, sizeof ts->cainfo, "%s", ca);
+    free(tokens);
+    free(sc);
+    free(sk);
+    free(ca);
+}
+
 Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout = 180)
 {
     dir = kc_test_mkdtemp("kcdmtls");
@@ -149,20 +168,12 @@ Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout =
     make_cert("writer", "ca", "/CN=ci-writer", client_ext);
     make_cert("unmapped", "ca", "/CN=someone-else", client_ext);
     make_cert("stranger", "other-ca", "/CN=ci-writer", client_ext); /* right name, wrong CA */
-    char *tokens = path("tokens");
-    const char *tt = "# bearer tokens and certificate subjects\n"
-                     "s3cret-admin-token-0123456789 admin ops\n"
-                     "cert:CN=ci-reader,O=kcache\\20test read reader\n"
-                     "cert:CN=ci-writer read,write writer\n";
-    cr_assert_eq(kc_test_write_file(tokens, tt, strlen(tt)), 0);
-    char *sc = path("server.pem"), *sk = path("server.key"), *ca = path("ca.pem");
-    const char *args[] = {"--tls-cert",      sc,     "--tls-key", sk,
-                          "--tls-client-ca", ca,     "--tokens",  tokens,
-                          "--log-level",     "warn", NULL};
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "kcached did not start");
-    snprintf(ts.cainfo, sizeof ts.cainfo, "%s", ca);
+    start_mtls(&ts, "# bearer tokens and certificate subjects\n"
+                    "s3cret-admin-token-0123456789 admin ops\n"
+                    "cert:CN=ci-reader,O=kcache\\20test read reader\n"
+                    "cert:CN=ci-writer read,write writer\n");
+    char *ca = path("ca.pem");
 
     reply r = request(&ts, "GET", "/v1/stats", NULL, "s3cret-admin-token-0123456789", NULL);
     cr_expect(r.status == 403 || r.status == 0, "no certificate: refused even with a token (%ld)",
@@ -221,10 +232,7 @@ Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout =
     free(cache);
     free(wc);
     free(wk);
-    free(sc);
-    free(sk);
     free(ca);
-    free(tokens);
     kc_test_rmtree(dir);
     free(dir);
 }
@@ -251,17 +259,9 @@ Test(server_mtls, dir_push_and_pull_present_the_client_certificate, .timeout = 1
     make_cert("server", "ca", "/CN=127.0.0.1",
               "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
     make_cert("writer", "ca", "/CN=ci-writer", "extendedKeyUsage=clientAuth\n");
-    char *tokens = path("tokens");
-    const char *tt = "cert:CN=ci-writer read,write writer\n";
-    cr_assert_eq(kc_test_write_file(tokens, tt, strlen(tt)), 0);
-    char *sc = path("server.pem"), *sk = path("server.key"), *ca = path("ca.pem");
-    const char *args[] = {"--tls-cert",      sc,     "--tls-key", sk,
-                          "--tls-client-ca", ca,     "--tokens",  tokens,
-                          "--log-level",     "warn", NULL};
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "kcached did not start");
-    setenv("KCACHE_CA_FILE", ca, 1);
+    start_mtls(&ts, "cert:CN=ci-writer read,write writer\n");
+    setenv("KCACHE_CA_FILE", ts.cainfo, 1);
 
     char *src = path("src"), *dst = path("dst"), *file = path("src/kernels/k.bin");
     char *cacheA = path("hostA"), *cacheB = path("hostB");
@@ -316,10 +316,6 @@ Test(server_mtls, dir_push_and_pull_present_the_client_certificate, .timeout = 1
     free(cacheB);
     free(wc);
     free(wk);
-    free(sc);
-    free(sk);
-    free(ca);
-    free(tokens);
     kc_test_rmtree(dir);
     free(dir);
 }
