@@ -741,14 +741,15 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
 
 /* ---- prewarm ------------------------------------------------------------------- */
 
-/* The manifest's graphs load as compile's do: ONNX models with the --shape
- * bindings plus the entry's own. */
+/* What kc_prewarm's loader and report share with the command. */
 typedef struct prewarm_ctx {
     session *s;
     const copts *o;
     json_t *results; /* one program_json per pair that compiled */
 } prewarm_ctx;
 
+/* The manifest's graphs load as compile's do: ONNX models with the --shape
+ * bindings plus the entry's own. */
 static kc_code prewarm_load(const kc_manifest *m, int gi, void *ctx, kc_graph **out, kc_err *err)
 {
     const prewarm_ctx *x = ctx;
@@ -765,6 +766,7 @@ static kc_code prewarm_load(const kc_manifest *m, int gi, void *ctx, kc_graph **
     return kc_model_load(m->graphs[gi], &oo, out, err);
 }
 
+/* One line (or JSON result) per pair, as compile prints; failures as errors. */
 static void prewarm_done(const kc_manifest *m, int ti, int gi, const kc_program *p,
                          const kc_err *err, void *ctx)
 {

@@ -58,28 +58,34 @@ typedef void (*kc_snap_report_fn)(const char *path, void *ctx);
 
 /* What a call works on. Everything is borrowed for the call. */
 typedef struct kc_snap_opts {
-    kc_store *store;              /* the local store, opened with the caller's trust policy: where
-                                     manifests are kept and looked up. Required by pull, status,
-                                     explain and nearest; push does not use it */
-    const char *cache_dir;        /* that store's directory: file artifacts go through a handle
-                                     opened here (above). Required by push and pull */
-    kc_remote *remote;            /* the server(s); NULL = this machine only */
-    const char *name;             /* the snapshot's name (kc_snapshot_check_ident: no spaces,
-                                     '/' or ',') */
-    const char *device_key;       /* required (see the top of this file) */
-    const char *version_key;      /* required */
-    const char *dir;              /* the directory: what push scans, where pull restores, what
-                                     status compares. Not used by explain and nearest */
-    const kc_snap_preset *preset; /* its lock and temporary names are left out by push
-                                     and kept by pull's exact; NULL = none */
-    bool exact;                   /* pull: remove files and empty directories the manifest lacks */
-    bool verify;              /* pull: compare dir with the manifest afterwards (KC_ERR_MISS when a
-                                 file is missing or differs) */
-    kc_snap_report_fn report; /* status, pull's verify: each file missing or different;
-                                 NULL = count only */
+    /* The local store, opened with the caller's trust policy: where manifests are kept
+     * and looked up. Required by pull, status, explain and nearest; push does not use it. */
+    kc_store *store;
+    /* That store's directory: file artifacts go through a handle opened here (see the
+     * top of this file). Required by push and pull. */
+    const char *cache_dir;
+    /* The server(s); NULL = this machine only. */
+    kc_remote *remote;
+    /* The snapshot's name, device key and version key, all required
+     * (kc_snapshot_check_ident; a name has no spaces, '/' or ','). */
+    const char *name, *device_key, *version_key;
+    /* The directory: what push scans, where pull restores, what status compares. Not
+     * used by explain and nearest. */
+    const char *dir;
+    /* Its lock and temporary names are left out by push and kept by pull's exact;
+     * NULL = none. */
+    const kc_snap_preset *preset;
+    /* pull: remove the files and empty directories of dir that the manifest lacks. */
+    bool exact;
+    /* pull: compare dir with the manifest afterwards (KC_ERR_MISS when a file is
+     * missing or differs). */
+    bool verify;
+    /* status, pull's verify: called for each file missing or different; NULL = count
+     * only. */
+    kc_snap_report_fn report;
     void *report_ctx;
-    kc_remote_progress_fn progress; /* push's and pull's transfers (kc_remote.h); NULL =
-                                       none */
+    /* push's and pull's transfers (kc_remote.h); NULL = none. */
+    kc_remote_progress_fn progress;
     void *progress_ctx;
 } kc_snap_opts;
 
