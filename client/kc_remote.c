@@ -999,8 +999,8 @@ static kc_code missing_batch(kc_remote *r, const char *const *keys, size_t n, bo
     return rc;
 }
 
-static kc_code server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                              kc_err *err)
+kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                 kc_err *err)
 {
     for (size_t off = 0; off < n; off += MISSING_BATCH) {
         size_t m = n - off < MISSING_BATCH ? n - off : MISSING_BATCH;
@@ -1028,7 +1028,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .put_async = kc_remote_server_put_async,
                                          .flush = kc_remote_server_flush,
                                          .queue_stats = kc_remote_server_queue_stats,
-                                         .missing = server_missing,
+                                         .missing = kc_remote_server_missing,
                                          .pull = kc_remote_server_pull,
                                          .pull_keys = kc_remote_server_pull_keys,
                                          .fetch = kc_remote_server_fetch,

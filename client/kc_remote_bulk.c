@@ -420,7 +420,7 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
             strcat(joined, ",");
         strcat(joined, devices[i]);
     }
-    char *url = kc_remote_bundle_url(r, joined[0] ? joined : NULL, f);
+    char *url = kc_remote_server_bundle_url(r, joined[0] ? joined : NULL, f);
     free(joined);
     if (!url)
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
@@ -458,38 +458,6 @@ kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const 
     free(body);
     if (st)
         *st = total;
-    return rc;
-}
-
-/* --------------------------------------------------- keys to push -- */
-
-static int collect_key(const kc_entry_info *info, void *ctx)
-{
-    kc_key_list *l = ctx;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        void *p = realloc(l->keys, cap * sizeof *l->keys);
-        if (!p) {
-            l->nomem = true;
-            return 1;
-        }
-        l->keys = p;
-        l->cap = cap;
-    }
-    memcpy(l->keys[l->n++], info->key, KC_KEY_HEX_LEN + 1);
-    return 0;
-}
-
-kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err)
-{
-    memset(l, 0, sizeof *l);
-    kc_code rc = kc_store_list(s, f, collect_key, l, err);
-    if (rc == KC_OK && l->nomem)
-        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
-    if (rc != KC_OK) {
-        free(l->keys);
-        memset(l, 0, sizeof *l);
-    }
     return rc;
 }
 
@@ -810,7 +778,7 @@ kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_L
         size_t m = n - off < batch ? n - off : batch;
         for (size_t i = 0; i < m; i++)
             ptrs[i] = keys[off + i];
-        rc = kc_remote_missing(r, ptrs, m, miss, err);
+        rc = kc_remote_server_missing(r, ptrs, m, miss, err);
         if (rc != KC_OK)
             break;
         size_t nu = 0;

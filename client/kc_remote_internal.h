@@ -163,6 +163,10 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
 kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                    const kc_bundle_sink *sink, kc_remote_progress_fn progress,
                                    void *pctx, kc_bundle_stats *st, kc_err *err);
+/* POST /v1/artifacts/missing in batches; keys must be valid (the callers list them from the
+ * store or checked them). */
+kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                 kc_err *err);
 kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                bool *fetched, size_t *nfetched, kc_err *err);
 

@@ -320,6 +320,12 @@ typedef struct kc_entry_info {
 typedef int (*kc_entry_fn)(const kc_entry_info *info, void *ctx);
 kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err);
 
+/* The keys of the entries matching f (NULL: all), in key order, for callers that act on
+ * each one after the walk: *keys is malloc'd (the caller frees it, also when *n is 0) and
+ * holds *n keys. On failure (the store's error, or KC_ERR_NOMEM) *keys is NULL and *n 0. */
+kc_code kc_store_list_keys(kc_store *s, const kc_filter *f, char (**keys)[KC_KEY_HEX_LEN + 1],
+                           size_t *n, kc_err *err);
+
 typedef struct kc_store_stats {
     uint64_t entries;
     uint64_t blobs;                            /* distinct payloads after dedup */
