@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "kc_store_internal.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 /* Renames from + suffix to to + suffix when it exists. */
 static int move_if_there(const char *from, const char *to, const char *suffix)

@@ -15,11 +15,11 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cli_opts.h"
-#include "kc_remote.h"
-#include "kc_snapshot.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_snapshot.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* ---- presets ------------------------------------------------------------ */
