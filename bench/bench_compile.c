@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_compile.h"
-#include "kc_manifest.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_manifest.h>
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 typedef struct zoo {
     int n;

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 /* Semi-compressible payload: alternating 64-byte runs of kernel-like text
  * and pseudo-random bytes (zstd -3 gets about 2:1, like compiled objects). */

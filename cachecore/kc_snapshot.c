@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "kc_snapshot.h"
+#include <kcache/kc_snapshot.h>
 
 /* ---- keys ---------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-#include "kc_sign.h"
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
 
 /* One value of a one-row query (0 when there is no row); arg is bound to

@@ -12,7 +12,7 @@
 
 #include <xxhash.h>
 
-#include "kc_sign.h"
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
 
 /* ---- quarantine ------------------------------------------------------ */

@@ -12,11 +12,11 @@
 #include <sqlite3.h>
 #include <zstd.h>
 
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 #include "kc_frame.h"
 #include "kc_pack.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 /* Fills up to cap (id, key) pairs of entries matching f with id > after, in
  * id order. *n receives the count (0 = no more). */

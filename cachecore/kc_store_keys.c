@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 
 typedef struct key_vec {
     char (*keys)[KC_KEY_HEX_LEN + 1];

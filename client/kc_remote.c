@@ -15,8 +15,8 @@
 #include <openssl/crypto.h>
 
 #include "kc_remote_internal.h"
-#include "kc_log.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_util.h>
 
 /* ---------------------------------------------------------------- setup -- */
 

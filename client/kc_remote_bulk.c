@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "kc_remote_internal.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 /* ------------------------------------------------------------------ pull -- */
 

@@ -12,7 +12,7 @@
 
 #include <curl/curl.h>
 
-#include "kc_remote.h"
+#include <kcache/kc_remote.h>
 #include "kc_remote_ops.h"
 
 #define KC_REMOTE_SHARE_LOCKS 8

@@ -8,7 +8,7 @@
 #ifndef KC_REMOTE_OPS_H
 #define KC_REMOTE_OPS_H
 
-#include "kc_remote.h"
+#include <kcache/kc_remote.h>
 
 /* What an implementation provides; arguments are checked by kc_remote_api.c first
  * (keys valid, outputs cleared). */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 #include "kc_remote_internal.h"
 
 void kc_remote_queue_init(kc_remote *r)

@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "kc_snap_internal.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 enum { NEED_DIR = 1, NEED_STORE = 2 };
 

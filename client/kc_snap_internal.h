@@ -5,7 +5,7 @@
 #ifndef KC_SNAP_INTERNAL_H
 #define KC_SNAP_INTERNAL_H
 
-#include "kc_snap.h"
+#include <kcache/kc_snap.h>
 
 /* A kc_snap_skip_fn (kc_snapshot.h) with a preset (may be NULL) as ctx: a
  * restore's own temporary files and the preset's lock and temporary names. */

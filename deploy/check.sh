@@ -47,11 +47,16 @@ pass "cmake --install puts binaries, libraries, headers, kcache.pc, man pages, u
 # --- 2. pkg-config: compile, link and run a program against the install ----
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
 flags=$(pkg-config --cflags --libs kcache) || fail "pkg-config --cflags --libs kcache"
+# headers are included as <kcache/kc_x.h>: Cflags name the include root, not include/kcache
+incdirs=$(for i in $(pkg-config --cflags-only-I kcache); do readlink -f "${i#-I}"; done)
+root=$(readlink -f "$P/include")
+grep -qx "$root" <<<"$incdirs" && ! grep -qx "$root/kcache" <<<"$incdirs" ||
+  fail "kcache.pc Cflags are not the include root: $(pkg-config --cflags-only-I kcache)"
 [ "$(pkg-config --modversion kcache)" = "$(sed -n 's/^project(kcache VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)" ] ||
   fail "kcache.pc version differs from the project version"
 cat >"$T/use.c" <<'EOF'
-#include <kc_remote.h>
-#include <kc_store.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_store.h>
 #include <stdio.h>
 int main(int argc, char **argv)
 {

@@ -12,7 +12,8 @@ if(TARGET kcache_shared)
 endif()
 
 # Public headers: each library's include/kcache/ (nothing else is public), all under
-# include/kcache/.
+# include/kcache/; users include them as <kcache/kc_cache.h> (kcache.pc's Cflags name
+# include/, as the libraries' own include paths do in the tree).
 file(GLOB KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/cachecore/include/kcache/*.h
      ${PROJECT_SOURCE_DIR}/client/include/kcache/*.h
      ${PROJECT_SOURCE_DIR}/compiler_stub/include/kcache/*.h)

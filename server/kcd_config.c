@@ -19,8 +19,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "kc_sign.h"
-#include "kc_util.h"
+#include <kcache/kc_sign.h>
+#include <kcache/kc_util.h>
 #include "kcd_auth.h"
 #include "kcd_log.h"
 

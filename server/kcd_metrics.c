@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 static const int kcd_status_codes[KCD_STATUS_SLOTS - 1] = {
     200, 201, 204, 206, 304, 400, 401, 403, 404, 405, 408, 411, 413, 414, 415, 431, 500, 503, 507};

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kcd_s3.h"
 
 typedef enum kcd_route {

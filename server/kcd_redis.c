@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 #include "kcd_routes.h"
 #include "kcd_log.h"
 #include "kcd_redis_int.h"

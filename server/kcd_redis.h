@@ -13,7 +13,7 @@
 #ifndef KCD_REDIS_H
 #define KCD_REDIS_H
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
 #include "kcd_routes.h"
 

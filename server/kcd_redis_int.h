@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_metrics.h"

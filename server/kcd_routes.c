@@ -19,12 +19,12 @@
 #include <zstd.h>
 #include <unistd.h>
 
-#include "kc_bundle.h"
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_sign.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 #include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_log.h"

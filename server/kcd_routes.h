@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
 #include "kcd_metrics.h"
 

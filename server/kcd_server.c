@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 #include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_redis.h"

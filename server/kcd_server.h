@@ -6,7 +6,7 @@
 #ifndef KCD_SERVER_H
 #define KCD_SERVER_H
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
 
 typedef struct kcd_server kcd_server;

@@ -20,9 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kc_cache.h"
-#include "kc_prewarm.h"
-#include "kc_store.h"
+#include <kcache/kc_cache.h>
+#include <kcache/kc_prewarm.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 extern char **environ;

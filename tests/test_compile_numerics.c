@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
 #include "kc_cpu.h"
-#include "kc_lower.h"
+#include <kcache/kc_lower.h>
 #include "kc_testutil.h"
 
 typedef struct env {

@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_testutil.h"
 #include "kc_toolid.h"
-#include "kc_util.h"
-#include "kc_xpu.h"
+#include <kcache/kc_util.h>
+#include <kcache/kc_xpu.h>
 
 static char *dir;
 

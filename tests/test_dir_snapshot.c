@@ -25,10 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_snap.h"
-#include "kc_snapshot.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_snap.h>
+#include <kcache/kc_snapshot.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 

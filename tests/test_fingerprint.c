@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_backend.h"
-#include "kc_compile.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_compile.h>
 #include "kc_testutil.h"
 
 static void open_fp(const char *target, const char *flags, const char *tpl, kc_device_fp *fp,

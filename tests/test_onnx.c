@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kc_graph.h"
-#include "kc_onnx.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_onnx.h>
 #include "kc_testutil.h"
 #include "onnx.pb-c.h"
 

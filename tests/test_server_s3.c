@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_sign.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
 #include "kcd_s3.h"
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 #ifndef KC_ZE_TEST_DRIVER

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
-#include "kc_lower.h"
-#include "kc_onnx.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_onnx.h>
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 /* Under ASan/LSan (CI's sanitizer run): PoCL and its LLVM keep compiler state alive until

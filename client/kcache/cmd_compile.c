@@ -18,18 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_backend.h"
-#include "kc_cflags.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_cflags.h>
 #include "kc_cli_opts.h"
-#include "kc_compile.h"
-#include "kc_graph.h"
-#include "kc_lower.h"
-#include "kc_manifest.h"
-#include "kc_onnx.h"
-#include "kc_prewarm.h"
-#include "kc_remote.h"
-#include "kc_remote_cache.h"
-#include "kc_util.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_graph.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_manifest.h>
+#include <kcache/kc_onnx.h>
+#include <kcache/kc_prewarm.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_remote_cache.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* Options every compile-family command understands. */

@@ -13,11 +13,11 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cli_opts.h"
-#include "kc_remote.h"
-#include "kc_snap.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_snap.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* ---- options ------------------------------------------------------------ */

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcache_cli.h"
 
 /* What an option takes, and what its out pointer points to. */

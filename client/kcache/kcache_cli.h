@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kc_error.h"
-#include "kc_remote.h"
-#include "kc_sign.h"
-#include "kc_store.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
 
 /* Exit codes (docs/DESIGN.md §5). */
 enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };

@@ -13,9 +13,9 @@
 
 #include <openssl/crypto.h>
 
-#include "kc_log.h"
-#include "kc_remote.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* The synopsis here is what `kcache CMD --help` prints; each command's own

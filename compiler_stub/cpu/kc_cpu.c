@@ -21,12 +21,12 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cpu.h"
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 #include "kc_templates.h"
 #include "kc_toolid.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 extern char **environ;
 

@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 
 /* Host services handed to every kernel call (keep in sync with common.h). */
 typedef struct kc_rt {

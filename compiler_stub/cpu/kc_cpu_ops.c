@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_backend.h"
-#include "kc_hash.h"
-#include "kc_ops.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_ops.h>
 
 #ifndef KC_KERNELS_DIR
 #error "KC_KERNELS_DIR must name the kernels/ directory"

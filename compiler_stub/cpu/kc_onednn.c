@@ -13,7 +13,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "kc_cpu.h"
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 
 struct kc_onednn_gemm {
     dnnl_engine_t eng;

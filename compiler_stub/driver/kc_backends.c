@@ -9,9 +9,9 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cpu.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 static kc_code open_cpu(const kc_backend_opts *o, kc_backend **out, kc_err *err)
 {

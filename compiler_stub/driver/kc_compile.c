@@ -3,7 +3,7 @@
  * autotuning, kernel lookups, parallel compilation of misses (one worker per
  * core), write-back through the tiers, loading, and the runner.
  */
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
 
 #include <jansson.h>
 #include <pthread.h>
@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "kc_kernel_json.h"
-#include "kc_log.h"
-#include "kc_lower.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_util.h>
 
 #define KC_RECORD_FORMAT "kcache-graph-record/1"
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
-#include "kc_lower.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_lower.h>
 
 void kc_compile_options_text(const kc_compile_opts *o, char out[64])
 {

@@ -4,13 +4,13 @@
  * opened for that target, and reported; the device ids seen are collected for
  * the program to push.
  */
-#include "kc_prewarm.h"
+#include <kcache/kc_prewarm.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_cflags.h"
-#include "kc_util.h"
+#include <kcache/kc_cflags.h>
+#include <kcache/kc_util.h>
 
 kc_code kc_prewarm_check(const kc_manifest *m, const kc_prewarm_opts *o, kc_err *err)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
 
 static uint64_t next_rand(uint64_t *s)
 {

@@ -13,7 +13,7 @@
  * of the graph (n log n for the ready heap): 100,000 nodes take well under a
  * second, where a scan of every node per step took minutes.
  */
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 #include <errno.h>
 #include <jansson.h>
@@ -23,14 +23,14 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "kc_ops.h"
-#include "kc_util.h"
+#include <kcache/kc_ops.h>
+#include <kcache/kc_util.h>
 
 static const char *const op_names[KC_OP_COUNT] = {
     "matmul", "add", "sub",     "mul",       "div",     "relu",      "gelu", "silu",
     "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d",
 #define KC_OP_X(id, name, lo, hi) name,
-#include "kc_ops_list.h"
+#include <kcache/kc_ops_list.h>
 #undef KC_OP_X
 };
 

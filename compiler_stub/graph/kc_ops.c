@@ -4,7 +4,7 @@
  * ones, empty reduce axes become every axis, negative axes become
  * positive), so the canonical text never depends on what was spelled out.
  */
-#include "kc_ops.h"
+#include <kcache/kc_ops.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@ static const struct {
     int lo, hi;
 } arity_tab[] = {
 #define KC_OP_X(id, name, lo, hi) {lo, hi},
-#include "kc_ops_list.h"
+#include <kcache/kc_ops_list.h>
 #undef KC_OP_X
 };
 

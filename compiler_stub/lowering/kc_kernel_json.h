@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 
 /* The full object (identity + bindings) and the identity only; new references. */
 json_t *kc_kernel_json_object(const kc_kernel *k);

@@ -9,7 +9,7 @@
  * epilogue (when the group's result has the GEMM's shape). A pointwise group
  * whose result feeds only a matmul's A operand becomes that GEMM's prologue.
  */
-#include "kc_lower.h"
+#include <kcache/kc_lower.h>
 
 #include "kc_kernel_json.h"
 
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_ops.h"
+#include <kcache/kc_ops.h>
 
 static const char *const kind_names[KC_KK_COUNT] = {
     "pointwise", "gemm", "softmax", "layernorm", "rmsnorm", "sdpa", "conv2d", "transpose", "op"};

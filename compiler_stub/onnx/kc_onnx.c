@@ -5,7 +5,7 @@
  * conversion is one table of handlers (kc_onnx_ops.c); this file holds the
  * model, tensors, constants and the graph under construction.
  */
-#include "kc_onnx.h"
+#include <kcache/kc_onnx.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "kc_onnx_internal.h"
-#include "kc_ops.h"
-#include "kc_util.h"
+#include <kcache/kc_ops.h>
+#include <kcache/kc_util.h>
 
 /* ---- shape bindings ----------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "kc_onnx.h"
+#include <kcache/kc_onnx.h>
 #include "onnx.pb-c.h"
 
 /* An ONNX value by name: a graph value (id >= 0), a constant (data), or both

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kc_onnx_internal.h"
-#include "kc_ops.h"
+#include <kcache/kc_ops.h>
 
 typedef kc_code (*ox_handler)(ox_ctx *c, const Onnx__NodeProto *np);
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "kc_toolid.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 kc_code kc_toolid_resolve(const char *prog, char real[4096], struct stat *st, kc_err *err)
 {

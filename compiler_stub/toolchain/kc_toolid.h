@@ -8,8 +8,8 @@
 
 #include <sys/stat.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 typedef struct kc_toolid {
     char path[4096];                 /* the resolved executable (symlinks followed) */

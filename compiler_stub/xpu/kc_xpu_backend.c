@@ -13,9 +13,9 @@
 
 #include <jansson.h>
 
-#include "kc_log.h"
-#include "kc_util.h"
-#include "kc_xpu.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_util.h>
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 typedef struct kc_xpu_backend {

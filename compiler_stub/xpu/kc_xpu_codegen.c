@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "kc_incbin.h"
-#include "kc_util.h"
-#include "kc_xpu.h"
+#include <kcache/kc_util.h>
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 static const char *const kc_xpu_template_names[] = {

@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <oneapi/dnnl/dnnl.h>
 
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 struct kc_xpu_onednn {
     dnnl_engine_t eng;

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "kc_fuzz.h"
-#include "kc_graph.h"
-#include "kc_hash.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_hash.h>
 
 static inline void kc_fuzz_check_graph(const kc_graph *g)
 {

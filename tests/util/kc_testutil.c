@@ -18,9 +18,9 @@
 
 #include "kc_testutil.h"
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_log.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_log.h>
 
 extern char **environ;
 

@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_sign.h"
-#include "kc_store.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
 
 #define KC_BUNDLE_MAGIC "KCBUNDLE"
 #define KC_BUNDLE_VERSION 2 /* written; 1 and 2 are read */

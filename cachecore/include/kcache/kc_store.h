@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_envelope.h"
-#include "kc_error.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_error.h>
 
 typedef struct kc_store kc_store; /* opaque */
 

@@ -31,10 +31,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_remote.h"
-#include "kc_snapshot.h"
-#include "kc_store.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_snapshot.h>
+#include <kcache/kc_store.h>
 
 /* ---- presets: where a framework keeps its cache, and which names to leave out ---- */
 

@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_cache.h"
-#include "kc_error.h"
-#include "kc_graph.h"
+#include <kcache/kc_cache.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_graph.h>
 
 /* ---- lowered kernels ---------------------------------------------------- */
 

@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 #define KC_GRAPH_FORMAT "kcache-graph/1"
 #define KC_MAX_RANK 8
@@ -47,7 +47,7 @@ typedef enum kc_op {
 /* The extended set (kc_ops.h): ONNX operators. Each lowers to one "op"
  * kernel specialised on its shapes, dtypes and attributes (kc_xattrs). */
 #define KC_OP_X(id, name, lo, hi) KC_OP_##id,
-#include "kc_ops_list.h"
+#include <kcache/kc_ops_list.h>
 #undef KC_OP_X
     KC_OP_COUNT
 } kc_op;

@@ -5,8 +5,8 @@
 #ifndef KC_LOWER_H
 #define KC_LOWER_H
 
-#include "kc_backend.h"
-#include "kc_graph.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_graph.h>
 
 /* Lowers g into kernels in execution order. On success *out is a malloc'd
  * array of *n kernels (caller frees with free()). Every node output that is

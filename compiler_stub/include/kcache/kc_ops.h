@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 typedef enum kc_xa_kind {
     KC_XA_LIST = 0, /* a list of integers (n[f] of them) */

@@ -11,11 +11,11 @@
 
 #include <stdbool.h>
 
-#include "kc_backend.h"
-#include "kc_cache.h"
-#include "kc_compile.h"
-#include "kc_graph.h"
-#include "kc_manifest.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_cache.h>
+#include <kcache/kc_compile.h>
+#include <kcache/kc_graph.h>
+#include <kcache/kc_manifest.h>
 
 /* Loads graph gi of m (m->graphs[gi], with the shape bindings m->shapes[gi] as written)
  * into *out (kc_graph_free). Errors name the file, or the manifest and entry for a bad

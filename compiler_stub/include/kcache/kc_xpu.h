@@ -18,11 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_backend.h"
-#include "kc_error.h"
-#include "kc_cache.h"
-#include "kc_hash.h"
-#include "kc_keys.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_cache.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_keys.h>
 
 #define KC_XPU_FP_ID_MAX 128
 
