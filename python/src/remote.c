@@ -93,7 +93,7 @@ static int remote_init(kcpy_remote *self, PyObject *args, PyObject *kwargs)
                                   .connect_timeout_ms = connect_ms,
                                   .timeout_ms = timeout_ms,
                                   .concurrency = concurrency,
-                                  .quiet = true,
+                                  .quiet = false, /* its notes reach logging, never the terminal */
                                   .trust = self->trust,
                                   .max_artifact = c->max_artifact,
                                   .signer = self->signer};
