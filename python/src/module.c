@@ -15,6 +15,7 @@
 /* ---- exceptions ---- */
 
 typedef struct exc_def {
+    kc_code code;     /* the first of the codes it stands for */
     const char *name; /* kcache.NAME */
     const char *doc;
     PyObject **extra_base; /* a builtin it also derives from, or NULL */
@@ -41,39 +42,41 @@ enum {
 };
 
 static exc_def excs[X_COUNT] = {
-    [X_NOTFOUND] = {"NotFound", "The key is not in the store or on the server (a cache miss).",
+    [X_NOTFOUND] = {KC_ERR_NOT_FOUND, "NotFound",
+                    "The key is not in the store or on the server (a cache miss).",
                     &PyExc_LookupError, NULL},
-    [X_INVALID] = {"InvalidError",
+    [X_INVALID] = {KC_ERR_INVALID, "InvalidError",
                    "Bad argument or malformed input: a key, kind, metadata, graph, URL or "
                    "option; also an unsupported format version.",
                    &PyExc_ValueError, NULL},
-    [X_AUTH] = {"AuthError",
+    [X_AUTH] = {KC_ERR_AUTH, "AuthError",
                 "The server refused the credentials (HTTP 401: no or unknown token) or the "
                 "token's scopes (HTTP 403: e.g. a read token that writes).",
                 NULL, NULL},
-    [X_TRUST] = {"TrustError",
+    [X_TRUST] = {KC_ERR_UNTRUSTED, "TrustError",
                  "The artifact is not signed by one of the trusted keys (trusted_keys, "
                  "$KCACHE_TRUSTED_KEYS).",
                  NULL, NULL},
-    [X_CORRUPT] = {"CorruptError",
+    [X_CORRUPT] = {KC_ERR_CORRUPT, "CorruptError",
                    "Stored or received bytes failed their checksum, or ended early; a damaged "
                    "store entry is quarantined.",
                    NULL, NULL},
-    [X_SERVER] = {"ServerError",
+    [X_SERVER] = {KC_ERR_REMOTE, "ServerError",
                   "The server could not be reached, timed out, or answered with an error "
                   "other than 401/403/404.",
                   NULL, NULL},
-    [X_TOOLARGE] = {"TooLargeError", "A size limit was exceeded.", NULL, NULL},
-    [X_FULL] = {"FullError",
+    [X_TOOLARGE] = {KC_ERR_TOO_LARGE, "TooLargeError", "A size limit was exceeded.", NULL, NULL},
+    [X_FULL] = {KC_ERR_FULL, "FullError",
                 "No room: the disk is full or the store's size limit cannot be met; nothing "
                 "was written.",
                 NULL, NULL},
-    [X_STORAGE] = {"StorageError", "A file or database operation failed (the message says which).",
+    [X_STORAGE] = {KC_ERR_IO, "StorageError",
+                   "A file or database operation failed (the message says which).", NULL, NULL},
+    [X_COMPILE] = {KC_ERR_COMPILE, "CompileError", "The kernel compiler or a toolchain failed.",
                    NULL, NULL},
-    [X_COMPILE] = {"CompileError", "The kernel compiler or a toolchain failed.", NULL, NULL},
-    [X_MISS] = {"MissError", "A cache hit that was required (require_hit=True) did not happen.",
-                NULL, NULL},
-    [X_UNSUPPORTED] = {"UnsupportedError",
+    [X_MISS] = {KC_ERR_MISS, "MissError",
+                "A cache hit that was required (require_hit=True) did not happen.", NULL, NULL},
+    [X_UNSUPPORTED] = {KC_ERR_UNSUPPORTED, "UnsupportedError",
                        "The device, feature or target is not available on this machine.", NULL,
                        NULL},
 };
@@ -263,12 +266,15 @@ PyMODINIT_FUNC PyInit__kcache(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    error_type = PyErr_NewExceptionWithDoc(
-        "kcache.Error",
-        "Base of every error kcache raises. str(e) is kcache's message, which names the "
-        "key, file or URL involved; e.code is the error's short name ('not-found', "
-        "'auth', ...).",
-        NULL, NULL);
+    PyObject *error_dict = Py_BuildValue("{s:s}", "code", "error");
+    error_type = error_dict ? PyErr_NewExceptionWithDoc(
+                                  "kcache.Error",
+                                  "Base of every error kcache raises. str(e) is kcache's "
+                                  "message, which names the key, file or URL involved; e.code "
+                                  "is the error's short name ('not-found', 'auth', ...).",
+                                  NULL, error_dict)
+                            : NULL;
+    Py_XDECREF(error_dict);
     if (!error_type || PyModule_AddObject(m, "Error", error_type) < 0)
         goto fail;
     Py_INCREF(error_type);
@@ -279,7 +285,10 @@ PyMODINIT_FUNC PyInit__kcache(void)
                                              : PyTuple_Pack(1, error_type);
         if (!bases)
             goto fail;
-        excs[i].type = PyErr_NewExceptionWithDoc(qual, excs[i].doc, bases, NULL);
+        /* .code of an instance raised from Python rather than from a kc_err */
+        PyObject *dict = Py_BuildValue("{s:s}", "code", kc_code_name(excs[i].code));
+        excs[i].type = dict ? PyErr_NewExceptionWithDoc(qual, excs[i].doc, bases, dict) : NULL;
+        Py_XDECREF(dict);
         Py_DECREF(bases);
         if (!excs[i].type || PyModule_AddObject(m, excs[i].name, excs[i].type) < 0)
             goto fail;

@@ -272,6 +272,60 @@ done:
     return out;
 }
 
+static PyObject *remote_fetch(kcpy_remote *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kw[] = {"keys", "store", NULL};
+    PyObject *keys_arg, *store_arg = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:fetch", kw, &keys_arg, &store_arg))
+        return NULL;
+    PyObject *seq = PySequence_Fast(keys_arg, "fetch() takes an iterable of keys");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **keys = calloc((size_t)n + 1, sizeof *keys);
+    bool *fetched = calloc((size_t)n + 1, sizeof *fetched);
+    PyObject *out = NULL;
+    kcpy_store *st = NULL;
+    if (!keys || !fetched) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(keys[i] = key_arg(PySequence_Fast_GET_ITEM(seq, i))))
+            goto done;
+    if (!(st = kcpy_store_from(store_arg)))
+        goto done;
+    kc_err err = {0};
+    kc_code rc = KC_OK;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS;
+        kc_store *s = kcpy_store_borrow(st, &err);
+        kc_remote *r = s ? kcpy_remote_borrow(self, &err) : NULL;
+        rc = r ? kc_remote_fetch(r, s, keys, (size_t)n, fetched, NULL, &err) : err.code;
+        kcpy_remote_return(self, r);
+        kcpy_store_return(st, s);
+        Py_END_ALLOW_THREADS;
+    }
+    if (rc != KC_OK) {
+        kcpy_raise(&err);
+        goto done;
+    }
+    kcpy_flush_log();
+    if (!(out = PyList_New(0)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (fetched[i] && PyList_Append(out, PySequence_Fast_GET_ITEM(seq, i)) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+done:
+    free(keys);
+    free(fetched);
+    Py_XDECREF((PyObject *)st);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* ---- pull / push ---- */
 
 #define MAX_DEVICES 64
@@ -515,6 +569,12 @@ static PyMethodDef remote_methods[] = {
     {"missing", (PyCFunction)remote_missing, METH_O,
      "missing(keys) -> list[str]\n\nThose of keys the server lacks (one request per 1000 "
      "keys)."},
+    {"fetch", (PyCFunction)(void (*)(void))remote_fetch, METH_VARARGS | METH_KEYWORDS,
+     "fetch(keys, *, store=None) -> list[str]\n\n"
+     "GETs keys in parallel into store (a Store or path; default: the default cache "
+     "directory), each envelope checked and, with the store's trusted keys, refused unless "
+     "signed, as the compiler's remote tier does; returns the keys fetched (a 404 is simply "
+     "absent). Raises AuthError, CorruptError, ServerError for failures other than a miss."},
     {"pull", (PyCFunction)(void (*)(void))remote_pull, METH_VARARGS | METH_KEYWORDS,
      "pull(devices=None, *, store=None, kind=None, tag=None, since=None) -> dict\n\n"
      "Imports into store (a Store or path; default: the default cache directory) every "
