@@ -20,6 +20,7 @@ API (torch.compiler.save_cache_artifacts / load_cache_artifacts).
 import hashlib
 import importlib
 import time
+from typing import Any, Optional
 
 import kcache
 from kcache import _tiers
@@ -38,7 +39,7 @@ def _torch_api(name):
     return torch, fn
 
 
-def default_device(torch):
+def default_device(torch) -> str:
     """The device part of a slot when none is given: the name of CUDA device 0
     when torch sees one, else "cpu"."""
     cuda = getattr(torch, "cuda", None)
@@ -50,7 +51,7 @@ def default_device(torch):
     return "cpu"
 
 
-def slot_id(name, torch_version, device, version_key):
+def slot_id(name: str, torch_version: str, device: str, version_key: str) -> str:
     """The device id a slot's artifacts carry in the store, so the ordinary
     device filters (Store.entries, Remote.pull) select one slot."""
     if not name or not version_key:
@@ -64,7 +65,8 @@ def _newest(store, slot):
     return max(entries, key=lambda e: (e["created"], e["key"])) if entries else None
 
 
-def save(name, *, version_key, device=None, store=None, remote=None):
+def save(name: str, *, version_key: str, device: Optional[str] = None, store=None,
+         remote=None) -> Optional[str]:
     """Stores the bytes of torch.compiler.save_cache_artifacts() in the slot
     (name, torch version, device, version_key) and returns their key, or None
     when torch had nothing to save. store: a Store or path (default: the
@@ -90,7 +92,8 @@ def save(name, *, version_key, device=None, store=None, remote=None):
     return key.hexdigest()
 
 
-def load(name, *, version_key, device=None, store=None, remote=None):
+def load(name: str, *, version_key: str, device: Optional[str] = None, store=None,
+         remote=None) -> Any:
     """Fetches the newest artifacts saved in the slot (name, torch version,
     device, version_key) and hands them to torch.compiler.load_cache_artifacts;
     returns what it returns. Raises kcache.NotFound when the slot is empty

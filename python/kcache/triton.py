@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
+from typing import Dict, List, Optional, Union
 
 import kcache
 from kcache import _tiers
@@ -33,7 +34,7 @@ KIND = "triton"
 GROUP_PREFIX = "__grp__"
 
 
-def artifact_key(triton_key, filename):
+def artifact_key(triton_key: str, filename: str) -> str:
     """The kcache key of one file of a Triton kernel."""
     text = "kcache-triton/1\n%s\n%s\n" % (triton_key, filename)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -79,7 +80,8 @@ class CacheManager:
     $TRITON_DUMP_DIR, else ~/.triton/override or ~/.triton/dump.
     """
 
-    def __init__(self, key, override=False, dump=False, *, store=None, remote=None):
+    def __init__(self, key: str, override: bool = False, dump: bool = False, *, store=None,
+                 remote=None) -> None:
         _check_name("cache key", key)
         self.key = key
         self._plain = override or dump
@@ -102,10 +104,10 @@ class CacheManager:
         _check_name("file name", filename)
         return os.path.join(self.cache_dir, filename)
 
-    def has_file(self, filename):
+    def has_file(self, filename: str) -> bool:
         return self.get_file(filename) is not None
 
-    def get_file(self, filename):
+    def get_file(self, filename: str) -> Optional[str]:
         """The path of filename for this key, or None when kcache lacks it."""
         path = self._path(filename)
         if os.path.exists(path):
@@ -116,7 +118,7 @@ class CacheManager:
         data = _tiers.fetch(self._store, self._remote, [key]).get(key)
         return None if data is None else _write_atomic(path, data)
 
-    def put(self, data, filename, binary=True):
+    def put(self, data: Union[bytes, str], filename: str, binary: bool = True) -> str:
         """Stores data (bytes, or text for binary=False) as filename; returns
         the local path Triton records in the kernel's group."""
         path = self._path(filename)
@@ -128,7 +130,7 @@ class CacheManager:
         os.makedirs(self.cache_dir, exist_ok=True)
         return _write_atomic(path, data)
 
-    def get_group(self, filename):
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
         """{child file name: local path} of the group put_group recorded under
         filename, or None when the group or any of its files is missing (Triton
         then compiles the kernel again)."""
@@ -157,7 +159,7 @@ class CacheManager:
             result[child] = path
         return result
 
-    def put_group(self, filename, group):
+    def put_group(self, filename: str, group: Dict[str, str]) -> str:
         """Records the names of group's files under filename."""
         text = json.dumps({"child_paths": sorted(group)})
         return self.put(text, GROUP_PREFIX + filename, binary=False)
@@ -171,18 +173,18 @@ class RemoteCacheBackend:
     $KCACHE_REMOTE, the local store alone. Triton's RemoteCacheManager writes
     the files it gets into its own cache directory."""
 
-    def __init__(self, key, *, store=None, remote=None):
+    def __init__(self, key: str, *, store=None, remote=None) -> None:
         _check_name("cache key", key)
         self.key = key
         self._store = _tiers.store(store)
         self._remote = _tiers.remote(remote)
 
-    def get(self, filenames):
+    def get(self, filenames: List[str]) -> Dict[str, bytes]:
         keys = {artifact_key(self.key, f): f for f in filenames}
         found = _tiers.fetch(self._store, self._remote, list(keys))
         return {keys[k]: bytes(v) for k, v in found.items()}
 
-    def put(self, filename, data):
+    def put(self, filename: str, data: bytes) -> None:
         _check_name("file name", filename)
         meta = {"tag": "triton", "triton_key": self.key, "filename": filename}
         _tiers.store_and_send(self._store, self._remote, _as_bytes(data), KIND,
