@@ -42,6 +42,21 @@ PyObject *kcpy_raise_msg(kc_code code, const char *fmt, ...);
  * thread) to the Python logger "kcache"; call with the GIL held. */
 void kcpy_flush_log(void);
 
+/* ---- arguments and results shared by Store and Remote (module.c) ---- */
+
+/* A key argument as UTF-8 (borrowed from the str); NULL with TypeError. */
+const char *kcpy_key_arg(PyObject *o);
+/* seq (from PySequence_Fast) as n borrowed key strings (a calloc'd array of
+ * n + 1, the caller frees it); NULL with an exception set. */
+const char **kcpy_keys(PyObject *seq, Py_ssize_t *n);
+/* A list of the items seq[i] for which flags[i] is set; NULL on error. */
+PyObject *kcpy_keys_where(PyObject *seq, const bool *flags);
+/* A has() answer: True for KC_OK, False for a miss, else the exception. */
+PyObject *kcpy_presence(kc_code rc, const kc_err *err);
+/* __enter__ returns the object; __exit__ calls its close(). */
+PyObject *kcpy_enter(PyObject *self, PyObject *unused);
+PyObject *kcpy_exit(PyObject *self, PyObject *args);
+
 /* ---- payloads (payload.c) ---- */
 
 /* A bytes object for small payloads, else a read-only memoryview that owns

@@ -142,6 +142,67 @@ PyObject *kcpy_raise_msg(kc_code code, const char *fmt, ...)
     return kcpy_raise(&err);
 }
 
+/* ---- arguments and results ---- */
+
+const char *kcpy_key_arg(PyObject *o)
+{
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "a key is a str of 64 lowercase hex digits, not %s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsUTF8(o);
+}
+
+const char **kcpy_keys(PyObject *seq, Py_ssize_t *n)
+{
+    *n = PySequence_Fast_GET_SIZE(seq);
+    const char **keys = calloc((size_t)*n + 1, sizeof *keys);
+    if (!keys)
+        return (const char **)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < *n; i++)
+        if (!(keys[i] = kcpy_key_arg(PySequence_Fast_GET_ITEM(seq, i)))) {
+            free(keys);
+            return NULL;
+        }
+    return keys;
+}
+
+PyObject *kcpy_keys_where(PyObject *seq, const bool *flags)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PySequence_Fast_GET_SIZE(seq); i++)
+        if (flags[i] && PyList_Append(out, PySequence_Fast_GET_ITEM(seq, i)) < 0)
+            Py_CLEAR(out);
+    return out;
+}
+
+PyObject *kcpy_presence(kc_code rc, const kc_err *err)
+{
+    if (rc == KC_OK)
+        Py_RETURN_TRUE;
+    if (rc == KC_ERR_NOT_FOUND)
+        Py_RETURN_FALSE;
+    return kcpy_raise(err);
+}
+
+PyObject *kcpy_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+PyObject *kcpy_exit(PyObject *self, PyObject *args)
+{
+    (void)args;
+    PyObject *r = PyObject_CallMethod(self, "close", NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
 /* ---- log messages ----
  *
  * kc_log may be called from any thread (the background upload queue too) and at

@@ -133,16 +133,6 @@ static void remote_dealloc(kcpy_remote *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static const char *key_arg(PyObject *o)
-{
-    if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "a key is a str of 64 lowercase hex digits, not %s",
-                     Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return PyUnicode_AsUTF8(o);
-}
-
 static PyObject *remote_put(kcpy_remote *self, PyObject *args, PyObject *kwargs)
 {
     static char *kw[] = {"data", "kind", "meta", "key", NULL};
@@ -187,7 +177,7 @@ static PyObject *remote_put(kcpy_remote *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *remote_get(kcpy_remote *self, PyObject *keyo)
 {
-    const char *key = key_arg(keyo);
+    const char *key = kcpy_key_arg(keyo);
     if (!key)
         return NULL;
     kc_err err = {0};
@@ -210,7 +200,7 @@ static PyObject *remote_get(kcpy_remote *self, PyObject *keyo)
 
 static PyObject *remote_has(kcpy_remote *self, PyObject *keyo)
 {
-    const char *key = key_arg(keyo);
+    const char *key = kcpy_key_arg(keyo);
     if (!key)
         return NULL;
     kc_err err = {0};
@@ -221,11 +211,7 @@ static PyObject *remote_has(kcpy_remote *self, PyObject *keyo)
     kcpy_remote_return(self, r);
     Py_END_ALLOW_THREADS;
     kcpy_flush_log();
-    if (rc == KC_OK)
-        Py_RETURN_TRUE;
-    if (rc == KC_ERR_NOT_FOUND)
-        Py_RETURN_FALSE;
-    return kcpy_raise(&err);
+    return kcpy_presence(rc, &err);
 }
 
 static PyObject *remote_missing(kcpy_remote *self, PyObject *keys_arg)
@@ -233,39 +219,26 @@ static PyObject *remote_missing(kcpy_remote *self, PyObject *keys_arg)
     PyObject *seq = PySequence_Fast(keys_arg, "missing() takes an iterable of keys");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    const char **keys = calloc((size_t)n + 1, sizeof *keys);
-    bool *missing = calloc((size_t)n + 1, sizeof *missing);
+    Py_ssize_t n;
+    const char **keys = kcpy_keys(seq, &n);
+    bool *missing = keys ? calloc((size_t)n + 1, sizeof *missing) : NULL;
     PyObject *out = NULL;
-    if (!keys || !missing) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!(keys[i] = key_arg(PySequence_Fast_GET_ITEM(seq, i))))
-            goto done;
     kc_err err = {0};
     kc_code rc = KC_OK;
-    if (n > 0) {
+    if (keys && !missing)
+        PyErr_NoMemory();
+    if (missing && n > 0) {
         Py_BEGIN_ALLOW_THREADS;
         kc_remote *r = kcpy_remote_borrow(self, &err);
         rc = r ? kc_remote_missing(r, keys, (size_t)n, missing, &err) : err.code;
         kcpy_remote_return(self, r);
         Py_END_ALLOW_THREADS;
     }
-    if (rc != KC_OK) {
+    if (missing && rc != KC_OK)
         kcpy_raise(&err);
-        goto done;
-    }
+    else if (missing)
+        out = kcpy_keys_where(seq, missing);
     kcpy_flush_log();
-    if (!(out = PyList_New(0)))
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (missing[i] && PyList_Append(out, PySequence_Fast_GET_ITEM(seq, i)) < 0) {
-            Py_CLEAR(out);
-            break;
-        }
-done:
     free(keys);
     free(missing);
     Py_DECREF(seq);
@@ -281,23 +254,16 @@ static PyObject *remote_fetch(kcpy_remote *self, PyObject *args, PyObject *kwarg
     PyObject *seq = PySequence_Fast(keys_arg, "fetch() takes an iterable of keys");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    const char **keys = calloc((size_t)n + 1, sizeof *keys);
-    bool *fetched = calloc((size_t)n + 1, sizeof *fetched);
+    Py_ssize_t n;
+    const char **keys = kcpy_keys(seq, &n);
+    bool *fetched = keys ? calloc((size_t)n + 1, sizeof *fetched) : NULL;
+    kcpy_store *st = fetched ? kcpy_store_from(store_arg) : NULL;
     PyObject *out = NULL;
-    kcpy_store *st = NULL;
-    if (!keys || !fetched) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!(keys[i] = key_arg(PySequence_Fast_GET_ITEM(seq, i))))
-            goto done;
-    if (!(st = kcpy_store_from(store_arg)))
-        goto done;
     kc_err err = {0};
     kc_code rc = KC_OK;
-    if (n > 0) {
+    if (keys && !fetched)
+        PyErr_NoMemory();
+    if (st && n > 0) {
         Py_BEGIN_ALLOW_THREADS;
         kc_store *s = kcpy_store_borrow(st, &err);
         kc_remote *r = s ? kcpy_remote_borrow(self, &err) : NULL;
@@ -306,19 +272,11 @@ static PyObject *remote_fetch(kcpy_remote *self, PyObject *args, PyObject *kwarg
         kcpy_store_return(st, s);
         Py_END_ALLOW_THREADS;
     }
-    if (rc != KC_OK) {
+    if (st && rc != KC_OK)
         kcpy_raise(&err);
-        goto done;
-    }
+    else if (st)
+        out = kcpy_keys_where(seq, fetched);
     kcpy_flush_log();
-    if (!(out = PyList_New(0)))
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (fetched[i] && PyList_Append(out, PySequence_Fast_GET_ITEM(seq, i)) < 0) {
-            Py_CLEAR(out);
-            break;
-        }
-done:
     free(keys);
     free(fetched);
     Py_XDECREF((PyObject *)st);
@@ -522,21 +480,6 @@ static PyObject *remote_close(kcpy_remote *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *remote_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    Py_INCREF(self);
-    return self;
-}
-
-static PyObject *remote_exit(kcpy_remote *self, PyObject *args)
-{
-    (void)args;
-    close_all(self);
-    kcpy_flush_log();
-    Py_RETURN_FALSE;
-}
-
 static PyObject *remote_repr(kcpy_remote *self)
 {
     return PyUnicode_FromFormat("kcache.Remote('%s')", self->shown_url ? self->shown_url : "");
@@ -589,8 +532,8 @@ static PyMethodDef remote_methods[] = {
      "push`. Returns considered, uploaded, skipped, bytes, seconds; errors carry .stats."},
     {"close", (PyCFunction)remote_close, METH_NOARGS,
      "close() -> None\n\nCloses the connections; later calls raise InvalidError."},
-    {"__enter__", remote_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)remote_exit, METH_VARARGS, NULL},
+    {"__enter__", kcpy_enter, METH_NOARGS, NULL},
+    {"__exit__", kcpy_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject kcpy_RemoteType = {

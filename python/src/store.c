@@ -34,17 +34,6 @@ void kcpy_store_return(kcpy_store *st, kc_store *s)
         kc_store_close(s);
 }
 
-/* A key argument as UTF-8 (borrowed from the str). */
-static const char *key_arg(PyObject *o)
-{
-    if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "a key is a str of 64 lowercase hex digits, not %s",
-                     Py_TYPE(o)->tp_name);
-        return NULL;
-    }
-    return PyUnicode_AsUTF8(o);
-}
-
 /* ---- construction ---- */
 
 static int size_arg(PyObject *o, const char *what, uint64_t *out)
@@ -213,7 +202,7 @@ static PyObject *store_put(kcpy_store *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *store_get(kcpy_store *self, PyObject *keyo)
 {
-    const char *key = key_arg(keyo);
+    const char *key = kcpy_key_arg(keyo);
     if (!key)
         return NULL;
     kc_err err = {0};
@@ -251,16 +240,11 @@ static kc_code run_key_fn(kcpy_store *self, key_fn fn, const char *key, kc_err *
 
 static PyObject *store_has(kcpy_store *self, PyObject *keyo)
 {
-    const char *key = key_arg(keyo);
+    const char *key = kcpy_key_arg(keyo);
     if (!key)
         return NULL;
     kc_err err = {0};
-    kc_code rc = run_key_fn(self, kc_store_has, key, &err);
-    if (rc == KC_OK)
-        Py_RETURN_TRUE;
-    if (rc == KC_ERR_NOT_FOUND)
-        Py_RETURN_FALSE;
-    return kcpy_raise(&err);
+    return kcpy_presence(run_key_fn(self, kc_store_has, key, &err), &err);
 }
 
 static int store_contains(kcpy_store *self, PyObject *keyo)
@@ -275,7 +259,7 @@ static int store_contains(kcpy_store *self, PyObject *keyo)
 
 static PyObject *store_delete(kcpy_store *self, PyObject *keyo)
 {
-    const char *key = key_arg(keyo);
+    const char *key = kcpy_key_arg(keyo);
     if (!key)
         return NULL;
     kc_err err = {0};
@@ -426,21 +410,6 @@ static PyObject *store_close(kcpy_store *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *store_enter(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    Py_INCREF(self);
-    return self;
-}
-
-static PyObject *store_exit(kcpy_store *self, PyObject *args)
-{
-    (void)args;
-    close_all(self);
-    kcpy_flush_log();
-    Py_RETURN_FALSE;
-}
-
 static PyObject *store_repr(kcpy_store *self)
 {
     return PyUnicode_FromFormat("kcache.Store('%s')", self->path ? self->path : "");
@@ -504,8 +473,8 @@ static PyMethodDef store_methods[] = {
      "flush() -> None\n\nWrites batched access times and counters now (close does it too)."},
     {"close", (PyCFunction)store_close, METH_NOARGS,
      "close() -> None\n\nCloses the store's handles; later calls raise InvalidError."},
-    {"__enter__", store_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)store_exit, METH_VARARGS, NULL},
+    {"__enter__", kcpy_enter, METH_NOARGS, NULL},
+    {"__exit__", kcpy_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static PySequenceMethods store_as_sequence = {
