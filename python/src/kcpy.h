@@ -64,6 +64,19 @@ PyObject *kcpy_exit(PyObject *self, PyObject *args);
  * set when out of memory. */
 PyObject *kcpy_payload_take(uint8_t *buf, size_t len);
 extern PyTypeObject kcpy_PayloadType;
+/* kcpy_payload_take of a's payload; frees the rest of a. */
+PyObject *kcpy_payload_of(kc_artifact *a);
+
+/* The arguments of Store.put and Remote.put: data (a buffer, not copied), kind,
+ * meta and key. kcpy_put_args_parse fills p (NULL on error, nothing to
+ * release); kcpy_put_args_release releases it. */
+typedef struct kcpy_put_args {
+    Py_buffer data;
+    const char *kind, *key, *meta; /* meta: JSON text or NULL */
+    PyObject *meta_obj;            /* owns meta */
+} kcpy_put_args;
+int kcpy_put_args_parse(kcpy_put_args *p, PyObject *args, PyObject *kwargs);
+void kcpy_put_args_release(kcpy_put_args *p);
 
 /* Fills a kc_artifact around data (borrowed, not copied: the caller keeps the
  * buffer alive and calls kcpy_artifact_release, never kc_artifact_free) with

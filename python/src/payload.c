@@ -57,6 +57,39 @@ PyObject *kcpy_payload_take(uint8_t *buf, size_t len)
     return view;
 }
 
+PyObject *kcpy_payload_of(kc_artifact *a)
+{
+    uint8_t *buf = a->payload;
+    size_t len = a->payload_len;
+    a->payload = NULL;
+    kc_artifact_free(a);
+    return kcpy_payload_take(buf, len);
+}
+
+int kcpy_put_args_parse(kcpy_put_args *p, PyObject *args, PyObject *kwargs)
+{
+    static char *kw[] = {"data", "kind", "meta", "key", NULL};
+    PyObject *meta = Py_None;
+    p->kind = "blob";
+    p->key = p->meta = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|$sOz:put", kw, &p->data, &p->kind, &meta,
+                                     &p->key))
+        return -1;
+    if (!(p->meta_obj = kcpy_meta_json(meta)) ||
+        (p->meta_obj != Py_None && !(p->meta = PyUnicode_AsUTF8(p->meta_obj)))) {
+        Py_XDECREF(p->meta_obj);
+        PyBuffer_Release(&p->data);
+        return -1;
+    }
+    return 0;
+}
+
+void kcpy_put_args_release(kcpy_put_args *p)
+{
+    Py_DECREF(p->meta_obj);
+    PyBuffer_Release(&p->data);
+}
+
 kc_code kcpy_artifact_borrow(kc_artifact *a, const char *key, const char *kind, const char *meta,
                              const void *data, size_t len, kc_err *err)
 {

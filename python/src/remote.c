@@ -135,30 +135,20 @@ static void remote_dealloc(kcpy_remote *self)
 
 static PyObject *remote_put(kcpy_remote *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kw[] = {"data", "kind", "meta", "key", NULL};
-    Py_buffer data;
-    const char *kind = "blob", *key = NULL;
-    PyObject *meta = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|$sOz:put", kw, &data, &kind, &meta, &key))
+    kcpy_put_args p;
+    if (kcpy_put_args_parse(&p, args, kwargs) < 0)
         return NULL;
-    PyObject *metaj = kcpy_meta_json(meta);
-    const char *metas = metaj && metaj != Py_None ? PyUnicode_AsUTF8(metaj) : NULL;
-    if (!metaj || (metaj != Py_None && !metas)) {
-        Py_XDECREF(metaj);
-        PyBuffer_Release(&data);
-        return NULL;
-    }
     kc_err err = {0};
     kc_code rc;
+    kc_artifact a;
     char out[KC_KEY_HEX_LEN + 1] = "";
     Py_BEGIN_ALLOW_THREADS;
-    kc_artifact a;
-    rc = kcpy_artifact_borrow(&a, key, kind, metas, data.buf, (size_t)data.len, &err);
+    rc = kcpy_artifact_borrow(&a, p.key, p.kind, p.meta, p.data.buf, (size_t)p.data.len, &err);
     if (rc == KC_OK) {
         uint8_t *env = NULL;
         size_t len = 0;
         memcpy(out, a.key, sizeof out);
-        rc = kc_envelope_encode(&a, &env, &len, &err);
+        rc = kc_envelope_encode(&a, &env, &len, &err); /* the one copy an upload needs */
         kcpy_artifact_release(&a);
         kc_remote *r = rc == KC_OK ? kcpy_remote_borrow(self, &err) : NULL;
         if (rc == KC_OK)
@@ -167,8 +157,7 @@ static PyObject *remote_put(kcpy_remote *self, PyObject *args, PyObject *kwargs)
         free(env);
     }
     Py_END_ALLOW_THREADS;
-    Py_DECREF(metaj);
-    PyBuffer_Release(&data);
+    kcpy_put_args_release(&p);
     if (rc != KC_OK)
         return kcpy_raise(&err);
     kcpy_flush_log();
@@ -191,11 +180,7 @@ static PyObject *remote_get(kcpy_remote *self, PyObject *keyo)
     if (rc != KC_OK)
         return kcpy_raise(&err);
     kcpy_flush_log();
-    uint8_t *buf = a.payload;
-    size_t len = a.payload_len;
-    a.payload = NULL;
-    kc_artifact_free(&a);
-    return kcpy_payload_take(buf, len);
+    return kcpy_payload_of(&a);
 }
 
 static PyObject *remote_has(kcpy_remote *self, PyObject *keyo)

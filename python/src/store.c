@@ -163,27 +163,15 @@ kcpy_store *kcpy_store_from(PyObject *arg)
 
 static PyObject *store_put(kcpy_store *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kw[] = {"data", "kind", "meta", "key", NULL};
-    Py_buffer data;
-    const char *kind = "blob", *key = NULL;
-    PyObject *meta = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|$sOz:put", kw, &data, &kind, &meta, &key))
+    kcpy_put_args p;
+    if (kcpy_put_args_parse(&p, args, kwargs) < 0)
         return NULL;
-    PyObject *metaj = kcpy_meta_json(meta);
-    if (!metaj) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    const char *metas = metaj == Py_None ? NULL : PyUnicode_AsUTF8(metaj);
     kc_err err = {0};
-    kc_code rc = KC_OK;
+    kc_code rc;
     kc_artifact a;
     char out[KC_KEY_HEX_LEN + 1] = "";
-    if (metaj != Py_None && !metas)
-        rc = KC_ERR_INVALID;
     Py_BEGIN_ALLOW_THREADS;
-    if (rc == KC_OK)
-        rc = kcpy_artifact_borrow(&a, key, kind, metas, data.buf, (size_t)data.len, &err);
+    rc = kcpy_artifact_borrow(&a, p.key, p.kind, p.meta, p.data.buf, (size_t)p.data.len, &err);
     if (rc == KC_OK) {
         kc_store *s = kcpy_store_borrow(self, &err);
         rc = s ? kc_store_put(s, &a, NULL, &err) : err.code;
@@ -192,10 +180,9 @@ static PyObject *store_put(kcpy_store *self, PyObject *args, PyObject *kwargs)
         kcpy_artifact_release(&a);
     }
     Py_END_ALLOW_THREADS;
-    Py_DECREF(metaj);
-    PyBuffer_Release(&data);
+    kcpy_put_args_release(&p);
     if (rc != KC_OK)
-        return PyErr_Occurred() ? NULL : kcpy_raise(&err);
+        return kcpy_raise(&err);
     kcpy_flush_log();
     return PyUnicode_FromString(out);
 }
@@ -216,11 +203,7 @@ static PyObject *store_get(kcpy_store *self, PyObject *keyo)
     if (rc != KC_OK)
         return kcpy_raise(&err);
     kcpy_flush_log();
-    uint8_t *buf = a.payload;
-    size_t len = a.payload_len;
-    a.payload = NULL;
-    kc_artifact_free(&a);
-    return kcpy_payload_take(buf, len);
+    return kcpy_payload_of(&a);
 }
 
 /* has/delete: one key, one call that answers KC_OK or an error. */
