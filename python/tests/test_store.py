@@ -161,3 +161,18 @@ def test_store_put_json_meta_text_and_entries_match_ls_json(store, tmp_path):
     [e] = store.entries(tag="abc")
     ls = json.loads(cli("--cache-dir", store.path, "--json", "ls"))
     assert ls == [e] and e["key"] == key
+
+
+def test_store_moves_a_damaged_database_aside_as_the_tool_does(tmp_path):
+    d = tmp_path / "damaged"
+    d.mkdir()
+    (d / "kcache.db").write_bytes(os.urandom(65536))
+    with kcache.Store(d) as s:
+        moved, why = s.recovered
+        assert os.path.basename(moved).startswith("kcache.db.corrupt-") and why
+        assert s.get(s.put(b"fresh start")) == b"fresh start"
+    with kcache.Store(d) as s:
+        assert s.recovered is None
+    with pytest.raises(kcache.CorruptError):  # read-only: nothing is moved
+        (d / "kcache.db").write_bytes(os.urandom(65536))
+        kcache.Store(d, read_only=True)
