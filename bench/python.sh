@@ -5,12 +5,12 @@
 # Python at least 0.8x C). C and Python rounds alternate, so load on the machine
 # falls on both; the medians of ROUNDS rounds are compared.
 #
-#   bench/python.sh [BUILD_DIR]     (ROUNDS=5, N4K=20000 gets, N64M=8 gets a round)
+#   bench/python.sh [BUILD_DIR]     (ROUNDS=5, N4K=10000 gets, N64M=4 gets a round)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
-ROUNDS=${ROUNDS:-5} N4K=${N4K:-20000} N64M=${N64M:-8}
+ROUNDS=${ROUNDS:-5} N4K=${N4K:-10000} N64M=${N64M:-4}
 PY=/usr/bin/python3
 export PYTHONPATH=$BUILD/python
 # shellcheck source=bench/lib.sh
@@ -73,7 +73,7 @@ us() { python3 -c "import sys; print(f'{float(sys.argv[1]) / 1000:.2f}')" "$1"; 
 echo "kcache Python package vs the C API, medians of $ROUNDS alternating rounds"
 echo "(load average $(cut -d' ' -f1-3 /proc/loadavg); per round: $N4K gets of 4 KiB, $N64M gets of 64 MiB)"
 echo
-echo "| what | python | C API | ratio | goal |"
+echo "| benchmark | python | C API | ratio | goal |"
 echo "| --- | --- | --- | --- | --- |"
 echo "| Store.get 4 KiB, µs per get (python / C) | $(us "$m_p4") | $(us "$m_c4") | $(ratio "$m_p4" "$m_c4") | <= 2.0 |"
 echo "| Remote.get 64 MiB from kcached, MiB/s (python / C) | $(mib "$m_p64") | $(mib "$m_c64") | $(ratio "$m_p64" "$m_c64") | >= 0.8 |"
