@@ -253,31 +253,58 @@ static PyObject *store_delete(kcpy_store *self, PyObject *keyo)
 
 /* ---- listing and statistics ---- */
 
+/* The walk runs without the GIL, so it copies each entry; the Python list is
+ * built afterwards. */
+typedef struct entry_copy {
+    kc_entry_info info;
+    char *device, *tag, *origin, *sig; /* owned copies of the callback-only strings */
+} entry_copy;
+
 typedef struct list_ctx {
-    PyObject *out; /* list */
-    bool full;     /* dicts, not keys */
-    bool failed;
+    entry_copy *v;
+    size_t n, cap;
+    bool nomem;
 } list_ctx;
 
-/* Runs with the GIL held (the list is built as the walk goes). */
+static char *dup_or_empty(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
 static int list_one(const kc_entry_info *e, void *ctx)
 {
     list_ctx *c = ctx;
-    PyObject *item =
-        c->full ? Py_BuildValue("{s:s,s:s,s:s,s:s,s:K,s:K,s:L,s:L,s:s,s:s}", "key", e->key, "kind",
-                                e->kind, "device", e->device ? e->device : "", "tag",
-                                e->tag ? e->tag : "", "size", (unsigned long long)e->size,
-                                "stored_size", (unsigned long long)e->stored_size, "created",
-                                (long long)e->created, "atime", (long long)e->atime, "origin",
-                                e->origin ? e->origin : "", "sig", e->sig ? e->sig : "")
-                : PyUnicode_FromString(e->key);
-    if (!item || PyList_Append(c->out, item) < 0) {
-        Py_XDECREF(item);
-        c->failed = true;
-        return 1;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        entry_copy *v = realloc(c->v, cap * sizeof *v);
+        if (!v) {
+            c->nomem = true;
+            return 1;
+        }
+        c->v = v;
+        c->cap = cap;
     }
-    Py_DECREF(item);
-    return 0;
+    entry_copy *x = &c->v[c->n++];
+    x->info = *e;
+    x->device = dup_or_empty(e->device);
+    x->tag = dup_or_empty(e->tag);
+    x->origin = dup_or_empty(e->origin);
+    x->sig = dup_or_empty(e->sig);
+    if (!x->device || !x->tag || !x->origin || !x->sig)
+        c->nomem = true;
+    return c->nomem;
+}
+
+static PyObject *entry_object(const entry_copy *x, bool full)
+{
+    const kc_entry_info *e = &x->info;
+    if (!full)
+        return PyUnicode_FromString(e->key);
+    return Py_BuildValue("{s:s,s:s,s:s,s:s,s:K,s:K,s:L,s:L,s:s,s:s}", "key", e->key, "kind",
+                         e->kind, "device", x->device, "tag", x->tag, "size",
+                         (unsigned long long)e->size, "stored_size",
+                         (unsigned long long)e->stored_size, "created", (long long)e->created,
+                         "atime", (long long)e->atime, "origin", x->origin, "sig", x->sig);
 }
 
 static PyObject *list_entries(kcpy_store *self, PyObject *args, PyObject *kwargs, bool full)
@@ -289,24 +316,34 @@ static PyObject *list_entries(kcpy_store *self, PyObject *args, PyObject *kwargs
                                      &since))
         return NULL;
     f.since = since;
-    list_ctx c = {.out = PyList_New(0), .full = full};
-    if (!c.out)
-        return NULL;
+    list_ctx c = {0};
     kc_err err = {0};
-    kc_store *s;
+    kc_code rc;
     Py_BEGIN_ALLOW_THREADS;
-    s = kcpy_store_borrow(self, &err);
-    Py_END_ALLOW_THREADS;
-    /* the walk calls back into Python for every entry: it keeps the GIL */
-    kc_code rc = s ? kc_store_list(s, &f, list_one, &c, &err) : err.code;
-    Py_BEGIN_ALLOW_THREADS;
+    kc_store *s = kcpy_store_borrow(self, &err);
+    rc = s ? kc_store_list(s, &f, list_one, &c, &err) : err.code;
     kcpy_store_return(self, s);
     Py_END_ALLOW_THREADS;
-    if (c.failed || rc != KC_OK) {
-        Py_DECREF(c.out);
-        return c.failed ? NULL : kcpy_raise(&err);
+    PyObject *out = NULL;
+    if (c.nomem)
+        PyErr_NoMemory();
+    else if (rc != KC_OK)
+        kcpy_raise(&err);
+    else
+        out = PyList_New((Py_ssize_t)c.n);
+    for (size_t i = 0; i < c.n; i++) {
+        PyObject *item = out ? entry_object(&c.v[i], full) : NULL;
+        if (item)
+            PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+        else
+            Py_CLEAR(out);
+        free(c.v[i].device);
+        free(c.v[i].tag);
+        free(c.v[i].origin);
+        free(c.v[i].sig);
     }
-    return c.out;
+    free(c.v);
+    return out;
 }
 
 static PyObject *store_keys(kcpy_store *self, PyObject *args, PyObject *kwargs)
