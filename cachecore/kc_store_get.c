@@ -262,6 +262,11 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
     if (mode == READ_ENVELOPE) {
         buf = malloc(hlen + (size_t)size);
         payload = buf ? buf + hlen : NULL;
+    } else if (raw && zown && zlen == (size_t)size && size > 0) {
+        /* a raw payload read from its pack file is the payload itself: hand
+         * that buffer over rather than hold a 256 MiB payload twice */
+        buf = payload = zown;
+        zown = NULL;
     } else {
         buf = malloc(size ? (size_t)size : 1);
         payload = buf;
@@ -277,7 +282,7 @@ static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, boo
      * to say why (kc_store_verify always checks the SHA-256). */
     bool stored_ok = XXH3_64bits(z, zlen) == xxh;
     size_t got = zlen;
-    if (raw && zlen == (size_t)size)
+    if (raw && zlen == (size_t)size && payload != z)
         memcpy(payload, z, zlen);
     else if (!raw)
         got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
