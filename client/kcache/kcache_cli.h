@@ -55,6 +55,10 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
 int kc_cli_refused(uint64_t refused, const char *source);
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The cache directory's state/ folder (toolchain memos), created 0700 with
+ * the cache directory when missing; NULL when it cannot be made (then
+ * nothing is remembered). buf holds the path. */
+const char *kc_cli_state_dir(const kc_cli *cli, char *buf, size_t cap);
 
 /* cmd_store.c: local store operations and bundles */
 int kc_cmd_put(kc_cli *cli, int argc, char **argv);

@@ -24,6 +24,7 @@
 #include "kc_backend.h"
 #include "kc_cpu.h"
 #include "kc_hash.h"
+#include "kc_memo.h"
 #include "kc_templates.h"
 #include "kc_toolid.h"
 #include "kc_util.h"
@@ -151,7 +152,7 @@ static void compiler_stamp(const cpu_impl *c, char out[KC_KEY_HEX_LEN + 1])
  * compiler binary from state_dir) and records identity and version. */
 static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    char stamp[KC_KEY_HEX_LEN + 1], cache[4096] = "";
+    char stamp[KC_KEY_HEX_LEN + 1];
     char line[256] = "";
     bool fsf = false;
     kc_code rc = kc_toolid_get(c->cc_prog, state_dir, &c->tool, err);
@@ -160,19 +161,18 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         snprintf(why, sizeof why, "%s", err->msg);
         return kc_err_set(err, rc, "the C compiler '%s' (from $CC) cannot be used: %s", c->cc, why);
     }
-    if (state_dir) {
+    bool memo = state_dir && c->tool.settled;
+    char text[300];
+    if (memo) {
         compiler_stamp(c, stamp);
-        snprintf(cache, sizeof cache, "%s/cc-probe-%.24s.txt", state_dir, stamp);
-        FILE *f = fopen(cache, "r");
-        if (f) {
-            char flag[16] = "";
-            bool ok = fgets(flag, sizeof flag, f) && fgets(line, sizeof line, f);
-            fclose(f);
-            line[strcspn(line, "\r\n")] = 0;
-            if (ok && line[0]) {
-                fsf = flag[0] == '1';
-                goto parsed;
-            }
+        char *nl;
+        if (kc_memo_get(state_dir, "cc-probe", stamp, text, sizeof text) > 2 &&
+            (text[0] == '0' || text[0] == '1') && text[1] == '\n' &&
+            (nl = strchr(text + 2, '\n')) && nl > text + 2 &&
+            (size_t)(nl - text - 2) < sizeof line) {
+            fsf = text[0] == '1';
+            snprintf(line, sizeof line, "%.*s", (int)(nl - text - 2), text + 2);
+            goto parsed;
         }
     }
     char cmd[512];
@@ -191,11 +191,9 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         return kc_err_set(err, KC_ERR_COMPILE,
                           "the C compiler '%s' did not answer --version (set $CC to a C compiler)",
                           c->cc);
-    if (cache[0]) {
-        char body[300];
-        int n = snprintf(body, sizeof body, "%d\n%s\n", fsf, line);
-        kc_err ignore;
-        kc_write_file_atomic(cache, body, (size_t)n, &ignore); /* best effort */
+    if (memo) {
+        int n = snprintf(text, sizeof text, "%d\n%s\n", fsf, line);
+        kc_memo_put(state_dir, "cc-probe", stamp, text, (size_t)n);
     }
 parsed:
     snprintf(c->cc_ident, sizeof c->cc_ident, "%s", line);

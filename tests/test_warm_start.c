@@ -1,0 +1,182 @@
+/*
+ * test_warm_start.c - what a fresh kcache process does before a warm hit:
+ * toolchain probes answered from the state directory's memos (once per
+ * compiler, under the stat-based trust rule of kc_memo.h: never for a
+ * program too new, never from a memo this user does not own alone), and a
+ * start-up that loads neither oneDNN, Level Zero nor libcurl.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kc_memo.h"
+#include "kc_testutil.h"
+
+static char *dir, *cache, *log_path, *fake_cc;
+
+/* A C compiler wrapper that appends one line per run to dir/cc.log. */
+static void make_fake_cc(void)
+{
+    fake_cc = kc_test_path(dir, "fakecc");
+    log_path = kc_test_path(dir, "cc.log");
+    char body[1024];
+    int n = snprintf(body, sizeof body, "#!/bin/sh\necho \"$*\" >>'%s'\nexec cc \"$@\"\n", log_path);
+    cr_assert_eq(kc_test_write_file(fake_cc, body, (size_t)n), 0);
+    cr_assert_eq(chmod(fake_cc, 0755), 0);
+}
+
+static void setup(void)
+{
+    dir = kc_test_mkdtemp("warm");
+    cr_assert_not_null(dir);
+    cache = kc_test_path(dir, "cache");
+    make_fake_cc();
+}
+
+static void teardown(void)
+{
+    kc_test_rmtree(dir);
+    free(dir);
+    free(cache);
+    free(log_path);
+    free(fake_cc);
+}
+
+TestSuite(warm_start, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Lines in the compiler's log: how many times it ran. */
+static int cc_runs(void)
+{
+    size_t len = 0;
+    char *t = kc_test_read_file(log_path, &len);
+    int n = 0;
+    for (size_t i = 0; t && i < len; i++)
+        n += t[i] == '\n';
+    free(t);
+    return n;
+}
+
+/* `CC=fakecc kcache --cache-dir cache fingerprint` (all four CPU targets). */
+static void fingerprint(void)
+{
+    setenv("CC", fake_cc, 1);
+    kc_test_result r;
+    const char *args[] = {"--json", "fingerprint", NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, args), 0);
+    unsetenv("CC");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert(json_is_array(j) && json_array_size(j) >= 4, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+}
+
+/* The path of the one memo of kind in cache/state (malloc'd), or NULL. */
+static char *memo_file(const char *kind)
+{
+    char *state = kc_test_path(cache, "state");
+    DIR *d = opendir(state);
+    char *found = NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, kind, strlen(kind)) == 0 && e->d_name[strlen(kind)] == '-' &&
+            strstr(e->d_name, ".memo") && !strstr(e->d_name, ".tmp"))
+            found = kc_test_path(state, e->d_name);
+    if (d)
+        closedir(d);
+    free(state);
+    return found;
+}
+
+Test(warm_start, fingerprint_twice_runs_the_compiler_probe_once)
+{
+    cr_assert_eq(kc_test_settle(fake_cc, KC_MEMO_SETTLE_S), 0);
+    fingerprint();
+    fingerprint();
+    /* before: `cc --version` once per target per process, 8 runs */
+    cr_expect_eq(cc_runs(), 1, "the compiler ran %d times for two fingerprints", cc_runs());
+}
+
+Test(warm_start, memo_of_another_user_or_writable_by_others_is_ignored)
+{
+    cr_assert_eq(kc_test_settle(fake_cc, KC_MEMO_SETTLE_S), 0);
+    fingerprint();
+    cr_assert_eq(cc_runs(), 1);
+    char *probe = memo_file("cc-probe");
+    cr_assert_not_null(probe, "no cc-probe memo was written");
+    struct stat st;
+    cr_assert_eq(stat(probe, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0600, "memo mode %o", (unsigned)(st.st_mode & 0777));
+    /* writable by the group: not this user's memory alone */
+    cr_assert_eq(chmod(probe, 0620), 0);
+    fingerprint();
+    cr_expect_eq(cc_runs(), 2, "a group-writable memo was trusted");
+    /* the probe wrote its answer again, as this user's own file */
+    cr_assert_eq(stat(probe, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0600);
+    /* owned by someone else (tests run as root in CI; elsewhere chown fails
+     * and the memo is another user's only if we could make it so) */
+    if (chown(probe, 65534, 65534) == 0) {
+        fingerprint();
+        cr_expect_eq(cc_runs(), 3, "another user's memo was trusted");
+    }
+    /* a damaged body fails its checksum */
+    char *t = kc_test_read_file(probe, NULL);
+    cr_assert_not_null(t);
+    char *nl = strchr(t, '\n');
+    cr_assert(nl && nl[1]);
+    nl[1] = nl[1] == '0' ? '1' : '0';
+    cr_assert_eq(unlink(probe), 0);
+    cr_assert_eq(kc_test_write_file(probe, t, strlen(t)), 0);
+    cr_assert_eq(chmod(probe, 0600), 0);
+    int before = cc_runs();
+    fingerprint();
+    cr_expect_eq(cc_runs(), before + 1, "a damaged memo was trusted");
+    /* a symlink to a memo is not followed */
+    char *target = kc_test_path(dir, "elsewhere.memo");
+    cr_assert_eq(rename(probe, target), 0);
+    cr_assert_eq(symlink(target, probe), 0);
+    fingerprint();
+    cr_expect_eq(cc_runs(), before + 2, "a symlinked memo was trusted");
+    free(target);
+    free(t);
+    free(probe);
+}
+
+Test(warm_start, compiler_too_new_is_probed_and_not_remembered)
+{
+    /* written a moment ago: a rewrite in the same timestamp tick could keep
+     * size, mtime, ctime and inode, so nothing about it may be remembered */
+    fingerprint();
+    int first = cc_runs();
+    cr_expect_geq(first, 1);
+    cr_expect_null(memo_file("cc-probe"), "a memo was written for a compiler too new");
+    cr_expect_null(memo_file("tool-sha256"), "a memo was written for a compiler too new");
+    fingerprint();
+    cr_expect_gt(cc_runs(), first, "a compiler too new was not probed again");
+}
+
+Test(warm_start, changed_compiler_is_probed_again)
+{
+    cr_assert_eq(kc_test_settle(fake_cc, KC_MEMO_SETTLE_S), 0);
+    fingerprint();
+    cr_assert_eq(cc_runs(), 1);
+    /* the same bytes, rewritten and dated back: size and mtime as before, the
+     * ctime (and so the stamp) is new */
+    struct stat st;
+    cr_assert_eq(stat(fake_cc, &st), 0);
+    char *body = kc_test_read_file(fake_cc, NULL);
+    cr_assert_eq(kc_test_write_file(fake_cc, body, strlen(body)), 0);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    cr_assert_eq(utimensat(AT_FDCWD, fake_cc, times, 0), 0);
+    cr_assert_eq(kc_test_settle(fake_cc, KC_MEMO_SETTLE_S), 0);
+    fingerprint();
+    cr_expect_eq(cc_runs(), 2, "a rewritten compiler was not probed again");
+    free(body);
+}
