@@ -180,3 +180,56 @@ Test(warm_start, changed_compiler_is_probed_again)
     cr_expect_eq(cc_runs(), 2, "a rewritten compiler was not probed again");
     free(body);
 }
+
+/* The shared libraries the dynamic loader maps before kcache's main, every
+ * dependency of a dependency included (what ldd prints). */
+static char *loaded_at_start(void)
+{
+    kc_test_result r;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "LD_TRACE_LOADED_OBJECTS=1 exec '%s'", KC_TEST_KCACHE);
+    cr_assert_eq(kc_test_runl(&r, "sh", "-c", cmd, NULL), 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *out = r.out;
+    r.out = NULL;
+    kc_test_result_free(&r);
+    return out;
+}
+
+Test(warm_start, kcache_starts_without_onednn_level_zero_or_curl)
+{
+#if defined(__x86_64__)
+    char *libs = loaded_at_start();
+    /* before: 44 libraries, these among them, each with its constructors */
+    static const char *const lazy[] = {"libdnnl", "libze_loader", "libcurl", "libOpenCL",
+                                       "libstdc++", "libgomp", "libgnutls", "libkrb5"};
+    for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++)
+        cr_expect_null(strstr(libs, lazy[i]), "%s is loaded at start-up:\n%s", lazy[i], libs);
+    free(libs);
+#else
+    cr_skip_test("libraries are loaded on first use on x86-64 only (cmake/kc_lazy.cmake)");
+#endif
+}
+
+Test(warm_start, lazily_loaded_libraries_work_on_first_use)
+{
+    /* oneDNN: the device fingerprint asks it for its version and ISA */
+    setenv("CC", "cc", 1);
+    kc_test_result r;
+    const char *fp[] = {"--json", "fingerprint", "--target", "x86-64-v2", NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, fp), 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    json_t *f = json_object_get(json_array_get(j, 0), "fingerprint");
+    const char *ver = json_string_value(json_object_get(f, "onednn_version"));
+    cr_expect(ver && strchr(ver, '.'), "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    /* libcurl: a server that is not there is a clear error from curl, not a
+     * crash or a missing symbol */
+    const char *pull[] = {"pull", "--connect-timeout", "2000", NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, "http://127.0.0.1:1", pull), 0);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "127.0.0.1:1") != NULL, "%s", r.err);
+    kc_test_result_free(&r);
+}
