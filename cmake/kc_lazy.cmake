@@ -11,7 +11,8 @@
 # is false and callers link the library as before.
 #
 # The list comes from `nm -D` of the library this build links against, so a function
-# added to the library or newly called needs no change here.
+# added to the library or newly called needs no change here. Sets kc_lazy_soname in
+# the caller's scope.
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_NM AND CMAKE_OBJDUMP)
   set(kc_lazy_supported TRUE)
@@ -94,6 +95,7 @@ function(kc_lazy_library out library regex)
   string(APPEND c "    \"  addq $128, %rsp\\n\"\n")
   string(APPEND c "    \"  popq %rax\\n  popq %r9\\n  popq %r8\\n  popq %rcx\\n  popq %rdx\\n  popq %rsi\\n  popq %rdi\\n\"\n")
   string(APPEND c "    \"  jmp *%r11\\n\");\n")
+  set(kc_lazy_soname "${soname}" PARENT_SCOPE)
   # rewritten only when it changes, so a reconfigure does not rebuild
   set(tmp "${out}.new")
   file(WRITE "${tmp}" "${c}")

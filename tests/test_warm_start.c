@@ -26,7 +26,8 @@ static void make_fake_cc(void)
     fake_cc = kc_test_path(dir, "fakecc");
     log_path = kc_test_path(dir, "cc.log");
     char body[1024];
-    int n = snprintf(body, sizeof body, "#!/bin/sh\necho \"$*\" >>'%s'\nexec cc \"$@\"\n", log_path);
+    int n =
+        snprintf(body, sizeof body, "#!/bin/sh\necho \"$*\" >>'%s'\nexec cc \"$@\"\n", log_path);
     cr_assert_eq(kc_test_write_file(fake_cc, body, (size_t)n), 0);
     cr_assert_eq(chmod(fake_cc, 0755), 0);
 }
@@ -149,6 +150,17 @@ Test(warm_start, memo_of_another_user_or_writable_by_others_is_ignored)
     free(probe);
 }
 
+Test(warm_start, kcache_memo_0_turns_memos_off)
+{
+    cr_assert_eq(kc_test_settle(fake_cc, KC_MEMO_SETTLE_S), 0);
+    setenv("KCACHE_MEMO", "0", 1);
+    fingerprint();
+    fingerprint();
+    unsetenv("KCACHE_MEMO");
+    cr_expect_geq(cc_runs(), 2, "the compiler was not asked again with KCACHE_MEMO=0");
+    cr_expect_null(memo_file("cc-probe"), "a memo was written with KCACHE_MEMO=0");
+}
+
 Test(warm_start, compiler_too_new_is_probed_and_not_remembered)
 {
     /* written a moment ago: a rewrite in the same timestamp tick could keep
@@ -201,8 +213,8 @@ Test(warm_start, kcache_starts_without_onednn_level_zero_or_curl)
 #if defined(__x86_64__)
     char *libs = loaded_at_start();
     /* before: 44 libraries, these among them, each with its constructors */
-    static const char *const lazy[] = {"libdnnl", "libze_loader", "libcurl", "libOpenCL",
-                                       "libstdc++", "libgomp", "libgnutls", "libkrb5"};
+    static const char *const lazy[] = {"libdnnl",   "libze_loader", "libcurl",   "libOpenCL",
+                                       "libstdc++", "libgomp",      "libgnutls", "libkrb5"};
     for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++)
         cr_expect_null(strstr(libs, lazy[i]), "%s is loaded at start-up:\n%s", lazy[i], libs);
     free(libs);
@@ -232,4 +244,63 @@ Test(warm_start, lazily_loaded_libraries_work_on_first_use)
     cr_expect_eq(r.exit_code, 1, "%s", r.err);
     cr_expect(strstr(r.err, "127.0.0.1:1") != NULL, "%s", r.err);
     kc_test_result_free(&r);
+}
+
+/* `kcache --json fingerprint --target x86-64-v2` with env (NAME=VALUE or NULL):
+ * stderr in *err_out when asked (caller frees), the oneDNN ISA it reports. */
+static char *onednn_isa(const char *env, char **err_out)
+{
+    char *eq = env ? strchr(env, '=') : NULL;
+    char name[64] = "";
+    if (eq) {
+        snprintf(name, sizeof name, "%.*s", (int)(eq - env), env);
+        setenv(name, eq + 1, 1);
+    }
+    kc_test_result r;
+    const char *args[] = {"--json", "fingerprint", "--target", "x86-64-v2", NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, args), 0);
+    if (eq)
+        unsetenv(name);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    const char *isa = json_string_value(
+        json_object_get(json_object_get(json_array_get(j, 0), "fingerprint"), "onednn_isa"));
+    cr_assert_not_null(isa, "%s", r.out);
+    char *out = strdup(isa);
+    json_decref(j);
+    if (err_out) {
+        *err_out = r.err;
+        r.err = NULL;
+    }
+    kc_test_result_free(&r);
+    return out;
+}
+
+Test(warm_start, warm_fingerprint_does_not_load_onednn)
+{
+#if defined(__x86_64__)
+    char *first = onednn_isa(NULL, NULL), *err = NULL;
+    /* the dynamic loader names every library it maps (LD_DEBUG=files) */
+    char *again = onednn_isa("LD_DEBUG=files", &err);
+    cr_expect_str_eq(again, first);
+    cr_expect_null(strstr(err, "libdnnl"), "oneDNN was loaded to answer a remembered question");
+    free(first);
+    free(again);
+    free(err);
+#else
+    cr_skip_test("oneDNN is loaded on first use on x86-64 only (cmake/kc_lazy.cmake)");
+#endif
+}
+
+Test(warm_start, onednn_answer_follows_its_environment)
+{
+    char *native = onednn_isa(NULL, NULL);
+    /* oneDNN's own ISA cap is an input of the remembered answer */
+    char *capped = onednn_isa("ONEDNN_MAX_CPU_ISA=SSE41", NULL);
+    cr_expect_str_eq(capped, "sse41");
+    char *back = onednn_isa(NULL, NULL);
+    cr_expect_str_eq(back, native);
+    free(native);
+    free(capped);
+    free(back);
 }

@@ -25,6 +25,7 @@
 #include "kc_cpu.h"
 #include "kc_hash.h"
 #include "kc_memo.h"
+#include "kc_onednn_id.h"
 #include "kc_templates.h"
 #include "kc_toolid.h"
 #include "kc_util.h"
@@ -213,11 +214,11 @@ parsed:
     return KC_OK;
 }
 
-static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
+static kc_code compute_device_fp(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    const dnnl_version_t *dv = dnnl_version();
-    char dver[32];
-    snprintf(dver, sizeof dver, "%d.%d.%d", dv->major, dv->minor, dv->patch);
+    /* remembered: a warm start does not load oneDNN only to ask it */
+    kc_onednn_id dn;
+    kc_onednn_id_get(state_dir, &dn);
     json_t *o = json_object();
     json_object_set_new(o, "kind", json_string("cpu"));
 #if defined(__x86_64__)
@@ -239,9 +240,8 @@ static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
     json_object_set_new(o, "compiler_command", json_string(c->cc));
     json_object_set_new(o, "compiler_sha256", json_string(c->tool.sha256));
     json_object_set_new(o, "flags", json_string(c->flags));
-    json_object_set_new(o, "onednn_version", json_string(dver));
-    json_object_set_new(o, "onednn_isa",
-                        json_string(onednn_isa_name(dnnl_get_effective_cpu_isa())));
+    json_object_set_new(o, "onednn_version", json_string(dn.version));
+    json_object_set_new(o, "onednn_isa", json_string(onednn_isa_name((dnnl_cpu_isa_t)dn.isa)));
     json_object_set_new(o, "abi", json_string(KC_CPU_ABI));
     c->dev_json = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
@@ -772,7 +772,7 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     kc_sha256_final(h, d);
     kc_sha256_free(h);
     kc_hex_encode(d, KC_SHA256_LEN, c->compiler_fp);
-    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, err)))
+    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, o.state_dir, err)))
         goto fail;
     *out = b;
     return KC_OK;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,10 +44,19 @@ static bool name_ok(const char *kind, const char *key)
     return strlen(key) == KC_KEY_HEX_LEN && strspn(key, "0123456789abcdef") == KC_KEY_HEX_LEN;
 }
 
+/* KCACHE_MEMO=0 (or false, off, no) turns memos off, as ccache's
+ * direct_mode = false does: every answer is asked for again. */
+static bool memo_enabled(void)
+{
+    const char *v = getenv("KCACHE_MEMO");
+    return !v || !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 ||
+                   strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0);
+}
+
 static bool memo_path(const char *state_dir, const char *kind, const char *key, char *out,
                       size_t cap)
 {
-    if (!state_dir || !*state_dir || !name_ok(kind, key))
+    if (!state_dir || !*state_dir || !name_ok(kind, key) || !memo_enabled())
         return false;
     int n = snprintf(out, cap, "%s/%s-%s.memo", state_dir, kind, key);
     return n > 0 && (size_t)n < cap;

@@ -3,7 +3,8 @@
  * file's stamp (path, size, mtime, ctime, inode), so that a warm start does
  * not ask again what it already knows: the compiler's content hash, its
  * --version banner. The trust rule is ccache's (compiler_check = mtime and
- * the "too new" rule of its direct mode), docs/DESIGN.md §3.
+ * the "too new" rule of its direct mode), docs/DESIGN.md §3. KCACHE_MEMO=0
+ * in the environment turns them off (nothing read, nothing written).
  */
 #ifndef KC_MEMO_H
 #define KC_MEMO_H
