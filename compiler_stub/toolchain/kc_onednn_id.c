@@ -76,8 +76,8 @@ static bool memo_key(char key[KC_KEY_HEX_LEN + 1])
 #if defined(__x86_64__) || defined(__i386__)
     /* vendor, family/model, the feature leaves oneDNN reads, and the
      * register state the OS saves (AVX, AVX-512, AMX tiles) */
-    static const unsigned leaves[][2] = {{0, 0}, {1, 0}, {7, 0}, {7, 1}, {0xd, 0}, {0xd, 1},
-                                         {0x80000001, 0}};
+    static const unsigned leaves[][2] = {{0, 0},   {1, 0},   {7, 0},         {7, 1},
+                                         {0xd, 0}, {0xd, 1}, {0x80000001, 0}};
     for (size_t i = 0; i < sizeof leaves / sizeof leaves[0]; i++) {
         unsigned a = 0, b = 0, c = 0, d = 0;
         __cpuid_count(leaves[i][0], leaves[i][1], a, b, c, d);
