@@ -24,9 +24,25 @@ enum {
  * int64_data, raw_data, double_data, uint64_data. Everything else (dims,
  * data_type, name, external data, segment) stays, so shapes and errors come
  * out of the slim tensor as they would out of the whole one. */
-static bool tensor_values_field(uint64_t num)
+static bool tensor_values_field(uint64_t num, int type)
 {
-    return num == 4 || num == 5 || num == 6 || num == 7 || num == 9 || num == 10 || num == 11;
+    /* each in an encoding protobuf allows for it (packed, or one element a
+     * field), so that what the slim model leaves out would have unpacked */
+    switch (num) {
+    case 4: /* float */
+        return type == 2 || type == 5;
+    case 5:  /* int32 */
+    case 7:  /* int64 */
+    case 11: /* uint64 */
+        return type == 2 || type == 0;
+    case 10: /* double */
+        return type == 2 || type == 1;
+    case 6: /* bytes */
+    case 9:
+        return type == 2;
+    default:
+        return false;
+    }
 }
 
 typedef struct wbuf {
@@ -131,7 +147,7 @@ static bool slim_tensor(const uint8_t *buf, size_t start, size_t end, wbuf *out,
     bool ok = true;
     while (pl->slim && ok && pos < end) {
         field f;
-        if ((ok = next_field(buf, end, &pos, &f)) && !tensor_values_field(f.num))
+        if ((ok = next_field(buf, end, &pos, &f)) && !tensor_values_field(f.num, f.type))
             ok = wbuf_put(&t, buf + f.start, pos - f.start);
     }
     const uint8_t *body = pl->slim ? t.p : buf + start;
@@ -155,7 +171,7 @@ static bool grow_payloads(ox_slim *s)
     return true;
 }
 
-/* Appends a GraphProto whose initializers have no raw_data. */
+/* Appends a GraphProto whose large initializers have no values. */
 static bool slim_graph(const uint8_t *buf, size_t start, size_t end, wbuf *out, ox_slim *s)
 {
     wbuf g = {0};
