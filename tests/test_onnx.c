@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <kcache/kc_graph.h>
 #include <kcache/kc_onnx.h>
@@ -717,5 +720,97 @@ Test(onnx, xpu_spirv_compiles_op_kernels)
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert(strstr(r.out, "1 compiled"), "%s", r.out);
     kc_test_result_free(&r);
+    free(p);
+}
+
+/* ---- weights are read only when needed ------------------------------------------------- */
+
+/* x[1x64] -> MatMul(x, w[64xCOLS]) -> y, w as raw_data of 64*cols floats. */
+static void write_wide_matmul(const char *path, int64_t cols)
+{
+    mb b;
+    mb_init(&b, 13);
+    int64_t xd[2] = {1, 64};
+    mb_input(&b, "x", xd, 2);
+    Onnx__TensorProto *t = mb_alloc(&b, sizeof *t);
+    onnx__tensor_proto__init(t);
+    t->name = mb_str(&b, "w");
+    t->has_data_type = 1;
+    t->data_type = 1;
+    t->n_dims = 2;
+    t->dims = mb_alloc(&b, 2 * sizeof(int64_t));
+    t->dims[0] = 64;
+    t->dims[1] = cols;
+    size_t n = (size_t)(64 * cols);
+    float *w = malloc(n * sizeof(float)); /* not mb_alloc: freed below */
+    cr_assert(w);
+    for (size_t i = 0; i < n; i++)
+        w[i] = (float)(i % 97) / 97.f;
+    t->has_raw_data = 1;
+    t->raw_data.len = n * sizeof(float);
+    t->raw_data.data = (uint8_t *)w;
+    MB_PUSH(&b, b.g.initializer, b.g.n_initializer, t);
+    mb_node(&b, "MatMul", "mm", "x,w", "y");
+    mb_output(&b, "y");
+    mb_write(&b, path);
+    free(w);
+    mb_free(&b);
+}
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+Test(onnx, import_for_compile_does_not_copy_weights)
+{
+    /* 64 x 262144 floats: a 64 MiB weight. The model is written by a child, so
+     * building it does not raise this process's peak memory. */
+    char *p = kc_test_path(dir, "wide.onnx");
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        write_wide_matmul(p, 262144);
+        _exit(0);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writing the model failed");
+    long before = max_rss_kib();
+    kc_onnx_opts o = {.skip_weights = true};
+    kc_graph *g = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_onnx_load(p, &o, &g, &err), KC_OK, "%s", err.msg);
+    long grew = max_rss_kib() - before;
+    /* before: protobuf-c copied every weight (64 MiB) to learn their shapes */
+    cr_expect_lt(grew, 16 * 1024, "importing for compile raised the peak RSS by %ld KiB", grew);
+    cr_assert_eq(g->n_params, 1);
+    const kc_value *w = &g->values[g->n_inputs];
+    cr_expect_eq(w->shape.rank, 2);
+    cr_expect_eq(w->shape.dims[1], 262144);
+    cr_expect_null(w->data, "compile needs no weight values");
+    kc_graph_free(g);
+    free(p);
+}
+
+Test(onnx, weights_read_in_place_keep_their_values_and_key)
+{
+    char *p = kc_test_path(dir, "wide.onnx");
+    write_wide_matmul(p, 2048); /* 512 KiB: larger than any folded constant */
+    kc_graph *full = NULL, *shapes = NULL;
+    kc_err err = {0};
+    kc_onnx_opts keep = {0}, skip = {.skip_weights = true};
+    cr_assert_eq(kc_onnx_load(p, &keep, &full, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_onnx_load(p, &skip, &shapes, &err), KC_OK, "%s", err.msg);
+    cr_expect_str_eq(full->fp, shapes->fp, "weights are not key material");
+    const float *w = full->values[full->n_inputs].data;
+    cr_assert(w, "run needs the weights");
+    for (size_t i = 0; i < 64 * 2048; i++)
+        cr_assert_float_eq(w[i], (float)(i % 97) / 97.f, 0, "weight %zu", i);
+    kc_graph_free(full);
+    kc_graph_free(shapes);
     free(p);
 }

@@ -701,8 +701,12 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
     copts o;
     if (parse_opts(cli, argc, argv, &o, false) < 0)
         return KC_EXIT_USAGE;
-    kc_backend_opts bo = {
-        .target = o.target, .extra_flags = o.cflags, .templates_dir = o.templates};
+    /* the compiler's --version answer and content hash are remembered there */
+    char state[4096];
+    kc_backend_opts bo = {.target = o.target,
+                          .extra_flags = o.cflags,
+                          .templates_dir = o.templates,
+                          .state_dir = kc_cli_state_dir(cli, state, sizeof state)};
     kc_fingerprint *fps = NULL;
     int n = 0;
     kc_err err = {0};

@@ -79,6 +79,10 @@ kc_code kc_cli_remote_open(const kc_cli *cli, const kc_cli_conn *conn, kc_remote
                            kc_err *err);
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The cache directory's state/ folder (toolchain memos), created 0700 with
+ * the cache directory when missing; NULL when it cannot be made (then
+ * nothing is remembered). buf holds the path. */
+const char *kc_cli_state_dir(const kc_cli *cli, char *buf, size_t cap);
 
 /* cmd_store.c: local store operations and bundles */
 int kc_cmd_put(kc_cli *cli, int argc, char **argv);

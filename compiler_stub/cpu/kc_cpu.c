@@ -24,6 +24,8 @@
 #include <kcache/kc_backend.h>
 #include "kc_cpu.h"
 #include <kcache/kc_hash.h>
+#include "kc_memo.h"
+#include "kc_onednn_id.h"
 #include "kc_templates.h"
 #include "kc_toolid.h"
 #include <kcache/kc_util.h>
@@ -151,7 +153,7 @@ static void compiler_stamp(const cpu_impl *c, char out[KC_KEY_HEX_LEN + 1])
  * compiler binary from state_dir) and records identity and version. */
 static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    char stamp[KC_KEY_HEX_LEN + 1], cache[4096] = "";
+    char stamp[KC_KEY_HEX_LEN + 1];
     char line[256] = "";
     bool fsf = false;
     kc_code rc = kc_toolid_get(c->cc_prog, state_dir, &c->tool, err);
@@ -160,19 +162,18 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         snprintf(why, sizeof why, "%s", err->msg);
         return kc_err_set(err, rc, "the C compiler '%s' (from $CC) cannot be used: %s", c->cc, why);
     }
-    if (state_dir) {
+    bool memo = state_dir && c->tool.settled;
+    char text[300];
+    if (memo) {
         compiler_stamp(c, stamp);
-        snprintf(cache, sizeof cache, "%s/cc-probe-%.24s.txt", state_dir, stamp);
-        FILE *f = fopen(cache, "r");
-        if (f) {
-            char flag[16] = "";
-            bool ok = fgets(flag, sizeof flag, f) && fgets(line, sizeof line, f);
-            fclose(f);
-            line[strcspn(line, "\r\n")] = 0;
-            if (ok && line[0]) {
-                fsf = flag[0] == '1';
-                goto parsed;
-            }
+        char *nl;
+        if (kc_memo_get(state_dir, "cc-probe", stamp, text, sizeof text) > 2 &&
+            (text[0] == '0' || text[0] == '1') && text[1] == '\n' &&
+            (nl = strchr(text + 2, '\n')) && nl > text + 2 &&
+            (size_t)(nl - text - 2) < sizeof line) {
+            fsf = text[0] == '1';
+            snprintf(line, sizeof line, "%.*s", (int)(nl - text - 2), text + 2);
+            goto parsed;
         }
     }
     char cmd[512];
@@ -191,11 +192,9 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         return kc_err_set(err, KC_ERR_COMPILE,
                           "the C compiler '%s' did not answer --version (set $CC to a C compiler)",
                           c->cc);
-    if (cache[0]) {
-        char body[300];
-        int n = snprintf(body, sizeof body, "%d\n%s\n", fsf, line);
-        kc_err ignore;
-        kc_write_file_atomic(cache, body, (size_t)n, &ignore); /* best effort */
+    if (memo) {
+        int n = snprintf(text, sizeof text, "%d\n%s\n", fsf, line);
+        kc_memo_put(state_dir, "cc-probe", stamp, text, (size_t)n);
     }
 parsed:
     snprintf(c->cc_ident, sizeof c->cc_ident, "%s", line);
@@ -215,11 +214,11 @@ parsed:
     return KC_OK;
 }
 
-static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
+static kc_code compute_device_fp(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    const dnnl_version_t *dv = dnnl_version();
-    char dver[32];
-    snprintf(dver, sizeof dver, "%d.%d.%d", dv->major, dv->minor, dv->patch);
+    /* remembered: a warm start does not load oneDNN only to ask it */
+    kc_onednn_id dn;
+    kc_onednn_id_get(state_dir, &dn);
     json_t *o = json_object();
     json_object_set_new(o, "kind", json_string("cpu"));
 #if defined(__x86_64__)
@@ -241,9 +240,8 @@ static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
     json_object_set_new(o, "compiler_command", json_string(c->cc));
     json_object_set_new(o, "compiler_sha256", json_string(c->tool.sha256));
     json_object_set_new(o, "flags", json_string(c->flags));
-    json_object_set_new(o, "onednn_version", json_string(dver));
-    json_object_set_new(o, "onednn_isa",
-                        json_string(onednn_isa_name(dnnl_get_effective_cpu_isa())));
+    json_object_set_new(o, "onednn_version", json_string(dn.version));
+    json_object_set_new(o, "onednn_isa", json_string(onednn_isa_name((dnnl_cpu_isa_t)dn.isa)));
     json_object_set_new(o, "abi", json_string(KC_CPU_ABI));
     c->dev_json = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
@@ -774,7 +772,7 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     kc_sha256_final(h, d);
     kc_sha256_free(h);
     kc_hex_encode(d, KC_SHA256_LEN, c->compiler_fp);
-    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, err)))
+    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, o.state_dir, err)))
         goto fail;
     *out = b;
     return KC_OK;

@@ -741,7 +741,21 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
     int n_binds = o->n_binds;
     *out = NULL;
     origin = origin ? origin : "<onnx>";
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    /* the weights are most of a model's bytes and protobuf-c would copy
+     * each one: unpack the model without them and read them in place */
+    ox_slim slim;
+    bool slimmed = ox_slim_model(buf, len, &slim);
+    Onnx__ModelProto *m = slimmed ? onnx__model_proto__unpack(NULL, slim.len, slim.buf) : NULL;
+    if (m && (m->graph ? m->graph->n_initializer : 0) != slim.n_payloads) {
+        onnx__model_proto__free_unpacked(m, NULL); /* not the shape the walk expected */
+        m = NULL;
+    }
+    if (!m && slimmed) {
+        ox_slim_free(&slim);
+        slimmed = false;
+    }
+    if (!m)
+        m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m)
         return kc_err_set(err, KC_ERR_INVALID,
                           "%s: not an ONNX model (the protobuf is damaged or truncated)", origin);
@@ -802,13 +816,17 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
         const Onnx__TensorProto *t = gp->initializer[i];
         char what[512];
         snprintf(what, sizeof what, "%s: initializer '%s'", origin, t->name ? t->name : "");
+        bool values = !o->skip_weights || ox_tensor_numel(t) <= OX_FOLD_MAX;
+        if (values && slimmed && (rc = ox_slim_restore(&slim, buf, m->graph, i, what, err)))
+            goto out;
+        t = gp->initializer[i];
         ox_val *v = ox_define(&c, t->name ? t->name : "");
         if (!v) {
             rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);
             goto out;
         }
         v->is_const = true;
-        if (o->skip_weights && ox_tensor_numel(t) > OX_FOLD_MAX) {
+        if (!values) {
             /* shape and dtype only: never folded, becomes a param without values */
             if ((rc = ox_tensor_decode(t, what, &v->dt, &v->shape, NULL, err)))
                 goto out;
@@ -918,6 +936,7 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
 out:
     kc_graph_free(c.g);
     ctx_free(&c);
+    ox_slim_free(&slim);
     onnx__model_proto__free_unpacked(m, NULL);
     return rc;
 }

@@ -37,6 +37,32 @@ typedef struct ox_ctx {
     int n_tmp;
 } ox_ctx;
 
+/* The model without its weights (kc_onnx_wire.c): the ModelProto's bytes
+ * with every large graph initializer stripped of its values, and where each
+ * initializer lies in the original buffer (in initializer order). */
+typedef struct ox_payload {
+    size_t off, len; /* the TensorProto's bytes in the original buffer */
+    bool slim;       /* its values were left out */
+} ox_payload;
+
+typedef struct ox_slim {
+    uint8_t *buf; /* owned */
+    size_t len;
+    ox_payload *payloads; /* one per initializer, owned */
+    size_t n_payloads, cap_payloads;
+} ox_slim;
+
+/* Fills *s from the model in buf; false when the wire format does not walk
+ * (damaged, or an encoding kcache does not expect): unpack buf itself then,
+ * which names the problem. */
+bool ox_slim_model(const uint8_t *buf, size_t len, ox_slim *s);
+void ox_slim_free(ox_slim *s);
+/* Replaces initializer i of gp (unpacked from s->buf) by the whole tensor
+ * unpacked from model, when it was slimmed; what names it in the error
+ * (KC_ERR_INVALID: a damaged tensor). */
+kc_code ox_slim_restore(const ox_slim *s, const uint8_t *model, Onnx__GraphProto *gp, size_t i,
+                        const char *what, kc_err *err);
+
 /* Constants up to this many elements may be folded (evaluated at import);
  * larger ones are only ever params. */
 #define OX_FOLD_MAX 65536

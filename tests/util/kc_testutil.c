@@ -335,6 +335,25 @@ int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, si
     return count;
 }
 
+int kc_test_settle(const char *path, int settle_s)
+{
+    for (;;) {
+        struct stat st;
+        struct timespec now;
+        if (stat(path, &st) != 0)
+            return -1;
+        clock_gettime(CLOCK_REALTIME, &now);
+        const struct timespec *t =
+            st.st_ctim.tv_sec > st.st_mtim.tv_sec ? &st.st_ctim : &st.st_mtim;
+        double age = (double)(now.tv_sec - t->tv_sec) + (now.tv_nsec - t->tv_nsec) / 1e9;
+        if (age > settle_s + 0.05)
+            return 0;
+        double left = settle_s + 0.1 - age;
+        struct timespec d = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&d, NULL);
+    }
+}
+
 char *kc_test_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;

@@ -87,6 +87,11 @@ int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, si
  * Returns 0 on success. */
 int kc_test_make_ed25519(const char *priv, const char *pub);
 
+/* Waits until path's mtime and ctime are older than settle_s seconds, so
+ * that stamp-keyed memos (kc_memo.h) may remember answers about it; at most
+ * settle_s + 1 seconds. Returns 0, or -1 when path cannot be stat'ed. */
+int kc_test_settle(const char *path, int settle_s);
+
 /* Joins dir and name into a malloc'd "dir/name". */
 char *kc_test_path(const char *dir, const char *name);
 
