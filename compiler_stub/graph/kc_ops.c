@@ -1,6 +1,7 @@
 /*
- * kc_ops.c - schemas and shape/dtype inference of the extended operator set
- * (kc_ops_list.h). Inference also resolves defaults (empty strides become
+ * kc_ops.c - the operator table (kc_ops_list.h expanded once: names, arity,
+ * flags, attribute schemas, ONNX op types) and shape/dtype inference of the
+ * extended ops. Inference also resolves defaults (empty strides become
  * ones, empty reduce axes become every axis, negative axes become
  * positive), so the canonical text never depends on what was spelled out.
  */
@@ -9,20 +10,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static const struct {
-    int lo, hi;
-} arity_tab[] = {
-#define KC_OP_X(id, name, lo, hi) {lo, hi},
-#include "kc_ops_list.h"
-#undef KC_OP_X
-};
-
-void kc_op_ext_arity(kc_op op, int *lo, int *hi)
-{
-    *lo = arity_tab[op - KC_OP_EXT_FIRST].lo;
-    *hi = arity_tab[op - KC_OP_EXT_FIRST].hi;
-}
 
 #define L(n)                                                                                       \
     {                                                                                              \
@@ -41,7 +28,7 @@ void kc_op_ext_arity(kc_op op, int *lo, int *hi)
         n, KC_XA_FLOAT, d, false                                                                   \
     }
 
-static const kc_xa_field no_fields[] = {{0}};
+static const kc_xa_field f_none[] = {{0}};
 static const kc_xa_field f_alpha001[] = {F("alpha", 0.01), {0}};
 static const kc_xa_field f_alpha1[] = {F("alpha", 1.0), {0}};
 static const kc_xa_field f_selu[] = {
@@ -81,106 +68,71 @@ static const kc_xa_field f_lrn[] = {
 #undef I
 #undef F
 
+/* ---- the table ----------------------------------------------------------------- */
+
+static const struct op_row {
+    const char *name;
+    int lo, hi;
+    const kc_xa_field *fields;
+    unsigned flags;
+    const char *onnx;
+} op_tab[KC_OP_COUNT] = {
+#define KC_OP_X(id, name, lo, hi, fields, flags, onnx)                                             \
+    [KC_OP_##id] = {name, lo, hi, f_##fields, flags, onnx},
+#include "kc_ops_list.h"
+#undef KC_OP_X
+};
+
+const char *kc_op_name(kc_op op)
+{
+    return (op >= 0 && op < KC_OP_COUNT) ? op_tab[op].name : "?";
+}
+
+int kc_op_from_name(const char *name)
+{
+    for (int i = 0; i < KC_OP_COUNT; i++)
+        if (strcmp(name, op_tab[i].name) == 0)
+            return i;
+    return -1;
+}
+
+kc_op kc_op_from_onnx(const char *op_type)
+{
+    for (int i = 0; i < KC_OP_COUNT; i++)
+        if (op_tab[i].onnx[0] && strcmp(op_type, op_tab[i].onnx) == 0)
+            return (kc_op)i;
+    return KC_OP_COUNT;
+}
+
+void kc_op_arity(kc_op op, int *lo, int *hi)
+{
+    *lo = op_tab[op].lo;
+    *hi = op_tab[op].hi;
+}
+
+bool kc_op_has(kc_op op, unsigned flags)
+{
+    return op >= 0 && op < KC_OP_COUNT && (op_tab[op].flags & flags) == flags;
+}
+
+bool kc_op_is_pointwise(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_POINTWISE);
+}
+
+bool kc_op_is_binary(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_BINARY);
+}
+
+bool kc_op_is_elementwise(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_EW);
+}
+
 const kc_xa_field *kc_op_fields(kc_op op, int *n_fields)
 {
-    const kc_xa_field *f = no_fields;
-    switch (op) {
-    case KC_OP_LEAKY_RELU:
-        f = f_alpha001;
-        break;
-    case KC_OP_ELU:
-    case KC_OP_CELU:
-    case KC_OP_THRESHOLDED_RELU:
-        f = f_alpha1;
-        break;
-    case KC_OP_SELU:
-        f = f_selu;
-        break;
-    case KC_OP_HARD_SIGMOID:
-        f = f_hsig;
-        break;
-    case KC_OP_CLIP:
-        f = f_clip;
-        break;
-    case KC_OP_SHRINK:
-        f = f_shrink;
-        break;
-    case KC_OP_CAST:
-        f = f_cast;
-        break;
-    case KC_OP_PERMUTE:
-        f = f_perm;
-        break;
-    case KC_OP_CONCAT:
-    case KC_OP_GATHER:
-        f = f_axis;
-        break;
-    case KC_OP_SLICE:
-        f = f_slice;
-        break;
-    case KC_OP_PAD:
-        f = f_pad;
-        break;
-    case KC_OP_RESHAPE:
-    case KC_OP_EXPAND:
-        f = f_shape;
-        break;
-    case KC_OP_TILE:
-        f = f_tile;
-        break;
-    case KC_OP_CONV:
-        f = f_conv;
-        break;
-    case KC_OP_CONV_TRANSPOSE:
-        f = f_convt;
-        break;
-    case KC_OP_MAXPOOL:
-        f = f_maxpool;
-        break;
-    case KC_OP_AVGPOOL:
-        f = f_avgpool;
-        break;
-    case KC_OP_BATCHNORM:
-    case KC_OP_INSTANCENORM:
-        f = f_eps;
-        break;
-    case KC_OP_LAYERNORM_ND:
-        f = f_lnorm;
-        break;
-    case KC_OP_SOFTMAX_ND:
-    case KC_OP_LOGSOFTMAX:
-    case KC_OP_HARDMAX:
-        f = f_softmax;
-        break;
-    case KC_OP_ARGMAX:
-    case KC_OP_ARGMIN:
-        f = f_arg;
-        break;
-    case KC_OP_GEMM:
-        f = f_gemm;
-        break;
-    case KC_OP_LRN:
-        f = f_lrn;
-        break;
-    case KC_OP_ARITH:
-        f = f_arith;
-        break;
-    case KC_OP_ISINF:
-        f = f_isinf;
-        break;
-    case KC_OP_TRILU:
-        f = f_trilu;
-        break;
-    case KC_OP_GATHER_ELEMENTS:
-        f = f_axis;
-        break;
-    case KC_OP_CUMSUM:
-        f = f_cumsum;
-        break;
-    default:
-        if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP)
-            f = f_reduce;
-    }
+    const kc_xa_field *f = (op >= 0 && op < KC_OP_COUNT) ? op_tab[op].fields : f_none;
     if (n_fields) {
         int n = 0;
         while (f[n].name)
@@ -228,11 +180,6 @@ void kc_xattrs_text(kc_op op, const kc_xattrs *xa, char *buf, size_t cap)
         for (int j = 0; j < xa->n[i] && n < cap; j++)
             n += (size_t)snprintf(buf + n, cap - n, "%s%lld", j ? "," : "", (long long)xa->i[i][j]);
     }
-}
-
-bool kc_op_is_elementwise(kc_op op)
-{
-    return (op >= KC_OP_SIGMOID && op <= KC_OP_MOD);
 }
 
 /* ---- inference -------------------------------------------------------------- */
@@ -330,7 +277,7 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     kc_xattrs *xa = n->xa;
     const kc_value *in[KC_NODE_MAX_IN];
     int lo, hi;
-    kc_op_ext_arity(n->op, &lo, &hi);
+    kc_op_arity(n->op, &lo, &hi);
     if (n->n_in < lo || n->n_in > hi || !xa)
         return FAIL("%s takes %d to %d inputs, got %d", kc_op_name(n->op), lo, hi, n->n_in);
     for (int i = 0; i < n->n_in; i++)
@@ -346,8 +293,7 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     /* dtypes: the numeric elementwise ops, reductions, softmax and argmax
      * take f32 and f64 (a few int64 as well); convolution, pooling and
      * normalisation are f32 only */
-    bool is_reduce = (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP) ||
-                     op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
+    bool is_reduce = kc_op_has(op, KC_OPF_REDUCE) || op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
     bool ints_ok = op == KC_OP_NEG || op == KC_OP_ABS || op == KC_OP_CLIP || op == KC_OP_SIGN ||
                    op == KC_OP_MAX || op == KC_OP_MIN || op == KC_OP_PYMOD || op == KC_OP_MOD ||
                    op == KC_OP_REDUCE_SUM || op == KC_OP_REDUCE_MAX || op == KC_OP_REDUCE_MIN ||
@@ -690,7 +636,7 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("lrn needs [N, C, ...] and size >= 1");
         break;
     default:
-        if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP) {
+        if (kc_op_has(op, KC_OPF_REDUCE)) {
             bool mark[KC_MAX_RANK] = {false};
             if (!xa->n[0]) {
                 xa->n[0] = a->rank;

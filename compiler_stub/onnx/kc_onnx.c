@@ -468,7 +468,7 @@ int ox_emit_attrs(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs
     n->attrs.stride = 1;
     if (at)
         n->attrs = *at;
-    if (op >= KC_OP_EXT_FIRST) {
+    if (!kc_op_has(op, KC_OPF_CORE)) {
         n->xa = malloc(sizeof *n->xa);
         if (!n->xa) {
             kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);

@@ -341,27 +341,10 @@ static kc_code legacy_bcast(ox_ctx *c, const Onnx__NodeProto *np, int *a, int *b
     return *b < 0 ? c->err->code : KC_OK;
 }
 
+/* Sum and Mean chain adds; the others convert one to one (kc_ops_list.h). */
 static kc_op binary_op(const char *t)
 {
-    return !strcmp(t, "Add")              ? KC_OP_ADD
-           : !strcmp(t, "Sub")            ? KC_OP_SUB
-           : !strcmp(t, "Mul")            ? KC_OP_MUL
-           : !strcmp(t, "Div")            ? KC_OP_DIV
-           : !strcmp(t, "Pow")            ? KC_OP_POW
-           : !strcmp(t, "Max")            ? KC_OP_MAX
-           : !strcmp(t, "Min")            ? KC_OP_MIN
-           : !strcmp(t, "Sum")            ? KC_OP_ADD
-           : !strcmp(t, "Mean")           ? KC_OP_ADD
-           : !strcmp(t, "Equal")          ? KC_OP_EQUAL
-           : !strcmp(t, "Less")           ? KC_OP_LESS
-           : !strcmp(t, "Greater")        ? KC_OP_GREATER
-           : !strcmp(t, "LessOrEqual")    ? KC_OP_LESS_EQUAL
-           : !strcmp(t, "GreaterOrEqual") ? KC_OP_GREATER_EQUAL
-           : !strcmp(t, "And")            ? KC_OP_AND
-           : !strcmp(t, "Or")             ? KC_OP_OR
-           : !strcmp(t, "Xor")            ? KC_OP_XOR
-           : !strcmp(t, "Mod")            ? KC_OP_MOD
-                                          : KC_OP_COUNT;
+    return !strcmp(t, "Sum") || !strcmp(t, "Mean") ? KC_OP_ADD : kc_op_from_onnx(t);
 }
 
 /* Binary and variadic elementwise ops (Sum/Max/Min/Mean chain pairwise). */
@@ -431,47 +414,6 @@ static kc_code h_binary(ox_ctx *c, const Onnx__NodeProto *np)
     return bind(c, np, 0, acc);
 }
 
-static kc_op unary_op(const char *t)
-{
-    static const struct {
-        const char *name;
-        kc_op op;
-    } tab[] = {{"Relu", KC_OP_RELU},
-               {"Tanh", KC_OP_TANH},
-               {"Exp", KC_OP_EXP},
-               {"Sigmoid", KC_OP_SIGMOID},
-               {"Neg", KC_OP_NEG},
-               {"Abs", KC_OP_ABS},
-               {"Sqrt", KC_OP_SQRT},
-               {"Log", KC_OP_LOG},
-               {"Reciprocal", KC_OP_RECIPROCAL},
-               {"Floor", KC_OP_FLOOR},
-               {"Ceil", KC_OP_CEIL},
-               {"Erf", KC_OP_ERF},
-               {"Sin", KC_OP_SIN},
-               {"Cos", KC_OP_COS},
-               {"Tan", KC_OP_TAN},
-               {"Asin", KC_OP_ASIN},
-               {"Acos", KC_OP_ACOS},
-               {"Atan", KC_OP_ATAN},
-               {"Sinh", KC_OP_SINH},
-               {"Cosh", KC_OP_COSH},
-               {"Asinh", KC_OP_ASINH},
-               {"Acosh", KC_OP_ACOSH},
-               {"Atanh", KC_OP_ATANH},
-               {"Sign", KC_OP_SIGN},
-               {"Softplus", KC_OP_SOFTPLUS},
-               {"Softsign", KC_OP_SOFTSIGN},
-               {"Round", KC_OP_ROUND},
-               {"HardSwish", KC_OP_HARDSWISH},
-               {"Not", KC_OP_NOT},
-               {NULL, KC_OP_COUNT}};
-    for (int i = 0; tab[i].name; i++)
-        if (!strcmp(tab[i].name, t))
-            return tab[i].op;
-    return KC_OP_COUNT;
-}
-
 static kc_code h_unary(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
@@ -479,20 +421,13 @@ static kc_code h_unary(ox_ctx *c, const Onnx__NodeProto *np)
          !strcmp(np->op_type, "Abs") || !strcmp(np->op_type, "Sqrt")) &&
         fold_ew(c, np, -1, &rc))
         return rc;
-    return simple(c, np, unary_op(np->op_type), 1, NULL);
+    return simple(c, np, kc_op_from_onnx(np->op_type), 1, NULL);
 }
 
 /* Unary ops with float attributes: (ONNX name, default) per field. */
 static kc_code h_unary_attr(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    const char *t = np->op_type;
-    kc_op op = !strcmp(t, "LeakyRelu")         ? KC_OP_LEAKY_RELU
-               : !strcmp(t, "Elu")             ? KC_OP_ELU
-               : !strcmp(t, "Selu")            ? KC_OP_SELU
-               : !strcmp(t, "Celu")            ? KC_OP_CELU
-               : !strcmp(t, "ThresholdedRelu") ? KC_OP_THRESHOLDED_RELU
-               : !strcmp(t, "HardSigmoid")     ? KC_OP_HARD_SIGMOID
-                                               : KC_OP_SHRINK;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_xattrs xa;
     xa_init(op, &xa);
     int nf;
@@ -1601,9 +1536,7 @@ static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
     int64_t axis = ox_attr_int(np, "axis", legacy ? 1 : -1);
     if (axis < 0)
         axis += xs->rank;
-    kc_op op = !strcmp(np->op_type, "Softmax")      ? KC_OP_SOFTMAX_ND
-               : !strcmp(np->op_type, "LogSoftmax") ? KC_OP_LOGSOFTMAX
-                                                    : KC_OP_HARDMAX;
+    kc_op op = kc_op_from_onnx(np->op_type);
     if (op == KC_OP_SOFTMAX_ND && axis == xs->rank - 1 && xs->rank >= 1)
         return bind(c, np, 0, ox_emit(c, KC_OP_SOFTMAX, &x, 1, NULL, out_name(np, 0)));
     kc_xattrs xa;
@@ -1615,24 +1548,7 @@ static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
 
 static kc_code h_reduce(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    static const struct {
-        const char *name;
-        kc_op op;
-    } tab[] = {{"ReduceSum", KC_OP_REDUCE_SUM},
-               {"ReduceMean", KC_OP_REDUCE_MEAN},
-               {"ReduceMax", KC_OP_REDUCE_MAX},
-               {"ReduceMin", KC_OP_REDUCE_MIN},
-               {"ReduceProd", KC_OP_REDUCE_PROD},
-               {"ReduceL1", KC_OP_REDUCE_L1},
-               {"ReduceL2", KC_OP_REDUCE_L2},
-               {"ReduceSumSquare", KC_OP_REDUCE_SUM_SQUARE},
-               {"ReduceLogSum", KC_OP_REDUCE_LOG_SUM},
-               {"ReduceLogSumExp", KC_OP_REDUCE_LOG_SUM_EXP},
-               {NULL, KC_OP_COUNT}};
-    kc_op op = KC_OP_COUNT;
-    for (int i = 0; tab[i].name; i++)
-        if (!strcmp(tab[i].name, np->op_type))
-            op = tab[i].op;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_code rc = KC_OK;
     int64_t axes[MAXI];
     int n;
@@ -1659,7 +1575,7 @@ static kc_code h_reduce(ox_ctx *c, const Onnx__NodeProto *np)
 
 static kc_code h_argmax(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    kc_op op = !strcmp(np->op_type, "ArgMax") ? KC_OP_ARGMAX : KC_OP_ARGMIN;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_xattrs xa;
     xa_init(op, &xa);
     xa.i[0][0] = ox_attr_int(np, "axis", 0);
