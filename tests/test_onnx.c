@@ -471,6 +471,80 @@ Test(onnx, unknown_operator_names_op_node_and_opset)
     free(p);
 }
 
+Test(onnx, every_unsupported_node_is_named_with_op_and_opset)
+{
+    /* three unsupported nodes of two op types (one in another domain) among
+     * supported ones: each is named, not only the first */
+    mb b;
+    mb_init(&b, 13);
+    mb_input(&b, "x", (int64_t[]){2, 3}, 2);
+    mb_node(&b, "Relu", "ok1", "x", "a");
+    mb_node(&b, "FancyOp", "fancy_one", "a", "b");
+    mb_node(&b, "Sigmoid", "ok2", "b", "c");
+    mb_node(&b, "FancyOp", "fancy_two", "c", "d");
+    Onnx__NodeProto *n = mb_node(&b, "Gizmo", "gizmo_node", "d", "y");
+    n->domain = "com.example";
+    Onnx__OperatorSetIdProto *ex = mb_alloc(&b, sizeof *ex);
+    onnx__operator_set_id_proto__init(ex);
+    ex->domain = "com.example";
+    ex->has_version = 1;
+    ex->version = 3;
+    Onnx__OperatorSetIdProto **imports = mb_alloc(&b, sizeof *imports * 2);
+    imports[0] = &b.opset;
+    imports[1] = ex;
+    b.m.opset_import = imports;
+    b.m.n_opset_import = 2;
+    mb_output(&b, "y");
+    char *p = kc_test_path(dir, "three.onnx");
+    mb_write(&b, p);
+    mb_free(&b);
+    kc_test_result r = run_kcache("compile", p, NULL, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "unsupported operators in 3 of 5 nodes"), "%s", r.err);
+    cr_assert(strstr(r.err, "node 1 'fancy_one' (FancyOp, opset 13)"), "%s", r.err);
+    cr_assert(strstr(r.err, "node 3 'fancy_two' (FancyOp, opset 13)"), "%s", r.err);
+    cr_assert(strstr(r.err, "node 4 'gizmo_node' (com.example.Gizmo, opset 3)"), "%s", r.err);
+    cr_assert_null(strstr(r.err, "ok1"), "%s", r.err);
+    kc_test_result_free(&r);
+    free(p);
+}
+
+Test(onnx, unsupported_nodes_past_the_message_are_named_in_warnings)
+{
+    /* 40 unsupported nodes with long names do not fit one error message: the
+     * ones left out are each a warning, so every one is still named */
+    mb b;
+    mb_init(&b, 17);
+    mb_input(&b, "x", (int64_t[]){2, 3}, 2);
+    char prev[16] = "x";
+    for (int i = 0; i < 40; i++) {
+        char name[96], out[16];
+        snprintf(name, sizeof name, "/features/features.%d/block/attention/ScatterLikeThing_%d", i,
+                 i);
+        snprintf(out, sizeof out, i == 39 ? "y" : "t%d", i);
+        mb_node(&b, "ScatterLikeThing", name, prev, out);
+        snprintf(prev, sizeof prev, "%s", out);
+    }
+    mb_output(&b, "y");
+    char *p = kc_test_path(dir, "many.onnx");
+    mb_write(&b, p);
+    mb_free(&b);
+    kc_test_result r = run_kcache("compile", p, NULL, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "unsupported operators in 40 of 40 nodes"), "%s", r.err);
+    cr_assert(strstr(r.err, "more named in the warnings above"), "%s", r.err);
+    for (int i = 0; i < 40; i++) {
+        char want[128];
+        snprintf(want, sizeof want,
+                 "node %d '/features/features.%d/block/attention/ScatterLikeThing_%d' "
+                 "(ScatterLikeThing, opset 17)",
+                 i, i, i);
+        cr_assert(strstr(r.err, want), "node %d not named: %s", i, r.err);
+    }
+    kc_test_result_free(&r);
+    free(p);
+}
+
 Test(onnx, opset_outside_6_to_17_is_refused)
 {
     char *p = chain_model("o.onnx", 21, "x", (int64_t[]){2, 3}, 2, "Relu", NULL, NULL);

@@ -779,19 +779,9 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
                         origin, (long long)c.opset);
         goto out;
     }
-    /* every operator first: an unsupported one is the error that matters */
-    for (size_t i = 0; i < gp->n_node; i++) {
-        const Onnx__NodeProto *np = gp->node[i];
-        const char *t = np->op_type ? np->op_type : "";
-        bool other = np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0;
-        if (other || !ox_op_known(t)) {
-            rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
-                            "%s: node %zu '%s' (%s, opset %lld): unsupported operator '%s%s%s'",
-                            origin, i, np->name ? np->name : "", t, (long long)c.opset,
-                            other ? np->domain : "", other ? "." : "", t);
-            goto out;
-        }
-    }
+    /* every operator first: unsupported ones are the error that matters */
+    if ((rc = ox_check_ops(&c, m)))
+        goto out;
     c.g->name = strdup(gp->name ? gp->name : ""); /* never part of the fingerprint */
     if (!c.g->name) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);

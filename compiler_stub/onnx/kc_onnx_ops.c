@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_log.h"
 #include "kc_onnx_internal.h"
 #include "kc_ops.h"
 
@@ -1869,12 +1870,62 @@ static const struct {
     {"MatMul", h_matmul},
 };
 
-bool ox_op_known(const char *op_type)
+static bool op_known(const char *op_type)
 {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (!strcmp(ops[i].op_type, op_type))
             return true;
     return false;
+}
+
+/* The opset m imports for domain ("" = ai.onnx), or -1. */
+static int64_t domain_opset(const Onnx__ModelProto *m, const char *domain)
+{
+    bool onnx = !*domain || !strcmp(domain, "ai.onnx");
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const char *d = m->opset_import[i]->domain ? m->opset_import[i]->domain : "";
+        if (onnx ? (!*d || !strcmp(d, "ai.onnx")) : !strcmp(d, domain))
+            return m->opset_import[i]->has_version ? m->opset_import[i]->version : 1;
+    }
+    return -1;
+}
+
+kc_code ox_check_ops(ox_ctx *c, const Onnx__ModelProto *m)
+{
+    const Onnx__GraphProto *gp = m->graph;
+    char list[KC_ERR_MSG_MAX];
+    size_t len = 0;
+    int bad = 0, logged = 0;
+    list[0] = 0;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *t = np->op_type ? np->op_type : "";
+        const char *dom = np->domain ? np->domain : "";
+        bool other = *dom && strcmp(dom, "ai.onnx") != 0;
+        if (!other && op_known(t))
+            continue;
+        int64_t opset = other ? domain_opset(m, dom) : c->opset;
+        char one[600];
+        snprintf(one, sizeof one, "node %zu '%.200s' (%.100s%s%.100s, opset %lld)", i,
+                 np->name ? np->name : "", other ? dom : "", other ? "." : "", t, (long long)opset);
+        /* room for the origin, the count and the tail that says how many went
+         * to warnings; those are logged whole, so no node goes unnamed */
+        if (len + strlen(one) + 2 < sizeof list - strlen(c->origin) - 160) {
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", bad ? ", " : "", one);
+        } else {
+            kc_log(KC_LOG_WARN, "%s: %s: unsupported operator", c->origin, one);
+            logged++;
+        }
+        bad++;
+    }
+    if (!bad)
+        return KC_OK;
+    char tail[96] = "";
+    if (logged)
+        snprintf(tail, sizeof tail, ", and %d more named in the warnings above", logged);
+    return kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                      "%s: unsupported operator%s in %d of %zu nodes: %s%s", c->origin,
+                      bad == 1 ? "" : "s", bad, gp->n_node, list, tail);
 }
 
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np)
