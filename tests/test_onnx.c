@@ -651,6 +651,124 @@ Test(onnx, pytorch_models_match_their_test_data)
     }
 }
 
+Test(onnx, scatternd_resize_and_recurrent_layers_pass_their_node_tests)
+{
+    /* ONNX's own node tests for the operators real models needed (swin_t's
+     * ScatterND, every RNN export, upsampling); conformance.py runs all of them */
+    static const char *const tests[] = {
+        "test_scatternd",
+        "test_scatternd_add",
+        "test_scatternd_multiply",
+        "test_lstm_with_peepholes",
+        "test_lstm_batchwise",
+        "test_gru_seq_length",
+        "test_gru_with_initial_bias",
+        "test_gru_batchwise",
+        "test_rnn_seq_length",
+        "test_simple_rnn_batchwise",
+        "test_resize_upsample_scales_cubic_align_corners",
+        "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+        "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+        "test_resize_upsample_sizes_nearest_ceil_half_pixel",
+        "test_resize_tf_crop_and_resize",
+        "test_upsample_nearest"};
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        char m[512], d[512];
+        snprintf(m, sizeof m, TESTDATA "/node/%s/model.onnx", tests[i]);
+        snprintf(d, sizeof d, TESTDATA "/node/%s/test_data_set_0", tests[i]);
+        kc_test_result r = run_kcache("run", m, "--data", d, NULL);
+        cr_assert_eq(r.exit_code, 0, "%s: %s %s", tests[i], r.out, r.err);
+        cr_assert(strstr(r.out, ": ok"), "%s: %s", tests[i], r.out);
+        kc_test_result_free(&r);
+    }
+}
+
+static void mb_attr_str(mb *b, Onnx__NodeProto *n, const char *name, const char *v)
+{
+    Onnx__AttributeProto *a = mb_alloc(b, sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = mb_str(b, name);
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->has_s = 1;
+    a->s.data = (uint8_t *)mb_str(b, v);
+    a->s.len = strlen(v);
+    MB_PUSH(b, n->attribute, n->n_attribute, a);
+}
+
+Test(onnx, new_operators_refuse_what_they_cannot_compile_by_name)
+{
+    /* Resize scales that are a graph input (not foldable), an LSTM activation
+     * outside the supported set, a ScatterND reduction from a later opset:
+     * each a clear error naming the node and the reason, exit 1 */
+    int64_t xd[4] = {1, 1, 2, 2}, sd[1] = {4};
+    mb b;
+    mb_init(&b, 13);
+    mb_input(&b, "x", xd, 4);
+    mb_input(&b, "scales", sd, 1);
+    mb_weights(&b, "roi", (int64_t[]){8}, 1, 1);
+    mb_node(&b, "Resize", "up", "x,roi,scales", "y");
+    mb_output(&b, "y");
+    char *p1 = kc_test_path(dir, "resize.onnx");
+    mb_write(&b, p1);
+    mb_free(&b);
+    kc_test_result r = run_kcache("compile", p1, NULL, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "'up' (Resize, opset 13)") && strstr(r.err, "scales") &&
+                  strstr(r.err, "must be a constant"),
+              "%s", r.err);
+    kc_test_result_free(&r);
+
+    mb_init(&b, 14);
+    mb_input(&b, "x", (int64_t[]){3, 1, 2}, 3);
+    mb_weights(&b, "W", (int64_t[]){1, 8, 2}, 3, 1);
+    mb_weights(&b, "R", (int64_t[]){1, 8, 2}, 3, 2);
+    Onnx__NodeProto *n = mb_node(&b, "LSTM", "rnn1", "x,W,R", "y");
+    mb_attr_str(&b, n, "direction", "forward");
+    Onnx__AttributeProto *a = mb_alloc(&b, sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = "activations";
+    a->n_strings = 3;
+    a->strings = mb_alloc(&b, sizeof *a->strings * 3);
+    const char *names[3] = {"Sigmoid", "ScaledTanh", "Tanh"};
+    for (int i = 0; i < 3; i++) {
+        a->strings[i].data = (uint8_t *)names[i];
+        a->strings[i].len = strlen(names[i]);
+    }
+    MB_PUSH(&b, n->attribute, n->n_attribute, a);
+    mb_output(&b, "y");
+    char *p2 = kc_test_path(dir, "lstm.onnx");
+    mb_write(&b, p2);
+    mb_free(&b);
+    r = run_kcache("compile", p2, NULL, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "'rnn1' (LSTM, opset 14)") && strstr(r.err, "'ScaledTanh'"), "%s",
+              r.err);
+    kc_test_result_free(&r);
+
+    mb_init(&b, 16);
+    mb_input(&b, "x", (int64_t[]){4}, 1);
+    mb_ints_init(&b, "idx", (int64_t[]){1}, 1);
+    mb_weights(&b, "u", (int64_t[]){1}, 1, 3);
+    b.g.initializer[0]->n_dims = 2; /* indices [1, 1] */
+    b.g.initializer[0]->dims = mb_alloc(&b, sizeof(int64_t) * 2);
+    b.g.initializer[0]->dims[0] = b.g.initializer[0]->dims[1] = 1;
+    n = mb_node(&b, "ScatterND", "sc", "x,idx,u", "y");
+    mb_attr_str(&b, n, "reduction", "median");
+    mb_output(&b, "y");
+    char *p3 = kc_test_path(dir, "scatter.onnx");
+    mb_write(&b, p3);
+    mb_free(&b);
+    r = run_kcache("compile", p3, NULL, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    cr_assert(strstr(r.err, "'sc' (ScatterND, opset 16)") && strstr(r.err, "reduction 'median'"),
+              "%s", r.err);
+    kc_test_result_free(&r);
+    free(p1);
+    free(p2);
+    free(p3);
+}
+
 Test(onnx, run_data_fails_on_wrong_expected_output)
 {
     const char *m = TESTDATA "/pytorch-converted/test_Sigmoid/model.onnx";

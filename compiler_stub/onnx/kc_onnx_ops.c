@@ -1749,6 +1749,276 @@ static kc_code h_eyelike(ox_ctx *c, const Onnx__NodeProto *np)
     return KC_OK;
 }
 
+/* ---- scatter, resize, recurrent layers -------------------------------------------------- */
+
+/* The index of s in names (n of them), or -1. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+static kc_code h_scatter_nd(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const reductions[] = {"none", "add", "mul", "max", "min"};
+    char buf[32];
+    const char *red = ox_attr_str(np, "reduction", "none", buf, sizeof buf);
+    int r = name_index(red, reductions, 5);
+    if (r < 0)
+        return fail(c, KC_ERR_UNSUPPORTED, "reduction '%s'", red);
+    kc_xattrs xa;
+    xa_init(KC_OP_SCATTER_ND, &xa);
+    xa.i[0][0] = r;
+    return simple(c, np, KC_OP_SCATTER_ND, 3, &xa);
+}
+
+/* The values of a constant float input (scales, roi) into out; -1 when
+ * absent or empty, else their count. */
+static int const_floats(ox_ctx *c, const Onnx__NodeProto *np, size_t i, const char *what,
+                        double *out, int cap, kc_code *rc)
+{
+    ox_val *v = in_val(c, np, i, rc);
+    if (*rc || !v)
+        return -1;
+    int64_t n = kc_shape_numel(&v->shape);
+    if (!(v->is_const || v->bound) || !v->data) {
+        *rc = fail(c, KC_ERR_UNSUPPORTED,
+                   "%s ('%s') must be a constant: kcache folds it into the compiled kernel", what,
+                   np->input[i]);
+        return -1;
+    }
+    if (n > cap) {
+        *rc = fail(c, KC_ERR_INVALID, "%s has %lld entries", what, (long long)n);
+        return -1;
+    }
+    for (int64_t k = 0; k < n; k++)
+        out[k] = ox_const_num(v, k);
+    return n ? (int)n : -1;
+}
+
+static void xa_bits(kc_xattrs *xa, int f, const double *v, int n)
+{
+    xa->n[f] = n;
+    for (int i = 0; i < n && i < KC_XA_INTS; i++)
+        memcpy(&xa->i[f][i], &v[i], sizeof v[i]);
+}
+
+/* Resize (opsets 10-17) and Upsample: output sizes from `sizes` or from
+ * floor(input x scale); the scales (sizes / input when sizes are given) and
+ * roi go into the key exactly. */
+static kc_code h_resize(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const coords[] = {"half_pixel",           "asymmetric",
+                                         "align_corners",        "pytorch_half_pixel",
+                                         "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+    static const char *const nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                          "ceil"};
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape xs = ox_kv(c, x)->shape;
+    int r = xs.rank;
+    bool legacy = !strcmp(np->op_type, "Upsample") || c->opset < 11;
+    char b1[64], b2[64], b3[64];
+    const char *mode = ox_attr_str(np, "mode", "nearest", b1, sizeof b1);
+    int m = !strcmp(mode, "bilinear") ? 1 : name_index(mode, modes, 3);
+    /* before opset 11: asymmetric coordinates, the nearest input below */
+    const char *cm =
+        legacy ? "asymmetric"
+               : ox_attr_str(np, "coordinate_transformation_mode", "half_pixel", b2, sizeof b2);
+    const char *nm =
+        legacy ? "floor" : ox_attr_str(np, "nearest_mode", "round_prefer_floor", b3, sizeof b3);
+    int coord = name_index(cm, coords, 6), nmode = name_index(nm, nearest, 4);
+    if (m < 0 || coord < 0 || nmode < 0)
+        return fail(c, KC_ERR_UNSUPPORTED,
+                    "mode '%s', coordinate_transformation_mode '%s' or "
+                    "nearest_mode '%s'",
+                    mode, cm, nm);
+    double scales[KC_XA_INTS], roi[KC_XA_INTS];
+    int64_t sizes[MAXI];
+    int ns = -1, nz = -1, nr = -1;
+    const Onnx__AttributeProto *sa = ox_attr(np, "scales");
+    if (sa && !strcmp(np->op_type, "Upsample")) { /* Upsample-7: an attribute */
+        ns = (int)(sa->n_floats < KC_XA_INTS ? sa->n_floats : KC_XA_INTS + 1);
+        for (int i = 0; i < ns && i < KC_XA_INTS; i++)
+            scales[i] = sa->floats[i];
+    } else if (legacy) {
+        ns = const_floats(c, np, 1, "scales", scales, KC_XA_INTS, &rc);
+    } else {
+        if (coord == 5)
+            nr = const_floats(c, np, 1, "roi", roi, KC_XA_INTS, &rc);
+        if (!rc)
+            ns = const_floats(c, np, 2, "scales", scales, KC_XA_INTS, &rc);
+        if (!rc && ns < 0)
+            nz = const_ints(c, np, 3, "sizes", sizes, &rc);
+    }
+    if (rc)
+        return rc;
+    if (r > KC_XA_INTS / 2 && coord == 5)
+        return fail(c, KC_ERR_UNSUPPORTED, "tf_crop_and_resize of rank %d (at most %d)", r,
+                    KC_XA_INTS / 2);
+    if ((ns >= 0 ? ns : nz) != r || (coord == 5 && nr != 2 * r))
+        return fail(c, KC_ERR_INVALID, "needs %d scales or sizes%s", r,
+                    coord == 5 ? " and 2 x rank roi values" : "");
+    for (int d = 0; d < r; d++) {
+        double in = (double)xs.dims[d];
+        if (ns >= 0) {
+            double span = coord == 5 ? roi[d + r] - roi[d] : 1;
+            double o = floor(in * span * scales[d]);
+            if (!(scales[d] > 0) || !(o >= 1) || o > (1 << 24))
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "scale %g of dimension %d gives an empty or too large output (empty "
+                            "tensors are unsupported)",
+                            scales[d], d);
+            sizes[d] = (int64_t)o;
+        } else {
+            if (sizes[d] < 1 || sizes[d] > (1 << 24))
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "size %lld of dimension %d (empty tensors are "
+                            "unsupported)",
+                            (long long)sizes[d], d);
+            scales[d] = (double)sizes[d] / in;
+        }
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_RESIZE, &xa);
+    xa_list(&xa, 0, (int64_t[]){m, coord, nmode, ox_attr_int(np, "exclude_outside", 0) != 0}, 4);
+    xa_list(&xa, 1, sizes, r);
+    xa_bits(&xa, 2, scales, r);
+    if (coord == 5)
+        xa_bits(&xa, 3, roi, 2 * r);
+    xa.f[4] = ox_attr_float(np, "cubic_coeff_a", -0.75);
+    xa.f[5] = ox_attr_float(np, "extrapolation_value", 0);
+    return bind(c, np, 0, ox_emit(c, KC_OP_RESIZE, &x, 1, &xa, out_name(np, 0)));
+}
+
+/* A constant of shape s filled with v, as a graph value (optional inputs the
+ * op kernel reads by position). */
+static int filled(ox_ctx *c, const char *what, kc_dtype dt, const kc_shape *s, double v)
+{
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s#%s", c->cur_name, what);
+    ox_val *k = ox_const_new(c, nm, dt, s);
+    if (!k) {
+        fail(c, KC_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; i < kc_shape_numel(s); i++)
+        ox_const_set(k, i, v);
+    return ox_use(c, k);
+}
+
+/* RNN, GRU and LSTM: one rnn node computes Y, Y_h and Y_c into one flat
+ * tensor; each output the model uses is a slice of it, reshaped. */
+static kc_code h_rnn(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const dirs[] = {"forward", "reverse", "bidirectional"};
+    static const char *const acts[] = {"Sigmoid", "Tanh", "Relu", "Softsign", "Softplus"};
+    kc_code rc = KC_OK;
+    int cell = !strcmp(np->op_type, "LSTM") ? 2 : !strcmp(np->op_type, "GRU") ? 1 : 0;
+    int nin = cell == 2 ? 8 : 6, nacts = cell == 2 ? 3 : cell == 1 ? 2 : 1;
+    int64_t G = cell == 2 ? 4 : cell == 1 ? 3 : 1;
+    int ins[8];
+    for (int i = 0; i < 3; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    char b1[32];
+    const char *dir = ox_attr_str(np, "direction", "forward", b1, sizeof b1);
+    int di = name_index(dir, dirs, 3);
+    if (di < 0)
+        return fail(c, KC_ERR_INVALID, "direction '%s'", dir);
+    int64_t layout = ox_attr_int(np, "layout", 0), D = di == 2 ? 2 : 1;
+    const kc_shape *xs = &ox_kv(c, ins[0])->shape, *ws = &ox_kv(c, ins[1])->shape;
+    if (xs->rank != 3 || ws->rank != 3 || ws->dims[1] % G)
+        return fail(c, KC_ERR_INVALID,
+                    "X and W must have rank 3 (W: [directions, %lld x hidden, "
+                    "input])",
+                    (long long)G);
+    int64_t H = ox_attr_int(np, "hidden_size", ws->dims[1] / G);
+    int64_t T = xs->dims[layout ? 1 : 0], B = xs->dims[layout ? 0 : 1];
+    if (ox_attr(np, "activation_alpha") || ox_attr(np, "activation_beta"))
+        return fail(c, KC_ERR_UNSUPPORTED,
+                    "activation_alpha and activation_beta are not "
+                    "supported");
+    kc_xattrs xa;
+    xa_init(KC_OP_RNN, &xa);
+    xa_list(&xa, 0,
+            (int64_t[]){cell, di, H, layout, ox_attr_int(np, "linear_before_reset", 0) != 0,
+                        ox_attr_int(np, "input_forget", 0) != 0},
+            6);
+    const Onnx__AttributeProto *aa = ox_attr(np, "activations");
+    if (aa && aa->n_strings != (size_t)(nacts * D))
+        return fail(c, KC_ERR_INVALID, "activations needs %lld names", (long long)(nacts * D));
+    xa.n[1] = (int)(nacts * D);
+    for (int i = 0; i < xa.n[1]; i++) {
+        /* defaults: f = Sigmoid (Tanh for a plain RNN), g = h = Tanh */
+        int code = i % nacts == 0 && cell ? 0 : 1;
+        if (aa) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)aa->strings[i].len,
+                     (const char *)aa->strings[i].data);
+            if ((code = name_index(name, acts, 5)) < 0)
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "activation '%s' (kcache takes Sigmoid, Tanh, "
+                            "Relu, Softsign and Softplus)",
+                            name);
+        }
+        xa.i[1][i] = code;
+    }
+    xa.f[2] = ox_attr_float(np, "clip", 0);
+    const kc_shape opt[8] = {{0},
+                             {0},
+                             {0},
+                             {2, {D, 2 * G * H}},
+                             {1, {B}},
+                             {3, {layout ? B : D, layout ? D : B, H}},
+                             {3, {layout ? B : D, layout ? D : B, H}},
+                             {2, {D, 3 * H}}};
+    static const char *const what[8] = {"",          "",          "", "B", "sequence_lens",
+                                        "initial_h", "initial_c", "P"};
+    for (int i = 3; i < nin; i++) {
+        ox_val *v = in_val(c, np, (size_t)i, &rc);
+        if (rc)
+            return rc;
+        ins[i] = v ? ox_use(c, v)
+                   : filled(c, what[i], i == 4 ? KC_DT_I64 : KC_DT_F32, &opt[i], i == 4 ? T : 0);
+        if (ins[i] < 0)
+            return c->err->code ? c->err->code : fail(c, KC_ERR_INVALID, "bad input %d", i);
+    }
+    int all = ox_emit(c, KC_OP_RNN, ins, nin, &xa, NULL);
+    if (all < 0)
+        return c->err->code;
+    /* Y [T, D, B, H] (layout 1: [B, T, D, H]); Y_h, Y_c [D, B, H] ([B, D, H]) */
+    const kc_shape outs[3] = {layout ? (kc_shape){4, {B, T, D, H}} : (kc_shape){4, {T, D, B, H}},
+                              opt[5], opt[5]};
+    int64_t off = 0;
+    for (int k = 0; k < (cell == 2 ? 3 : 2); k++) {
+        int64_t len = kc_shape_numel(&outs[k]);
+        if (*out_name(np, k)) {
+            kc_xattrs sx;
+            xa_init(KC_OP_SLICE, &sx);
+            xa_list(&sx, 0, (int64_t[]){off}, 1);
+            xa_list(&sx, 1, (int64_t[]){off + len}, 1);
+            xa_list(&sx, 2, (int64_t[]){1}, 1);
+            int part = ox_emit(c, KC_OP_SLICE, &all, 1, &sx, NULL);
+            if (part < 0)
+                return c->err->code;
+            kc_xattrs rx;
+            xa_init(KC_OP_RESHAPE, &rx);
+            xa_list(&rx, 0, outs[k].dims, outs[k].rank);
+            if ((rc = bind(c, np, (size_t)k,
+                           ox_emit(c, KC_OP_RESHAPE, &part, 1, &rx, out_name(np, k)))))
+                return rc;
+        }
+        off += len;
+    }
+    return KC_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 static const struct {
@@ -1868,6 +2138,12 @@ static const struct {
     {"ArgMin", h_argmax},
     {"Gemm", h_gemm},
     {"MatMul", h_matmul},
+    {"ScatterND", h_scatter_nd},
+    {"Resize", h_resize},
+    {"Upsample", h_resize},
+    {"RNN", h_rnn},
+    {"GRU", h_rnn},
+    {"LSTM", h_rnn},
 };
 
 static bool op_known(const char *op_type)

@@ -138,3 +138,18 @@ KC_OP_X(TRILU, "trilu", 1, 1, trilu, 0, "")
 KC_OP_X(GATHER_ELEMENTS, "gather_elements", 2, 2, axis, 0, "")
 /* running sum along axis (exclusive, reverse) */
 KC_OP_X(CUMSUM, "cumsum", 1, 1, cumsum, 0, "")
+/* data with slices replaced (or combined: reduction 0 none, 1 add, 2 mul, 3 max, 4 min) at the
+ * index tuples of the last axis of indices (ONNX ScatterND) */
+KC_OP_X(SCATTER_ND, "scatter_nd", 3, 3, scatter, 0, "")
+/* nearest/linear/cubic resampling to `sizes` (ONNX Resize, Upsample): cfg = mode (0 nearest,
+ * 1 linear, 2 cubic), coordinate transformation (0 half_pixel, 1 asymmetric, 2 align_corners,
+ * 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize), nearest mode (0
+ * round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil), exclude_outside; scales and roi
+ * are doubles by their bits, so the key holds them exactly */
+KC_OP_X(RESIZE, "resize", 1, 1, resize, 0, "")
+/* a recurrent layer (ONNX RNN, GRU, LSTM) over the whole sequence: X, W, R, B, sequence_lens,
+ * initial_h (and initial_c, P for LSTM); one flat output holding Y, Y_h and Y_c one after
+ * the other (the importer slices them apart). cfg = cell (0 RNN, 1 GRU, 2 LSTM), direction
+ * (0 forward, 1 reverse, 2 bidirectional), hidden_size, layout, linear_before_reset,
+ * input_forget; acts = activation codes, per direction (kernels/cpu/ops.c kc_act) */
+KC_OP_X(RNN, "rnn", 6, 8, rnn, 0, "")
