@@ -406,6 +406,13 @@ int ox_use(ox_ctx *c, ox_val *v)
         return v->id;
     if (!v->is_const)
         return -1;
+    if (kc_shape_numel(&v->shape) == 0) { /* only shape arithmetic may hold one */
+        kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                   "%s: %s: '%s' is empty (empty tensors are not "
+                   "supported)",
+                   c->origin, c->label, v->name);
+        return -1;
+    }
     /* a constant read as data: a param whose values ride along */
     int id = new_value(c, v->name, KC_VAL_PARAM);
     if (id < 0)

@@ -234,58 +234,89 @@ static bool all_const(ox_ctx *c, const Onnx__NodeProto *np)
     return true;
 }
 
-static double ew_fold(const char *op, double a, double b, double x, kc_dtype dt)
+/* The value of np's op for elements a, b, x (dt: the first input's) into
+ * *out; false for an op this does not fold. */
+static bool ew_fold(const Onnx__NodeProto *np, double a, double b, double x, kc_dtype dt,
+                    double *out)
 {
+    const char *op = np->op_type;
+    bool ints = dt == KC_DT_I64;
+    double r;
     if (!strcmp(op, "Add") || !strcmp(op, "Sum"))
-        return a + b;
-    if (!strcmp(op, "Sub"))
-        return a - b;
-    if (!strcmp(op, "Mul"))
-        return a * b;
-    if (!strcmp(op, "Div"))
+        r = a + b;
+    else if (!strcmp(op, "Mean"))
+        r = np->n_input == 1 ? a : (a + b) / 2;
+    else if (!strcmp(op, "Sub"))
+        r = a - b;
+    else if (!strcmp(op, "Mul"))
+        r = a * b;
+    else if (!strcmp(op, "Div"))
         /* integer division that cannot trap: x / 0 is 0, x / -1 is -x */
-        return dt != KC_DT_I64       ? a / b
-               : ox_sat_i64(b) == 0  ? 0
-               : ox_sat_i64(b) == -1 ? -a
-                                     : (double)(ox_sat_i64(a) / ox_sat_i64(b));
-    if (!strcmp(op, "Equal"))
-        return a == b;
-    if (!strcmp(op, "Less"))
-        return a < b;
-    if (!strcmp(op, "Greater"))
-        return a > b;
-    if (!strcmp(op, "LessOrEqual"))
-        return a <= b;
-    if (!strcmp(op, "GreaterOrEqual"))
-        return a >= b;
-    if (!strcmp(op, "And"))
-        return a != 0 && b != 0;
-    if (!strcmp(op, "Or"))
-        return a != 0 || b != 0;
-    if (!strcmp(op, "Not"))
-        return a == 0;
-    if (!strcmp(op, "Neg"))
-        return -a;
-    if (!strcmp(op, "Abs"))
-        return fabs(a);
-    if (!strcmp(op, "Max"))
-        return a > b ? a : b;
-    if (!strcmp(op, "Min"))
-        return a < b ? a : b;
-    if (!strcmp(op, "Where"))
-        return a != 0 ? b : x;
-    if (!strcmp(op, "Sqrt"))
-        return sqrt(a);
-    if (!strcmp(op, "Pow"))
-        return pow(a, b);
-    return a; /* Cast, Identity */
+        r = !ints                 ? a / b
+            : ox_sat_i64(b) == 0  ? 0
+            : ox_sat_i64(b) == -1 ? -a
+                                  : (double)(ox_sat_i64(a) / ox_sat_i64(b));
+    else if (!strcmp(op, "Mod")) {
+        /* fmod=0: the divisor's sign (Python's %), as the mod kernel computes it */
+        bool c_fmod = ox_attr_int(np, "fmod", 0) != 0;
+        if (ints) {
+            int64_t ia = ox_sat_i64(a), ib = ox_sat_i64(b);
+            r = ib == 0 || ib == -1 ? 0
+                : c_fmod            ? (double)(ia % ib)
+                                    : (double)(((ia % ib) + ib) % ib);
+        } else {
+            r = fmod(a, b);
+            if (!c_fmod && r != 0 && ((r < 0) != (b < 0)))
+                r += b;
+        }
+    } else if (!strcmp(op, "Equal"))
+        r = a == b;
+    else if (!strcmp(op, "Less"))
+        r = a < b;
+    else if (!strcmp(op, "Greater"))
+        r = a > b;
+    else if (!strcmp(op, "LessOrEqual"))
+        r = a <= b;
+    else if (!strcmp(op, "GreaterOrEqual"))
+        r = a >= b;
+    else if (!strcmp(op, "And"))
+        r = a != 0 && b != 0;
+    else if (!strcmp(op, "Or"))
+        r = a != 0 || b != 0;
+    else if (!strcmp(op, "Xor"))
+        r = (a != 0) != (b != 0);
+    else if (!strcmp(op, "Not"))
+        r = a == 0;
+    else if (!strcmp(op, "Neg"))
+        r = -a;
+    else if (!strcmp(op, "Abs"))
+        r = fabs(a);
+    else if (!strcmp(op, "Max"))
+        r = a > b ? a : b;
+    else if (!strcmp(op, "Min"))
+        r = a < b ? a : b;
+    else if (!strcmp(op, "Where"))
+        r = a != 0 ? b : x;
+    else if (!strcmp(op, "Sqrt"))
+        r = sqrt(a);
+    else if (!strcmp(op, "Pow"))
+        r = pow(a, b);
+    else if (!strcmp(op, "Cast") || !strcmp(op, "CastLike") || !strcmp(op, "Identity"))
+        r = a;
+    else
+        return false;
+    *out = r;
+    return true;
 }
 
 /* Folds an elementwise op whose inputs are all constants; false if not
  * applicable. out_dt < 0: the first input's dtype (or the third's for Where). */
 static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *rc)
 {
-    if (!all_const(c, np) || np->n_input > 3)
+    double probe;
+    /* variadic ops (Sum, Mean, Max, Min) fold two inputs at most */
+    if (!all_const(c, np) || np->n_input > (strcmp(np->op_type, "Where") ? 2u : 3u) ||
+        !ew_fold(np, 1, 1, 1, KC_DT_F32, &probe))
         return false;
     ox_val *v[3] = {NULL, NULL, NULL};
     kc_shape t = {.rank = 0};
@@ -314,7 +345,9 @@ static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *r
         double a = ox_const_num(v[0], kc_shape_bcast_offset(&v[0]->shape, &t, i));
         double b = v[1] ? ox_const_num(v[1], kc_shape_bcast_offset(&v[1]->shape, &t, i)) : 0;
         double x = v[2] ? ox_const_num(v[2], kc_shape_bcast_offset(&v[2]->shape, &t, i)) : 0;
-        ox_const_set(o, i, ew_fold(op, a, b, x, v[0]->dt));
+        double r = 0;
+        ew_fold(np, a, b, x, v[0]->dt, &r);
+        ox_const_set(o, i, r);
     }
     return true;
 }
@@ -575,6 +608,16 @@ static kc_code h_constant(ox_ctx *c, const Onnx__NodeProto *np)
         return fail(c, KC_ERR_INVALID, "Constant without a value");
     kc_shape s = {.rank = 0};
     ox_val *o = NULL;
+    if (!strcmp(a->name, "value") && a->t && a->t->n_dims == 1 && a->t->dims[0] == 0) {
+        /* an empty 1-D constant (Resize's unused roi or scales, shape arithmetic) */
+        kc_dtype dt;
+        if (!ox_dtype_from_onnx(a->t->data_type, &dt))
+            return fail(c, KC_ERR_UNSUPPORTED, "tensor data type %s is not supported",
+                        ox_onnx_type_name(a->t->data_type));
+        s.rank = 1;
+        return ox_const_new(c, out_name(np, 0), dt, &s) ? KC_OK
+                                                        : fail(c, KC_ERR_NOMEM, "out of memory");
+    }
     if (!strcmp(a->name, "value") && a->t) {
         o = ox_define(c, out_name(np, 0));
         if (!o)
@@ -813,30 +856,69 @@ static kc_code h_squeeze(ox_ctx *c, const Onnx__NodeProto *np)
     return out_reshape(c, np, x, &t);
 }
 
+/* Transpose of a small constant (shape arithmetic: torch reorders Pad's
+ * pads this way), folded. */
+static kc_code fold_transpose(ox_ctx *c, const Onnx__NodeProto *np, const ox_val *v,
+                              const int64_t *perm)
+{
+    const kc_shape *xs = &v->shape;
+    kc_shape t = {.rank = xs->rank};
+    int64_t stride[KC_MAX_RANK], s = 1;
+    for (int d = xs->rank - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= xs->dims[d];
+    }
+    for (int d = 0; d < xs->rank; d++)
+        t.dims[d] = xs->dims[perm[d]];
+    ox_val *o = ox_const_new(c, out_name(np, 0), v->dt, &t);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < kc_shape_numel(&t); i++) {
+        int64_t rem = i, off = 0;
+        for (int d = t.rank - 1; d >= 0; d--) {
+            off += (rem % t.dims[d]) * stride[perm[d]];
+            rem /= t.dims[d];
+        }
+        ox_const_set(o, i, ox_const_num(v, off));
+    }
+    return KC_OK;
+}
+
 static kc_code h_transpose(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
+    int64_t perm[MAXI];
+    const kc_shape *vs = shape_of(c, v);
+    int n = ox_attr_ints(np, "perm", perm, MAXI);
+    if (n < 0) {
+        n = vs->rank;
+        for (int i = 0; i < n; i++)
+            perm[i] = n - 1 - i;
+    }
+    /* a permutation (anything else goes to the permute op, which says so) */
+    bool valid = n == vs->rank, seen[KC_MAX_RANK] = {false};
+    for (int i = 0; i < n && valid; i++) {
+        valid = perm[i] >= 0 && perm[i] < n && !seen[perm[i]];
+        if (valid)
+            seen[perm[i]] = true;
+    }
+    if (folds(v) && v->id < 0 && valid)
+        return fold_transpose(c, np, v, perm);
     int x = in_id(c, np, 0, &rc);
     if (x < 0)
         return rc;
     const kc_shape *xs = &ox_kv(c, x)->shape;
-    int64_t perm[MAXI];
-    int n = ox_attr_ints(np, "perm", perm, MAXI);
-    if (n < 0) {
-        n = xs->rank;
-        for (int i = 0; i < n; i++)
-            perm[i] = n - 1 - i;
-    }
     bool last2 = n == xs->rank && n >= 2 && perm[n - 1] == n - 2 && perm[n - 2] == n - 1;
     bool ident = n == xs->rank;
     for (int i = 0; i < n - 2 && last2; i++)
         last2 = perm[i] == i;
     for (int i = 0; i < n && ident; i++)
         ident = perm[i] == i;
-    if (ident) {
-        ox_val *v = in_val(c, np, 0, &rc);
+    if (ident)
         return alias(c, np, 0, v);
-    }
     if (last2 && ox_kv(c, x)->dtype == KC_DT_F32)
         return bind(c, np, 0, ox_emit(c, KC_OP_TRANSPOSE, &x, 1, NULL, out_name(np, 0)));
     if (n > KC_MAX_RANK)
@@ -908,6 +990,11 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
             n = 0;
             ins[n++] = acc;
         }
+        ox_val *v = in_val(c, np, i, &rc);
+        if (rc)
+            return rc;
+        if (v && v->is_const && v->id < 0 && kc_shape_numel(&v->shape) == 0)
+            continue; /* an empty constant adds nothing */
         if ((ins[n++] = in_id(c, np, i, &rc)) < 0)
             return rc;
     }
@@ -934,9 +1021,9 @@ static kc_code slice_out(ox_ctx *c, const Onnx__NodeProto *np, size_t k, ox_val 
         for (int d = 0; d < xs->rank; d++) {
             int64_t len = sp[d] > 0 ? (en[d] - st[d] + sp[d] - 1) / sp[d]
                                     : (st[d] - en[d] - sp[d] - 1) / -sp[d];
-            if (len < 1)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
-            t.dims[d] = len;
+            /* an empty constant is fine in shape arithmetic (Shape[2:] of a 2-D
+             * tensor, concatenated); ox_use refuses it as a graph value */
+            t.dims[d] = len < 0 ? 0 : len;
         }
         ox_val *o = ox_const_new(c, out_name(np, k), x->dt, &t);
         if (!o)
@@ -1002,17 +1089,18 @@ static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
             s += D;
         if (e < 0)
             e += D;
+        bool empty;
         if (step > 0) {
             s = s < 0 ? 0 : s > D ? D : s;
             e = e < 0 ? 0 : e > D ? D : e;
-            if (s >= e)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+            empty = s >= e;
         } else {
             s = s < 0 ? -1 : s > D - 1 ? D - 1 : s;
             e = e < -1 ? -1 : e > D - 1 ? D - 1 : e;
-            if (s <= e)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+            empty = s <= e;
         }
+        if (empty && !(folds(x) && x->id < 0)) /* constants may be empty (slice_out) */
+            return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
         st[a] = s;
         en[a] = e;
         /* a step beyond the dimension takes one element either way */
