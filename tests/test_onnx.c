@@ -769,6 +769,47 @@ Test(onnx, new_operators_refuse_what_they_cannot_compile_by_name)
     free(p3);
 }
 
+Test(onnx, shape_arithmetic_folds_mod_and_empty_slices_as_torch_exports_them)
+{
+    /* swin_t: Reshape's shape is Concat(Shape(x)[:1] mod 7 ... , Shape(x)[2:]) — a
+     * Mod of constants (folded to its first operand before) and an empty slice of a
+     * 2-D shape (refused as an empty tensor before) */
+    mb b;
+    mb_init(&b, 13);
+    mb_input(&b, "x", (int64_t[]){3, 4}, 2);
+    mb_ints_init(&b, "seven", (int64_t[]){7, 7}, 2);
+    mb_ints_init(&b, "ten_four", (int64_t[]){10, 4}, 2);
+    mb_ints_init(&b, "two", (int64_t[]){2}, 1);
+    mb_ints_init(&b, "big", (int64_t[]){INT64_MAX}, 1);
+    mb_node(&b, "Mod", "mod", "ten_four,seven", "dims");
+    mb_node(&b, "Shape", "shape", "x", "s");
+    mb_node(&b, "Slice", "tail", "s,two,big", "rest");
+    mb_node(&b, "Concat", "cat", "dims,rest", "target");
+    mb_node(&b, "Reshape", "reshape", "x,target", "y");
+    b.g.node[3]->n_attribute = 0;
+    Onnx__AttributeProto *ax = mb_alloc(&b, sizeof *ax);
+    onnx__attribute_proto__init(ax);
+    ax->name = "axis";
+    ax->has_type = 1;
+    ax->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    ax->has_i = 1;
+    ax->i = 0;
+    MB_PUSH(&b, b.g.node[3]->attribute, b.g.node[3]->n_attribute, ax);
+    mb_output(&b, "y");
+    char *p = kc_test_path(dir, "fold.onnx");
+    mb_write(&b, p);
+    mb_free(&b);
+    kc_graph *g = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_onnx_load(p, NULL, &g, &err), KC_OK, "%s", err.msg);
+    const kc_value *y = &g->values[g->outputs[0]];
+    cr_assert(y->shape.rank == 2 && y->shape.dims[0] == 3 && y->shape.dims[1] == 4,
+              "10 mod 7, 4 mod 7 should give [3,4], got rank %d [%lld,...]", y->shape.rank,
+              (long long)y->shape.dims[0]);
+    kc_graph_free(g);
+    free(p);
+}
+
 Test(onnx, run_data_fails_on_wrong_expected_output)
 {
     const char *m = TESTDATA "/pytorch-converted/test_Sigmoid/model.onnx";
