@@ -2027,6 +2027,9 @@ static kc_code h_rnn(ox_ctx *c, const Onnx__NodeProto *np)
                     "input])",
                     (long long)G);
     int64_t H = ox_attr_int(np, "hidden_size", ws->dims[1] / G);
+    if (H < 1 || H > 65536 || H * G != ws->dims[1])
+        return fail(c, KC_ERR_INVALID, "hidden_size %lld does not fit W's %lld rows", (long long)H,
+                    (long long)ws->dims[1]);
     int64_t T = xs->dims[layout ? 1 : 0], B = xs->dims[layout ? 0 : 1];
     if (ox_attr(np, "activation_alpha") || ox_attr(np, "activation_beta"))
         return fail(c, KC_ERR_UNSUPPORTED,
