@@ -26,29 +26,6 @@
 #include <kcache/kc_ops.h>
 #include <kcache/kc_util.h>
 
-static const char *const op_names[KC_OP_COUNT] = {
-    "matmul", "add", "sub",     "mul",       "div",     "relu",      "gelu", "silu",
-    "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d",
-#define KC_OP_X(id, name, lo, hi) name,
-#include <kcache/kc_ops_list.h>
-#undef KC_OP_X
-};
-
-const char *kc_op_name(kc_op op)
-{
-    return (op >= 0 && op < KC_OP_COUNT) ? op_names[op] : "?";
-}
-
-bool kc_op_is_pointwise(kc_op op)
-{
-    return op >= KC_OP_ADD && op <= KC_OP_EXP;
-}
-
-bool kc_op_is_binary(kc_op op)
-{
-    return op >= KC_OP_ADD && op <= KC_OP_DIV;
-}
-
 const char *kc_dtype_name(kc_dtype dt)
 {
     return dt == KC_DT_F32    ? "f32"
@@ -263,39 +240,6 @@ static kc_code parse_decls(parse_ctx *c, kc_graph *g, json_t *names, json_t *arr
     return KC_OK;
 }
 
-static int op_from_name(const char *s)
-{
-    for (int i = 0; i < KC_OP_COUNT; i++)
-        if (strcmp(s, op_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-static void arity(kc_op op, int *lo, int *hi)
-{
-    if (op >= KC_OP_EXT_FIRST) {
-        kc_op_ext_arity(op, lo, hi);
-        return;
-    }
-    switch (op) {
-    case KC_OP_MATMUL:
-    case KC_OP_ADD:
-    case KC_OP_SUB:
-    case KC_OP_MUL:
-    case KC_OP_DIV:
-    case KC_OP_RMSNORM:
-    case KC_OP_CONV2D:
-        *lo = *hi = 2;
-        break;
-    case KC_OP_LAYERNORM:
-    case KC_OP_SDPA:
-        *lo = *hi = 3;
-        break;
-    default:
-        *lo = *hi = 1;
-    }
-}
-
 /* Extended ops: attributes by the op's schema (kc_ops.c). */
 static kc_code parse_xattrs(parse_ctx *c, const char *label, kc_node *n, json_t *attrs)
 {
@@ -354,7 +298,7 @@ static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *
     a->heads = 1;
     a->stride = 1;
     a->scale = NAN; /* resolved once shapes are known */
-    if (n->op >= KC_OP_EXT_FIRST)
+    if (!kc_op_has(n->op, KC_OPF_CORE))
         return parse_xattrs(c, label, n, attrs);
     if (!attrs)
         return KC_OK;
@@ -406,8 +350,8 @@ static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
     kc_node *n = &g->nodes[ni];
     char label[160], s1[96], s2[96];
 #define LABEL node_label(g, ni, n, label, sizeof label)
-    const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: arity() */
-    if (n->op >= KC_OP_EXT_FIRST) {
+    const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: kc_op_arity() */
+    if (!kc_op_has(n->op, KC_OPF_CORE)) {
         char why[400];
         if (!kc_ops_infer(g, ni, why, sizeof why))
             return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: shape mismatch: %s", c->origin,
@@ -573,7 +517,7 @@ static void sh_once(const void *p, size_t n, uint8_t out[HLEN])
 
 static void attrs_text(const kc_node *n, char *buf, size_t cap)
 {
-    if (n->op >= KC_OP_EXT_FIRST) {
+    if (!kc_op_has(n->op, KC_OPF_CORE)) {
         kc_xattrs_text(n->op, n->xa, buf, cap);
         return;
     }
@@ -756,11 +700,12 @@ static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo, const kc_
         sh_reset(sh);
         sh_update(sh, hdr, sizeof hdr);
         sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
-        if (n->op == KC_OP_MATMUL || n->op == KC_OP_LAYERNORM || n->op == KC_OP_RMSNORM ||
-            n->op == KC_OP_SDPA || n->op == KC_OP_CONV2D || n->op >= KC_OP_EXT_FIRST) {
-            attrs_text(n, at, sizeof at);
+        /* the attribute text of every op that has attributes, and of every
+         * extended op even without (an empty text): what the fingerprints
+         * of existing graphs were computed with */
+        attrs_text(n, at, sizeof at);
+        if (at[0] || !kc_op_has(n->op, KC_OPF_CORE))
             sh_update(sh, at, strlen(at) + 1);
-        }
         for (int i = 0; i < n->n_in; i++)
             sh_update(sh, fwd[n->in[i]].h, HLEN);
         sh_final(sh, fwd[n->out].h);
@@ -1087,7 +1032,7 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         g->values[n->out].producer = g->n_nodes;
         g->n_nodes++;
         const char *op = json_string_value(json_object_get(jn, "op"));
-        int opi = op ? op_from_name(op) : -1;
+        int opi = op ? kc_op_from_name(op) : -1;
         if (opi < 0) {
             rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu '%s': unknown op '%s'", c.origin, i,
                             oname, op ? op : "(missing)");
@@ -1096,7 +1041,7 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         n->op = (kc_op)opi;
         json_t *ji = json_object_get(jn, "in");
         int lo, hi;
-        arity(n->op, &lo, &hi);
+        kc_op_arity(n->op, &lo, &hi);
         if (!json_is_array(ji) || (int)json_array_size(ji) < lo || (int)json_array_size(ji) > hi) {
             rc = kc_err_set(err, KC_ERR_INVALID,
                             "%s: node %zu '%s' (%s): wrong arity: %s takes %d input%s, got %d",

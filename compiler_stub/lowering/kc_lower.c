@@ -289,7 +289,7 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 add_operand(k, g, n->in[i]);
             const kc_shape *xs = &g->values[n->in[0]].shape;
             int64_t cols = xs->rank ? xs->dims[xs->rank - 1] : 1;
-            if (n->op >= KC_OP_EXT_FIRST) {
+            if (!kc_op_has(n->op, KC_OPF_CORE)) {
                 k->kind = KC_KK_OP;
                 k->op = n->op;
                 k->xa = *n->xa;
@@ -513,10 +513,7 @@ static bool chain_from(json_t *a, kc_pw_chain *ch)
         int as, ai, bs, bi;
         if (json_unpack(json_array_get(a, (size_t)i), "[s,i,i,i,i]", &op, &as, &ai, &bs, &bi))
             return false;
-        int o = -1;
-        for (int x = 0; x < KC_OP_COUNT; x++)
-            if (strcmp(op, kc_op_name((kc_op)x)) == 0)
-                o = x;
+        int o = kc_op_from_name(op);
         if (!kc_op_is_pointwise((kc_op)o) || as < 0 || as > 2 || bs < 0 || bs > 2)
             return false;
         ch->ins[i] = (kc_pw_instr){(kc_op)o, {(kc_pw_src)as, ai}, {(kc_pw_src)bs, bi}};
@@ -547,12 +544,9 @@ static bool op_from_json(json_t *o, kc_kernel *k)
     const char *op = json_string_value(json_object_get(o, "op"));
     json_t *ai = json_object_get(o, "ints"), *af = json_object_get(o, "nums");
     json_t *dt = json_object_get(o, "dt");
-    int x = -1;
-    for (int i = KC_OP_EXT_FIRST; op && i < KC_OP_COUNT; i++)
-        if (strcmp(op, kc_op_name((kc_op)i)) == 0)
-            x = i;
-    if (x < 0 || !json_is_array(ai) || !json_is_array(af) || !json_is_array(dt) ||
-        (int)json_array_size(dt) != k->n_in + 1)
+    int x = op ? kc_op_from_name(op) : -1;
+    if (x < 0 || kc_op_has((kc_op)x, KC_OPF_CORE) || !json_is_array(ai) || !json_is_array(af) ||
+        !json_is_array(dt) || (int)json_array_size(dt) != k->n_in + 1)
         return false;
     k->op = (kc_op)x;
     int nf;

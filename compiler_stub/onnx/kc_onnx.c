@@ -406,6 +406,13 @@ int ox_use(ox_ctx *c, ox_val *v)
         return v->id;
     if (!v->is_const)
         return -1;
+    if (kc_shape_numel(&v->shape) == 0) { /* only shape arithmetic may hold one */
+        kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                   "%s: %s: '%s' is empty (empty tensors are not "
+                   "supported)",
+                   c->origin, c->label, v->name);
+        return -1;
+    }
     /* a constant read as data: a param whose values ride along */
     int id = new_value(c, v->name, KC_VAL_PARAM);
     if (id < 0)
@@ -468,7 +475,7 @@ int ox_emit_attrs(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs
     n->attrs.stride = 1;
     if (at)
         n->attrs = *at;
-    if (op >= KC_OP_EXT_FIRST) {
+    if (!kc_op_has(op, KC_OPF_CORE)) {
         n->xa = malloc(sizeof *n->xa);
         if (!n->xa) {
             kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
@@ -793,19 +800,9 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
                         origin, (long long)c.opset);
         goto out;
     }
-    /* every operator first: an unsupported one is the error that matters */
-    for (size_t i = 0; i < gp->n_node; i++) {
-        const Onnx__NodeProto *np = gp->node[i];
-        const char *t = np->op_type ? np->op_type : "";
-        bool other = np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0;
-        if (other || !ox_op_known(t)) {
-            rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
-                            "%s: node %zu '%s' (%s, opset %lld): unsupported operator '%s%s%s'",
-                            origin, i, np->name ? np->name : "", t, (long long)c.opset,
-                            other ? np->domain : "", other ? "." : "", t);
-            goto out;
-        }
-    }
+    /* every operator first: unsupported ones are the error that matters */
+    if ((rc = ox_check_ops(&c, m)))
+        goto out;
     c.g->name = strdup(gp->name ? gp->name : ""); /* never part of the fingerprint */
     if (!c.g->name) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);

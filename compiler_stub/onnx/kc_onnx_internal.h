@@ -108,8 +108,10 @@ int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int c
 const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt, char *buf,
                         size_t cap);
 
-/* True when kc_onnx_ops.c has a handler for op_type. */
-bool ox_op_known(const char *op_type);
+/* KC_ERR_UNSUPPORTED naming every node of m whose operator has no handler
+ * (op type, node name, opset): as many as the message holds, the rest each
+ * in a kc_log warning. KC_OK when every node converts. */
+kc_code ox_check_ops(ox_ctx *c, const Onnx__ModelProto *m);
 /* Converts one node (kc_onnx_ops.c). */
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np);
 
