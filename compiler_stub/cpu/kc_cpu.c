@@ -768,6 +768,12 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
         kc_sha256_update(h, nm, strlen(nm) + 1);
         kc_sha256_update(h, c->tpl[i], strlen(c->tpl[i]) + 1);
     }
+    /* Op kernels come from kernels/cpu/ops.c, which is not among the templates above:
+     * without its hash a graph record stays a hit after ops.c changes and rebinds the
+     * old op kernels without lowering again. */
+    const char *ops_fp = kc_ops_codegen_fp();
+    kc_sha256_update(h, "ops.c", 6);
+    kc_sha256_update(h, ops_fp, strlen(ops_fp) + 1);
     uint8_t d[KC_SHA256_LEN];
     kc_sha256_final(h, d);
     kc_sha256_free(h);
