@@ -6,7 +6,8 @@
  * the core the other parts share (statements, write transactions, access
  * times, counters); each concern has its own file, as SQLite splits its
  * engine: kc_store_open.c, kc_store_put.c, kc_store_get.c, kc_store_list.c,
- * kc_store_gc.c (and kc_store_recover.c).
+ * kc_store_gc.c (and kc_store_recover.c), with the blob and pack core they
+ * share in kc_store_blob.c.
  *
  * Schema (user_version 4):
  *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data, pack, off, raw, pre)
@@ -230,17 +231,6 @@ kc_code kc_store__begin_write(kc_store *s, kc_err *err)
         return kc_store__db_err(
             s, err, rc, kc_store__is_busy(rc) ? "store busy: cannot begin a write" : "begin");
     return KC_OK;
-}
-
-bool kc_store__pack_exists(kc_store *s, int64_t pack)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_EXISTS);
-    if (!st)
-        return true;
-    sqlite3_bind_int64(st, 1, pack);
-    int rc = kc_store__step_retry(st);
-    sqlite3_reset(st);
-    return rc != SQLITE_DONE;
 }
 
 /* Unlinks the packs emptied by the write just committed (those whose row

@@ -1,7 +1,8 @@
 /*
- * kc_store_get.c - reading artifacts: get, check, peek, delete, quarantine
- * of corrupt payloads, and the spans and readers kcached serves large
- * entries from. Split from kc_store.c by concern (schema: see kc_store.c).
+ * kc_store_get.c - reading artifacts: get, check, peek, delete, and the
+ * spans and readers kcached serves large entries from (a corrupt payload is
+ * quarantined through kc_store_blob.c). Split from kc_store.c by concern
+ * (schema: see kc_store.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -15,104 +16,12 @@
 #include "kc_sign.h"
 #include "kc_store_internal.h"
 
-/* ---- quarantine ------------------------------------------------------ */
-
-/* Moves every entry using blob into quarantine and deletes the blob. */
-void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason)
-{
-    if (s->opts.read_only || s->batch)
-        return;
-    if (kc_store__begin_write(s, NULL) != KC_OK)
-        return;
-    int64_t zsize = -1;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_BLOB_ZSIZE);
-    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
-    if (st) {
-        sqlite3_bind_int64(st, 1, blob);
-        rc = kc_store__step_retry(st);
-        if (rc == SQLITE_ROW)
-            zsize = sqlite3_column_int64(st, 0);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK && zsize < 0) { /* someone else already quarantined it */
-        kc_store__commit_write(s, NULL);
-        return;
-    }
-    int n = 0;
-    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_QUARANTINE))) {
-        sqlite3_bind_int64(st, 1, blob);
-        sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (int64_t)time(NULL));
-        rc = kc_store__step_retry(st);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-        n = sqlite3_changes(s->db);
-    }
-    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_DEL_ENTRIES_OF_BLOB))) {
-        sqlite3_bind_int64(st, 1, blob);
-        rc = kc_store__step_retry(st);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK)
-        rc = kc_store__delete_blob(s, blob, &zsize);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "stored_bytes", -zsize);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "corrupt", n);
-    if (rc == SQLITE_OK)
-        kc_store__commit_write(s, NULL);
-    else
-        kc_store__rollback_write(s);
-}
-
 /* ---- get ------------------------------------------------------------- */
 
 /* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
  * stored frame); READ_STORED: the header followed by the stored frame;
  * READ_CHECK: only the checks those two make (kc_store_check). */
 enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
-
-/* The stored frame of a blob row (columns data, pack, off, zsize from
- * data_col on): its inline bytes, or zsize bytes read from its pack into
- * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
- * the pack is damaged; KC_ERR_NOT_FOUND when the pack file does not exist
- * (removed after the caller's snapshot if its row is gone too, else lost);
- * other errors (out of memory, a pack that cannot be opened or read) are
- * not the blob's fault and must not quarantine it. */
-kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
-                             size_t *zlen, uint8_t **own, const char **reason, kc_err *err)
-{
-    *own = NULL;
-    int64_t pack = sqlite3_column_int64(row, data_col + 1);
-    int64_t off = sqlite3_column_int64(row, data_col + 2);
-    int64_t zsize = sqlite3_column_int64(row, data_col + 3);
-    if (!pack) {
-        *z = sqlite3_column_blob(row, data_col);
-        *zlen = (size_t)sqlite3_column_bytes(row, data_col);
-        if (*z)
-            return KC_OK;
-        *reason = "malformed row";
-        return KC_ERR_CORRUPT;
-    }
-    if (off < KC_PACK_MAGIC_LEN || zsize <= 0 || (uint64_t)zsize > 2 * KC_PAYLOAD_MAX) {
-        *reason = "malformed row";
-        return KC_ERR_CORRUPT;
-    }
-    if (!(*own = malloc((size_t)zsize)))
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %lld bytes", (long long)zsize);
-    kc_code code = kc_packs_read(s->packs, pack, (uint64_t)off, *own, (size_t)zsize, err);
-    if (code == KC_OK) {
-        *z = *own;
-        *zlen = (size_t)zsize;
-        return KC_OK;
-    }
-    free(*own);
-    *own = NULL;
-    *reason = code == KC_ERR_NOT_FOUND ? "its pack file is missing" : "its pack file is cut short";
-    return code;
-}
 
 typedef struct read_out {
     kc_artifact *a;  /* READ_ARTIFACT */

@@ -185,9 +185,6 @@ void kc_store__end_read_snapshot(kc_store *s);
 /* Begins a write txn (a savepoint inside a batch). */
 kc_code kc_store__begin_write(kc_store *s, kc_err *err);
 
-/* Does pack still have a row? (true when that cannot be told) */
-bool kc_store__pack_exists(kc_store *s, int64_t pack);
-
 /* Rolls back the open write txn (or savepoint). */
 void kc_store__rollback_write(kc_store *s);
 
@@ -209,17 +206,25 @@ int kc_store__exec_retry(sqlite3 *db, const char *sql);
 /* *exists: key has an entry. */
 int kc_store__entry_exists(kc_store *s, const char *key, bool *exists);
 
-/* The id of the newest pack, the one appends go to (0: none yet). */
-int kc_store__newest_pack(kc_store *s, int64_t *id);
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds);
 
-/* Adds delta bytes to pack's live count. A pack emptied this way, other than
- * the newest (the one appends go to), loses its row now and its file once
- * the write commits. Inside a write txn. */
-int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta);
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin);
 
-/* Deletes blob's row and releases its bytes in its pack; *zsize receives
- * its stored size. Inside a write txn. */
-int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize);
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
+
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
+
+/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
+int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
+
+/* ---- kc_store_blob.c: the blob and pack core ------------------------- */
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 size_t kc_store__raw_frame_bound(size_t n);
@@ -239,29 +244,6 @@ uint8_t *kc_store__response_prefix(const char *key, const char *kind, const char
                                    uint64_t size, const uint8_t sha[KC_SHA256_LEN], bool framed,
                                    size_t *len);
 
-/* Appends a blob's bytes, after prelen bytes of response prefix (may be
- * 0), to the newest pack, or to a new one when that is full, and counts the
- * blob's bytes there (the prefix is dead space to compaction); *off is where
- * the blob's bytes start. Inside the write txn that inserts the blob's row,
- * so the bytes are referenced only if that commits. */
-kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
-                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err);
-
-/* Deletes entry id; deletes its blob too when nothing else refers to it.
- * *freed receives the stored bytes released. Inside a write txn. */
-int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
-
-/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
- * write txn. *met says whether the limit was reached. */
-int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
-                       size_t max_rounds);
-
-/* Entries re-checked at load when the store has trusted keys. */
-bool kc_store__origin_outside(const char *origin);
-
-/* Moves every entry using blob into quarantine and deletes the blob. */
-void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
-
 /* The stored frame of a blob row (columns data, pack, off, zsize from
  * data_col on): its inline bytes, or zsize bytes read from its pack into
  * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
@@ -272,14 +254,34 @@ void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
 kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
                              size_t *zlen, uint8_t **own, const char **reason, kc_err *err);
 
-/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
- * atime in microseconds); device and tag point into the statement's row. */
-void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
+/* The id of the newest pack, the one appends go to (0: none yet). */
+int kc_store__newest_pack(kc_store *s, int64_t *id);
 
-/* One value of a one-row query (0 when there is no row). */
-int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack);
 
-/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
-int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
+/* Appends a blob's bytes, after prelen bytes of response prefix (may be
+ * 0), to the newest pack, or to a new one when that is full, and counts the
+ * blob's bytes there (the prefix is dead space to compaction); *off is where
+ * the blob's bytes start. Inside the write txn that inserts the blob's row,
+ * so the bytes are referenced only if that commits. */
+kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
+                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err);
+
+/* Adds delta bytes to pack's live count. A pack emptied this way, other than
+ * the newest (the one appends go to), loses its row now and its file once
+ * the write commits. Inside a write txn. */
+int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta);
+
+/* Deletes blob's row and releases its bytes in its pack; *zsize receives
+ * its stored size. Inside a write txn. */
+int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize);
+
+/* Deletes entry id; deletes its blob too when nothing else refers to it.
+ * *freed receives the stored bytes released. Inside a write txn. */
+int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
+
+/* Moves every entry using blob into quarantine and deletes the blob. */
+void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
 
 #endif
