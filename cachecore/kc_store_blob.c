@@ -10,7 +10,7 @@
 
 #include "kc_store_internal.h"
 
-/* ---- stored bytes ----------------------------------------------------- */
+/* ---- stored bytes ---------------------------------------------------- */
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 size_t kc_store__raw_frame_bound(size_t n)
@@ -111,7 +111,7 @@ kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const
     return code;
 }
 
-/* ---- packs ------------------------------------------------------------ */
+/* ---- packs ----------------------------------------------------------- */
 
 /* The id of the newest pack, the one appends go to (0: none yet). */
 int kc_store__newest_pack(kc_store *s, int64_t *id)
@@ -222,7 +222,7 @@ static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pac
     return KC_OK;
 }
 
-/* ---- releasing blobs -------------------------------------------------- */
+/* ---- releasing blobs ------------------------------------------------- */
 
 /* Deletes blob's row and releases its bytes in its pack; *zsize receives
  * its stored size. Inside a write txn. */

@@ -1,6 +1,7 @@
 /*
- * kc_store_gc.c - keeping the store healthy: gc, compaction of pack files,
- * pack sweeping, and verify (payloads and trust).
+ * kc_store_gc.c - keeping the store healthy: LRU eviction (on a put over
+ * the size limit, and in gc), gc, compaction of pack files, pack sweeping,
+ * and verify (payloads and trust).
  * Split from kc_store.c by concern (schema: see kc_store.c).
  */
 #include <string.h>
@@ -37,6 +38,63 @@ int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx)
     *(uint64_t *)ctx += size;
     return 0;
 }
+
+/* ---- eviction -------------------------------------------------------- */
+
+static int get_counter(kc_store *s, const char *name, int64_t *v)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_COUNTER_GET);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds)
+{
+    int64_t stored;
+    int rc = get_counter(s, "stored_bytes", &stored);
+    *met = false;
+    for (size_t round = 0; rc == SQLITE_OK && (uint64_t)stored > limit && round < max_rounds;
+         round++) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_LRU);
+        if (!st)
+            return sqlite3_errcode(s->db);
+        int64_t ids[64], blobs[64];
+        int n = 0;
+        sqlite3_bind_int64(st, 1, keep);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(st, 0);
+            blobs[n] = sqlite3_column_int64(st, 1);
+            n++;
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return rc;
+        rc = SQLITE_OK;
+        if (n == 0)
+            break;
+        for (int i = 0; i < n && (uint64_t)stored > limit; i++) {
+            int64_t freed;
+            rc = kc_store__drop_entry(s, ids[i], blobs[i], &freed);
+            if (rc != SQLITE_OK)
+                return rc;
+            stored -= freed;
+            (*evicted)++;
+        }
+    }
+    if (rc == SQLITE_OK)
+        *met = (uint64_t)stored <= limit;
+    return rc;
+}
+
+/* ---- gc and pack compaction ------------------------------------------ */
 
 /* Removes a pack file that no row knows: one emptied by a process that died
  * before unlinking it, or started by a write that never committed. */

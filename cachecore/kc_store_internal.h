@@ -69,7 +69,7 @@ struct stat;
 kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct stat *seen,
                             char **moved, kc_err *err);
 
-/* ---- shared by the parts of the store (kc_store*.c) ---------------- */
+/* ---- shared by the parts of the store (kc_store*.c) ------------------ */
 
 #define KC_STORE_SCHEMA 4
 /* A payload is stored raw when zstd would save less than 1/32 (~3%) of it:
@@ -206,11 +206,6 @@ int kc_store__exec_retry(sqlite3 *db, const char *sql);
 /* *exists: key has an entry. */
 int kc_store__entry_exists(kc_store *s, const char *key, bool *exists);
 
-/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
- * write txn. *met says whether the limit was reached. */
-int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
-                       size_t max_rounds);
-
 /* Entries re-checked at load when the store has trusted keys. */
 bool kc_store__origin_outside(const char *origin);
 
@@ -283,5 +278,12 @@ int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
 
 /* Moves every entry using blob into quarantine and deletes the blob. */
 void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
+
+/* ---- kc_store_gc.c: eviction, gc, verify ----------------------------- */
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds);
 
 #endif
