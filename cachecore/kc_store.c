@@ -41,6 +41,7 @@
  *         stored_bytes (sum of blobs.zsize, kept in step with every change)
  */
 #include <errno.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -87,7 +88,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PACK_EXISTS] = "SELECT 1 FROM packs WHERE id = ?1",
 };
 
-/* ---- small helpers ---------------------------------------------------- */
+/* ---- small helpers --------------------------------------------------- */
 
 /* SHA-256 with the handle's reusable context. */
 void kc_store__store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN])
@@ -208,6 +209,18 @@ int kc_store__exec_stmt(kc_store *s, int which)
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+/* sqlite3_exec, retrying while the database is busy. */
+int kc_store__exec_retry(sqlite3 *db, const char *sql)
+{
+    double t0 = kc_now();
+    for (int i = 0;; i++) {
+        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        if (!kc_store__is_busy(rc) || kc_now() - t0 > KC_BUSY_DEADLINE_S)
+            return rc;
+        kc_store__backoff(i);
+    }
+}
+
 void kc_store__end_read_snapshot(kc_store *s)
 {
     if (!s->rsnap)
@@ -292,6 +305,100 @@ int kc_store__add_counter(kc_store *s, const char *name, int64_t delta)
     int rc = kc_store__step_retry(st);
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* ---- queries the parts share ----------------------------------------- */
+
+/* *exists: key has an entry. */
+int kc_store__entry_exists(kc_store *s, const char *key, bool *exists)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_EXISTS);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *exists = rc == SQLITE_ROW;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack)
+{
+    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_EXISTS);
+    if (!st)
+        return true;
+    sqlite3_bind_int64(st, 1, pack);
+    int rc = kc_store__step_retry(st);
+    sqlite3_reset(st);
+    return rc != SQLITE_DONE;
+}
+
+/* One value of a one-row query (0 when there is no row); arg is bound to
+ * ?1 when the query has a parameter. */
+int kc_store__query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (sqlite3_bind_parameter_count(st) > 0)
+        sqlite3_bind_int64(st, 1, arg);
+    rc = kc_store__step_retry(st);
+    *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v)
+{
+    return kc_store__query_u64_arg(s, sql, 0, v);
+}
+
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
+{
+    memset(info, 0, sizeof *info);
+    snprintf(info->key, sizeof info->key, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(info->kind, sizeof info->kind, "%s", (const char *)sqlite3_column_text(st, 1));
+    info->device = (const char *)sqlite3_column_text(st, 2);
+    info->tag = (const char *)sqlite3_column_text(st, 3);
+    info->size = (uint64_t)sqlite3_column_int64(st, 4);
+    info->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+    info->created = sqlite3_column_int64(st, 6);
+    info->atime = sqlite3_column_int64(st, 7) / 1000000;
+    info->origin = sqlite3_column_count(st) > 8 ? (const char *)sqlite3_column_text(st, 8) : "";
+    info->sig = sqlite3_column_count(st) > 9 ? (const char *)sqlite3_column_text(st, 9) : "";
+}
+
+/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
+int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx)
+{
+    (void)id;
+    *(uint64_t *)ctx += size;
+    return 0;
+}
+
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin)
+{
+    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
+}
+
+const char *kc_origin_name(kc_origin o)
+{
+    switch (o) {
+    case KC_ORIGIN_LOCAL:
+        return "local";
+    case KC_ORIGIN_REMOTE:
+        return "remote";
+    case KC_ORIGIN_IMPORT:
+        return "import";
+    default:
+        return "unknown";
+    }
 }
 
 /* ---- access times and counters --------------------------------------- */

@@ -159,18 +159,6 @@ int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta)
     return SQLITE_OK;
 }
 
-/* Does pack still have a row? (true when that cannot be told) */
-bool kc_store__pack_exists(kc_store *s, int64_t pack)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_EXISTS);
-    if (!st)
-        return true;
-    sqlite3_bind_int64(st, 1, pack);
-    int rc = kc_store__step_retry(st);
-    sqlite3_reset(st);
-    return rc != SQLITE_DONE;
-}
-
 static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
                            kc_err *err);
 

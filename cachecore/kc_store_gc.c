@@ -11,34 +11,6 @@
 #include "kc_sign.h"
 #include "kc_store_internal.h"
 
-/* One value of a one-row query (0 when there is no row); arg is bound to
- * ?1 when the query has a parameter. */
-static int query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v)
-{
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return rc;
-    if (sqlite3_bind_parameter_count(st) > 0)
-        sqlite3_bind_int64(st, 1, arg);
-    rc = kc_store__step_retry(st);
-    *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v)
-{
-    return query_u64_arg(s, sql, 0, v);
-}
-
-int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx)
-{
-    (void)id;
-    *(uint64_t *)ctx += size;
-    return 0;
-}
-
 /* ---- eviction -------------------------------------------------------- */
 
 static int get_counter(kc_store *s, const char *name, int64_t *v)
@@ -237,7 +209,7 @@ static kc_code compact_packs(kc_store *s, kc_err *err)
             !kc_store__pack_exists(s, l.id[i]))
             continue; /* the newest takes appends; a file without a row is swept */
         uint64_t live = 0;
-        rc = query_u64_arg(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &live);
+        rc = kc_store__query_u64_arg(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &live);
         if (rc == SQLITE_OK && live * 2 < l.size[i] - KC_PACK_MAGIC_LEN)
             code = move_pack(s, l.id[i], err);
     }

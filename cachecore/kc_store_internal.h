@@ -2,8 +2,11 @@
  * kc_store_internal.h - what kc_bundle.c needs from the store beyond the
  * public API: paging through entries by rowid, reading an envelope without
  * counting a hit, storing verified puts; and below, what the parts of the
- * store (kc_store.c, kc_store_open/put/get/list/gc.c) share: the handle,
- * its statements and the helpers they all use. Not for use outside cachecore.
+ * store share: the handle and its statements, then each shared function
+ * under the file that defines it. The hub (kc_store.c) and the blob and
+ * pack core (kc_store_blob.c) are what the other parts call; put, get,
+ * list, gc and open do not call each other, except a put's eviction
+ * (kc_store_gc.c). Not for use outside cachecore.
  */
 #ifndef KC_STORE_INTERNAL_H
 #define KC_STORE_INTERNAL_H
@@ -151,6 +154,8 @@ struct kc_store {
     char recovered_why[256];
 };
 
+/* ---- kc_store.c: the hub (helpers, write transactions, queries) ------ */
+
 /* SHA-256 with the handle's reusable context. */
 void kc_store__store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN]);
 
@@ -179,6 +184,9 @@ int kc_store__step_retry(sqlite3_stmt *st);
 /* Runs a statement expecting no rows (DONE). */
 int kc_store__exec_stmt(kc_store *s, int which);
 
+/* sqlite3_exec, retrying while the database is busy. */
+int kc_store__exec_retry(sqlite3 *db, const char *sql);
+
 /* Ends a read snapshot opened by kc_store_read_begin, if any. */
 void kc_store__end_read_snapshot(kc_store *s);
 
@@ -194,31 +202,34 @@ kc_code kc_store__commit_write(kc_store *s, kc_err *err);
 /* Adds delta to counter name. Inside a write txn. */
 int kc_store__add_counter(kc_store *s, const char *name, int64_t delta);
 
-/* Applies pending access times and counters inside an open write txn. */
-int kc_store__apply_pending(kc_store *s);
-
-/* Records a hit (or a miss) on entry id for the next flush of access times. */
-void kc_store__note_access(kc_store *s, int64_t id, bool hit);
-
-/* sqlite3_exec, retrying while the database is busy. */
-int kc_store__exec_retry(sqlite3 *db, const char *sql);
-
 /* *exists: key has an entry. */
 int kc_store__entry_exists(kc_store *s, const char *key, bool *exists);
 
-/* Entries re-checked at load when the store has trusted keys. */
-bool kc_store__origin_outside(const char *origin);
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack);
+
+/* One value of a one-row query (0 when there is no row); arg is bound to
+ * ?1 when the query has a parameter. */
+int kc_store__query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v);
+
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
 
 /* Fills info from a row of (key, kind, device, tag, size, zsize, created,
  * atime in microseconds); device and tag point into the statement's row. */
 void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
 
-/* One value of a one-row query (0 when there is no row). */
-int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
-
 /* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
 int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
 
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin);
+
+/* Applies pending access times and counters inside an open write txn. */
+int kc_store__apply_pending(kc_store *s);
+
+/* Records a hit (or a miss) on entry id for the next flush of access times. */
+void kc_store__note_access(kc_store *s, int64_t id, bool hit);
 /* ---- kc_store_blob.c: the blob and pack core ------------------------- */
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
@@ -251,9 +262,6 @@ kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const
 
 /* The id of the newest pack, the one appends go to (0: none yet). */
 int kc_store__newest_pack(kc_store *s, int64_t *id);
-
-/* Does pack still have a row? (true when that cannot be told) */
-bool kc_store__pack_exists(kc_store *s, int64_t pack);
 
 /* Appends a blob's bytes, after prelen bytes of response prefix (may be
  * 0), to the newest pack, or to a new one when that is full, and counts the

@@ -63,17 +63,6 @@ static const char *const migrations[KC_STORE_SCHEMA] = {
     [3] = schema_v4,
 };
 
-int kc_store__exec_retry(sqlite3 *db, const char *sql)
-{
-    double t0 = kc_now();
-    for (int i = 0;; i++) {
-        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-        if (!kc_store__is_busy(rc) || kc_now() - t0 > KC_BUSY_DEADLINE_S)
-            return rc;
-        kc_store__backoff(i);
-    }
-}
-
 static int read_user_version(sqlite3 *db, int *v)
 {
     sqlite3_stmt *st;

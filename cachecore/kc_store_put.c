@@ -43,18 +43,6 @@ static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_
     return KC_OK;
 }
 
-int kc_store__entry_exists(kc_store *s, const char *key, bool *exists)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_EXISTS);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
-    int rc = kc_store__step_retry(st);
-    *exists = rc == SQLITE_ROW;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
 /* One read: is key stored, and which blob (0 = none) holds this payload? */
 static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN], bool *exists,
                     int64_t *blob)
@@ -381,26 +369,6 @@ kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
         return KC_OK;
     return kc_trust_check(s->opts.trust, a->key, a->kind, a->payload_len, a->payload_sha, a->meta,
                           err);
-}
-
-const char *kc_origin_name(kc_origin o)
-{
-    switch (o) {
-    case KC_ORIGIN_LOCAL:
-        return "local";
-    case KC_ORIGIN_REMOTE:
-        return "remote";
-    case KC_ORIGIN_IMPORT:
-        return "import";
-    default:
-        return "unknown";
-    }
-}
-
-/* Entries re-checked at load when the store has trusted keys. */
-bool kc_store__origin_outside(const char *origin)
-{
-    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
 }
 
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
