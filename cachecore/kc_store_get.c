@@ -1,6 +1,6 @@
 /*
- * kc_store_get.c - reading artifacts: get, check, peek, delete, and the
- * spans and readers kcached serves large entries from (a corrupt payload is
+ * kc_store_get.c - reading artifacts: get, check, peek, and the spans and
+ * readers kcached serves large entries from (a corrupt payload is
  * quarantined through kc_store_blob.c). Split from kc_store.c by concern
  * (schema: see kc_store.c).
  */
@@ -338,44 +338,6 @@ kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
     if (!exists)
         return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
     return s->opts.trust ? has_trusted(s, key, err) : KC_OK;
-}
-
-kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
-{
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
-                          key ? key : "(null)");
-    kc_code code = kc_store__begin_write(s, err);
-    if (code != KC_OK)
-        return code;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
-    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
-    int64_t id = 0, blob = 0;
-    bool found = false;
-    if (st) {
-        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
-        rc = kc_store__step_retry(st);
-        if (rc == SQLITE_ROW) {
-            found = true;
-            id = sqlite3_column_int64(st, 0);
-            blob = sqlite3_column_int64(st, 1);
-        }
-        sqlite3_reset(st);
-        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK && !found) {
-        kc_store__rollback_write(s);
-        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
-    }
-    int64_t freed;
-    if (rc == SQLITE_OK)
-        rc = kc_store__drop_entry(s, id, blob, &freed);
-    if (rc != SQLITE_OK) {
-        code = kc_store__db_err(s, err, rc, "deleting");
-        kc_store__rollback_write(s);
-        return kc_err_prefix(err, "%s", key), code;
-    }
-    return kc_store__commit_write(s, err);
 }
 
 /* ---- serving large entries (kcached) ---------------------------------- */

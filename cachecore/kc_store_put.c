@@ -1,7 +1,8 @@
 /*
- * kc_store_put.c - storing artifacts: put, replace, envelopes, batches,
- * payload encoding (raw or zstd; the blob and pack core is kc_store_blob.c)
- * and, over a size limit, eviction (kc_store_gc.c) in the put's transaction.
+ * kc_store_put.c - the store's writes: put, replace, envelopes, delete,
+ * batches, payload encoding (raw or zstd; the blob and pack core is
+ * kc_store_blob.c) and, over a size limit, eviction (kc_store_gc.c) in the
+ * put's transaction.
  * Split from kc_store.c by concern (schema: see kc_store.c).
  */
 #include <string.h>
@@ -442,6 +443,44 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
     code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, false, created, err);
     kc_artifact_free(&a);
     return code;
+}
+
+kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    kc_code code = kc_store__begin_write(s, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    int64_t id = 0, blob = 0;
+    bool found = false;
+    if (st) {
+        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+        rc = kc_store__step_retry(st);
+        if (rc == SQLITE_ROW) {
+            found = true;
+            id = sqlite3_column_int64(st, 0);
+            blob = sqlite3_column_int64(st, 1);
+        }
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && !found) {
+        kc_store__rollback_write(s);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    int64_t freed;
+    if (rc == SQLITE_OK)
+        rc = kc_store__drop_entry(s, id, blob, &freed);
+    if (rc != SQLITE_OK) {
+        code = kc_store__db_err(s, err, rc, "deleting");
+        kc_store__rollback_write(s);
+        return kc_err_prefix(err, "%s", key), code;
+    }
+    return kc_store__commit_write(s, err);
 }
 
 kc_code kc_store_batch_begin(kc_store *s, kc_err *err)
