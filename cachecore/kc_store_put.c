@@ -62,15 +62,37 @@ static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LE
     return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+/* Where a put's payload comes from and what its caller has already
+ * checked. */
+typedef struct put_source {
+    kc_origin origin;     /* recorded with the entry; any but LOCAL is checked
+                             against the trust policy unless trust_checked */
+    const uint8_t *frame; /* the payload as one zstd frame (a bundle record;
+                             a->payload unused), or NULL */
+    size_t frame_len;
+    bool payload_checked; /* a->payload_sha is known to match the payload (a
+                             decoded envelope, or a frame the caller passed
+                             through kc_frame_check): not hashed again */
+    bool trust_checked;   /* the caller ran kc_trust_check */
+} put_source;
+
+/* What a put does when the key is already stored. */
+enum put_rule {
+    PUT_KEEP_FIRST, /* keep the stored entry (content-addressed keys) */
+    PUT_REPLACE     /* swap it for this one in the same transaction */
+};
+
 /* Bytes of the blob to insert for a put: the payload compressed here, or a
  * zstd frame that came compressed (bundle import), accepted only when it is
  * one frame that decompresses to exactly the payload the artifact's header
  * describes (kc_frame_check; skipped when the caller already checked it).
  * On success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
-static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
-                          bool frame_checked, int level, const void **z, size_t *zlen, bool *owned,
-                          bool *raw, uint64_t *xxh, kc_err *err)
+static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const put_source *src, int level,
+                          const void **z, size_t *zlen, bool *owned, bool *raw, uint64_t *xxh,
+                          kc_err *err)
 {
+    const uint8_t *frame = src->frame;
+    size_t frame_len = src->frame_len;
     *owned = false;
     *raw = false;
     if (!frame) {
@@ -127,7 +149,7 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
         *xxh = XXH3_64bits(buf, got);
         return KC_OK;
     }
-    if (!frame_checked) {
+    if (!src->payload_checked) {
         if (!s->checker && !(s->checker = kc_frame_checker_new()))
             return kc_err_set(err, KC_ERR_NOMEM, "out of memory checking %s", a->key);
         kc_code code = kc_frame_check(s->checker, a->key, frame, frame_len, a->payload_len,
@@ -161,16 +183,13 @@ static int drop_key(kc_store *s, const char *key)
     return kc_store__drop_entry(s, id, blob, &freed);
 }
 
-/* Stores a. With frame (a->payload then unused), the payload arrives as a
- * zstd frame, checked against a->payload_sha unless verified says that was
- * done; without, verified says a->payload_sha is already known to match
- * a->payload.
- * replace: an existing entry for the key is swapped for this one in the same
- * transaction (readers see the old entry or the new one, never neither). */
-static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
-                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool replace,
-                        bool *created, kc_err *err)
+/* Stores a, whose payload comes as src says. With PUT_REPLACE an existing
+ * entry for the key is swapped for this one in the same transaction
+ * (readers see the old entry or the new one, never neither). */
+static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src,
+                        enum put_rule rule, bool *created, kc_err *err)
 {
+    const bool replace = rule == PUT_REPLACE;
     if (created)
         *created = false;
     if (!kc_key_valid(a->key))
@@ -190,7 +209,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return code;
     int level = s->batch ? s->import_level : s->opts.zstd_level;
     uint8_t sha[KC_SHA256_LEN];
-    if (verified || frame)
+    if (src->payload_checked || src->frame)
         memcpy(sha, a->payload_sha, sizeof sha);
     else
         kc_store__store_sha(s, a->payload, a->payload_len, sha);
@@ -203,19 +222,20 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return KC_OK;
     if (rc != SQLITE_OK)
         return kc_store__db_err(s, err, rc, "looking up");
-    if (foreign && (code = kc_store_trusts(s, a, err)) != KC_OK)
+    if (src->origin != KC_ORIGIN_LOCAL && !src->trust_checked &&
+        (code = kc_store_trusts(s, a, err)) != KC_OK)
         return code;
-    /* checked here or by the caller (foreign false for an outside origin) */
-    const char *sig = s->opts.trust && origin != KC_ORIGIN_LOCAL ? "verified"
-                      : mf.has_sig                               ? "signed"
-                                                                 : "none";
+    /* an outside origin was checked here or by the caller */
+    const char *sig = s->opts.trust && src->origin != KC_ORIGIN_LOCAL ? "verified"
+                      : mf.has_sig                                    ? "signed"
+                                                                      : "none";
 
     const void *z = NULL;
     size_t zlen = 0;
     bool z_owned = false, raw = false;
     uint64_t xxh = 0;
-    if (blob == 0 && (code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen,
-                                        &z_owned, &raw, &xxh, err)) != KC_OK)
+    if (blob == 0 &&
+        (code = blob_bytes(s, a, src, level, &z, &zlen, &z_owned, &raw, &xxh, err)) != KC_OK)
         return code;
 
     if ((code = kc_store__begin_write(s, err)) != KC_OK) {
@@ -244,8 +264,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
     }
     if (rc == SQLITE_OK && blob == 0 && !z) {
         /* the blob we saw vanished meanwhile (evicted): make it now */
-        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &raw, &xxh,
-                          err);
+        code = blob_bytes(s, a, src, level, &z, &zlen, &z_owned, &raw, &xxh, err);
         if (code != KC_OK) {
             kc_store__rollback_write(s);
             return code;
@@ -318,7 +337,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
             sqlite3_bind_int64(st, 6, kc_store__now_us(s));
             sqlite3_bind_text(st, 7, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 8, blob);
-            sqlite3_bind_text(st, 9, kc_origin_name(origin), -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 9, kc_origin_name(src->origin), -1, SQLITE_STATIC);
             sqlite3_bind_text(st, 10, sig, -1, SQLITE_STATIC);
             rc = kc_store__step_retry(st);
             sqlite3_reset(st);
@@ -374,23 +393,24 @@ kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
 
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, false, created, err);
+    return put_impl(s, a, &(put_source){.origin = KC_ORIGIN_LOCAL}, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
                           kc_err *err)
 {
-    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, false, created, err);
+    return put_impl(s, a, &(put_source){.origin = origin}, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, true, created, err);
+    return put_impl(s, a, &(put_source){.origin = KC_ORIGIN_LOCAL}, PUT_REPLACE, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, false, created, err);
+    put_source src = {.origin = KC_ORIGIN_IMPORT, .payload_checked = true};
+    return put_impl(s, a, &src, PUT_KEEP_FIRST, created, err);
 }
 
 const struct kc_trust *kc_store__trust(const kc_store *s)
@@ -406,8 +426,12 @@ kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uin
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len, false,
-                    created, err);
+    put_source src = {.origin = KC_ORIGIN_IMPORT,
+                      .frame = frame,
+                      .frame_len = frame_len,
+                      .payload_checked = frame_checked,
+                      .trust_checked = trust_checked};
+    return put_impl(s, &a, &src, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
@@ -440,7 +464,8 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, false, created, err);
+    put_source src = {.origin = KC_ORIGIN_REMOTE, .payload_checked = true};
+    code = put_impl(s, &a, &src, PUT_KEEP_FIRST, created, err);
     kc_artifact_free(&a);
     return code;
 }
