@@ -7,8 +7,7 @@
  *
  * usage: bench_store [--dir DIR] [--quick] [--entries N] [--size BYTES]
  * (N = 0 skips the files/inodes part; --quick runs a tenth of every count;
- * --size runs only the payload size given: 4096, 65536 or 1048576, e.g.
- * under callgrind, see bench/store-ir.sh)
+ * --size runs only the payload size given: 4096, 65536 or 1048576)
  */
 #include <dirent.h>
 #include <errno.h>
