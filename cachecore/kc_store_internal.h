@@ -225,11 +225,6 @@ int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
 /* Entries re-checked at load when the store has trusted keys. */
 bool kc_store__origin_outside(const char *origin);
 
-/* Applies pending access times and counters inside an open write txn. */
-int kc_store__apply_pending(kc_store *s);
-
-/* Records a hit (or a miss) on entry id for the next flush of access times. */
-void kc_store__note_access(kc_store *s, int64_t id, bool hit);
 /* ---- kc_store_blob.c: the blob and pack core ------------------------- */
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
@@ -293,5 +288,13 @@ void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
  * write txn. *met says whether the limit was reached. */
 int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
                        size_t max_rounds);
+
+/* ---- kc_store_access.c: the bookkeeping of reads --------------------- */
+
+/* Applies pending access times and counters inside an open write txn. */
+int kc_store__apply_pending(kc_store *s);
+
+/* Records a hit (or a miss) on entry id for the next flush of access times. */
+void kc_store__note_access(kc_store *s, int64_t id, bool hit);
 
 #endif
