@@ -70,7 +70,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BLOB_ORPHAN] = "UPDATE blobs SET refs = refs - 1 WHERE id = ?1 RETURNING refs, zsize",
     [ST_BLOB_REF] = "UPDATE blobs SET refs = refs + 1 WHERE id = ?1",
     [ST_DEL_BLOB] = "DELETE FROM blobs WHERE id = ?1 RETURNING pack, zsize",
-    [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE id = ?1 AND atime < ?2",
+    [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE key = ?1 AND atime < ?2",
     [ST_LRU] = "SELECT id, blob, key FROM entries WHERE id <> ?1 ORDER BY atime, id LIMIT 64",
     [ST_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
     [ST_QUARANTINE] = "INSERT INTO quarantine(key, kind, meta, sha, size, data, reason, at) "
@@ -243,6 +243,9 @@ kc_code kc_store__begin_write(kc_store *s, kc_err *err)
     if (rc != SQLITE_OK)
         return kc_store__db_err(
             s, err, rc, kc_store__is_busy(rc) ? "store busy: cannot begin a write" : "begin");
+    /* the reads' bookkeeping rides on a write the caller makes anyway; best
+     * effort: a failure loses access times and counts, not the write */
+    kc_store__fold_access(s);
     return KC_OK;
 }
 

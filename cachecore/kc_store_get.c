@@ -45,7 +45,7 @@ static kc_code find_entry(kc_store *s, const char *key, enum read_use use, sqlit
     if (rc == SQLITE_DONE) {
         sqlite3_reset(st);
         if (use == READ_LOAD)
-            kc_store__note_access(s, 0, false);
+            kc_store__note_access(s, NULL, false);
         return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
     }
     if (rc != SQLITE_ROW) {
@@ -70,7 +70,7 @@ static kc_code find_entry(kc_store *s, const char *key, enum read_use use, sqlit
     kc_err_prefix(err, "refusing a stored entry from %s", origin);
     sqlite3_reset(st);
     s->untrusted++;
-    kc_store__note_access(s, 0, false);
+    kc_store__note_access(s, NULL, false);
     return KC_ERR_UNTRUSTED;
 }
 
@@ -78,8 +78,9 @@ static kc_code find_entry(kc_store *s, const char *key, enum read_use use, sqlit
  * entry_close) and its stored bytes, checked to be sane but not yet against
  * their checksum. */
 typedef struct found_entry {
+    const char *key;
     sqlite3_stmt *st;
-    int64_t id, blob, size;
+    int64_t blob, size;
     const char *kind, *meta; /* point into the row */
     const uint8_t *sha;
     uint64_t xxh;
@@ -98,7 +99,7 @@ static kc_code entry_close(kc_store *s, found_entry *e, enum read_use use, kc_co
     free(e->zown);
     e->zown = NULL;
     if (code == KC_OK && use == READ_LOAD)
-        kc_store__note_access(s, e->id, true);
+        kc_store__note_access(s, e->key, true);
     return code;
 }
 
@@ -126,11 +127,11 @@ static kc_code entry_open(kc_store *s, const char *key, enum read_use use, found
                           kc_err *err)
 {
     memset(e, 0, sizeof *e);
+    e->key = key;
     kc_code code = find_entry(s, key, use, &e->st, err);
     if (code != KC_OK)
         return code;
     sqlite3_stmt *st = e->st;
-    e->id = sqlite3_column_int64(st, 0);
     e->kind = (const char *)sqlite3_column_text(st, 1);
     e->meta = (const char *)sqlite3_column_text(st, 2);
     e->blob = sqlite3_column_int64(st, 3);
@@ -150,7 +151,7 @@ static kc_code entry_open(kc_store *s, const char *key, enum read_use use, found
         sqlite3_reset(st);
         if (s->rsnap || !kc_store__pack_exists(s, pack)) {
             if (use == READ_LOAD)
-                kc_store__note_access(s, 0, false);
+                kc_store__note_access(s, NULL, false);
             return kc_err_set(err, KC_ERR_NOT_FOUND,
                               "%s: not in the cache (evicted while being read)", key);
         }
@@ -391,7 +392,7 @@ kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
 /* The columns of an ST_GET row that serving needs, copied out so the
  * statement is reset before anything else runs on the handle. */
 typedef struct served_row {
-    int64_t id, blob, size, pack, off, zsize, pre;
+    int64_t blob, size, pack, off, zsize, pre;
     uint64_t xxh;
     bool raw;
     char kind[KC_KIND_MAX + 1];
@@ -418,7 +419,6 @@ static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
     const void *sha = sqlite3_column_blob(st, 4);
-    r->id = sqlite3_column_int64(st, 0);
     r->blob = sqlite3_column_int64(st, 3);
     r->size = sqlite3_column_int64(st, 5);
     r->xxh = (uint64_t)sqlite3_column_int64(st, 6);
@@ -619,7 +619,7 @@ kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_sto
     sp->len = want.len;
     sp->zstd = !r.raw;
     fd = -1;
-    kc_store__note_access(s, r.id, true);
+    kc_store__note_access(s, key, true);
 none:
     if (fd >= 0)
         close(fd);
@@ -689,7 +689,7 @@ kc_code kc_store_reader_open(kc_store *s, const char *key, bool accept_zstd, kc_
         code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache (evicted while being read)",
                           key);
     if (code == KC_OK)
-        kc_store__note_access(s, row.id, true);
+        kc_store__note_access(s, key, true);
     served_row_free(&row);
     if (code != KC_OK) {
         kc_store_reader_close(r);

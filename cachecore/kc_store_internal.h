@@ -86,7 +86,7 @@ kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct s
 #define KC_PACK_MAX (256ull << 20) /* default kc_store_opts.pack_max */
 #define KC_DOOMED_MAX 64           /* emptied packs remembered until commit */
 #define KC_BUSY_DEADLINE_S 120.0
-#define KC_TOUCH_MAX 8192
+#define KC_TOUCH_MAX 1024 /* accesses batched before an append to the access log */
 #define KC_FLUSH_INTERVAL_S 5.0
 
 enum {
@@ -123,7 +123,7 @@ enum {
 };
 
 typedef struct kc_touch {
-    int64_t id;
+    char key[KC_KEY_HEX_LEN + 1];
     int64_t atime_us;
 } kc_touch;
 
@@ -137,11 +137,12 @@ struct kc_store {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     kc_sha256_ctx *sha; /* reused for every verification */
-    kc_touch *touch;
+    kc_touch *touch;    /* accesses not yet in the access log (kc_store_access.c) */
     size_t ntouch;
-    uint64_t hits, misses; /* not yet added to the counters table */
+    uint64_t hits, misses; /* ditto */
     uint64_t untrusted;    /* loads refused for want of a trusted signature, ditto */
     double last_flush;
+    char *access_path; /* DIR/kcache.db-access */
     int64_t last_tick_us;
     bool batch; /* inside kc_store_batch_begin */
     bool rsnap; /* inside kc_store_read_begin */
@@ -291,10 +292,17 @@ int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evic
 
 /* ---- kc_store_access.c: the bookkeeping of reads --------------------- */
 
-/* Applies pending access times and counters inside an open write txn. */
-int kc_store__apply_pending(kc_store *s);
+/* Records a hit on key (or a miss: key unused) for the next flush. */
+void kc_store__note_access(kc_store *s, const char *key, bool hit);
 
-/* Records a hit (or a miss) on entry id for the next flush of access times. */
-void kc_store__note_access(kc_store *s, int64_t id, bool hit);
+/* Inside an open write txn: takes the access log's records and this
+ * handle's batch and records them in the database (entries.atime and the
+ * counters), in a savepoint, so that a failure loses only them. */
+int kc_store__fold_access(kc_store *s);
+
+/* The counts not yet in the database: the access log's and this
+ * handle's batch. */
+kc_code kc_store__access_counts(kc_store *s, uint64_t *hits, uint64_t *misses, uint64_t *untrusted,
+                                kc_err *err);
 
 #endif

@@ -129,9 +129,10 @@ kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
 {
     memset(out, 0, sizeof *out);
-    kc_store_flush(s, NULL);                     /* so this process's own hits count too */
-    uint64_t hits = s->hits, misses = s->misses; /* left pending when read-only */
-    uint64_t untrusted = s->untrusted;
+    uint64_t hits, misses, untrusted; /* not yet folded into the database */
+    kc_code code = kc_store__access_counts(s, &hits, &misses, &untrusted, err);
+    if (code != KC_OK)
+        return code;
     int rc = kc_store__query_u64(s, "SELECT COUNT(*) FROM entries", &out->entries);
     if (rc == SQLITE_OK)
         rc = kc_store__query_u64(s, "SELECT COUNT(*) FROM blobs", &out->blobs);

@@ -221,6 +221,11 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
     }
     snprintf(s->db_path, n, "%s/kcache.db", dir);
+    if (!(s->access_path = malloc(n + 8))) {
+        kc_store_close(s);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
+    }
+    snprintf(s->access_path, n + 8, "%s-access", s->db_path);
     if (s->opts.read_only && access(s->db_path, F_OK) != 0) {
         code = kc_err_errno(err, KC_ERR_NOT_FOUND, errno, "cannot open store %s", s->db_path);
         kc_store_close(s);
@@ -303,6 +308,7 @@ void kc_store_close(kc_store *s)
     free(s->recovered);
     free(s->dir);
     free(s->db_path);
+    free(s->access_path);
     free(s);
 }
 

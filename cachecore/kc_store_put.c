@@ -351,12 +351,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
         what = "evicting for";
         uint64_t evicted = 0;
         bool met = false;
-        rc = kc_store__apply_pending(s);
-        if (rc == SQLITE_OK) {
-            s->ntouch = 0;
-            s->hits = s->misses = s->untrusted = 0;
-            rc = kc_store__evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
-        }
+        kc_store__fold_access(s); /* recent reads count in the LRU order */
+        rc = kc_store__evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
         if (rc == SQLITE_OK && !met) {
             kc_store__rollback_write(s);
             return kc_err_set(err, KC_ERR_FULL,
