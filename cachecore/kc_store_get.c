@@ -170,17 +170,22 @@ static kc_code entry_open(kc_store *s, const char *key, enum read_use use, found
     return KC_OK;
 }
 
-/* Why e's stored bytes fail the checks made without decompressing (their
- * XXH3-64, the frame's sizes), or NULL when they pass. */
-static const char *stored_bytes_fail(const found_entry *e)
+/* entry_open, then the checks made without decompressing: the stored
+ * bytes' XXH3-64 and the frame's sizes (KC_ERR_CORRUPT, quarantined, when
+ * they fail). */
+static kc_code open_checked(kc_store *s, const char *key, enum read_use use, found_entry *e,
+                            kc_err *err)
 {
+    kc_code code = entry_open(s, key, use, e, err);
+    if (code != KC_OK)
+        return code;
     if (XXH3_64bits(e->z, e->zlen) != e->xxh)
-        return "compressed bytes fail their checksum";
+        return entry_corrupt(s, e, key, "compressed bytes fail their checksum", err);
     if (e->raw ? e->zlen != (size_t)e->size
                : (ZSTD_getFrameContentSize(e->z, e->zlen) != (unsigned long long)e->size ||
                   ZSTD_findFrameCompressedSize(e->z, e->zlen) != e->zlen))
-        return "stored frame does not match its size";
-    return NULL;
+        return entry_corrupt(s, e, key, "stored frame does not match its size", err);
+    return KC_OK;
 }
 
 /* The first reader: key's payload decompressed and checked, into a new
@@ -254,12 +259,9 @@ static kc_code read_stored(kc_store *s, const char *key, enum read_use use, bool
                            uint8_t **out, size_t *len, size_t *env_len, kc_err *err)
 {
     found_entry e;
-    kc_code code = entry_open(s, key, use, &e, err);
+    kc_code code = open_checked(s, key, use, &e, err);
     if (code != KC_OK)
         return code;
-    const char *reason = stored_bytes_fail(&e);
-    if (reason)
-        return entry_corrupt(s, &e, key, reason, err);
     size_t hz = zstd ? kc_store__raw_frame_bound(e.hlen) : e.hlen;
     size_t fz = e.raw ? kc_store__raw_frame_bound(e.zlen) : e.zlen;
     uint8_t *hdr = zstd ? malloc(e.hlen) : NULL;
@@ -326,13 +328,8 @@ kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size
 kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
 {
     found_entry e;
-    kc_code code = entry_open(s, key, READ_LOAD, &e, err);
-    if (code != KC_OK)
-        return code;
-    const char *reason = stored_bytes_fail(&e);
-    if (reason)
-        return entry_corrupt(s, &e, key, reason, err);
-    return entry_close(s, &e, READ_LOAD, KC_OK);
+    kc_code code = open_checked(s, key, READ_LOAD, &e, err);
+    return code == KC_OK ? entry_close(s, &e, READ_LOAD, KC_OK) : code;
 }
 
 /* With trusted keys: an entry from outside (origin remote or import) is
