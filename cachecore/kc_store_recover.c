@@ -93,7 +93,7 @@ kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct s
     if (rename(db_path, aside) != 0) {
         rc = kc_err_errno(err, KC_ERR_IO, errno, "cannot move damaged store %s aside", db_path);
     } else if (move_if_there(db_path, aside, "-wal") || move_if_there(db_path, aside, "-shm") ||
-               move_if_there(packs, packs_aside, "")) {
+               move_if_there(db_path, aside, "-access") || move_if_there(packs, packs_aside, "")) {
         rc = kc_err_errno(err, KC_ERR_IO, errno, "moving the files of damaged store %s aside",
                           db_path);
     }
