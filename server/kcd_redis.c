@@ -29,7 +29,7 @@
 
 #include "kc_store.h"
 #include "kc_util.h"
-#include "kcd_routes.h"
+#include "kcd_ctx.h"
 #include "kcd_log.h"
 #include "kcd_redis_int.h"
 #include "kcd_server.h"

@@ -38,197 +38,12 @@
 #define CT_BUNDLE "application/vnd.kcache.bundle"
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
 #define CT_HTML "text/html; charset=utf-8"
-/* A memory-cache hit older than this goes back to the store (see kcd_hot.h). */
-#define KCD_HOT_REFRESH_S 30.0
-/* A pack range sent with sendfile(2) is hashed again at most this long
- * after its last check, sooner when its pack file changes
- * (kc_store_opts.span_recheck_s): the same bound as the memory cache's. */
-#define KCD_SPAN_RECHECK_S 30u
 /* Artifact bodies from this size up that cannot go out of the pack file as
  * one range are streamed through a bounded reader instead of buffered
  * (unless the memory cache keeps them: see get_artifact). */
 #define KCD_LARGE_BODY (256u << 10)
 /* Bundle uploads are fed to the importer in pieces of this size. */
 #define KCD_IMPORT_FEED (1u << 20)
-
-struct kcd_ctx {
-    char *data;
-    kc_store_opts sopts;
-    kc_trust *trust; /* --trusted-keys: sopts.trust */
-    uint64_t max_blob;
-    uint64_t upload_memory; /* --upload-memory: cap on metrics.upload_bytes */
-    kcd_auth *auth;
-    kcd_hot *hot; /* NULL when --memory-cache 0 */
-    kcd_s3 *s3;   /* NULL unless an S3 backing tier is configured */
-    long s3_drain_ms;
-    kcd_metrics metrics;
-    kcd_status *status; /* GET /status: samples and top missed keys */
-    const char *tls;    /* for /status */
-    uint64_t gen;       /* identifies this context in the per-thread handle cache */
-    uint64_t
-        writes; /* writes through this server (kcd_ctx_note_write): names a bundle's snapshot */
-    pthread_mutex_t lock;
-    kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
-    size_t nhandles, caphandles;
-};
-
-static uint64_t kcd_ctx_gen_counter;
-static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err);
-static __thread struct {
-    uint64_t gen;
-    kc_store *store;
-} kcd_tls;
-
-/* ---------------------------------------------------------------- context */
-
-/* The S3 tier's source (kcd_s3_set_source): a key's stored envelope, read on
- * the tier's worker thread (its own store handle) without counting a hit or
- * moving the entry in the LRU order. */
-static kc_code s3_local_envelope(void *ud, const char *key, uint8_t **env, size_t *len, kc_err *err)
-{
-    kc_store *s = ctx_store(ud, err);
-    return s ? kc_store_peek_envelope(s, key, env, len, err) : err->code;
-}
-
-kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
-{
-    *out = NULL;
-    kcd_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx || !(ctx->data = strdup(cfg->data))) {
-        free(ctx);
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    }
-    ctx->sopts.max_size = cfg->max_size;
-    ctx->sopts.span_recheck_s = KCD_SPAN_RECHECK_S;
-    ctx->max_blob = cfg->max_blob;
-    ctx->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
-    ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
-    pthread_mutex_init(&ctx->lock, NULL);
-    kcd_metrics_init(&ctx->metrics);
-    ctx->status = kcd_status_new();
-    ctx->tls = cfg->tls_client_ca ? "on, client certificates required"
-               : cfg->tls_cert    ? "on"
-                                  : "off";
-    if (cfg->memory_cache) {
-        uint64_t per = cfg->memory_cache / 8;
-        per = per > (64u << 20) ? (64u << 20) : per;
-        ctx->hot = kcd_hot_new(cfg->memory_cache, (size_t)per, KCD_HOT_REFRESH_S);
-    }
-    kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
-    if (rc == KC_OK && cfg->trusted_keys &&
-        (rc = kc_trust_load(cfg->trusted_keys, &ctx->trust, err)) == KC_OK)
-        ctx->sopts.trust = ctx->trust;
-    if (rc == KC_OK) {
-        kc_store *s = NULL;
-        rc = kc_store_open(ctx->data, &ctx->sopts, &s, err);
-        kc_store_close(s);
-    }
-    if (rc == KC_OK && kcd_s3_config_enabled(&cfg->s3)) {
-        rc = kcd_s3_open(&cfg->s3, &ctx->s3, err);
-        if (rc == KC_OK) {
-            kcd_s3_set_trust(ctx->s3, ctx->trust); /* reads from the bucket are foreign */
-            kcd_s3_set_source(ctx->s3, s3_local_envelope, ctx); /* refreshes on local hits */
-        }
-        ctx->s3_drain_ms = (long)cfg->grace * 1000;
-    }
-    if (rc != KC_OK) {
-        kcd_ctx_free(ctx);
-        return rc;
-    }
-    *out = ctx;
-    return KC_OK;
-}
-
-void kcd_ctx_free(kcd_ctx *ctx)
-{
-    if (!ctx)
-        return;
-    /* first: its workers drain the queue, reading refreshes from the store */
-    kcd_s3_close(ctx->s3, ctx->s3_drain_ms);
-    for (size_t i = 0; i < ctx->nhandles; i++)
-        kc_store_close(ctx->handles[i]);
-    free(ctx->handles);
-    if (kcd_tls.gen == ctx->gen) {
-        kcd_tls.gen = 0;
-        kcd_tls.store = NULL;
-    }
-    kcd_auth_free(ctx->auth);
-    kc_trust_free(ctx->trust);
-    kcd_hot_free(ctx->hot);
-    kcd_status_free(ctx->status);
-    pthread_mutex_destroy(&ctx->lock);
-    free(ctx->data);
-    free(ctx);
-}
-
-kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
-{
-    kc_store *s;
-    kc_code rc = kc_store_open(ctx->data, &ctx->sopts, &s, err);
-    if (rc == KC_OK)
-        rc = kc_store_compact(s, err);
-    kc_store_close(s);
-    kcd_metrics_add(rc == KC_OK ? &ctx->metrics.compactions : &ctx->metrics.store_errors, 1);
-    return rc;
-}
-
-kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
-{
-    return &ctx->metrics;
-}
-
-kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx)
-{
-    return ctx->s3;
-}
-
-void kcd_ctx_note_write(kcd_ctx *ctx)
-{
-    __atomic_add_fetch(&ctx->writes, 1, __ATOMIC_RELAXED);
-}
-
-/* This thread's store handle for ctx, opened on first use. */
-static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
-{
-    if (kcd_tls.gen == ctx->gen && kcd_tls.store)
-        return kcd_tls.store;
-    kc_store *s = NULL;
-    if (kc_store_open(ctx->data, &ctx->sopts, &s, err) != KC_OK)
-        return NULL;
-    pthread_mutex_lock(&ctx->lock);
-    if (ctx->nhandles == ctx->caphandles) {
-        size_t cap = ctx->caphandles ? ctx->caphandles * 2 : 16;
-        kc_store **h = realloc(ctx->handles, cap * sizeof *h);
-        if (!h) {
-            pthread_mutex_unlock(&ctx->lock);
-            kc_store_close(s);
-            kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        ctx->handles = h;
-        ctx->caphandles = cap;
-    }
-    ctx->handles[ctx->nhandles++] = s;
-    pthread_mutex_unlock(&ctx->lock);
-    kcd_tls.gen = ctx->gen;
-    kcd_tls.store = s;
-    return s;
-}
-
-kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err)
-{
-    return ctx_store(ctx, err);
-}
-
-const kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx)
-{
-    return ctx->auth;
-}
-
-kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
-{
-    return ctx->hot;
-}
 
 /* A response body produced as the client takes it: a bundle (store +
  * cursor), or a large artifact read from its pack (reader). */
@@ -272,6 +87,9 @@ typedef enum body_kind {
 
 struct kcd_exchange {
     kcd_ctx *ctx;
+    kcd_metrics *m; /* the context's counters, memory cache and S3 tier */
+    kcd_hot *hot;
+    kcd_s3 *s3;
     kcd_route route;
     kcd_response *resp;
     body_kind body;
@@ -398,7 +216,7 @@ static void resp_store_error(kcd_exchange *x, const kc_err *e)
 {
     int st = status_for(e->code);
     if (st == 500)
-        kcd_metrics_add(&x->ctx->metrics.store_errors, 1);
+        kcd_metrics_add(&x->m->store_errors, 1);
     resp_error(x, st, "%s", e->msg[0] ? e->msg : kc_code_name(e->code));
 }
 
@@ -489,11 +307,11 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
     /* a verified client certificate named in the tokens file decides alone;
      * any other request is decided by its token */
     int st = req->client_subject
-                 ? kcd_auth_check_subject(x->ctx->auth, req->client_subject, need, &x->who)
+                 ? kcd_auth_check_subject(kcd_ctx_auth(x->ctx), req->client_subject, need, &x->who)
                  : -1;
     bool by_cert = st >= 0;
     if (!by_cert)
-        st = kcd_auth_check(x->ctx->auth, hdr(req, "Authorization"), need, &x->who);
+        st = kcd_auth_check(kcd_ctx_auth(x->ctx), hdr(req, "Authorization"), need, &x->who);
     if (st == 0)
         return true;
     if (st == 401)
@@ -512,18 +330,18 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
  * together take the server's memory. */
 static bool hold(kcd_exchange *x, uint64_t n)
 {
-    kcd_ctx *ctx = x->ctx;
-    uint64_t *total = &ctx->metrics.upload_bytes;
+    uint64_t *total = &x->m->upload_bytes;
+    uint64_t limit = kcd_ctx_upload_memory(x->ctx);
     if (n > x->held) {
         uint64_t add = n - x->held;
         uint64_t now = __atomic_add_fetch(total, add, __ATOMIC_RELAXED);
-        if (now > ctx->upload_memory) {
+        if (now > limit) {
             __atomic_sub_fetch(total, add, __ATOMIC_RELAXED);
-            kcd_metrics_add(&ctx->metrics.uploads_refused, 1);
+            kcd_metrics_add(&x->m->uploads_refused, 1);
             resp_error(x, 503,
                        "uploads in flight hold %" PRIu64 " bytes, the limit is %" PRIu64
                        " (--upload-memory): retry later",
-                       now - add, ctx->upload_memory);
+                       now - add, limit);
             return false;
         }
     } else
@@ -628,15 +446,15 @@ static void envelope_headers(kcd_exchange *x, bool zstd, uint64_t env_len)
 static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
 {
     bool refresh;
-    kcd_blob *b = kcd_hot_get(x->ctx->hot, ns, x->key, kc_now(), &refresh);
+    kcd_blob *b = kcd_hot_get(x->hot, ns, x->key, kc_now(), &refresh);
     if (!b)
         return false;
     if (refresh) { /* due for a store round trip: see kcd_hot.h */
         kcd_blob_unref(b);
         return false;
     }
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
-    kcd_metrics_add(&x->ctx->metrics.mem_hits, 1);
+    kcd_metrics_add(&x->m->hits, 1);
+    kcd_metrics_add(&x->m->mem_hits, 1);
     resp_blob(x, 200, ctype, b);
     if (x->resp && ns == KCD_HOT_ENVELOPE)
         x->resp->vary = "Accept-Encoding";
@@ -648,9 +466,9 @@ static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
 static void put_hot(kcd_exchange *x, int ns, const char *ctype, uint8_t *body, size_t len,
                     uint64_t epoch)
 {
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_metrics_add(&x->m->hits, 1);
     if (body)
-        kcd_hot_put_since(x->ctx->hot, ns, x->key, body, len, kc_now(), epoch);
+        kcd_hot_put_since(x->hot, ns, x->key, body, len, kc_now(), epoch);
     resp_take(x, 200, ctype, body, len);
     if (x->resp && ns == KCD_HOT_ENVELOPE)
         x->resp->vary = "Accept-Encoding";
@@ -684,20 +502,20 @@ static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn 
 {
     if (get_hot(x, ns, ctype))
         return true;
-    kc_store *s = *sp = ctx_store(x->ctx, e);
+    kc_store *s = *sp = kcd_ctx_store(x->ctx, e);
     if (!s) {
         resp_store_error(x, e);
         return true;
     }
     uint8_t *body = NULL;
     size_t len = 0;
-    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
+    uint64_t epoch = kcd_hot_epoch(x->hot, x->key);
     *rc = fetch(s, x->key, &body, &len, e);
     if (*rc == KC_OK) {
         put_hot(x, ns, ctype, body, len, epoch);
         return true;
     }
-    kcd_hot_drop(x->ctx->hot, x->key);
+    kcd_hot_drop(x->hot, x->key);
     return false;
 }
 
@@ -707,7 +525,7 @@ static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn 
 static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e, size_t *zlen,
                               size_t *envlen)
 {
-    kc_store *s = *sp = ctx_store(x->ctx, e);
+    kc_store *s = *sp = kcd_ctx_store(x->ctx, e);
     if (!s) {
         resp_store_error(x, e);
         return NULL;
@@ -715,7 +533,7 @@ static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_er
     uint8_t *z = NULL;
     *rc = kc_store_get_zstd(s, x->key, &z, zlen, envlen, e);
     if (*rc != KC_OK)
-        kcd_hot_drop(x->ctx->hot, x->key);
+        kcd_hot_drop(x->hot, x->key);
     return *rc == KC_OK ? z : NULL;
 }
 
@@ -728,7 +546,7 @@ static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_metrics_add(&x->m->hits, 1);
     resp_take(x, 200, CT_ENVELOPE, z, zlen);
     envelope_headers(x, true, envlen);
     return true;
@@ -776,7 +594,7 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
         free(st);
         return false;
     }
-    st->metrics = &x->ctx->metrics;
+    st->metrics = x->m;
     kcd_response *r = resp_new(x, 200, CT_ENVELOPE);
     if (!r) {
         kcd_stream_free(st);
@@ -784,7 +602,7 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
     }
     r->stream = st;
     r->stream_len = st->len;
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_metrics_add(&x->m->hits, 1);
     envelope_headers(x, framed, env_len);
     return true;
 }
@@ -799,11 +617,11 @@ static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
     if (get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
         return true;
     size_t zlen = 0, envlen = 0;
-    uint64_t epoch = kcd_hot_epoch(x->ctx->hot, x->key);
+    uint64_t epoch = kcd_hot_epoch(x->hot, x->key);
     uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
     if (!z)
         return x->resp != NULL;
-    if (envlen >= KCD_LARGE_BODY && !kcd_hot_accepts(x->ctx->hot, envlen)) {
+    if (envlen >= KCD_LARGE_BODY && !kcd_hot_accepts(x->hot, envlen)) {
         free(z);
         return get_streamed(x, *sp, false, envlen, rc, e);
     }
@@ -828,7 +646,7 @@ static bool read_through(kcd_exchange *x, kc_store *s)
     uint8_t *env = NULL;
     size_t len = 0;
     kc_err e = {0};
-    kc_code rc = kcd_s3_get(x->ctx->s3, x->key, &env, &len, &e);
+    kc_code rc = kcd_s3_get(x->s3, x->key, &env, &len, &e);
     if (rc != KC_OK) { /* untrusted too: a miss, never served nor kept */
         if (rc != KC_ERR_NOT_FOUND)
             kcd_log(KCD_LOG_WARN, "S3 read-through of %s failed: %s", x->key, e.msg);
@@ -856,7 +674,7 @@ static void resp_span(kcd_exchange *x, kc_store_span *sp)
     r->file_fd = sp->fd;
     r->file_off = sp->off;
     r->body_len = (size_t)sp->len;
-    kcd_metrics_add(&x->ctx->metrics.hits, 1);
+    kcd_metrics_add(&x->m->hits, 1);
     envelope_headers(x, sp->zstd, sp->env_len);
 }
 
@@ -875,7 +693,7 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
     bool zstd = accepts_zstd(hdr(req, "Accept-Encoding"));
     if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
         return;
-    if (!(s = ctx_store(x->ctx, &e)))
+    if (!(s = kcd_ctx_store(x->ctx, &e)))
         return resp_store_error(x, &e);
     kc_store_span sp;
     rc = kc_store_get_span(s, x->key, zstd, &sp, &e);
@@ -885,7 +703,7 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
         return;
     }
     if (rc == KC_OK) {
-        bool hot = !zstd && !sp.raw && kcd_hot_accepts(x->ctx->hot, (size_t)sp.env_len);
+        bool hot = !zstd && !sp.raw && kcd_hot_accepts(x->hot, (size_t)sp.env_len);
         if (sp.env_len >= KCD_LARGE_BODY && !hot)
             answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
         else if (zstd)
@@ -893,19 +711,19 @@ static void get_artifact(kcd_exchange *x, const kcd_request *req)
         else
             answered = get_envelope(x, &s, &rc, &e);
     } else {
-        kcd_hot_drop(x->ctx->hot, x->key);
+        kcd_hot_drop(x->hot, x->key);
     }
     if (answered)
         return;
-    if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->ctx->s3 && read_through(x, s))
+    if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->s3 && read_through(x, s))
         return;
     if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) {
-        kcd_metrics_add(&x->ctx->metrics.misses, 1);
-        kcd_status_note_miss(x->ctx->status, x->key);
+        kcd_metrics_add(&x->m->misses, 1);
+        kcd_status_note_miss(kcd_ctx_status(x->ctx), x->key);
     }
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
-        kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
+        kcd_metrics_add(&x->m->corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt entry %s quarantined: %s", x->key, e.msg);
         resp_error(x, 404, "artifact %s not found (stored copy was corrupt)", x->key);
         return;
@@ -920,10 +738,10 @@ static void get_ccache(kcd_exchange *x)
     kc_code rc = KC_OK;
     if (get_cached(x, KCD_HOT_CCACHE, CT_BIN, fetch_payload, &s, &rc, &e))
         return;
-    kcd_metrics_add(&x->ctx->metrics.misses, 1);
-    kcd_status_note_miss(x->ctx->status, x->ccache_path);
+    kcd_metrics_add(&x->m->misses, 1);
+    kcd_status_note_miss(kcd_ctx_status(x->ctx), x->ccache_path);
     if (rc == KC_ERR_CORRUPT) {
-        kcd_metrics_add(&x->ctx->metrics.corrupt, 1);
+        kcd_metrics_add(&x->m->corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);
         resp_error(x, 404, "ccache entry %s not found", x->ccache_path);
         return;
@@ -938,12 +756,12 @@ static void get_ccache(kcd_exchange *x)
 static void delete_key(kcd_exchange *x, const char *what)
 {
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
-    kcd_hot_drop(x->ctx->hot, x->key);
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
+    kcd_hot_drop(x->hot, x->key);
     kc_code rc = s ? kc_store_delete(s, x->key, &e) : e.code;
     /* again: a GET on another thread may have re-cached the entry between
      * the first drop and the delete */
-    kcd_hot_drop(x->ctx->hot, x->key);
+    kcd_hot_drop(x->hot, x->key);
     if (rc == KC_OK)
         resp_new(x, 204, CT_TEXT);
     else if (rc == KC_ERR_NOT_FOUND)
@@ -956,34 +774,33 @@ static void delete_key(kcd_exchange *x, const char *what)
 static void get_stats(kcd_exchange *x, bool prometheus)
 {
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
     /* the gauges are shared by every worker thread: store them atomically,
      * as the counters are */
     uint64_t mem_entries = 0, mem_bytes = 0;
-    kcd_hot_usage(x->ctx->hot, &mem_entries, &mem_bytes);
-    __atomic_store_n(&x->ctx->metrics.mem_entries, mem_entries, __ATOMIC_RELAXED);
-    __atomic_store_n(&x->ctx->metrics.mem_bytes, mem_bytes, __ATOMIC_RELAXED);
+    kcd_hot_usage(x->hot, &mem_entries, &mem_bytes);
+    __atomic_store_n(&x->m->mem_entries, mem_entries, __ATOMIC_RELAXED);
+    __atomic_store_n(&x->m->mem_bytes, mem_bytes, __ATOMIC_RELAXED);
     kc_store_stats st;
     bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
     if (!have)
         kcd_log(KCD_LOG_WARN, "store statistics unavailable: %s", e.msg);
     size_t len = 0;
     kcd_s3_stats s3;
-    if (x->ctx->s3)
-        kcd_s3_stats_get(x->ctx->s3, &s3);
-    char *text = prometheus ? kcd_metrics_prometheus(&x->ctx->metrics, have ? &st : NULL, &len)
-                            : kcd_metrics_json(&x->ctx->metrics, have ? &st : NULL,
-                                               x->ctx->s3 ? &s3 : NULL, &len);
+    if (x->s3)
+        kcd_s3_stats_get(x->s3, &s3);
+    char *text = prometheus ? kcd_metrics_prometheus(x->m, have ? &st : NULL, &len)
+                            : kcd_metrics_json(x->m, have ? &st : NULL, x->s3 ? &s3 : NULL, &len);
     if (!text) {
         resp_error(x, 500, "out of memory rendering statistics");
         return;
     }
-    if (prometheus && x->ctx->s3) {
-        size_t need = kcd_s3_metrics(x->ctx->s3, NULL, 0);
+    if (prometheus && x->s3) {
+        size_t need = kcd_s3_metrics(x->s3, NULL, 0);
         char *t2 = realloc(text, len + need + 1);
         if (t2) {
             text = t2;
-            kcd_s3_metrics(x->ctx->s3, text + len, need + 1);
+            kcd_s3_metrics(x->s3, text + len, need + 1);
             len += need;
         }
     }
@@ -1087,11 +904,10 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
      * after the cache's refresh interval, as with artifacts (kcd_hot.h). */
     char snap[512];
     snprintf(snap, sizeof snap, "bundle\n%s\n%s\n%s\n%lld\n%" PRIu64, f.device ? f.device : "",
-             f.kind ? f.kind : "", f.tag ? f.tag : "", (long long)f.since,
-             __atomic_load_n(&x->ctx->writes, __ATOMIC_RELAXED));
+             f.kind ? f.kind : "", f.tag ? f.tag : "", (long long)f.since, kcd_ctx_writes(x->ctx));
     kc_sha256_hex(snap, strlen(snap), x->key);
     bool refresh = false;
-    kcd_blob *b = kcd_hot_get(x->ctx->hot, KCD_HOT_BUNDLE, x->key, kc_now(), &refresh);
+    kcd_blob *b = kcd_hot_get(x->hot, KCD_HOT_BUNDLE, x->key, kc_now(), &refresh);
     if (b && !refresh)
         return resp_blob(x, 200, CT_BUNDLE, b);
     if (b)
@@ -1102,8 +918,8 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
         resp_error(x, 500, "out of memory");
         return;
     }
-    st->metrics = &x->ctx->metrics;
-    kc_code rc = kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e);
+    st->metrics = x->m;
+    kc_code rc = kcd_ctx_store_open(x->ctx, &st->store, &e);
     if (rc == KC_OK)
         rc = kc_bundle_cursor_open(st->store, &f, &st->cur, &e);
     if (rc != KC_OK)
@@ -1111,7 +927,7 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
     /* Read up to what the memory cache keeps: a bundle that ends there is
      * kept and answered whole; a larger one streams on from there. */
     size_t cap = 0;
-    for (size_t c = KCD_LARGE_BODY; kcd_hot_accepts(x->ctx->hot, c); c *= 2)
+    for (size_t c = KCD_LARGE_BODY; kcd_hot_accepts(x->hot, c); c *= 2)
         cap = c;
     if (cap && (st->head = malloc(cap))) {
         size_t n = 1;
@@ -1126,7 +942,7 @@ static void get_bundle(kcd_exchange *x, const kcd_request *req)
             st->head_len += n;
         }
         if (n == 0) { /* the whole bundle */
-            kcd_hot_put(x->ctx->hot, KCD_HOT_BUNDLE, x->key, st->head, st->head_len, kc_now());
+            kcd_hot_put(x->hot, KCD_HOT_BUNDLE, x->key, st->head, st->head_len, kc_now());
             uint8_t *body = st->head;
             size_t len = st->head_len;
             st->head = NULL;
@@ -1150,8 +966,8 @@ static bool buf_append(kcd_exchange *x, const void *data, size_t len)
         size_t cap = x->cap * 2;
         while (cap < x->len + len)
             cap *= 2;
-        if (cap > x->ctx->max_blob + 1 && x->len + len <= x->ctx->max_blob + 1)
-            cap = x->ctx->max_blob + 1;
+        if (cap > kcd_ctx_max_blob(x->ctx) + 1 && x->len + len <= kcd_ctx_max_blob(x->ctx) + 1)
+            cap = kcd_ctx_max_blob(x->ctx) + 1;
         if (!hold(x, cap))
             return false;
         uint8_t *b = realloc(x->buf, cap);
@@ -1197,9 +1013,9 @@ static bool feed_artifact(kcd_exchange *x)
             return false;
         }
         uint64_t total = x->hdr.header_len + x->hdr.payload_len;
-        if (total > x->ctx->max_blob) {
+        if (total > kcd_ctx_max_blob(x->ctx)) {
             resp_error(x, 413, "envelope of %" PRIu64 " bytes exceeds --max-blob %" PRIu64, total,
-                       x->ctx->max_blob);
+                       kcd_ctx_max_blob(x->ctx));
             return false;
         }
         if (x->content_length >= 0 && (uint64_t)x->content_length != total) {
@@ -1287,8 +1103,8 @@ static bool feed_body(kcd_exchange *x, const void *data, size_t len)
         }
         return true;
     }
-    uint64_t limit =
-        x->body == BODY_MISSING || x->body == BODY_SELECT ? KCD_MISSING_BODY_MAX : x->ctx->max_blob;
+    uint64_t limit = x->body == BODY_MISSING || x->body == BODY_SELECT ? KCD_MISSING_BODY_MAX
+                                                                       : kcd_ctx_max_blob(x->ctx);
     if (x->len + len > limit) {
         resp_error(x, 413, "body exceeds the limit of %" PRIu64 " bytes", limit);
         return false;
@@ -1307,7 +1123,7 @@ static bool feed_body(kcd_exchange *x, const void *data, size_t len)
 static void put_store(kcd_exchange *x, const kc_artifact *a)
 {
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
     bool created = false;
     /* the envelope was checked while it streamed in; --trusted-keys also
      * wants it signed (ccache's opaque blobs cannot be, and are not asked) */
@@ -1318,16 +1134,16 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
         /* ccache rewrites manifests under the same path: a PUT replaces,
          * in one transaction; the memory cache forgets the old body before
          * and after (as delete_key does) */
-        kcd_hot_drop(x->ctx->hot, x->key);
+        kcd_hot_drop(x->hot, x->key);
         rc = kc_store_replace(s, a, &created, &e);
-        kcd_hot_drop(x->ctx->hot, x->key);
+        kcd_hot_drop(x->hot, x->key);
     } else if (rc == KC_OK)
         rc = kc_store_put(s, a, &created, &e);
-    if (rc == KC_OK && x->ctx->s3 && x->body == BODY_ARTIFACT) {
+    if (rc == KC_OK && x->s3 && x->body == BODY_ARTIFACT) {
         /* The whole envelope is in x->buf. Queued (or written through); a
          * failure there never undoes the local store. */
         kc_err se = {0};
-        if (kcd_s3_put(x->ctx->s3, x->key, x->buf, x->len, &se) != KC_OK)
+        if (kcd_s3_put(x->s3, x->key, x->buf, x->len, &se) != KC_OK)
             kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", x->key, se.msg);
     }
     if (rc == KC_OK) {
@@ -1413,7 +1229,7 @@ static void end_missing(kcd_exchange *x)
         return;
     size_t n = json_array_size(keys);
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
     if (!s) {
         json_decref(root);
         resp_store_error(x, &e);
@@ -1477,8 +1293,8 @@ static void end_select(kcd_exchange *x)
         }
     }
     kc_err e = {0};
-    st->metrics = &x->ctx->metrics;
-    kc_code rc = kc_store_open(x->ctx->data, &x->ctx->sopts, &st->store, &e);
+    st->metrics = x->m;
+    kc_code rc = kcd_ctx_store_open(x->ctx, &st->store, &e);
     if (rc == KC_OK)
         rc = kc_bundle_cursor_open_keys(st->store, v, n, &st->cur, &e);
     free(v);
@@ -1572,16 +1388,16 @@ static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
 {
     (void)req, (void)rest;
     kc_err e = {0};
-    kc_store *s = ctx_store(x->ctx, &e);
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
     kc_store_stats st;
     bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
     uint64_t mem_entries = 0, mem_bytes = 0;
-    kcd_hot_usage(x->ctx->hot, &mem_entries, &mem_bytes);
-    __atomic_store_n(&x->ctx->metrics.mem_bytes, mem_bytes, __ATOMIC_RELAXED);
-    kcd_status_view v = {&x->ctx->metrics, have ? &st : NULL, s,
-                         x->ctx->s3,       x->ctx->data,      x->ctx->tls};
+    kcd_hot_usage(x->hot, &mem_entries, &mem_bytes);
+    __atomic_store_n(&x->m->mem_bytes, mem_bytes, __ATOMIC_RELAXED);
+    kcd_status_view v = {x->m,  have ? &st : NULL,        s,
+                         x->s3, kcd_ctx_data_dir(x->ctx), kcd_ctx_tls_state(x->ctx)};
     size_t len = 0;
-    char *html = kcd_status_html(x->ctx->status, &v, &len);
+    char *html = kcd_status_html(kcd_ctx_status(x->ctx), &v, &len);
     if (!html)
         return resp_error(x, 500, "out of memory rendering the status page");
     resp_take(x, 200, CT_HTML, html, len);
@@ -1603,7 +1419,7 @@ static void r_artifact(kcd_exchange *x, const kcd_request *req, const char *key)
         return get_artifact(x, req);
     if (x->route == KCD_R_ARTIFACT_DELETE)
         return delete_key(x, "artifact");
-    want_body(x, req, BODY_ARTIFACT, x->ctx->max_blob);
+    want_body(x, req, BODY_ARTIFACT, kcd_ctx_max_blob(x->ctx));
 }
 
 static void r_bundle_get(kcd_exchange *x, const kcd_request *req, const char *rest)
@@ -1624,11 +1440,11 @@ static void r_bundle_post(kcd_exchange *x, const kcd_request *req, const char *r
     if (!want_body(x, req, BODY_BUNDLE, UINT64_MAX))
         return;
     kc_err e = {0};
-    if (kc_store_open(x->ctx->data, &x->ctx->sopts, &x->import_store, &e) != KC_OK ||
+    if (kcd_ctx_store_open(x->ctx, &x->import_store, &e) != KC_OK ||
         kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
         resp_store_error(x, &e);
     else /* each artifact obeys --max-blob as a PUT does, before it is buffered */
-        kc_bundle_import_set_max_payload(x->import, x->ctx->max_blob);
+        kc_bundle_import_set_max_payload(x->import, kcd_ctx_max_blob(x->ctx));
 }
 
 static void r_ccache(kcd_exchange *x, const kcd_request *req, const char *cp)
@@ -1642,7 +1458,7 @@ static void r_ccache(kcd_exchange *x, const kcd_request *req, const char *cp)
         return get_ccache(x);
     if (x->route == KCD_R_CCACHE_DELETE)
         return delete_key(x, "ccache entry");
-    want_body(x, req, BODY_CCACHE, x->ctx->max_blob);
+    want_body(x, req, BODY_CCACHE, kcd_ctx_max_blob(x->ctx));
 }
 
 #define R_READ KCD_SCOPE_READ
@@ -1745,6 +1561,9 @@ kcd_exchange *kcd_exchange_begin(kcd_ctx *ctx, const kcd_request *req)
     if (!x)
         return NULL;
     x->ctx = ctx;
+    x->m = kcd_ctx_metrics(ctx);
+    x->hot = kcd_ctx_hot(ctx);
+    x->s3 = kcd_ctx_s3(ctx);
     x->t0 = kc_now();
     x->who = "-";
     x->content_length = -1;
@@ -1781,11 +1600,11 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0)
         x->bytes_out = x->resp->body_len;
     double now = kc_now(), dt = now - x->t0;
-    kcd_status_tick(x->ctx->status, &x->ctx->metrics, now);
-    kcd_metrics_request(&x->ctx->metrics, x->route, status, x->bytes_in,
+    kcd_status_tick(kcd_ctx_status(x->ctx), x->m, now);
+    kcd_metrics_request(x->m, x->route, status, x->bytes_in,
                         (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
     if (status == 200 && (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
-        kcd_s3_note_hit(x->ctx->s3, x->key); /* keeps a hot key's bucket copy young */
+        kcd_s3_note_hit(x->s3, x->key); /* keeps a hot key's bucket copy young */
     if (kcd_log_enabled(KCD_LOG_INFO))
         kcd_log(KCD_LOG_INFO, "access %s \"%s %s\" %d %" PRIu64 " %" PRIu64 " %.3fms %s%s",
                 x->remote, x->method, x->path, status, x->bytes_in, x->bytes_out, dt * 1e3, x->who,

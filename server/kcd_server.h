@@ -24,7 +24,7 @@ kc_code kcd_bind_listen(const char *listen_spec, int *fd_out, unsigned *port_out
 /* The bound TCP port (useful with port 0). */
 unsigned kcd_server_port(const kcd_server *srv);
 
-/* The request context it serves (kcd_routes.h): for in-process tests. */
+/* The request context it serves (kcd_ctx.h): for in-process tests. */
 struct kcd_ctx *kcd_server_ctx(kcd_server *srv);
 
 /* Graceful stop: stop accepting, let in-flight requests finish (up to
