@@ -201,7 +201,6 @@ kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
     return ctx->hot;
 }
 
-
 kc_code kcd_ctx_store_open(kcd_ctx *ctx, kc_store **out, kc_err *err)
 {
     return kc_store_open(ctx->data, &ctx->sopts, out, err);
