@@ -31,8 +31,8 @@
 #include "kc_util.h"
 #include "kcd_ctx.h"
 #include "kcd_log.h"
+#include "kcd_net.h"
 #include "kcd_redis_int.h"
-#include "kcd_server.h"
 
 /* ------------------------------------------------------------- connections */
 
@@ -596,7 +596,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     pthread_cond_init(&r->q_cv, NULL);
     r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
-    kc_code rc = kcd_bind_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
+    kc_code rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
     if (rc != KC_OK) {
         kc_err_prefix(err, "--redis-listen");
         kcd_redis_stop(r);

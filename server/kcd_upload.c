@@ -31,9 +31,9 @@ bool kcd_upload_hold(kcd_exchange *x, uint64_t n)
             __atomic_sub_fetch(total, add, __ATOMIC_RELAXED);
             kcd_metrics_add(&x->m->uploads_refused, 1);
             kcd_answer_error(x, 503,
-                       "uploads in flight hold %" PRIu64 " bytes, the limit is %" PRIu64
-                       " (--upload-memory): retry later",
-                       now - add, limit);
+                             "uploads in flight hold %" PRIu64 " bytes, the limit is %" PRIu64
+                             " (--upload-memory): retry later",
+                             now - add, limit);
             return false;
         }
     } else
@@ -72,8 +72,8 @@ bool kcd_upload_want(kcd_exchange *x, const kcd_request *req, body_kind kind, ui
         return false;
     }
     if (cl >= 0 && (uint64_t)cl > limit) {
-        kcd_answer_error(x, 413, "body of %" PRId64 " bytes exceeds the limit of %" PRIu64 " bytes", cl,
-                   limit);
+        kcd_answer_error(x, 413, "body of %" PRId64 " bytes exceeds the limit of %" PRIu64 " bytes",
+                         cl, limit);
         return false;
     }
     x->body = kind;
@@ -156,7 +156,8 @@ static bool feed_artifact(kcd_exchange *x)
         x->header_ok = true;
         x->hashed = x->hdr.header_len;
         if (strcmp(x->hdr.key, x->key) != 0) {
-            kcd_answer_error(x, 400, "envelope key %s does not match URL key %s", x->hdr.key, x->key);
+            kcd_answer_error(x, 400, "envelope key %s does not match URL key %s", x->hdr.key,
+                             x->key);
             return false;
         }
         if (!kc_kind_valid(x->hdr.kind)) {
@@ -165,14 +166,15 @@ static bool feed_artifact(kcd_exchange *x)
         }
         uint64_t total = x->hdr.header_len + x->hdr.payload_len;
         if (total > kcd_ctx_max_blob(x->ctx)) {
-            kcd_answer_error(x, 413, "envelope of %" PRIu64 " bytes exceeds --max-blob %" PRIu64, total,
-                       kcd_ctx_max_blob(x->ctx));
+            kcd_answer_error(x, 413, "envelope of %" PRIu64 " bytes exceeds --max-blob %" PRIu64,
+                             total, kcd_ctx_max_blob(x->ctx));
             return false;
         }
         if (x->content_length >= 0 && (uint64_t)x->content_length != total) {
             kcd_answer_error(x, 400,
-                       "Content-Length %" PRId64 " does not match the envelope's %" PRIu64 " bytes",
-                       x->content_length, total);
+                             "Content-Length %" PRId64 " does not match the envelope's %" PRIu64
+                             " bytes",
+                             x->content_length, total);
             return false;
         }
     }
@@ -299,9 +301,9 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
     }
     if (rc == KC_OK) {
         kcd_answer_text(x, created ? 201 : 200, CT_TEXT,
-                  created                  ? "stored\n"
-                  : x->body == BODY_CCACHE ? "replaced\n"
-                                           : "already present\n");
+                        created                  ? "stored\n"
+                        : x->body == BODY_CCACHE ? "replaced\n"
+                                                 : "already present\n");
         return;
     }
     kcd_answer_store_error(x, &e);
@@ -315,8 +317,8 @@ static void end_artifact(kcd_exchange *x)
     }
     uint64_t total = x->hdr.header_len + x->hdr.payload_len;
     if (x->len != total) {
-        kcd_answer_error(x, 400, "truncated envelope for %s: %zu of %" PRIu64 " bytes", x->key, x->len,
-                   total);
+        kcd_answer_error(x, 400, "truncated envelope for %s: %zu of %" PRIu64 " bytes", x->key,
+                         x->len, total);
         return;
     }
     uint8_t d[KC_SHA256_LEN];
@@ -360,10 +362,10 @@ json_t *kcd_upload_keys(kcd_exchange *x, json_t **root)
     json_t *keys = *root ? json_object_get(*root, "keys") : NULL;
     if (!json_is_array(keys)) {
         kcd_answer_error(x, 400, "expected {\"keys\": [...]}%s%s", *root ? "" : ": ",
-                   *root ? "" : je.text);
+                         *root ? "" : je.text);
     } else if (json_array_size(keys) > KCD_MISSING_KEYS_MAX) {
         kcd_answer_error(x, 413, "%zu keys in one request (limit %d)", json_array_size(keys),
-                   KCD_MISSING_KEYS_MAX);
+                         KCD_MISSING_KEYS_MAX);
     } else {
         return keys;
     }
