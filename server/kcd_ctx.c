@@ -1,7 +1,9 @@
 /*
- * kcd_ctx.c - the context both of kcached's protocols share (kcd_ctx.h):
- * built once from the configuration, then read by every worker thread, each
- * of which gets a store handle of its own on first use.
+ * kcd_ctx.c - the context both of kcached's protocols share, and the one
+ * door through which they read and write the store (kcd_ctx.h has the
+ * rule). Built once from the configuration; each worker thread then gets a
+ * store handle, and a list of the writes its open batch has made, of its
+ * own on first use.
  */
 #include "kcd_ctx.h"
 
@@ -11,8 +13,10 @@
 
 #include "kc_sign.h"
 #include "kc_store.h"
+#include "kc_util.h"
 #include "kcd_auth.h"
 #include "kcd_hot.h"
+#include "kcd_log.h"
 #include "kcd_s3.h"
 #include "kcd_status.h"
 
@@ -22,6 +26,23 @@
  * after its last check, sooner when its pack file changes
  * (kc_store_opts.span_recheck_s): the same bound as the memory cache's. */
 #define KCD_SPAN_RECHECK_S 30u
+
+/* A write of an open batch whose last steps wait for the batch's end. */
+typedef struct pending_write {
+    char key[KC_KEY_HEX_LEN + 1];
+    bool ok;      /* the store took it (within the batch) */
+    uint8_t *env; /* its envelope for the S3 tier, or NULL */
+    size_t env_len;
+} pending_write;
+
+/* What the context keeps per calling thread. */
+typedef struct ctx_thread {
+    kc_store *store;
+    unsigned depth; /* kcd_ctx_batch_begin nesting; 0 = no batch */
+    pending_write *pending;
+    size_t npending, cap;
+} ctx_thread;
+
 struct kcd_ctx {
     char *data;
     kc_store_opts sopts;
@@ -35,22 +56,22 @@ struct kcd_ctx {
     kcd_metrics metrics;
     kcd_status *status; /* GET /status: samples and top missed keys */
     const char *tls;    /* for /status */
-    uint64_t gen;       /* identifies this context in the per-thread handle cache */
-    uint64_t
-        writes; /* writes through this server (kcd_ctx_note_write): names a bundle's snapshot */
+    uint64_t gen;       /* identifies this context in the per-thread cache */
+    uint64_t writes;    /* kcd_ctx_note_write: names a bundle's snapshot */
     pthread_mutex_t lock;
-    kc_store **handles; /* every per-thread handle, closed in kcd_ctx_free */
-    size_t nhandles, caphandles;
+    ctx_thread **threads; /* every thread's state, freed in kcd_ctx_free */
+    size_t nthreads, capthreads;
 };
 
 static uint64_t kcd_ctx_gen_counter;
-static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err);
 static __thread struct {
     uint64_t gen;
-    kc_store *store;
+    ctx_thread *t;
 } kcd_tls;
 
 /* ---------------------------------------------------------------- context */
+
+static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err);
 
 /* The S3 tier's source (kcd_s3_set_source): a key's stored envelope, read on
  * the tier's worker thread (its own store handle) without counting a hit or
@@ -110,18 +131,30 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     return KC_OK;
 }
 
+static void pending_clear(ctx_thread *t)
+{
+    for (size_t i = 0; i < t->npending; i++)
+        free(t->pending[i].env);
+    t->npending = 0;
+}
+
 void kcd_ctx_free(kcd_ctx *ctx)
 {
     if (!ctx)
         return;
     /* first: its workers drain the queue, reading refreshes from the store */
     kcd_s3_close(ctx->s3, ctx->s3_drain_ms);
-    for (size_t i = 0; i < ctx->nhandles; i++)
-        kc_store_close(ctx->handles[i]);
-    free(ctx->handles);
+    for (size_t i = 0; i < ctx->nthreads; i++) {
+        ctx_thread *t = ctx->threads[i];
+        kc_store_close(t->store); /* an open batch is rolled back */
+        pending_clear(t);
+        free(t->pending);
+        free(t);
+    }
+    free(ctx->threads);
     if (kcd_tls.gen == ctx->gen) {
         kcd_tls.gen = 0;
-        kcd_tls.store = NULL;
+        kcd_tls.t = NULL;
     }
     kcd_auth_free(ctx->auth);
     kc_trust_free(ctx->trust);
@@ -131,6 +164,407 @@ void kcd_ctx_free(kcd_ctx *ctx)
     free(ctx->data);
     free(ctx);
 }
+
+/* This thread's state for ctx, with its store handle opened on first use. */
+static ctx_thread *ctx_thread_get(kcd_ctx *ctx, kc_err *err)
+{
+    if (kcd_tls.gen == ctx->gen && kcd_tls.t)
+        return kcd_tls.t;
+    ctx_thread *t = calloc(1, sizeof *t);
+    if (!t) {
+        kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (kc_store_open(ctx->data, &ctx->sopts, &t->store, err) != KC_OK) {
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    if (ctx->nthreads == ctx->capthreads) {
+        size_t cap = ctx->capthreads ? ctx->capthreads * 2 : 16;
+        ctx_thread **v = realloc(ctx->threads, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&ctx->lock);
+            kc_store_close(t->store);
+            free(t);
+            kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        ctx->threads = v;
+        ctx->capthreads = cap;
+    }
+    ctx->threads[ctx->nthreads++] = t;
+    pthread_mutex_unlock(&ctx->lock);
+    kcd_tls.gen = ctx->gen;
+    kcd_tls.t = t;
+    return t;
+}
+
+static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
+{
+    ctx_thread *t = ctx_thread_get(ctx, err);
+    return t ? t->store : NULL;
+}
+
+kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err)
+{
+    return ctx_store(ctx, err);
+}
+
+kc_code kcd_ctx_store_open(kcd_ctx *ctx, kc_store **out, kc_err *err)
+{
+    return kc_store_open(ctx->data, &ctx->sopts, out, err);
+}
+
+/* ------------------------------------------------------------------- keys */
+
+bool kcd_key_parse(kcd_key *k, const char *hex)
+{
+    uint8_t bin[KC_SHA256_LEN];
+    if (!kc_key_valid(hex) || !kc_hex_decode(hex, bin, sizeof bin))
+        return false;
+    memcpy(k->bin, bin, sizeof bin);
+    memcpy(k->hex, hex, KC_KEY_HEX_LEN + 1);
+    return true;
+}
+
+void kcd_key_name(kcd_key *k, const char *prefix, const void *name, size_t len)
+{
+    size_t plen = strlen(prefix);
+    uint8_t small[1024];
+    kc_sha256_ctx *h = NULL;
+    if (len <= sizeof small - plen) { /* the usual case: one call, no allocation */
+        memcpy(small, prefix, plen);
+        memcpy(small + plen, name, len);
+        kc_sha256(small, plen + len, k->bin);
+    } else if ((h = kc_sha256_new()) != NULL) {
+        kc_sha256_update(h, prefix, plen);
+        kc_sha256_update(h, name, len);
+        kc_sha256_final(h, k->bin);
+        kc_sha256_free(h);
+    } else {
+        memset(k->bin, 0, sizeof k->bin);
+    }
+    kc_hex_encode(k->bin, sizeof k->bin, k->hex);
+}
+
+/* -------------------------------------------------------------- read door */
+
+void kcd_value_free(kcd_value *v)
+{
+    if (v->blob)
+        kcd_blob_unref(v->blob);
+    free(v->owned);
+    memset(v, 0, sizeof *v);
+}
+
+kc_code kcd_ctx_get(kcd_ctx *ctx, int ns, const kcd_key *k, kcd_fetch_fn fetch, void *ud,
+                    kcd_value *out, kc_err *err)
+{
+    memset(out, 0, sizeof *out);
+    bool refresh = false;
+    kcd_blob *b = kcd_hot_get_bin(ctx->hot, ns, k->bin, kc_now(), &refresh);
+    if (b && !refresh) {
+        out->blob = b;
+        out->data = b->data;
+        out->len = b->len;
+        out->from_memory = true;
+        return KC_OK;
+    }
+    if (b) /* due for a trip to the store: see kcd_hot.h */
+        kcd_blob_unref(b);
+    if (!fetch)
+        return KC_ERR_NOT_FOUND;
+    kc_store *s = ctx_store(ctx, err);
+    if (!s)
+        return err->code;
+    /* a write between this and the keep below makes the keep a no-op */
+    uint64_t epoch = kcd_hot_epoch_bin(ctx->hot, k->bin);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    kc_code rc = fetch(s, k->hex, ud, &body, &len, err);
+    if (rc != KC_OK) {
+        kcd_hot_drop_bin(ctx->hot, k->bin);
+        return rc;
+    }
+    kcd_hot_put_bin(ctx->hot, ns, k->bin, body, len, kc_now(), epoch);
+    out->owned = body;
+    out->data = body;
+    out->len = len;
+    return KC_OK;
+}
+
+void kcd_ctx_forget(kcd_ctx *ctx, const kcd_key *k)
+{
+    kcd_hot_drop_bin(ctx->hot, k->bin);
+}
+
+void kcd_ctx_keep_bundle(kcd_ctx *ctx, const kcd_key *k, const uint8_t *body, size_t len)
+{
+    kcd_hot_put_bin(ctx->hot, KCD_HOT_BUNDLE, k->bin, body, len, kc_now(), KCD_HOT_ANY_EPOCH);
+}
+
+/* ------------------------------------------------------------- write door */
+
+void kcd_ctx_note_write(kcd_ctx *ctx)
+{
+    __atomic_add_fetch(&ctx->writes, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t kcd_ctx_writes(const kcd_ctx *ctx)
+{
+    return __atomic_load_n(&ctx->writes, __ATOMIC_RELAXED);
+}
+
+/* Step 5: queued, or written through; a failure never undoes the store. */
+static void tier_copy(kcd_ctx *ctx, const char *key, const uint8_t *env, size_t len)
+{
+    kc_err e = {0};
+    if (kcd_s3_put(ctx->s3, key, env, len, &e) != KC_OK)
+        kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", key, e.msg);
+}
+
+/* Step 1 of the rule: this thread's state (NULL with *err set when its
+ * store cannot be opened), the key gone from the memory cache. */
+static ctx_thread *door_enter(kcd_ctx *ctx, const char *key, kc_err *err)
+{
+    ctx_thread *t = ctx_thread_get(ctx, err);
+    if (t)
+        kcd_hot_drop(ctx->hot, key);
+    return t;
+}
+
+/* Steps 3-5 once the store answered rc: now, or at the end of this
+ * thread's batch. env (its S3 copy, may be NULL) is taken over when owned,
+ * copied when a batch must keep it. */
+static void door_leave(kcd_ctx *ctx, ctx_thread *t, const char *key, kc_code rc, uint8_t *env,
+                       size_t env_len, bool owned)
+{
+    if (rc != KC_OK || !ctx->s3) {
+        if (owned)
+            free(env);
+        env = NULL;
+    }
+    if (t->depth) {
+        if (t->npending == t->cap) {
+            size_t cap = t->cap ? t->cap * 2 : 64;
+            pending_write *p = realloc(t->pending, cap * sizeof *p);
+            if (!p) { /* the key cannot wait for the batch: forget it now */
+                kcd_hot_drop(ctx->hot, key);
+                kcd_ctx_note_write(ctx);
+                kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
+                if (owned)
+                    free(env);
+                return;
+            }
+            t->pending = p;
+            t->cap = cap;
+        }
+        pending_write *w = &t->pending[t->npending++];
+        memcpy(w->key, key, sizeof w->key);
+        w->ok = rc == KC_OK;
+        w->env = env;
+        w->env_len = env_len;
+        if (env && !owned && (w->env = malloc(env_len)) != NULL)
+            memcpy(w->env, env, env_len);
+        else if (env && !owned)
+            kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
+        return;
+    }
+    kcd_hot_drop(ctx->hot, key);
+    if (rc == KC_OK)
+        kcd_ctx_note_write(ctx);
+    if (env)
+        tier_copy(ctx, key, env, env_len);
+    if (owned)
+        free(env);
+}
+
+kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size_t env_len,
+                    bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    ctx_thread *t = door_enter(ctx, a->key, err);
+    if (!t)
+        return err->code;
+    /* the envelope was checked while it streamed in; --trusted-keys also
+     * wants it signed */
+    kc_code rc = kc_store_trusts(t->store, a, err);
+    if (rc == KC_OK)
+        rc = kc_store_put(t->store, a, created, err);
+    uint8_t *copy = NULL;
+    if (rc == KC_OK && ctx->s3 && !env) { /* an artifact whose caller holds no envelope */
+        kc_err e = {0};
+        if (kc_envelope_encode(a, &copy, &env_len, &e) != KC_OK)
+            kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", a->key, e.msg);
+        env = copy;
+    }
+    door_leave(ctx, t, a->key, rc, copy ? copy : (uint8_t *)env, env_len, copy != NULL);
+    return rc;
+}
+
+kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err)
+{
+    if (created)
+        *created = false;
+    ctx_thread *t = door_enter(ctx, a->key, err);
+    if (!t)
+        return err->code;
+    kc_code rc = kc_store_replace(t->store, a, created, err);
+    door_leave(ctx, t, a->key, rc, NULL, 0, false);
+    return rc;
+}
+
+kc_code kcd_ctx_delete(kcd_ctx *ctx, const kcd_key *k, kc_err *err)
+{
+    ctx_thread *t = door_enter(ctx, k->hex, err);
+    if (!t)
+        return err->code;
+    kc_code rc = kc_store_delete(t->store, k->hex, err);
+    door_leave(ctx, t, k->hex, rc, NULL, 0, false);
+    return rc;
+}
+
+kc_code kcd_ctx_put_from_tier(kcd_ctx *ctx, const kcd_key *k, const uint8_t *env, size_t len,
+                              kc_err *err)
+{
+    ctx_thread *t = door_enter(ctx, k->hex, err);
+    kc_code rc = t ? KC_OK : err->code;
+    if (t) {
+        bool created;
+        rc = kc_store_put_envelope(t->store, env, len, k->hex, &created, err);
+        door_leave(ctx, t, k->hex, rc, NULL, 0, false); /* it came from the tier */
+    }
+    kcd_hot_put_bin(ctx->hot, KCD_HOT_ENVELOPE, k->bin, env, len, kc_now(), KCD_HOT_ANY_EPOCH);
+    return rc;
+}
+
+/* The batch functions on a thread's state. */
+static kc_code batch_begin(ctx_thread *t, kc_err *err)
+{
+    if (t->depth == 0) {
+        kc_code rc = kc_store_batch_begin(t->store, err);
+        if (rc != KC_OK)
+            return rc;
+    }
+    t->depth++;
+    return KC_OK;
+}
+
+static kc_code batch_end(kcd_ctx *ctx, ctx_thread *t, bool commit, kc_err *err)
+{
+    if (t->depth == 0 || --t->depth > 0)
+        return KC_OK;
+    kc_code rc = kc_store_batch_end(t->store, commit, err);
+    bool kept = commit && rc == KC_OK, wrote = false;
+    for (size_t i = 0; i < t->npending; i++) {
+        kcd_hot_drop(ctx->hot, t->pending[i].key);
+        wrote |= t->pending[i].ok;
+    }
+    if (wrote) /* before any answer of the batch goes out */
+        kcd_ctx_note_write(ctx);
+    for (size_t i = 0; kept && i < t->npending; i++)
+        if (t->pending[i].ok && t->pending[i].env)
+            tier_copy(ctx, t->pending[i].key, t->pending[i].env, t->pending[i].env_len);
+    pending_clear(t);
+    return rc;
+}
+
+kc_code kcd_ctx_batch_begin(kcd_ctx *ctx, kc_err *err)
+{
+    ctx_thread *t = ctx_thread_get(ctx, err);
+    return t ? batch_begin(t, err) : err->code;
+}
+
+kc_code kcd_ctx_batch_end(kcd_ctx *ctx, bool commit, kc_err *err)
+{
+    ctx_thread *t = ctx_thread_get(ctx, err);
+    return t ? batch_end(ctx, t, commit, err) : err->code;
+}
+
+kc_code kcd_ctx_delete_if(kcd_ctx *ctx, const kcd_key *k, kcd_still_fn still, void *ud, kc_err *err)
+{
+    ctx_thread *t = door_enter(ctx, k->hex, err);
+    if (!t)
+        return err->code;
+    kc_code rc = batch_begin(t, err);
+    if (rc != KC_OK)
+        return rc;
+    kc_artifact a = {0};
+    rc = kc_store_get(t->store, k->hex, &a, err);
+    if (rc == KC_OK) {
+        bool go = still(&a, ud);
+        kc_artifact_free(&a);
+        rc = go ? kc_store_delete(t->store, k->hex, err)
+                : kc_err_set(err, KC_ERR_NOT_FOUND, "%s was written again: kept", k->hex);
+    }
+    door_leave(ctx, t, k->hex, rc, NULL, 0, false);
+    kc_err ee = {0};
+    kc_code end = batch_end(ctx, t, true, &ee);
+    if (rc == KC_OK && end != KC_OK) {
+        *err = ee;
+        rc = end;
+    }
+    return rc;
+}
+
+/* ----------------------------------------------------------- bundle import */
+
+struct kcd_import {
+    kcd_ctx *ctx;
+    kc_store *store;
+    kc_bundle_import *im;
+};
+
+kc_code kcd_ctx_import_begin(kcd_ctx *ctx, uint64_t max_payload, kcd_import **out, kc_err *err)
+{
+    *out = NULL;
+    kcd_import *im = calloc(1, sizeof *im);
+    if (!im)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    im->ctx = ctx;
+    kc_code rc = kc_store_open(ctx->data, &ctx->sopts, &im->store, err);
+    if (rc == KC_OK)
+        rc = kc_bundle_import_begin(im->store, &im->im, err);
+    if (rc != KC_OK) {
+        kcd_ctx_import_free(im);
+        return rc;
+    }
+    kc_bundle_import_set_max_payload(im->im, max_payload);
+    *out = im;
+    return KC_OK;
+}
+
+kc_code kcd_ctx_import_feed(kcd_import *im, const void *data, size_t len, kc_err *err)
+{
+    kc_code rc = kc_bundle_import_feed(im->im, data, len, err);
+    kcd_ctx_note_write(im->ctx); /* what the feed checked is committed, even on an error */
+    return rc;
+}
+
+uint64_t kcd_ctx_import_buffered(const kcd_import *im)
+{
+    return kc_bundle_import_buffered(im->im);
+}
+
+kc_code kcd_ctx_import_finish(kcd_import *im, kc_bundle_stats *st, kc_err *err)
+{
+    kc_code rc = kc_bundle_import_finish(im->im, st, err);
+    kcd_ctx_note_write(im->ctx);
+    return rc;
+}
+
+void kcd_ctx_import_free(kcd_import *im)
+{
+    if (!im)
+        return;
+    kc_bundle_import_free(im->im);
+    kc_store_close(im->store);
+    free(im);
+}
+
+/* ----------------------------------------------------------------- upkeep */
 
 kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
 {
@@ -143,52 +577,11 @@ kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
     return rc;
 }
 
+/* -------------------------------------------------------------- accessors */
+
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)
 {
     return &ctx->metrics;
-}
-
-kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx)
-{
-    return ctx->s3;
-}
-
-void kcd_ctx_note_write(kcd_ctx *ctx)
-{
-    __atomic_add_fetch(&ctx->writes, 1, __ATOMIC_RELAXED);
-}
-
-/* This thread's store handle for ctx, opened on first use. */
-static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)
-{
-    if (kcd_tls.gen == ctx->gen && kcd_tls.store)
-        return kcd_tls.store;
-    kc_store *s = NULL;
-    if (kc_store_open(ctx->data, &ctx->sopts, &s, err) != KC_OK)
-        return NULL;
-    pthread_mutex_lock(&ctx->lock);
-    if (ctx->nhandles == ctx->caphandles) {
-        size_t cap = ctx->caphandles ? ctx->caphandles * 2 : 16;
-        kc_store **h = realloc(ctx->handles, cap * sizeof *h);
-        if (!h) {
-            pthread_mutex_unlock(&ctx->lock);
-            kc_store_close(s);
-            kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        ctx->handles = h;
-        ctx->caphandles = cap;
-    }
-    ctx->handles[ctx->nhandles++] = s;
-    pthread_mutex_unlock(&ctx->lock);
-    kcd_tls.gen = ctx->gen;
-    kcd_tls.store = s;
-    return s;
-}
-
-kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err)
-{
-    return ctx_store(ctx, err);
 }
 
 const kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx)
@@ -201,9 +594,14 @@ kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx)
     return ctx->hot;
 }
 
-kc_code kcd_ctx_store_open(kcd_ctx *ctx, kc_store **out, kc_err *err)
+kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx)
 {
-    return kc_store_open(ctx->data, &ctx->sopts, out, err);
+    return ctx->s3;
+}
+
+kcd_status *kcd_ctx_status(kcd_ctx *ctx)
+{
+    return ctx->status;
 }
 
 uint64_t kcd_ctx_max_blob(const kcd_ctx *ctx)
@@ -224,14 +622,4 @@ const char *kcd_ctx_data_dir(const kcd_ctx *ctx)
 const char *kcd_ctx_tls_state(const kcd_ctx *ctx)
 {
     return ctx->tls;
-}
-
-kcd_status *kcd_ctx_status(kcd_ctx *ctx)
-{
-    return ctx->status;
-}
-
-uint64_t kcd_ctx_writes(const kcd_ctx *ctx)
-{
-    return __atomic_load_n(&ctx->writes, __ATOMIC_RELAXED);
 }

@@ -65,44 +65,39 @@ static void envelope_headers(kcd_exchange *x, bool zstd, uint64_t env_len)
     snprintf(x->resp->extra_value, sizeof x->resp->extra_value, "%" PRIu64, env_len);
 }
 
-/* Serves from the memory cache when possible; false when the store is needed. */
-static bool get_hot(kcd_exchange *x, int ns, const char *ctype)
+/* Answers 200 with a body read through the door (taken over from v),
+ * counting the hit. */
+static void answer_value(kcd_exchange *x, int ns, const char *ctype, kcd_value *v)
 {
-    bool refresh;
-    kcd_blob *b = kcd_hot_get(x->hot, ns, x->key, kc_now(), &refresh);
-    if (!b)
-        return false;
-    if (refresh) { /* due for a store round trip: see kcd_hot.h */
-        kcd_blob_unref(b);
-        return false;
-    }
     kcd_metrics_add(&x->m->hits, 1);
-    kcd_metrics_add(&x->m->mem_hits, 1);
-    kcd_answer_blob(x, 200, ctype, b);
+    if (v->from_memory)
+        kcd_metrics_add(&x->m->mem_hits, 1);
+    if (v->blob)
+        kcd_answer_blob(x, 200, ctype, v->blob);
+    else
+        kcd_answer_take(x, 200, ctype, v->owned, v->len);
+    v->blob = NULL;
+    v->owned = NULL;
     if (x->resp && ns == KCD_HOT_ENVELOPE)
         x->resp->vary = "Accept-Encoding";
+}
+
+/* Answers with the memory cache's fresh copy of x's envelope; false when it
+ * has none (the store is needed). */
+static bool get_memory(kcd_exchange *x)
+{
+    kcd_value v;
+    if (kcd_ctx_get(x->ctx, KCD_HOT_ENVELOPE, &x->k, NULL, NULL, &v, NULL) != KC_OK)
+        return false;
+    answer_value(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, &v);
     return true;
 }
 
-/* The other half of get_hot: answers 200 with body (taken over), read from
- * the store or the S3 tier, and keeps a copy in the memory cache. */
-static void put_hot(kcd_exchange *x, int ns, const char *ctype, uint8_t *body, size_t len,
-                    uint64_t epoch)
+/* A ccache entry's payload, as the memory cache keeps it (kcd_fetch_fn). */
+static kc_code fetch_payload(kc_store *s, const char *key, void *ud, uint8_t **out, size_t *len,
+                             kc_err *e)
 {
-    kcd_metrics_add(&x->m->hits, 1);
-    if (body)
-        kcd_hot_put_since(x->hot, ns, x->key, body, len, kc_now(), epoch);
-    kcd_answer_take(x, 200, ctype, body, len);
-    if (x->resp && ns == KCD_HOT_ENVELOPE)
-        x->resp->vary = "Accept-Encoding";
-}
-
-/* Reads x->key's body out of a store: an envelope, or a ccache payload. */
-typedef kc_code (*hot_fetch_fn)(kc_store *s, const char *key, uint8_t **out, size_t *len,
-                                kc_err *e);
-
-static kc_code fetch_payload(kc_store *s, const char *key, uint8_t **out, size_t *len, kc_err *e)
-{
+    (void)ud;
     kc_artifact a = {0};
     kc_code rc = kc_store_get(s, key, &a, e);
     if (rc != KC_OK)
@@ -111,64 +106,22 @@ static kc_code fetch_payload(kc_store *s, const char *key, uint8_t **out, size_t
     *len = a.payload_len;
     a.payload = NULL;
     kc_artifact_free(&a);
-    return KC_OK;
-}
-
-/* The read path of GET/HEAD on artifacts and ccache entries: the memory
- * cache, else fetch from this thread's store, keeping what it returns.
- * True when answered (a hit, or the store could not be opened). False on a
- * store miss or error: the key is dropped from the memory cache (gone or
- * corrupt for every client), *rc and *e say why, *sp is the store, and the
- * caller answers. */
-static bool get_cached(kcd_exchange *x, int ns, const char *ctype, hot_fetch_fn fetch,
-                       kc_store **sp, kc_code *rc, kc_err *e)
-{
-    if (get_hot(x, ns, ctype))
-        return true;
-    kc_store *s = *sp = kcd_ctx_store(x->ctx, e);
-    if (!s) {
-        kcd_answer_store_error(x, e);
-        return true;
-    }
-    uint8_t *body = NULL;
-    size_t len = 0;
-    uint64_t epoch = kcd_hot_epoch(x->hot, x->key);
-    *rc = fetch(s, x->key, &body, &len, e);
-    if (*rc == KC_OK) {
-        put_hot(x, ns, ctype, body, len, epoch);
-        return true;
-    }
-    kcd_hot_drop(x->hot, x->key);
-    return false;
-}
-
-/* x->key's stored zstd stream (kc_store_get_zstd) from this thread's
- * store, or NULL: then either x is answered (no store) or *rc and *e say
- * why, and the key is dropped from the memory cache (gone or corrupt). */
-static uint8_t *stored_stream(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e, size_t *zlen,
-                              size_t *envlen)
-{
-    kc_store *s = *sp = kcd_ctx_store(x->ctx, e);
-    if (!s) {
-        kcd_answer_store_error(x, e);
-        return NULL;
-    }
-    uint8_t *z = NULL;
-    *rc = kc_store_get_zstd(s, x->key, &z, zlen, envlen, e);
-    if (*rc != KC_OK)
-        kcd_hot_drop(x->hot, x->key);
-    return *rc == KC_OK ? z : NULL;
+    return *out ? KC_OK : kc_err_set(e, KC_ERR_NOMEM, "out of memory reading %s", key);
 }
 
 /* GET with Accept-Encoding: zstd: the stored frame as is, never from (nor
- * into) the memory cache, which holds decoded envelopes. Same contract as
- * get_cached. */
-static bool get_zstd(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
+ * into) the memory cache, which holds decoded envelopes. True when
+ * answered; false with *rc and *e saying why (the memory cache then forgets
+ * the key: gone or corrupt). */
+static bool get_zstd(kcd_exchange *x, kc_store *s, kc_code *rc, kc_err *e)
 {
+    uint8_t *z = NULL;
     size_t zlen = 0, envlen = 0;
-    uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
-    if (!z)
-        return x->resp != NULL;
+    *rc = kc_store_get_zstd(s, x->k.hex, &z, &zlen, &envlen, e);
+    if (*rc != KC_OK) {
+        kcd_ctx_forget(x->ctx, &x->k);
+        return false;
+    }
     kcd_metrics_add(&x->m->hits, 1);
     kcd_answer_take(x, 200, CT_ENVELOPE, z, zlen);
     envelope_headers(x, true, envlen);
@@ -202,7 +155,8 @@ static ZSTD_DCtx *thread_dctx(void)
 }
 
 /* A large body through the store's bounded reader (the reader counts the
- * hit in the store; here the server's hit). */
+ * hit in the store; here the server's hit). Same contract as get_zstd, but
+ * the memory cache keeps the key. */
 static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_len, kc_code *rc,
                          kc_err *e)
 {
@@ -212,7 +166,7 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
         return true;
     }
     bool framed = false;
-    *rc = kc_store_reader_open(s, x->key, zstd, &st->reader, &st->len, &framed, e);
+    *rc = kc_store_reader_open(s, x->k.hex, zstd, &st->reader, &st->len, &framed, e);
     if (*rc != KC_OK) {
         free(st);
         return false;
@@ -230,58 +184,76 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
     return true;
 }
 
-/* GET of an envelope: the memory cache, else the stored zstd stream,
- * decoded whole (and kept in the memory cache) when small, streamed to the
- * client when large, so a big artifact costs its compressed size and a
- * decoding window rather than its whole length per request. Same contract
- * as get_cached. */
-static bool get_envelope(kcd_exchange *x, kc_store **sp, kc_code *rc, kc_err *e)
+/* An envelope as the memory cache keeps it (kcd_fetch_fn; ud: the memory
+ * cache): the stored zstd stream decoded whole. KC_ERR_TOO_LARGE when the
+ * entry has grown past what the memory cache keeps since the caller looked
+ * (a replaced entry): then it is streamed instead. */
+static kc_code fetch_envelope(kc_store *s, const char *key, void *ud, uint8_t **body, size_t *len,
+                              kc_err *e)
 {
-    if (get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
-        return true;
+    uint8_t *z = NULL;
     size_t zlen = 0, envlen = 0;
-    uint64_t epoch = kcd_hot_epoch(x->hot, x->key);
-    uint8_t *z = stored_stream(x, sp, rc, e, &zlen, &envlen);
-    if (!z)
-        return x->resp != NULL;
-    if (envlen >= KCD_LARGE_BODY && !kcd_hot_accepts(x->hot, envlen)) {
+    kc_code rc = kc_store_get_zstd(s, key, &z, &zlen, &envlen, e);
+    if (rc != KC_OK)
+        return rc;
+    if (envlen >= KCD_LARGE_BODY && !kcd_hot_accepts(ud, envlen)) {
         free(z);
-        return get_streamed(x, *sp, false, envlen, rc, e);
+        return kc_err_set(e, KC_ERR_TOO_LARGE, "%s is too large to decode whole", key);
     }
     uint8_t *env = malloc(envlen ? envlen : 1);
     ZSTD_DCtx *d = thread_dctx();
     size_t got = env && d ? ZSTD_decompressDCtx(d, env, envlen, z, zlen) : 0;
     free(z);
     if (env && !ZSTD_isError(got) && got == envlen) {
-        put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, envlen, epoch);
-        return true;
+        *body = env;
+        *len = envlen;
+        return KC_OK;
     }
     free(env);
     /* checked bytes that do not decode: the store's own read judges (and
      * quarantines) them */
-    return get_cached(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, kc_store_get_envelope, sp, rc, e);
+    return kc_store_get_envelope(s, key, body, len, e);
+}
+
+/* GET of an envelope through the read door: the memory cache, else the
+ * stored zstd stream decoded whole (and kept in the memory cache), so a big
+ * artifact that the memory cache does not keep costs its compressed size
+ * and a decoding window rather than its whole length per request (the
+ * caller streams those). Same contract as get_zstd. */
+static bool get_envelope(kcd_exchange *x, kc_store *s, kc_code *rc, kc_err *e)
+{
+    kcd_value v;
+    *rc = kcd_ctx_get(x->ctx, KCD_HOT_ENVELOPE, &x->k, fetch_envelope, x->hot, &v, e);
+    if (*rc == KC_OK) {
+        answer_value(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, &v);
+        kcd_value_free(&v);
+        return true;
+    }
+    return *rc == KC_ERR_TOO_LARGE && get_streamed(x, s, false, 0, rc, e);
 }
 
 /* Local miss with an S3 tier: fetch the (verified) envelope from the bucket,
  * keep it locally, answer with it. False when the bucket has nothing usable. */
-static bool read_through(kcd_exchange *x, kc_store *s)
+static bool read_through(kcd_exchange *x)
 {
     uint8_t *env = NULL;
     size_t len = 0;
     kc_err e = {0};
-    kc_code rc = kcd_s3_get(x->s3, x->key, &env, &len, &e);
+    kc_code rc = kcd_s3_get(x->s3, x->k.hex, &env, &len, &e);
     if (rc != KC_OK) { /* untrusted too: a miss, never served nor kept */
         if (rc != KC_ERR_NOT_FOUND)
-            kcd_log(KCD_LOG_WARN, "S3 read-through of %s failed: %s", x->key, e.msg);
+            kcd_log(KCD_LOG_WARN, "S3 read-through of %s failed: %s", x->k.hex, e.msg);
         return false;
     }
-    bool created;
-    if (kc_store_put_envelope(s, env, len, x->key, &created, &e) != KC_OK) {
+    if (kcd_ctx_put_from_tier(x->ctx, &x->k, env, len, &e) != KC_OK) {
         /* Served anyway (kcd_s3_get checked it, signature included); only
          * the local copy failed. */
-        kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->key, e.msg);
+        kcd_log(KCD_LOG_WARN, "keeping %s from S3 locally failed: %s", x->k.hex, e.msg);
     }
-    put_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE, env, len, KCD_HOT_ANY_EPOCH);
+    kcd_metrics_add(&x->m->hits, 1);
+    kcd_answer_take(x, 200, CT_ENVELOPE, env, len);
+    if (x->resp)
+        x->resp->vary = "Accept-Encoding";
     return true;
 }
 
@@ -310,16 +282,15 @@ static void answer_span(kcd_exchange *x, kc_store_span *sp)
  * ones are buffered. */
 void kcd_read_artifact(kcd_exchange *x, const kcd_request *req)
 {
-    kc_err e = {0};
-    kc_store *s = NULL;
-    kc_code rc = KC_OK;
     bool zstd = accepts_zstd(kcd_req_header(req, "Accept-Encoding"));
-    if (!zstd && get_hot(x, KCD_HOT_ENVELOPE, CT_ENVELOPE))
+    if (!zstd && get_memory(x))
         return;
-    if (!(s = kcd_ctx_store(x->ctx, &e)))
+    kc_err e = {0};
+    kc_store *s = kcd_ctx_store(x->ctx, &e);
+    if (!s)
         return kcd_answer_store_error(x, &e);
     kc_store_span sp;
-    rc = kc_store_get_span(s, x->key, zstd, &sp, &e);
+    kc_code rc = kc_store_get_span(s, x->k.hex, zstd, &sp, &e);
     bool answered = false;
     if (rc == KC_OK && sp.fd >= 0) {
         answer_span(x, &sp);
@@ -330,25 +301,25 @@ void kcd_read_artifact(kcd_exchange *x, const kcd_request *req)
         if (sp.env_len >= KCD_LARGE_BODY && !hot)
             answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
         else if (zstd)
-            answered = get_zstd(x, &s, &rc, &e);
+            answered = get_zstd(x, s, &rc, &e);
         else
-            answered = get_envelope(x, &s, &rc, &e);
+            answered = get_envelope(x, s, &rc, &e);
     } else {
-        kcd_hot_drop(x->hot, x->key);
+        kcd_ctx_forget(x->ctx, &x->k);
     }
     if (answered)
         return;
-    if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->s3 && read_through(x, s))
+    if ((rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) && x->s3 && read_through(x))
         return;
     if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->m->misses, 1);
-        kcd_status_note_miss(kcd_ctx_status(x->ctx), x->key);
+        kcd_status_note_miss(kcd_ctx_status(x->ctx), x->k.hex);
     }
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
         kcd_metrics_add(&x->m->corrupt, 1);
-        kcd_log(KCD_LOG_WARN, "corrupt entry %s quarantined: %s", x->key, e.msg);
-        kcd_answer_error(x, 404, "artifact %s not found (stored copy was corrupt)", x->key);
+        kcd_log(KCD_LOG_WARN, "corrupt entry %s quarantined: %s", x->k.hex, e.msg);
+        kcd_answer_error(x, 404, "artifact %s not found (stored copy was corrupt)", x->k.hex);
         return;
     }
     kcd_answer_store_error(x, &e);
@@ -357,10 +328,13 @@ void kcd_read_artifact(kcd_exchange *x, const kcd_request *req)
 void kcd_read_ccache(kcd_exchange *x)
 {
     kc_err e = {0};
-    kc_store *s = NULL;
-    kc_code rc = KC_OK;
-    if (get_cached(x, KCD_HOT_CCACHE, CT_BIN, fetch_payload, &s, &rc, &e))
+    kcd_value v;
+    kc_code rc = kcd_ctx_get(x->ctx, KCD_HOT_CCACHE, &x->k, fetch_payload, NULL, &v, &e);
+    if (rc == KC_OK) {
+        answer_value(x, KCD_HOT_CCACHE, CT_BIN, &v);
+        kcd_value_free(&v);
         return;
+    }
     kcd_metrics_add(&x->m->misses, 1);
     kcd_status_note_miss(kcd_ctx_status(x->ctx), x->ccache_path);
     if (rc == KC_ERR_CORRUPT) {
@@ -469,18 +443,15 @@ void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
     /* A crowd of CI machines pulls the same bundle: the memory cache keeps
      * a finished bundle under (query, writes through this server), sent
      * from a memfd with sendfile(2) like a large artifact. Entries written
-     * by other processes, S3 read-through or eviction by `kcache gc` show
-     * after the cache's refresh interval, as with artifacts (kcd_hot.h). */
+     * by other processes or removed by eviction or `kcache gc` show after
+     * the cache's refresh interval, as with artifacts (kcd_hot.h). */
     char snap[512];
     snprintf(snap, sizeof snap, "bundle\n%s\n%s\n%s\n%lld\n%" PRIu64, f.device ? f.device : "",
              f.kind ? f.kind : "", f.tag ? f.tag : "", (long long)f.since, kcd_ctx_writes(x->ctx));
-    kc_sha256_hex(snap, strlen(snap), x->key);
-    bool refresh = false;
-    kcd_blob *b = kcd_hot_get(x->hot, KCD_HOT_BUNDLE, x->key, kc_now(), &refresh);
-    if (b && !refresh)
-        return kcd_answer_blob(x, 200, CT_BUNDLE, b);
-    if (b)
-        kcd_blob_unref(b);
+    kcd_key_name(&x->k, "", snap, strlen(snap));
+    kcd_value kept;
+    if (kcd_ctx_get(x->ctx, KCD_HOT_BUNDLE, &x->k, NULL, NULL, &kept, NULL) == KC_OK)
+        return kcd_answer_blob(x, 200, CT_BUNDLE, kept.blob);
     kc_err e = {0};
     kcd_stream *st = calloc(1, sizeof *st);
     if (!st) {
@@ -511,7 +482,7 @@ void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
             st->head_len += n;
         }
         if (n == 0) { /* the whole bundle */
-            kcd_hot_put(x->hot, KCD_HOT_BUNDLE, x->key, st->head, st->head_len, kc_now());
+            kcd_ctx_keep_bundle(x->ctx, &x->k, st->head, st->head_len);
             uint8_t *body = st->head;
             size_t len = st->head_len;
             st->head = NULL;

@@ -174,24 +174,6 @@ bool kcd_ccache_path_valid(const char *path)
     return true;
 }
 
-/* The store key of a ccache path: SHA-256 over "ccache:" + path. */
-static void ccache_key(const char *path, char key[KC_KEY_HEX_LEN + 1])
-{
-    kc_sha256_ctx *h = kc_sha256_new();
-    uint8_t d[KC_SHA256_LEN];
-    if (!h) {
-        char tmp[KCD_CCACHE_PATH_MAX + 8];
-        int n = snprintf(tmp, sizeof tmp, "ccache:%s", path);
-        kc_sha256(tmp, (size_t)n, d);
-    } else {
-        kc_sha256_update(h, "ccache:", 7);
-        kc_sha256_update(h, path, strlen(path));
-        kc_sha256_final(h, d);
-        kc_sha256_free(h);
-    }
-    kc_hex_encode(d, KC_SHA256_LEN, key);
-}
-
 static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
 {
     /* a verified client certificate named in the tokens file decides alone;
@@ -216,30 +198,17 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
     return false;
 }
 
-/* Counts a successful write before its answer goes out, so a bundle
- * requested after that answer is never one cached before the write. */
-void kcd_exchange_note_write(kcd_exchange *x)
-{
-    if (x->resp && x->resp->status >= 200 && x->resp->status < 300 && x->body != BODY_MISSING)
-        kcd_ctx_note_write(x->ctx);
-}
-
+/* DELETE of an artifact or a ccache entry, through the write door. */
 static void delete_key(kcd_exchange *x, const char *what)
 {
     kc_err e = {0};
-    kc_store *s = kcd_ctx_store(x->ctx, &e);
-    kcd_hot_drop(x->hot, x->key);
-    kc_code rc = s ? kc_store_delete(s, x->key, &e) : e.code;
-    /* again: a GET on another thread may have re-cached the entry between
-     * the first drop and the delete */
-    kcd_hot_drop(x->hot, x->key);
+    kc_code rc = kcd_ctx_delete(x->ctx, &x->k, &e);
     if (rc == KC_OK)
         kcd_answer_new(x, 204, CT_TEXT);
     else if (rc == KC_ERR_NOT_FOUND)
         kcd_answer_error(x, 404, "%s not found", what);
     else
         kcd_answer_store_error(x, &e);
-    kcd_exchange_note_write(x);
 }
 
 static void get_stats(kcd_exchange *x, bool prometheus)
@@ -336,10 +305,9 @@ static void r_missing(kcd_exchange *x, const kcd_request *req, const char *rest)
 
 static void r_artifact(kcd_exchange *x, const kcd_request *req, const char *key)
 {
-    if (!kc_key_valid(key))
+    if (!kcd_key_parse(&x->k, key))
         return kcd_answer_error(x, 400, "bad key '%.80s%s': want 64 lowercase hex characters", key,
                                 strlen(key) > 80 ? "..." : "");
-    memcpy(x->key, key, KC_KEY_HEX_LEN + 1);
     if (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD)
         return kcd_read_artifact(x, req);
     if (x->route == KCD_R_ARTIFACT_DELETE)
@@ -371,7 +339,7 @@ static void r_ccache(kcd_exchange *x, const kcd_request *req, const char *cp)
         return kcd_answer_error(x, 400, "bad ccache path (want 1..%d of [A-Za-z0-9_.-/], no ..)",
                                 KCD_CCACHE_PATH_MAX);
     snprintf(x->ccache_path, sizeof x->ccache_path, "%s", cp);
-    ccache_key(cp, x->key);
+    kcd_key_name(&x->k, "ccache:", cp, strlen(cp));
     if (x->route == KCD_R_CCACHE_GET || x->route == KCD_R_CCACHE_HEAD)
         return kcd_read_ccache(x);
     if (x->route == KCD_R_CCACHE_DELETE)
@@ -522,7 +490,7 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     kcd_metrics_request(x->m, x->route, status, x->bytes_in,
                         (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
     if (status == 200 && (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
-        kcd_s3_note_hit(x->s3, x->key); /* keeps a hot key's bucket copy young */
+        kcd_s3_note_hit(x->s3, x->k.hex); /* keeps a hot key's bucket copy young */
     if (kcd_log_enabled(KCD_LOG_INFO))
         kcd_log(KCD_LOG_INFO, "access %s \"%s %s\" %d %" PRIu64 " %" PRIu64 " %.3fms %s%s",
                 x->remote, x->method, x->path, status, x->bytes_in, x->bytes_out, dt * 1e3, x->who,

@@ -73,7 +73,7 @@ struct kcd_exchange {
     double t0;
     uint64_t bytes_in, bytes_out;
     int64_t content_length; /* -1 when absent */
-    char key[KC_KEY_HEX_LEN + 1];
+    kcd_key k;              /* the artifact's, ccache path's or bundle query's key */
     char ccache_path[KCD_CCACHE_PATH_MAX + 1];
     /* buffered upload */
     uint8_t *buf;
@@ -84,9 +84,7 @@ struct kcd_exchange {
     size_t hashed;      /* bytes of buf already hashed */
     size_t header_need; /* bytes needed before the header can parse */
     uint64_t held;      /* body bytes this exchange counts in metrics.upload_bytes */
-    /* bundle import */
-    kc_store *import_store;
-    kc_bundle_import *import;
+    kcd_import *import; /* POST /v1/bundle */
 };
 
 /* ---- answers (kcd_routes.c): each replaces the exchange's response */
@@ -110,10 +108,7 @@ void kcd_answer_store_error(kcd_exchange *x, const kc_err *e);
 const char *kcd_req_header(const kcd_request *req, const char *name);
 const char *kcd_req_arg(const kcd_request *req, const char *name);
 
-/* Counts a successful write before its answer goes out (kcd_ctx_note_write). */
-void kcd_exchange_note_write(kcd_exchange *x);
-
-/* ---- the read plan (kcd_read.c); x->key is set */
+/* ---- the read plan (kcd_read.c); x->k is set */
 
 /* GET/HEAD /v1/artifacts/{key}. */
 void kcd_read_artifact(kcd_exchange *x, const kcd_request *req);

@@ -13,9 +13,7 @@
 #include <string.h>
 
 #include "kc_util.h"
-#include "kcd_log.h"
 #include "kcd_routes_int.h"
-#include "kcd_s3.h"
 
 /* Sets the body bytes x holds to n in the server-wide count, refusing (503,
  * false) growth past --upload-memory, so many slow or lying uploads cannot
@@ -150,14 +148,14 @@ static bool feed_artifact(kcd_exchange *x)
             return true;
         }
         if (rc != KC_OK) {
-            kcd_answer_error(x, 400, "bad envelope for %s: %s", x->key, e.msg);
+            kcd_answer_error(x, 400, "bad envelope for %s: %s", x->k.hex, e.msg);
             return false;
         }
         x->header_ok = true;
         x->hashed = x->hdr.header_len;
-        if (strcmp(x->hdr.key, x->key) != 0) {
+        if (strcmp(x->hdr.key, x->k.hex) != 0) {
             kcd_answer_error(x, 400, "envelope key %s does not match URL key %s", x->hdr.key,
-                             x->key);
+                             x->k.hex);
             return false;
         }
         if (!kc_kind_valid(x->hdr.kind)) {
@@ -180,7 +178,7 @@ static bool feed_artifact(kcd_exchange *x)
     }
     uint64_t total = x->hdr.header_len + x->hdr.payload_len;
     if (x->len > total) {
-        kcd_answer_error(x, 400, "body longer than the envelope for %s", x->key);
+        kcd_answer_error(x, 400, "body longer than the envelope for %s", x->k.hex);
         return false;
     }
     if (x->len > x->hashed) {
@@ -193,13 +191,13 @@ static bool feed_artifact(kcd_exchange *x)
 static bool import_flush(kcd_exchange *x)
 {
     kc_err e = {0};
-    if (x->len && kc_bundle_import_feed(x->import, x->buf, x->len, &e) != KC_OK) {
+    if (x->len && kcd_ctx_import_feed(x->import, x->buf, x->len, &e) != KC_OK) {
         kcd_answer_store_error(x, &e);
         return false;
     }
     x->len = 0;
     /* the importer gathers a record (up to --max-blob) before storing it */
-    return kcd_upload_hold(x, KCD_IMPORT_FEED + kc_bundle_import_buffered(x->import));
+    return kcd_upload_hold(x, KCD_IMPORT_FEED + kcd_ctx_import_buffered(x->import));
 }
 
 static bool feed_body(kcd_exchange *x, const void *data, size_t len);
@@ -211,10 +209,8 @@ static void drop_body(kcd_exchange *x)
     free(x->buf);
     x->buf = NULL;
     x->len = x->cap = 0;
-    kc_bundle_import_free(x->import);
+    kcd_ctx_import_free(x->import);
     x->import = NULL;
-    kc_store_close(x->import_store);
-    x->import_store = NULL;
     kcd_upload_hold(x, 0);
 }
 
@@ -273,32 +269,16 @@ static bool feed_body(kcd_exchange *x, const void *data, size_t len)
     return true;
 }
 
+/* Stores a checked upload through the write door and answers: an envelope
+ * as a content-addressed put (x->buf holds it whole, the S3 tier's copy), a
+ * ccache blob as a replace (ccache rewrites manifests under the same path;
+ * its opaque blobs cannot be signed, and --trusted-keys does not ask). */
 static void put_store(kcd_exchange *x, const kc_artifact *a)
 {
     kc_err e = {0};
-    kc_store *s = kcd_ctx_store(x->ctx, &e);
     bool created = false;
-    /* the envelope was checked while it streamed in; --trusted-keys also
-     * wants it signed (ccache's opaque blobs cannot be, and are not asked) */
-    kc_code rc = s ? KC_OK : e.code;
-    if (rc == KC_OK && x->body == BODY_ARTIFACT)
-        rc = kc_store_trusts(s, a, &e);
-    if (rc == KC_OK && x->body == BODY_CCACHE) {
-        /* ccache rewrites manifests under the same path: a PUT replaces,
-         * in one transaction; the memory cache forgets the old body before
-         * and after (as delete_key does) */
-        kcd_hot_drop(x->hot, x->key);
-        rc = kc_store_replace(s, a, &created, &e);
-        kcd_hot_drop(x->hot, x->key);
-    } else if (rc == KC_OK)
-        rc = kc_store_put(s, a, &created, &e);
-    if (rc == KC_OK && x->s3 && x->body == BODY_ARTIFACT) {
-        /* The whole envelope is in x->buf. Queued (or written through); a
-         * failure there never undoes the local store. */
-        kc_err se = {0};
-        if (kcd_s3_put(x->s3, x->key, x->buf, x->len, &se) != KC_OK)
-            kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", x->key, se.msg);
-    }
+    kc_code rc = x->body == BODY_CCACHE ? kcd_ctx_replace(x->ctx, a, &created, &e)
+                                        : kcd_ctx_put(x->ctx, a, x->buf, x->len, &created, &e);
     if (rc == KC_OK) {
         kcd_answer_text(x, created ? 201 : 200, CT_TEXT,
                         created                  ? "stored\n"
@@ -312,19 +292,19 @@ static void put_store(kcd_exchange *x, const kc_artifact *a)
 static void end_artifact(kcd_exchange *x)
 {
     if (!x->header_ok) {
-        kcd_answer_error(x, 400, "truncated envelope for %s (%zu bytes)", x->key, x->len);
+        kcd_answer_error(x, 400, "truncated envelope for %s (%zu bytes)", x->k.hex, x->len);
         return;
     }
     uint64_t total = x->hdr.header_len + x->hdr.payload_len;
     if (x->len != total) {
-        kcd_answer_error(x, 400, "truncated envelope for %s: %zu of %" PRIu64 " bytes", x->key,
+        kcd_answer_error(x, 400, "truncated envelope for %s: %zu of %" PRIu64 " bytes", x->k.hex,
                          x->len, total);
         return;
     }
     uint8_t d[KC_SHA256_LEN];
     kc_sha256_final(x->sha, d);
     if (!kc_ct_equal(d, x->hdr.payload_sha, KC_SHA256_LEN)) {
-        kcd_answer_error(x, 400, "payload checksum mismatch for %s", x->key);
+        kcd_answer_error(x, 400, "payload checksum mismatch for %s", x->k.hex);
         return;
     }
     kc_artifact a;
@@ -342,7 +322,7 @@ static void end_ccache(kcd_exchange *x)
 {
     kc_artifact a;
     memset(&a, 0, sizeof a);
-    memcpy(a.key, x->key, sizeof a.key);
+    memcpy(a.key, x->k.hex, sizeof a.key);
     snprintf(a.kind, sizeof a.kind, "blob");
     char meta[KCD_CCACHE_PATH_MAX + 32];
     snprintf(meta, sizeof meta, "{\"ccache_path\":\"%s\"}", x->ccache_path); /* path: no quotes */
@@ -424,7 +404,7 @@ static void end_bundle(kcd_exchange *x)
     kc_bundle_stats st = {0};
     if (!import_flush(x))
         return;
-    if (kc_bundle_import_finish(x->import, &st, &e) != KC_OK) {
+    if (kcd_ctx_import_finish(x->import, &st, &e) != KC_OK) {
         kcd_answer_store_error(x, &e);
         return;
     }
@@ -466,18 +446,15 @@ void kcd_exchange_end(kcd_exchange *x)
     }
     if (!x->resp) /* allocation failure while building the response */
         kcd_answer_new(x, 500, CT_TEXT);
-    kcd_exchange_note_write(x);
 }
 void kcd_upload_bundle(kcd_exchange *x, const kcd_request *req)
 {
     if (!kcd_upload_want(x, req, BODY_BUNDLE, UINT64_MAX))
         return;
     kc_err e = {0};
-    if (kcd_ctx_store_open(x->ctx, &x->import_store, &e) != KC_OK ||
-        kc_bundle_import_begin(x->import_store, &x->import, &e) != KC_OK)
+    /* each artifact obeys --max-blob as a PUT does, before it is buffered */
+    if (kcd_ctx_import_begin(x->ctx, kcd_ctx_max_blob(x->ctx), &x->import, &e) != KC_OK)
         kcd_answer_store_error(x, &e);
-    else /* each artifact obeys --max-blob as a PUT does, before it is buffered */
-        kc_bundle_import_set_max_payload(x->import, kcd_ctx_max_blob(x->ctx));
 }
 
 void kcd_upload_release(kcd_exchange *x)
@@ -490,8 +467,6 @@ void kcd_upload_release(kcd_exchange *x)
     if (x->header_ok)
         kc_envelope_header_free(&x->hdr);
     x->header_ok = false;
-    kc_bundle_import_free(x->import);
+    kcd_ctx_import_free(x->import);
     x->import = NULL;
-    kc_store_close(x->import_store);
-    x->import_store = NULL;
 }
