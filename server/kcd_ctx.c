@@ -324,6 +324,19 @@ static void tier_copy(kcd_ctx *ctx, const char *key, const uint8_t *env, size_t 
         kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", key, e.msg);
 }
 
+/* a's envelope for the tier (malloc'd), or NULL after logging why not.
+ * The digest is computed here: callers of replace need not know it. */
+static uint8_t *tier_envelope(const kc_artifact *a, size_t *len)
+{
+    kc_artifact c = *a;
+    kc_sha256(a->payload, a->payload_len, c.payload_sha);
+    uint8_t *env = NULL;
+    kc_err e = {0};
+    if (kc_envelope_encode(&c, &env, len, &e) != KC_OK)
+        kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", a->key, e.msg);
+    return env;
+}
+
 /* Step 1 of the rule: this thread's state (NULL with *err set when its
  * store cannot be opened), the key gone from the memory cache. */
 static ctx_thread *door_enter(kcd_ctx *ctx, const char *key, kc_err *err)
@@ -393,13 +406,7 @@ kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size
     kc_code rc = kc_store_trusts(t->store, a, err);
     if (rc == KC_OK)
         rc = kc_store_put(t->store, a, created, err);
-    uint8_t *copy = NULL;
-    if (rc == KC_OK && ctx->s3 && !env) { /* an artifact whose caller holds no envelope */
-        kc_err e = {0};
-        if (kc_envelope_encode(a, &copy, &env_len, &e) != KC_OK)
-            kcd_log(KCD_LOG_WARN, "S3 upload of %s: %s", a->key, e.msg);
-        env = copy;
-    }
+    uint8_t *copy = rc == KC_OK && ctx->s3 && !env ? tier_envelope(a, &env_len) : NULL;
     door_leave(ctx, t, a->key, rc, copy ? copy : (uint8_t *)env, env_len, copy != NULL);
     return rc;
 }
@@ -412,7 +419,9 @@ kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_er
     if (!t)
         return err->code;
     kc_code rc = kc_store_replace(t->store, a, created, err);
-    door_leave(ctx, t, a->key, rc, NULL, 0, false);
+    size_t env_len = 0;
+    uint8_t *env = rc == KC_OK && ctx->s3 ? tier_envelope(a, &env_len) : NULL;
+    door_leave(ctx, t, a->key, rc, env, env_len, true);
     return rc;
 }
 

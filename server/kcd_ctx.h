@@ -17,9 +17,10 @@
  *      that read before 2 from keeping its copy after 3);
  *   4. the write is noted (kcd_ctx_note_write), so a bundle asked for after
  *      the write's answer is built again rather than taken from memory;
- *   5. a put is copied to the S3 tier when there is one: queued, or
- *      written through before the call returns with --s3-write-through.
- *      Nothing is ever deleted from the bucket (docs/DESIGN.md §6).
+ *   5. a put or replace is copied to the S3 tier when there is one:
+ *      queued, or written through before the call returns with
+ *      --s3-write-through; an artifact, a ccache blob and a Redis value
+ *      alike. Nothing is ever deleted from the bucket (docs/DESIGN.md §6).
  * Inside a batch (kcd_ctx_batch_begin) steps 3-5 wait for its end, and the
  * S3 copies are made only when it committed.
  *
@@ -143,16 +144,16 @@ void kcd_ctx_keep_bundle(kcd_ctx *ctx, const kcd_key *k, const uint8_t *body, si
  * (KC_ERR_UNTRUSTED, nothing stored). An entry already stored under the key
  * is kept (*created false, may be NULL); it is still copied to the S3 tier.
  * env/env_len: a's whole envelope when the caller holds it (sent to the
- * tier as it is), else NULL: encoded from a when the tier wants it, so
- * a->payload_sha must then be the payload's SHA-256.
+ * tier as it is), else NULL (encoded from a when the tier wants it).
  * Errors as kc_store_put: KC_ERR_FULL, KC_ERR_INVALID, KC_ERR_TOO_LARGE. */
 kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size_t env_len,
                     bool *created, kc_err *err);
 
 /* Stores a under a mutable name (a ccache path, a Redis key), replacing any
  * entry for its key in the same transaction, so a reader gets the old value
- * or the new one, never neither. a->payload_sha need not be set. *created
- * (may be NULL) is false when an entry was replaced. Errors as kc_store_put. */
+ * or the new one, never neither; the new value is copied to the S3 tier as
+ * a put is. a->payload_sha need not be set. *created (may be NULL) is false
+ * when an entry was replaced. Errors as kc_store_put. */
 kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err);
 
 /* Removes k's entry. KC_ERR_NOT_FOUND when it had none. */
