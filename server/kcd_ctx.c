@@ -348,49 +348,49 @@ static ctx_thread *door_enter(kcd_ctx *ctx, const char *key, kc_err *err)
 }
 
 /* Steps 3-5 once the store answered rc: now, or at the end of this
- * thread's batch. env (its S3 copy, may be NULL) is taken over when owned,
- * copied when a batch must keep it. */
-static void door_leave(kcd_ctx *ctx, ctx_thread *t, const char *key, kc_code rc, uint8_t *env,
-                       size_t env_len, bool owned)
+ * thread's batch. env/env_len: the write's S3 copy (NULL for none); owned:
+ * NULL, or env itself when the door made it (freed here either way). */
+static void door_leave(kcd_ctx *ctx, ctx_thread *t, const char *key, kc_code rc, const uint8_t *env,
+                       size_t env_len, uint8_t *owned)
 {
-    if (rc != KC_OK || !ctx->s3) {
-        if (owned)
-            free(env);
-        env = NULL;
-    }
-    if (t->depth) {
-        if (t->npending == t->cap) {
-            size_t cap = t->cap ? t->cap * 2 : 64;
-            pending_write *p = realloc(t->pending, cap * sizeof *p);
-            if (!p) { /* the key cannot wait for the batch: forget it now */
-                kcd_hot_drop(ctx->hot, key);
-                kcd_ctx_note_write(ctx);
-                kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
-                if (owned)
-                    free(env);
-                return;
-            }
-            t->pending = p;
-            t->cap = cap;
-        }
-        pending_write *w = &t->pending[t->npending++];
-        memcpy(w->key, key, sizeof w->key);
-        w->ok = rc == KC_OK;
-        w->env = env;
-        w->env_len = env_len;
-        if (env && !owned && (w->env = malloc(env_len)) != NULL)
-            memcpy(w->env, env, env_len);
-        else if (env && !owned)
-            kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
+    bool copy = rc == KC_OK && ctx->s3 && env;
+    if (t->depth == 0) {
+        kcd_hot_drop(ctx->hot, key);
+        if (rc == KC_OK)
+            kcd_ctx_note_write(ctx);
+        if (copy)
+            tier_copy(ctx, key, env, env_len);
+        free(owned);
         return;
     }
-    kcd_hot_drop(ctx->hot, key);
-    if (rc == KC_OK)
-        kcd_ctx_note_write(ctx);
-    if (env)
-        tier_copy(ctx, key, env, env_len);
-    if (owned)
-        free(env);
+    if (t->npending == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        pending_write *p = realloc(t->pending, cap * sizeof *p);
+        if (!p) { /* out of memory: the key cannot wait for the batch's end */
+            kcd_hot_drop(ctx->hot, key);
+            kcd_ctx_note_write(ctx);
+            if (copy)
+                kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
+            free(owned);
+            return;
+        }
+        t->pending = p;
+        t->cap = cap;
+    }
+    pending_write *w = &t->pending[t->npending++];
+    memcpy(w->key, key, sizeof w->key);
+    w->ok = rc == KC_OK;
+    w->env = NULL;
+    w->env_len = env_len;
+    if (copy && owned) {
+        w->env = owned;
+        owned = NULL;
+    } else if (copy && (w->env = malloc(env_len)) != NULL) {
+        memcpy(w->env, env, env_len);
+    } else if (copy) {
+        kcd_log(KCD_LOG_WARN, "out of memory: the S3 copy of %s is skipped", key);
+    }
+    free(owned);
 }
 
 kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size_t env_len,
@@ -406,8 +406,8 @@ kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size
     kc_code rc = kc_store_trusts(t->store, a, err);
     if (rc == KC_OK)
         rc = kc_store_put(t->store, a, created, err);
-    uint8_t *copy = rc == KC_OK && ctx->s3 && !env ? tier_envelope(a, &env_len) : NULL;
-    door_leave(ctx, t, a->key, rc, copy ? copy : (uint8_t *)env, env_len, copy != NULL);
+    uint8_t *made = rc == KC_OK && ctx->s3 && !env ? tier_envelope(a, &env_len) : NULL;
+    door_leave(ctx, t, a->key, rc, made ? made : env, env_len, made);
     return rc;
 }
 
@@ -420,8 +420,8 @@ kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_er
         return err->code;
     kc_code rc = kc_store_replace(t->store, a, created, err);
     size_t env_len = 0;
-    uint8_t *env = rc == KC_OK && ctx->s3 ? tier_envelope(a, &env_len) : NULL;
-    door_leave(ctx, t, a->key, rc, env, env_len, true);
+    uint8_t *made = rc == KC_OK && ctx->s3 ? tier_envelope(a, &env_len) : NULL;
+    door_leave(ctx, t, a->key, rc, made, env_len, made);
     return rc;
 }
 
@@ -431,7 +431,7 @@ kc_code kcd_ctx_delete(kcd_ctx *ctx, const kcd_key *k, kc_err *err)
     if (!t)
         return err->code;
     kc_code rc = kc_store_delete(t->store, k->hex, err);
-    door_leave(ctx, t, k->hex, rc, NULL, 0, false);
+    door_leave(ctx, t, k->hex, rc, NULL, 0, NULL);
     return rc;
 }
 
@@ -443,7 +443,7 @@ kc_code kcd_ctx_put_from_tier(kcd_ctx *ctx, const kcd_key *k, const uint8_t *env
     if (t) {
         bool created;
         rc = kc_store_put_envelope(t->store, env, len, k->hex, &created, err);
-        door_leave(ctx, t, k->hex, rc, NULL, 0, false); /* it came from the tier */
+        door_leave(ctx, t, k->hex, rc, NULL, 0, NULL); /* it came from the tier */
     }
     kcd_hot_put_bin(ctx->hot, KCD_HOT_ENVELOPE, k->bin, env, len, kc_now(), KCD_HOT_ANY_EPOCH);
     return rc;
@@ -508,7 +508,7 @@ kc_code kcd_ctx_delete_if(kcd_ctx *ctx, const kcd_key *k, kcd_still_fn still, vo
         rc = go ? kc_store_delete(t->store, k->hex, err)
                 : kc_err_set(err, KC_ERR_NOT_FOUND, "%s was written again: kept", k->hex);
     }
-    door_leave(ctx, t, k->hex, rc, NULL, 0, false);
+    door_leave(ctx, t, k->hex, rc, NULL, 0, NULL);
     kc_err ee = {0};
     kc_code end = batch_end(ctx, t, true, &ee);
     if (rc == KC_OK && end != KC_OK) {

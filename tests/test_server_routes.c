@@ -12,6 +12,7 @@
 
 #include "kc_envelope.h"
 #include "kc_hash.h"
+#include "kc_store.h"
 #include "kc_testutil.h"
 #include "kcd_config.h"
 #include "kcd_log.h"
@@ -226,6 +227,48 @@ Test(server_routes, a_bundle_import_cut_short_shows_what_it_stored_at_once)
     free(both);
     free(env_a);
     free(env_b);
+}
+
+static bool still_says(const kc_artifact *entry, void *verdict)
+{
+    (void)entry;
+    return *(bool *)verdict;
+}
+
+/* The write door's batches nest (the store's own batch_end would commit an
+ * outer batch at an inner end): only the outermost end commits and counts
+ * the write, and a conditional delete inside keeps the batch open. */
+Test(server_routes, write_door_batches_nest_and_commit_at_the_outermost_end)
+{
+    kc_err e = {0};
+    kcd_key k;
+    kcd_key_name(&k, "redis:", "nested", 6);
+    kc_artifact a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.key, k.hex, sizeof a.key);
+    snprintf(a.kind, sizeof a.kind, "redis");
+    a.meta = "{}";
+    a.payload = (uint8_t *)"value";
+    a.payload_len = 5;
+    kc_store *other;
+    cr_assert_eq(kcd_ctx_store_open(ctx, &other, &e), KC_OK, "%s", e.msg);
+    uint64_t w0 = kcd_ctx_writes(ctx);
+    cr_assert_eq(kcd_ctx_batch_begin(ctx, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kcd_ctx_batch_begin(ctx, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kcd_ctx_replace(ctx, &a, NULL, &e), KC_OK, "%s", e.msg);
+    bool verdict = false;
+    cr_expect_eq(kcd_ctx_delete_if(ctx, &k, still_says, &verdict, &e), KC_ERR_NOT_FOUND,
+                 "still() said no: kept");
+    cr_assert_eq(kcd_ctx_batch_end(ctx, true, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_ERR_NOT_FOUND, "an inner end commits nothing");
+    cr_expect_eq(kcd_ctx_writes(ctx), w0, "and counts no write yet");
+    cr_assert_eq(kcd_ctx_batch_end(ctx, true, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_OK, "the outermost end commits");
+    cr_expect_gt(kcd_ctx_writes(ctx), w0, "and counts the write");
+    verdict = true;
+    cr_expect_eq(kcd_ctx_delete_if(ctx, &k, still_says, &verdict, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_ERR_NOT_FOUND, "removed and committed");
+    kc_store_close(other);
 }
 
 Test(server_routes, bundle_stream_drains_in_process)
