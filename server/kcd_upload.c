@@ -354,6 +354,16 @@ json_t *kcd_upload_keys(kcd_exchange *x, json_t **root)
     return NULL;
 }
 
+/* Answers 200 with o (taken; NULL when building it ran out of memory). */
+static void answer_json(kcd_exchange *x, json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text)
+        return kcd_answer_error(x, 500, "out of memory");
+    kcd_answer_take(x, 200, CT_JSON, text, strlen(text));
+}
+
 static void end_missing(kcd_exchange *x)
 {
     json_t *root;
@@ -388,14 +398,7 @@ static void end_missing(kcd_exchange *x)
         }
     }
     json_decref(root);
-    json_t *out = json_pack("{s:o}", "missing", missing);
-    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    if (!text) {
-        kcd_answer_error(x, 500, "out of memory");
-        return;
-    }
-    kcd_answer_take(x, 200, CT_JSON, text, strlen(text));
+    answer_json(x, json_pack("{s:o}", "missing", missing));
 }
 
 static void end_bundle(kcd_exchange *x)
@@ -408,16 +411,9 @@ static void end_bundle(kcd_exchange *x)
         kcd_answer_store_error(x, &e);
         return;
     }
-    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I}", "artifacts", (json_int_t)st.artifacts,
-                          "imported", (json_int_t)st.imported, "present", (json_int_t)st.present,
-                          "refused", (json_int_t)st.refused, "bytes", (json_int_t)st.bytes);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!text) {
-        kcd_answer_error(x, 500, "out of memory");
-        return;
-    }
-    kcd_answer_take(x, 200, CT_JSON, text, strlen(text));
+    answer_json(x, json_pack("{s:I,s:I,s:I,s:I,s:I}", "artifacts", (json_int_t)st.artifacts,
+                             "imported", (json_int_t)st.imported, "present", (json_int_t)st.present,
+                             "refused", (json_int_t)st.refused, "bytes", (json_int_t)st.bytes));
 }
 
 void kcd_exchange_end(kcd_exchange *x)

@@ -6,7 +6,6 @@
  * Redis SETs (real redis-cli) and ccache PUTs reach the bucket too.
  */
 #include <criterion/criterion.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,26 +198,12 @@ Test(server_s3, trusted_keys_hold_for_objects_read_from_the_bucket, .timeout = 1
     free(pub_pem);
 }
 
-/* redis-cli -p port args... (NULL-terminated); stdout without its newline
- * (caller frees). */
-static char *redis_cli(const char *port, ...)
+/* out, what kc_test_redis_cli printed, is want; frees out. */
+static void expect_cli(const char *want, char *out)
 {
-    char *argv[16] = {"redis-cli", "-p", (char *)port};
-    int n = 3;
-    va_list ap;
-    va_start(ap, port);
-    for (const char *a; n < 15 && (a = va_arg(ap, const char *)) != NULL;)
-        argv[n++] = (char *)a;
-    va_end(ap);
-    argv[n] = NULL;
-    kc_test_result r;
-    cr_assert_eq(kc_test_run(argv, NULL, 0, 30, &r), 0, "redis-cli did not run");
-    char *out = strdup(r.out ? r.out : "");
-    kc_test_result_free(&r);
-    size_t len = strlen(out);
-    while (len && out[len - 1] == '\n')
-        out[--len] = 0;
-    return out;
+    cr_assert_not_null(out, "redis-cli did not run");
+    cr_expect_str_eq(out, want);
+    free(out);
 }
 
 /* The object the server wrote for key decodes to an envelope of this kind
@@ -265,16 +250,13 @@ Test(server_s3, redis_and_ccache_writes_reach_the_bucket_like_an_http_put, .time
     cr_assert_not_null(port, "no Redis port file");
     port[strcspn(port, "\n")] = 0;
 
-    char *out = redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-one", NULL);
-    cr_expect_str_eq(out, "OK");
-    free(out);
+    expect_cli("OK", kc_test_redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-one", NULL));
     char rkey[65];
     kc_sha256_hex("redis:pt2:fx-graph:9f1c", 23, rkey);
     expect_object(&s3, rkey, "redis", "value-one", "\"redis_key\":\"pt2:fx-graph:9f1c\"");
     /* a replace, with an expiry: the bucket follows */
-    out = redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-two", "EX", "3600", NULL);
-    cr_expect_str_eq(out, "OK");
-    free(out);
+    expect_cli(
+        "OK", kc_test_redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-two", "EX", "3600", NULL));
     expect_object(&s3, rkey, "redis", "value-two", "\"expire_ms\":");
 
     kc_http_result r;
@@ -301,9 +283,7 @@ Test(server_s3, redis_and_ccache_writes_reach_the_bucket_like_an_http_put, .time
     kc_testserver_http(&b, "GET", path, NULL, NULL, 0, false, &r);
     cr_expect_eq(r.status, 200, "read-through of the Redis value: %s", r.body);
     kc_http_result_free(&r);
-    out = redis_cli(port_b, "GET", "pt2:fx-graph:9f1c", NULL);
-    cr_expect_str_eq(out, "value-two");
-    free(out);
+    expect_cli("value-two", kc_test_redis_cli(port_b, "GET", "pt2:fx-graph:9f1c", NULL));
 
     cr_expect_eq(kc_testserver_stop(&a), 0);
     cr_expect_eq(kc_testserver_stop(&b), 0);
