@@ -120,8 +120,8 @@ void kcd_value_free(kcd_value *v);
  * refresh interval, to notice entries removed behind kcached's back), else
  * by fetch on this thread's store handle; what fetch returns is kept in
  * the memory cache unless a write dropped the key meanwhile.
- * fetch NULL: the memory cache alone; KC_ERR_NOT_FOUND (err untouched)
- * when it has no fresh copy. On any error from fetch the memory cache
+ * fetch NULL: the memory cache alone; KC_ERR_NOT_FOUND when it has no
+ * fresh copy (err is not touched and may be NULL). On any error from fetch the memory cache
  * forgets the key (gone or corrupt for every client). On an error *out is
  * empty and err says why (a store handle that cannot be opened included). */
 kc_code kcd_ctx_get(kcd_ctx *ctx, int ns, const kcd_key *k, kcd_fetch_fn fetch, void *ud,
