@@ -220,8 +220,19 @@ kc_code kcd_ctx_store_open(kcd_ctx *ctx, kc_store **out, kc_err *err)
 
 bool kcd_key_parse(kcd_key *k, const char *hex)
 {
+    /* checks (as kc_key_valid) and decodes in one pass: on every request */
     uint8_t bin[KC_SHA256_LEN];
-    if (!kc_key_valid(hex) || !kc_hex_decode(hex, bin, sizeof bin))
+    for (int i = 0; i < KC_KEY_HEX_LEN; i++) {
+        unsigned c = (unsigned char)hex[i]; /* a NUL ends the loop here, never past it */
+        unsigned v = c - '0' <= 9 ? c - '0' : c - 'a' <= 5 ? c - 'a' + 10 : 16;
+        if (v > 15)
+            return false;
+        if (i & 1)
+            bin[i / 2] |= (uint8_t)v;
+        else
+            bin[i / 2] = (uint8_t)(v << 4);
+    }
+    if (hex[KC_KEY_HEX_LEN])
         return false;
     memcpy(k->bin, bin, sizeof bin);
     memcpy(k->hex, hex, KC_KEY_HEX_LEN + 1);
