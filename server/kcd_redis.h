@@ -2,7 +2,8 @@
  * kcd_redis.h - kcached's Redis protocol listener (--redis-listen): enough
  * of RESP2/RESP3 that Inductor's and Triton's remote caches and ccache's
  * redis:// storage work unchanged, on the same store, limits, tokens,
- * metrics and access log as the HTTP API (kcd_routes.h).
+ * metrics and access log as the HTTP API (kcd_routes.h), through the
+ * context both share (kcd_ctx.h).
  *
  * Values are store entries of kind "redis" keyed by SHA-256 over "redis:"
  * and the Redis key's bytes; the key itself and the expiry (absolute unix
@@ -15,7 +16,7 @@
 
 #include <kcache/kc_error.h>
 #include "kcd_config.h"
-#include "kcd_routes.h"
+#include "kcd_ctx.h"
 
 typedef struct kcd_redis kcd_redis;
 

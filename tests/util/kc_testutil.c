@@ -378,6 +378,34 @@ int kc_test_make_ed25519(const char *priv, const char *pub)
     return ok ? 0 : -1;
 }
 
+char *kc_test_redis_cliv(const char *port, const char *first, va_list ap)
+{
+    char *argv[32] = {"redis-cli", "-p", (char *)port};
+    int n = 3;
+    for (const char *a = first; a && n < 31; a = va_arg(ap, const char *))
+        argv[n++] = (char *)a;
+    argv[n] = NULL;
+    kc_test_result r;
+    if (kc_test_run(argv, NULL, 0, 30, &r) != 0)
+        return NULL;
+    char *out = strdup(r.out ? r.out : "");
+    kc_test_result_free(&r);
+    size_t len = out ? strlen(out) : 0;
+    while (len && out[len - 1] == '\n')
+        out[--len] = 0;
+    return out;
+}
+
+char *kc_test_redis_cli(const char *port, ...)
+{
+    va_list ap;
+    va_start(ap, port);
+    const char *first = va_arg(ap, const char *);
+    char *out = kc_test_redis_cliv(port, first, ap);
+    va_end(ap);
+    return out;
+}
+
 static void log_to_stderr(kc_log_level level, const char *msg, void *ctx)
 {
     (void)ctx;
