@@ -23,6 +23,7 @@
 
 #include <kcache/kc_backend.h>
 #include "kc_cpu.h"
+#include "kc_cpu_ops.h"
 #include <kcache/kc_hash.h>
 #include "kc_templates.h"
 #include "kc_toolid.h"
@@ -277,14 +278,6 @@ static kc_code cpu_compiler_fp(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_e
     (void)err;
     memcpy(out, ((cpu_impl *)b->impl)->compiler_fp, KC_KEY_HEX_LEN + 1);
     return KC_OK;
-}
-
-void kc_device_fp_free(kc_device_fp *fp)
-{
-    if (fp) {
-        free(fp->json);
-        fp->json = NULL;
-    }
 }
 
 /* ---- code generation -------------------------------------------------------- */
@@ -668,12 +661,6 @@ static void cpu_destroy(kc_backend *b)
         free(c);
     }
     free(b);
-}
-
-void kc_backend_close(kc_backend *b)
-{
-    if (b && b->destroy)
-        b->destroy(b);
 }
 
 /* ---- open ------------------------------------------------------------------------ */

@@ -1,7 +1,8 @@
 /*
  * kc_backends.c - the backend registry (kc_backend_open): one table of device names and
  * their open functions, so programs pick a backend by name instead of wiring each one,
- * and "auto" (an XPU when one answers, else the CPU) is decided in one place.
+ * and "auto" (an XPU when one answers, else the CPU) is decided in one place. Also the
+ * rest of kc_backend.h that belongs to no one backend: closing, device fingerprints.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,20 @@ kc_code kc_backend_open(const char *device, const kc_backend_opts *opts, kc_back
             return registry[i].open(opts, out, err);
     return kc_err_set(err, KC_ERR_INVALID, "unknown device '%s' (use cpu, xpu, xpu-spirv or auto)",
                       device);
+}
+
+void kc_backend_close(kc_backend *b)
+{
+    if (b && b->destroy)
+        b->destroy(b);
+}
+
+void kc_device_fp_free(kc_device_fp *fp)
+{
+    if (fp) {
+        free(fp->json);
+        fp->json = NULL;
+    }
 }
 
 bool kc_backend_target_runs_here(const char *device, const char *target)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_cpu_ops.h"
 #include "kc_incbin.h"
 #include <kcache/kc_util.h>
 #include <kcache/kc_xpu.h>

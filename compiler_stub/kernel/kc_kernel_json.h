@@ -1,5 +1,5 @@
 /*
- * kc_kernel_json.h - a lowered kernel as a jansson object and back (lowering/kc_lower.c),
+ * kc_kernel_json.h - a lowered kernel as a jansson object and back (kernel/kc_kernel.c),
  * for the driver's graph records, which embed kernel descriptions without a text round
  * trip. Private to the compiler library.
  */
@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include <kcache/kc_backend.h>
+#include <kcache/kc_kernel.h>
 
 /* The full object (identity + bindings) and the identity only; new references. */
 json_t *kc_kernel_json_object(const kc_kernel *k);
