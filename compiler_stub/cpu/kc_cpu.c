@@ -665,6 +665,19 @@ static void cpu_destroy(kc_backend *b)
 
 /* ---- open ------------------------------------------------------------------------ */
 
+const kc_backend_ops kc_cpu_backend_ops = {
+    .name = "cpu",
+    .artifact_kind = "cpu-so",
+    .device_fp = cpu_device_fp,
+    .compiler_fp = cpu_compiler_fp,
+    .generate = cpu_generate,
+    .compile = cpu_compile,
+    .load = cpu_load,
+    .run = cpu_run,
+    .unload = cpu_unload,
+    .destroy = cpu_destroy,
+};
+
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err)
 {
     kc_backend_opts o = opts ? *opts : (kc_backend_opts){0};
@@ -689,17 +702,8 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
         free(c);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
+    b->ops = &kc_cpu_backend_ops;
     b->impl = c;
-    b->name = "cpu";
-    b->artifact_kind = "cpu-so";
-    b->device_fp = cpu_device_fp;
-    b->compiler_fp = cpu_compiler_fp;
-    b->generate = cpu_generate;
-    b->compile = cpu_compile;
-    b->load = cpu_load;
-    b->run = cpu_run;
-    b->unload = cpu_unload;
-    b->destroy = cpu_destroy;
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");

@@ -57,10 +57,12 @@ typedef struct kc_backend kc_backend;
 /* A loaded kernel, backend-specific. */
 typedef struct kc_loaded kc_loaded;
 
-struct kc_backend {
+/* What a backend is: its names and its functions, one static const table per backend
+ * (kc_cpu_backend_ops below, kc_xpu_backend_ops and kc_xpu_spirv_backend_ops in
+ * kc_xpu.h), shared by every handle it opens. A new backend fills one of these. */
+typedef struct kc_backend_ops {
     const char *name;          /* "cpu", "xpu", "xpu-spirv" */
     const char *artifact_kind; /* "cpu-so", "ze-native", "spirv" */
-    void *impl;                /* backend state */
 
     /* Fills *fp (caller frees with kc_device_fp_free). */
     kc_code (*device_fp)(kc_backend *b, kc_device_fp *fp, kc_err *err);
@@ -85,6 +87,12 @@ struct kc_backend {
     void (*unload)(kc_backend *b, kc_loaded *l);
     /* Frees the backend (NULL-safe through kc_backend_close). */
     void (*destroy)(kc_backend *b);
+} kc_backend_ops;
+
+/* An open backend: calls go through b->ops, e.g. b->ops->generate(b, k, &src, err). */
+struct kc_backend {
+    const kc_backend_ops *ops; /* the backend's static table */
+    void *impl;                /* this handle's state, owned by the backend */
 };
 
 /* ---- the registry (kc_backends.c) ---------------------------------------------- */
@@ -100,6 +108,7 @@ void kc_backend_close(kc_backend *b);
 
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+extern const kc_backend_ops kc_cpu_backend_ops;
 
 /* False when kernels built for device/target cannot run on this machine (a CPU ISA level
  * this CPU lacks); true for every other device and for a NULL target. */

@@ -192,6 +192,9 @@ kc_code kc_xpu_specialize(const char *name, const char *const *names, const char
  * and stores the fresh binary under the same key. */
 kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
                             kc_err *err);
+/* Their tables: "xpu" (ze-native artifacts) and "xpu-spirv" (spirv artifacts). */
+extern const kc_backend_ops kc_xpu_backend_ops;
+extern const kc_backend_ops kc_xpu_spirv_backend_ops;
 
 /* Counters of an XPU backend since it was opened (SPIR-V builds/hits, native builds,
  * native loads, rejected native binaries). */
