@@ -631,11 +631,6 @@ static kc_code cpu_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const fl
     return KC_OK;
 }
 
-kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l)
-{
-    return l->fn;
-}
-
 static void cpu_unload(kc_backend *b, kc_loaded *l)
 {
     (void)b;

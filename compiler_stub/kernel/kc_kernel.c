@@ -153,12 +153,6 @@ char *kc_kernel_to_json(const kc_kernel *k)
     return dump(kernel_json(k, true));
 }
 
-/* Public for kc_compile.c: builds the json_t (caller decrefs). */
-json_t *kc_kernel_json_object(const kc_kernel *k)
-{
-    return kernel_json(k, true);
-}
-
 /* The identity object alone (no bindings), for graph records. */
 json_t *kc_kernel_identity_object(const kc_kernel *k)
 {
@@ -259,7 +253,7 @@ static bool op_from_json(json_t *o, kc_kernel *k)
     return dtype_from(json_array_get(dt, (size_t)k->n_in), &k->out_dt);
 }
 
-/* Parses a kernel object as produced by kc_kernel_json_object. */
+/* Parses a kernel object as kernel_json writes it (with or without the bindings). */
 kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
 {
     memset(k, 0, sizeof *k);

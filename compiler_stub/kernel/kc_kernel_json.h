@@ -10,12 +10,11 @@
 
 #include <kcache/kc_kernel.h>
 
-/* The full object (identity + bindings) and the identity only; new references. */
-json_t *kc_kernel_json_object(const kc_kernel *k);
+/* The identity only (no runtime bindings); a new reference. */
 json_t *kc_kernel_identity_object(const kc_kernel *k);
 
-/* Parses a kernel object as produced by kc_kernel_json_object. KC_ERR_INVALID when
- * malformed. */
+/* Parses a kernel object as produced by kc_kernel_identity_object (or the full form of
+ * kc_kernel_to_json). KC_ERR_CORRUPT when malformed. */
 kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err);
 
 #endif

@@ -311,9 +311,3 @@ void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st)
     *st = xb->stats;
     pthread_mutex_unlock(&xb->lock);
 }
-
-kc_xpu *kc_xpu_backend_device(kc_backend *b)
-{
-    kc_xpu_backend *xb = b->impl;
-    return xb->x;
-}

@@ -134,32 +134,6 @@ kc_code kc_xpu_templates_hash(const char *templates_dir, char out[KC_KEY_HEX_LEN
     return KC_OK;
 }
 
-kc_code kc_xpu_specialize(const char *name, const char *const *names, const char *const *values,
-                          size_t ndefs, char **source, kc_err *err)
-{
-    const char *text;
-    char *owned;
-    *source = NULL;
-    kc_code c = kc_xpu_template(NULL, name, &text, &owned, err);
-    if (c != KC_OK)
-        return c;
-    size_t cap = strlen(text) + 1;
-    for (size_t i = 0; i < ndefs; i++)
-        cap += strlen(names[i]) + strlen(values[i]) + 16;
-    char *s = malloc(cap);
-    if (!s) {
-        free(owned);
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    }
-    size_t o = 0;
-    for (size_t i = 0; i < ndefs; i++)
-        o += (size_t)snprintf(s + o, cap - o, "#define %s %s\n", names[i], values[i]);
-    snprintf(s + o, cap - o, "%s", text);
-    free(owned);
-    *source = s;
-    return KC_OK;
-}
-
 /* ---- generated pieces ------------------------------------------------------------------ */
 
 /* A float literal OpenCL C accepts without fp64 ("1.000000000e+00f"). */
