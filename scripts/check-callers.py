@@ -38,7 +38,7 @@ def sources(root):
     if git.returncode == 0:
         return git.stdout.split()
     return [os.path.relpath(os.path.join(d, f), root)  # not a git checkout (a tarball)
-            for top in ("cachecore", "client", "compiler_stub", "server", "tests", "bench")
+            for top in ("cachecore", "client", "compiler_stub", "server", "tests", "bench", "python")
             for d, _, names in os.walk(os.path.join(root, top))
             for f in names if f.endswith((".c", ".h"))]
 
