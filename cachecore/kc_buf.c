@@ -42,27 +42,25 @@ bool kc_buf_printf(kc_buf *b, const char *fmt, ...)
 {
     if (b->failed)
         return false;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t room = b->data ? b->cap - b->len : 0;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->data ? b->data + b->len : NULL, room, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            if (b->data)
-                b->data[b->len] = '\0';
-            b->failed = true;
-            return false;
-        }
-        if ((size_t)n < room) {
-            b->len += (size_t)n;
-            return true;
-        }
-        if (!kc_buf_reserve(b, (size_t)n))
-            return false;
+    /* into the room there is; when it does not fit, grow to what it needs and again */
+    size_t room = b->cap - b->len;
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    bool ok = n >= 0 && ((size_t)n < room || kc_buf_reserve(b, (size_t)n));
+    if (ok && (size_t)n >= room)
+        vsnprintf(b->data + b->len, b->cap - b->len, fmt, again);
+    va_end(again);
+    if (!ok) {
+        if (b->data) /* a failed vsnprintf may have written into the room */
+            b->data[b->len] = '\0';
+        b->failed = true;
+        return false;
     }
-    b->failed = true; /* unreachable: the second pass has room */
-    return false;
+    b->len += (size_t)n;
+    return true;
 }
 
 char *kc_buf_take(kc_buf *b)
