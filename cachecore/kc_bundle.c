@@ -364,11 +364,6 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c)
     free(c);
 }
 
-void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer)
-{
-    c->signer = signer;
-}
-
 static kc_code export_signed(kc_store *s, const kc_filter *f, const kc_signer *signer,
                              kc_bundle_write_fn fn, void *ctx, kc_bundle_stats *st, kc_err *err)
 {

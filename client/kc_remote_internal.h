@@ -12,6 +12,7 @@
 
 #include <curl/curl.h>
 
+#include <kcache/kc_buf.h>
 #include <kcache/kc_remote.h>
 #include "kc_remote_ops.h"
 
@@ -19,10 +20,9 @@
 #define KC_REMOTE_QUEUE_MAX_ITEMS 1024
 #define KC_REMOTE_QUEUE_MAX_BYTES (256u << 20)
 
-/* A growing response buffer. limit 0 = unbounded. */
+/* A response body with a size limit (0 = unbounded). */
 typedef struct kc_rbuf {
-    uint8_t *data;
-    size_t len, cap;
+    kc_buf body;
     size_t limit;
     bool truncate_ok; /* past limit: drop the rest instead of failing */
     bool overflow;

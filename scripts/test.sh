@@ -8,6 +8,7 @@ bash scripts/setup.sh
 bash tests/s3/install.sh
 bash scripts/check-format.sh
 bash scripts/check-standalone.sh
+bash docs/check-index.sh
 bash scripts/build.sh build
 # every header and library the build used comes from a package setup.sh installs
 bash scripts/check-deps.sh build

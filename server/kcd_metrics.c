@@ -24,11 +24,6 @@ static const char *const kcd_route_names[KCD_R_COUNT] = {
     "ccache_put",   "ccache_delete", "stats",         "metrics",         "healthz",
     "status",       "other"};
 
-const char *kcd_route_name(kcd_route r)
-{
-    return (unsigned)r < KCD_R_COUNT ? kcd_route_names[r] : "other";
-}
-
 void kcd_metrics_init(kcd_metrics *m)
 {
     memset(m, 0, sizeof *m);

@@ -34,9 +34,6 @@ typedef enum kcd_route {
     KCD_R_COUNT
 } kcd_route;
 
-/* Route label as used in /metrics ("artifact_get", ...). */
-const char *kcd_route_name(kcd_route r);
-
 #define KCD_STATUS_SLOTS 20
 /* Commands of the Redis listener's table (kcd_redis.c) that are counted. */
 #define KCD_REDIS_CMD_SLOTS 48

@@ -652,11 +652,6 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     return KC_OK;
 }
 
-unsigned kcd_redis_port(const kcd_redis *r)
-{
-    return r->port;
-}
-
 void kcd_redis_stop(kcd_redis *r)
 {
     if (!r)

@@ -25,9 +25,6 @@ typedef struct kcd_redis kcd_redis;
  * port to cfg->redis_port_file when set. Errors name the address. */
 kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc_err *err);
 
-/* The bound TCP port. */
-unsigned kcd_redis_port(const kcd_redis *r);
-
 /* Stops accepting, closes every connection (a command being executed
  * finishes first), joins the threads and frees r. NULL is a no-op. */
 void kcd_redis_stop(kcd_redis *r);

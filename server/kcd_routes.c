@@ -472,11 +472,6 @@ kcd_response *kcd_exchange_response(kcd_exchange *x)
     return x->resp;
 }
 
-kcd_route kcd_exchange_route(const kcd_exchange *x)
-{
-    return x->route;
-}
-
 void kcd_exchange_finish(kcd_exchange *x, bool completed)
 {
     if (!x)

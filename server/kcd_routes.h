@@ -111,9 +111,6 @@ void kcd_exchange_end(kcd_exchange *x);
  * fully sent), then frees the exchange and whatever response it still owns. */
 void kcd_exchange_finish(kcd_exchange *x, bool completed);
 
-/* Route of an exchange, for callers that add their own accounting. */
-kcd_route kcd_exchange_route(const kcd_exchange *x);
-
 typedef struct kcd_kv {
     const char *name;
     const char *value;

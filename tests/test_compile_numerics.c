@@ -198,23 +198,23 @@ static void check_variant(env *e, const char *text, const char *impl)
     size_t len = 0;
     int ran = 0;
     kc_loaded *l = NULL;
-    cr_assert_eq(e->b->generate(e->b, &k, &src, &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(e->b->compile(e->b, &k, src, "0123456789abcdef", &so, &len, &ran, &err), KC_OK,
-                 "%s", err.msg);
+    cr_assert_eq(e->b->ops->generate(e->b, &k, &src, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(e->b->ops->compile(e->b, &k, src, "0123456789abcdef", &so, &len, &ran, &err),
+                 KC_OK, "%s", err.msg);
     cr_assert_eq(ran, 1);
-    cr_assert_eq(e->b->load(e->b, &k, so, len, &l, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(e->b->ops->load(e->b, &k, so, len, &l, &err), KC_OK, "%s", err.msg);
     const float *in[KC_KERNEL_MAX_IN];
     for (int j = 0; j < k.n_in; j++)
         in[j] = v[k.in_value[j]];
     for (int rep = 0; rep < 2; rep++) /* the second run reuses the cached primitive */
-        cr_assert_eq(e->b->run(e->b, l, &k, in, v[k.out_value], &err), KC_OK, "%s", err.msg);
+        cr_assert_eq(e->b->ops->run(e->b, l, &k, in, v[k.out_value], &err), KC_OK, "%s", err.msg);
     double ma, mr;
     int y = g->outputs[0];
     cr_expect(kc_compare(v[y], r[y], kc_shape_numel(&g->values[y].shape), 1e-4, &ma, &mr),
               "%s: max abs %g", impl, ma);
     kc_values_free(g, v);
     kc_values_free(g, r);
-    e->b->unload(e->b, l);
+    e->b->ops->unload(e->b, l);
     free(so);
     free(src);
     free(ks);

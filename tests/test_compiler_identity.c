@@ -59,7 +59,7 @@ static void cpu_fp(const char *cc, char hash[KC_KEY_HEX_LEN + 1], json_t **json)
     kc_err err = {0};
     kc_device_fp fp = {0};
     cr_assert_eq(kc_cpu_backend_open(&o, &b, &err), KC_OK, "CC=%s: %s", cc ? cc : "", err.msg);
-    cr_assert_eq(b->device_fp(b, &fp, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(b->ops->device_fp(b, &fp, &err), KC_OK, "%s", err.msg);
     memcpy(hash, fp.hash, KC_KEY_HEX_LEN + 1);
     if (json)
         *json = json_loads(fp.json, 0, NULL);

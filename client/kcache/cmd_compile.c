@@ -262,7 +262,7 @@ static json_t *program_json(const char *path, const kc_program *p)
 {
     return json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "graph", path,
                      "graph_fp", p->graph->fp, "graph_key", p->graph_key, "device", p->device.id,
-                     "backend", p->backend->name, "graph_hit", p->graph_hit, "kernels",
+                     "backend", p->backend->ops->name, "graph_hit", p->graph_hit, "kernels",
                      p->n_kernels, "hits", p->hits, "misses", p->misses, "compiled", p->compiled,
                      "remote_hits", p->remote_hits, "autotuned", p->autotuned, "seconds",
                      p->seconds);
@@ -633,7 +633,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     printf("  graph            %s (%s): %d inputs, %d params, %d nodes, %d outputs\n", o.graph,
            g->name[0] ? g->name : "unnamed", g->n_inputs, g->n_params, g->n_nodes, g->n_outputs);
     printf("  graph fp         %s\n", g->fp);
-    printf("  device           %s (%s backend)\n", dev.id, b->name);
+    printf("  device           %s (%s backend)\n", dev.id, b->ops->name);
     printf("  device fp        %s\n", dev.hash);
     printf("  device json      %s\n", dev.json);
     printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);

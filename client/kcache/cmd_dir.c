@@ -93,7 +93,7 @@ static int resolve_device(kc_cli *cli, dir_args *a)
     kc_device_fp fp = {0};
     kc_code rc = kc_backend_open("cpu", &bo, &b, &err);
     if (rc == KC_OK)
-        rc = b->device_fp(b, &fp, &err);
+        rc = b->ops->device_fp(b, &fp, &err);
     if (rc == KC_OK)
         snprintf(a->devbuf, sizeof a->devbuf, "%s", fp.id);
     kc_device_fp_free(&fp);

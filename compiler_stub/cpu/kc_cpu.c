@@ -23,6 +23,7 @@
 
 #include <kcache/kc_backend.h>
 #include "kc_cpu.h"
+#include "kc_cpu_ops.h"
 #include <kcache/kc_hash.h>
 #include "kc_memo.h"
 #include "kc_onednn_id.h"
@@ -275,14 +276,6 @@ static kc_code cpu_compiler_fp(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_e
     (void)err;
     memcpy(out, ((cpu_impl *)b->impl)->compiler_fp, KC_KEY_HEX_LEN + 1);
     return KC_OK;
-}
-
-void kc_device_fp_free(kc_device_fp *fp)
-{
-    if (fp) {
-        free(fp->json);
-        fp->json = NULL;
-    }
 }
 
 /* ---- code generation -------------------------------------------------------- */
@@ -636,11 +629,6 @@ static kc_code cpu_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const fl
     return KC_OK;
 }
 
-kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l)
-{
-    return l->fn;
-}
-
 static void cpu_unload(kc_backend *b, kc_loaded *l)
 {
     (void)b;
@@ -668,13 +656,20 @@ static void cpu_destroy(kc_backend *b)
     free(b);
 }
 
-void kc_backend_close(kc_backend *b)
-{
-    if (b && b->destroy)
-        b->destroy(b);
-}
-
 /* ---- open ------------------------------------------------------------------------ */
+
+const kc_backend_ops kc_cpu_backend_ops = {
+    .name = "cpu",
+    .artifact_kind = "cpu-so",
+    .device_fp = cpu_device_fp,
+    .compiler_fp = cpu_compiler_fp,
+    .generate = cpu_generate,
+    .compile = cpu_compile,
+    .load = cpu_load,
+    .run = cpu_run,
+    .unload = cpu_unload,
+    .destroy = cpu_destroy,
+};
 
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err)
 {
@@ -700,17 +695,8 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
         free(c);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
+    b->ops = &kc_cpu_backend_ops;
     b->impl = c;
-    b->name = "cpu";
-    b->artifact_kind = "cpu-so";
-    b->device_fp = cpu_device_fp;
-    b->compiler_fp = cpu_compiler_fp;
-    b->generate = cpu_generate;
-    b->compile = cpu_compile;
-    b->load = cpu_load;
-    b->run = cpu_run;
-    b->unload = cpu_unload;
-    b->destroy = cpu_destroy;
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kcache/kc_backend.h>
+#include "kc_cpu_ops.h"
 #include <kcache/kc_hash.h>
 #include <kcache/kc_ops.h>
 

@@ -36,7 +36,7 @@ static kc_code kernel_key(kc_program *p, const kc_kernel *k, char out[KC_KEY_HEX
     char fp[KC_KEY_HEX_LEN + 1];
     kc_code rc = kc_kernel_fp(k, fp, err);
     if (rc == KC_OK)
-        kc_key_kernel(p->backend->artifact_kind, fp, p->device.hash, p->compiler_fp, out);
+        kc_key_kernel(p->backend->ops->artifact_kind, fp, p->device.hash, p->compiler_fp, out);
     return rc;
 }
 
@@ -91,10 +91,10 @@ static void *worker(void *arg)
         job *j = &pl->jobs[i];
         double t0 = kc_now();
         char *src = NULL;
-        j->rc = pl->b->generate(pl->b, j->k, &src, &j->err);
+        j->rc = pl->b->ops->generate(pl->b, j->k, &src, &j->err);
         if (j->rc == KC_OK)
-            j->rc =
-                pl->b->compile(pl->b, j->k, src, j->key, &j->payload, &j->len, &j->ran, &j->err);
+            j->rc = pl->b->ops->compile(pl->b, j->k, src, j->key, &j->payload, &j->len, &j->ran,
+                                        &j->err);
         free(src);
         j->secs = kc_now() - t0;
     }
@@ -155,8 +155,8 @@ static kc_code run_jobs(kc_program *p, kc_cache *t, job *jobs, int n, const kc_c
             continue;
         }
         kc_artifact a;
-        kc_code prc =
-            kc_artifact_init(&a, j->key, p->backend->artifact_kind, meta, j->payload, j->len, err);
+        kc_code prc = kc_artifact_init(&a, j->key, p->backend->ops->artifact_kind, meta, j->payload,
+                                       j->len, err);
         if (prc == KC_OK) {
             prc = kc_cache_put(t, &a, 0, err);
             kc_artifact_free(&a);
@@ -301,7 +301,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
                           kc_err *err)
 {
     kc_loaded *l = NULL;
-    if (b->load(b, k, payload, len, &l, err) != KC_OK)
+    if (b->ops->load(b, k, payload, len, &l, err) != KC_OK)
         return -1;
     float *in[KC_KERNEL_MAX_IN];
     uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -320,11 +320,11 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
     for (int i = 0; i < k->n_in; i++)
         ok = ok && in[i] != NULL;
     double best = 1e30;
-    if (ok && b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) /* warm-up */
+    if (ok && b->ops->run(b, l, k, (const float *const *)in, out, err) != KC_OK) /* warm-up */
         ok = false;
     for (int r = 0; ok && r < 5; r++) {
         double t0 = kc_now();
-        if (b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) {
+        if (b->ops->run(b, l, k, (const float *const *)in, out, err) != KC_OK) {
             ok = false;
             break;
         }
@@ -337,7 +337,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
     for (int i = 0; i < k->n_in; i++)
         free(in[i]);
     free(out);
-    b->unload(b, l);
+    b->ops->unload(b, l);
     return ok ? best : -1;
 }
 
@@ -346,7 +346,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
 static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc_err *err)
 {
     kc_backend *b = p->backend;
-    if (strcmp(b->name, "cpu") != 0)
+    if (strcmp(b->ops->name, "cpu") != 0)
         return KC_OK; /* the CPU backend is the one with tile/oneDNN choices */
     int n = p->n_kernels;
     char(*tkey)[KC_KEY_HEX_LEN + 1] = calloc((size_t)n + 1, sizeof *tkey);
@@ -636,7 +636,8 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     p->backend = b;
     kc_code rc;
     job *jobs = NULL;
-    if ((rc = b->device_fp(b, &p->device, err)) || (rc = b->compiler_fp(b, p->compiler_fp, err)))
+    if ((rc = b->ops->device_fp(b, &p->device, err)) ||
+        (rc = b->ops->compiler_fp(b, p->compiler_fp, err)))
         goto fail;
     kc_compile_options_text(o, p->options);
     kc_key_graph_record(g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
@@ -716,7 +717,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
             hrc = kc_cache_get(t, p->keys[i], 0, &a, &e);
             remote = remote_hits(t) > before;
             if (hrc == KC_OK) {
-                hrc = b->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
+                hrc = b->ops->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
                 kc_artifact_free(&a);
                 if (hrc == KC_ERR_MISS) {
                     /* the device refused a cached binary (e.g. a driver update):
@@ -762,7 +763,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     if (o->load) {
         for (int x = 0; x < nj; x++) {
             int i = (int)(jobs[x].k - p->kernels);
-            if ((rc = b->load(b, jobs[x].k, jobs[x].payload, jobs[x].len, &p->loaded[i], err)))
+            if ((rc = b->ops->load(b, jobs[x].k, jobs[x].payload, jobs[x].len, &p->loaded[i], err)))
                 goto fail;
         }
         for (int i = 0; i < n; i++)
@@ -793,7 +794,7 @@ void kc_program_free(kc_program *p)
     if (p->loaded)
         for (int i = 0; i < p->n_kernels; i++)
             if (p->load_owner[i] == i && p->loaded[i])
-                p->backend->unload(p->backend, p->loaded[i]);
+                p->backend->ops->unload(p->backend, p->loaded[i]);
     free(p->loaded);
     free(p->load_owner);
     free(p->kernels);
@@ -811,7 +812,8 @@ kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
         const float *in[KC_KERNEL_MAX_IN];
         for (int j = 0; j < k->n_in; j++)
             in[j] = values[k->in_value[j]];
-        kc_code rc = p->backend->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
+        kc_code rc =
+            p->backend->ops->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
         if (rc)
             return rc;
     }

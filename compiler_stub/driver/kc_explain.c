@@ -31,9 +31,9 @@ kc_code kc_explain_keys(kc_backend *b, const kc_graph *g, const kc_compile_opts 
 {
     memset(x, 0, sizeof *x);
     x->n_kernels = -1;
-    kc_code rc = b->device_fp(b, &x->device, err);
+    kc_code rc = b->ops->device_fp(b, &x->device, err);
     if (rc == KC_OK)
-        rc = b->compiler_fp(b, x->compiler_fp, err);
+        rc = b->ops->compiler_fp(b, x->compiler_fp, err);
     if (rc != KC_OK) {
         kc_explain_free(x);
         return rc;
@@ -54,7 +54,7 @@ kc_code kc_explain_keys(kc_backend *b, const kc_graph *g, const kc_compile_opts 
             kc_explain_free(x);
             return rc;
         }
-        kc_key_kernel(b->artifact_kind, x->kernel_fps[i], x->device.hash, x->compiler_fp,
+        kc_key_kernel(b->ops->artifact_kind, x->kernel_fps[i], x->device.hash, x->compiler_fp,
                       x->kernel_keys[i]);
     }
     x->n_kernels = n;

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include <kcache/kc_buf.h>
 #include <kcache/kc_ops.h>
 #include <kcache/kc_util.h>
 
@@ -829,43 +830,12 @@ out:
     return rc;
 }
 
-/* A growable text buffer for the canonical form: it is rendered on every
- * parse (a warm compile too), so values are appended directly instead of
- * through stdio formatting, which cost more than the rest of the rendering. */
-typedef struct tbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tbuf;
-
-static void tb_put(tbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (b->n + n + 1 > cap)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void tb_str(tbuf *b, const char *s)
-{
-    tb_put(b, s, strlen(s));
-}
+/* The canonical form is rendered on every parse (a warm compile too), so values
+ * are appended directly instead of through stdio formatting, which cost more
+ * than the rest of the rendering. */
 
 /* Decimal, exactly as printf("%lld") writes it. */
-static void tb_int(tbuf *b, long long v)
+static void tb_int(kc_buf *b, long long v)
 {
     char d[24];
     int i = (int)sizeof d;
@@ -876,75 +846,71 @@ static void tb_int(tbuf *b, long long v)
     } while (u);
     if (v < 0)
         d[--i] = '-';
-    tb_put(b, d + i, sizeof d - (size_t)i);
+    kc_buf_add(b, d + i, sizeof d - (size_t)i);
 }
 
 /* "f32 [2,3,4]": dtype and shape as kc_shape_str writes it. */
-static void tb_sig(tbuf *b, const kc_value *v)
+static void tb_sig(kc_buf *b, const kc_value *v)
 {
-    tb_str(b, kc_dtype_name(v->dtype));
-    tb_put(b, " [", 2);
+    kc_buf_addstr(b, kc_dtype_name(v->dtype));
+    kc_buf_add(b, " [", 2);
     for (int i = 0; i < v->shape.rank; i++) {
         if (i)
-            tb_put(b, ",", 1);
+            kc_buf_add(b, ",", 1);
         tb_int(b, (long long)v->shape.dims[i]);
     }
-    tb_put(b, "]", 1);
+    kc_buf_add(b, "]", 1);
 }
 
 char *kc_graph_canonical_text(const kc_graph *g)
 {
-    tbuf b = {0};
+    kc_buf b = {0};
     char at[KC_ATTR_TEXT_MAX];
-    tb_str(&b, KC_GRAPH_FORMAT "\ninputs ");
+    kc_buf_addstr(&b, KC_GRAPH_FORMAT "\ninputs ");
     tb_int(&b, g->n_inputs);
-    tb_put(&b, "\n", 1);
+    kc_buf_add(&b, "\n", 1);
     for (int v = 0; v < g->n_inputs + g->n_params; v++) {
         if (v == g->n_inputs) {
-            tb_str(&b, "params ");
+            kc_buf_addstr(&b, "params ");
             tb_int(&b, g->n_params);
-            tb_put(&b, "\n", 1);
+            kc_buf_add(&b, "\n", 1);
         }
-        tb_put(&b, "v", 1);
+        kc_buf_add(&b, "v", 1);
         tb_int(&b, v);
-        tb_put(&b, " ", 1);
+        kc_buf_add(&b, " ", 1);
         tb_sig(&b, &g->values[v]);
-        tb_put(&b, "\n", 1);
+        kc_buf_add(&b, "\n", 1);
     }
     if (g->n_inputs + g->n_params == g->n_inputs)
-        tb_str(&b, "params 0\n");
-    tb_str(&b, "nodes ");
+        kc_buf_addstr(&b, "params 0\n");
+    kc_buf_addstr(&b, "nodes ");
     tb_int(&b, g->n_nodes);
-    tb_put(&b, "\n", 1);
+    kc_buf_add(&b, "\n", 1);
     for (int t = 0; t < g->n_nodes; t++) {
         const kc_node *n = &g->nodes[t];
         attrs_text(n, at, sizeof at);
-        tb_put(&b, "v", 1);
+        kc_buf_add(&b, "v", 1);
         tb_int(&b, n->out);
-        tb_put(&b, " = ", 3);
-        tb_str(&b, kc_op_name(n->op));
-        tb_put(&b, "(", 1);
+        kc_buf_add(&b, " = ", 3);
+        kc_buf_addstr(&b, kc_op_name(n->op));
+        kc_buf_add(&b, "(", 1);
         for (int i = 0; i < n->n_in; i++) {
-            tb_str(&b, i ? ",v" : "v");
+            kc_buf_addstr(&b, i ? ",v" : "v");
             tb_int(&b, n->in[i]);
         }
-        tb_put(&b, ") {", 3);
-        tb_str(&b, at);
-        tb_put(&b, "} ", 2);
+        kc_buf_add(&b, ") {", 3);
+        kc_buf_addstr(&b, at);
+        kc_buf_add(&b, "} ", 2);
         tb_sig(&b, &g->values[n->out]);
-        tb_put(&b, "\n", 1);
+        kc_buf_add(&b, "\n", 1);
     }
-    tb_str(&b, "outputs");
+    kc_buf_addstr(&b, "outputs");
     for (int o = 0; o < g->n_outputs; o++) {
-        tb_put(&b, " v", 2);
+        kc_buf_add(&b, " v", 2);
         tb_int(&b, g->outputs[o]);
     }
-    tb_put(&b, "\n", 1);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    kc_buf_add(&b, "\n", 1);
+    return kc_buf_take(&b);
 }
 
 kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_graph **out,

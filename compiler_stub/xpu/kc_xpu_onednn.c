@@ -68,11 +68,6 @@ void kc_xpu_onednn_prim_free(kc_xpu_onednn_prim *p)
     free(p);
 }
 
-void *kc_xpu_onednn_prim_handle(kc_xpu_onednn_prim *p)
-{
-    return p ? (void *)p->prim : NULL;
-}
-
 static kc_code kc_dnnl(kc_err *err, dnnl_status_t st, const char *call)
 {
     if (st == dnnl_success)

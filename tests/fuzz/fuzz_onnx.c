@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_cpu_ops.h"
 #include <kcache/kc_backend.h>
 #include "kc_fuzz.h"
 #include "kc_fuzz_graph.h"

@@ -1,7 +1,8 @@
 /*
- * kc_backend.h - the contract between lowering and the code generators: the
- * lowered kernel description (kc_kernel) and the backend interface (CPU in
- * kc_cpu.c; XPU in kc_xpu*.c). Stable: add fields/functions, never change.
+ * kc_backend.h - the contract between the driver and the code generators: the
+ * backend interface (CPU in kc_cpu.c; XPU in kc_xpu*.c), device fingerprints
+ * and the registry that opens a backend by name. The kernels a backend builds
+ * are described by kc_kernel.h. Stable: add fields/functions, never change.
  *
  * Flow: kc_lower turns a kc_graph into kc_kernel[] (fusion decided there);
  * the driver (kc_compile.c) asks a backend for a device and compiler
@@ -18,106 +19,7 @@
 #include <kcache/kc_cache.h>
 #include <kcache/kc_error.h>
 #include <kcache/kc_graph.h>
-
-/* ---- lowered kernels ---------------------------------------------------- */
-
-typedef enum kc_kernel_kind {
-    KC_KK_POINTWISE = 0, /* out[i] = body(inputs broadcast to out_shape) */
-    KC_KK_GEMM,          /* out = epilogue(prologue(A) @ B[^T]), batched */
-    KC_KK_SOFTMAX,       /* rows x cols, last axis */
-    KC_KK_LAYERNORM,     /* inputs x, gamma[cols], beta[cols]; eps */
-    KC_KK_RMSNORM,       /* inputs x, gamma[cols]; eps */
-    KC_KK_SDPA,          /* inputs q[B,Sq,D], k[B,Sk,D], v[B,Sk,D]; heads, causal, scale */
-    KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C,KH,KW], then epilogue inputs */
-    KC_KK_TRANSPOSE,     /* swap the last two dims */
-    KC_KK_OP,            /* one extended op (kc_ops_list.h): op, xa, dtypes */
-    KC_KK_COUNT
-} kc_kernel_kind;
-
-#define KC_KERNEL_MAX_IN 16
-#define KC_PW_MAX 32
-
-/* An operand of a pointwise instruction. */
-typedef enum kc_pw_src {
-    KC_PW_ACC = 0, /* GEMM/conv accumulator (epilogues only) */
-    KC_PW_INPUT,   /* kernel input idx, broadcast to the chain's shape */
-    KC_PW_TMP      /* result of instruction idx (idx < this one) */
-} kc_pw_src;
-
-typedef struct kc_pw_operand {
-    kc_pw_src src;
-    int idx;
-} kc_pw_operand;
-
-/* One pointwise op (add..exp). Unary ops ignore b. */
-typedef struct kc_pw_instr {
-    kc_op op;
-    kc_pw_operand a, b;
-} kc_pw_instr;
-
-/* A fused pointwise chain in SSA form; its value is the last instruction's.
- * n == 0 means "identity": the chain's value is ACC (epilogue) or absent. */
-typedef struct kc_pw_chain {
-    int n;
-    kc_pw_instr ins[KC_PW_MAX];
-} kc_pw_chain;
-
-typedef struct kc_kernel {
-    kc_kernel_kind kind;
-    kc_dtype dtype;
-    int n_in;
-    kc_shape in_shape[KC_KERNEL_MAX_IN];
-    kc_shape out_shape;
-    /* Runtime binding to graph value ids; NOT part of the kernel's identity. */
-    int in_value[KC_KERNEL_MAX_IN];
-    int out_value;
-    int n_fused; /* graph nodes this kernel covers (for reports) */
-
-    kc_pw_chain body;     /* POINTWISE: the whole kernel */
-    kc_pw_chain epilogue; /* GEMM, CONV2D: applied to ACC, broadcast to out_shape */
-    kc_pw_chain prologue; /* GEMM: computes A from inputs broadcast to a_shape */
-
-    struct {
-        int64_t batch, m, n, k; /* out = [batch..., m, n] */
-        bool trans_b;           /* B given as [n, k] */
-        bool b_batched;         /* B has the batch dims (else shared [k,n]) */
-        int a_in;               /* input index of A, or -1 when the prologue makes A */
-        int b_in;               /* input index of B */
-        kc_shape a_shape;       /* the logical A operand's shape */
-    } gemm;
-    struct {
-        int64_t rows, cols; /* SOFTMAX, LAYERNORM, RMSNORM */
-        double eps;
-    } norm;
-    struct {
-        int64_t batch, sq, sk, dim; /* dim = heads * head_dim */
-        int heads;
-        bool causal;
-        double scale;
-    } sdpa;
-    struct {
-        int64_t n, c, h, w, o, kh, kw, oh, ow;
-        int stride, padding;
-    } conv;
-    /* OP: the extended op, its attributes and every operand's dtype (other
-     * kinds are f32 throughout and leave these zero). */
-    kc_op op;
-    kc_xattrs xa;
-    kc_dtype in_dt[KC_KERNEL_MAX_IN];
-    kc_dtype out_dt;
-    /* Implementation choice (autotuning): "" = backend default; CPU uses
-     * "tile:MRxNR" for micro-GEMM tiles and "onednn" for a oneDNN primitive. */
-    char impl[32];
-} kc_kernel;
-
-const char *kc_kernel_kind_name(kc_kernel_kind k);
-
-/* Canonical JSON of a kernel's identity (everything except the runtime
- * bindings), malloc'd; its SHA-256 is the kernel fingerprint. */
-char *kc_kernel_identity_json(const kc_kernel *k);
-/* Full JSON (identity + bindings) as stored in graph records, and back. */
-char *kc_kernel_to_json(const kc_kernel *k);
-kc_code kc_kernel_from_json(const char *text, kc_kernel *k, kc_err *err);
+#include <kcache/kc_kernel.h>
 
 /* ---- fingerprints -------------------------------------------------------- */
 
@@ -155,10 +57,12 @@ typedef struct kc_backend kc_backend;
 /* A loaded kernel, backend-specific. */
 typedef struct kc_loaded kc_loaded;
 
-struct kc_backend {
+/* What a backend is: its names and its functions, one static const table per backend
+ * (kc_cpu_backend_ops below, kc_xpu_backend_ops and kc_xpu_spirv_backend_ops in
+ * kc_xpu.h), shared by every handle it opens. A new backend fills one of these. */
+typedef struct kc_backend_ops {
     const char *name;          /* "cpu", "xpu", "xpu-spirv" */
     const char *artifact_kind; /* "cpu-so", "ze-native", "spirv" */
-    void *impl;                /* backend state */
 
     /* Fills *fp (caller frees with kc_device_fp_free). */
     kc_code (*device_fp)(kc_backend *b, kc_device_fp *fp, kc_err *err);
@@ -183,14 +87,13 @@ struct kc_backend {
     void (*unload)(kc_backend *b, kc_loaded *l);
     /* Frees the backend (NULL-safe through kc_backend_close). */
     void (*destroy)(kc_backend *b);
-};
+} kc_backend_ops;
 
-/* Fingerprint (16 hex) of the code generator and template behind OP
- * kernels (kc_cpu_ops.c, kernels/cpu/ops.c); part of every OP kernel's
- * identity, so the original kinds' keys do not move when it changes. */
-const char *kc_ops_codegen_fp(void);
-/* CPU source of an OP kernel (malloc'd, caller frees). */
-kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err);
+/* An open backend: calls go through b->ops, e.g. b->ops->generate(b, k, &src, err). */
+struct kc_backend {
+    const kc_backend_ops *ops; /* the backend's static table */
+    void *impl;                /* this handle's state, owned by the backend */
+};
 
 /* ---- the registry (kc_backends.c) ---------------------------------------------- */
 
@@ -205,6 +108,7 @@ void kc_backend_close(kc_backend *b);
 
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+extern const kc_backend_ops kc_cpu_backend_ops;
 
 /* False when kernels built for device/target cannot run on this machine (a CPU ISA level
  * this CPU lacks); true for every other device and for a NULL target. */
