@@ -107,7 +107,7 @@ static kc_code run(const job *j, const char *cache_dir, kc_store *s, kc_remote *
         snprintf(out->graph_fp, sizeof out->graph_fp, "%s", g->fp);
         snprintf(out->graph_key, sizeof out->graph_key, "%s", p->graph_key);
         snprintf(out->device, sizeof out->device, "%s", p->device.id);
-        snprintf(out->backend, sizeof out->backend, "%s", b->name);
+        snprintf(out->backend, sizeof out->backend, "%s", b->ops->name);
         out->graph_hit = p->graph_hit;
         out->kernels = p->n_kernels;
         out->hits = p->hits;
