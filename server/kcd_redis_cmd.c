@@ -321,9 +321,13 @@ static bool expiry_arg(rconn *c, size_t i, long long unit_ms, bool absolute, con
 typedef void (*cmd_fn)(rconn *c);
 
 enum {
-    F_NOAUTH = 1, /* allowed before AUTH */
-    F_READ = 2,   /* needs the read scope */
-    F_WRITE = 4,  /* needs the write scope */
+    F_NOAUTH = 1,  /* allowed before AUTH */
+    F_READ = 2,    /* needs the read scope: its reply carries stored bytes */
+    F_WRITE = 4,   /* needs the write scope; runs on the committer */
+    F_GETOPT = 8,  /* with a GET option it replies the old value: needs read too */
+    F_ADMIN = 16,  /* needs the admin scope */
+    F_COMMIT = 32, /* runs on the committer without needing the write scope */
+    F_TXCTL = 64,  /* runs at once inside MULTI rather than being queued */
 };
 
 typedef struct rcmd {
@@ -355,6 +359,34 @@ static void cmd_quit(rconn *c)
     c->closing = true;
 }
 
+/* The user name of a refused AUTH as the log may show it: quoted, with
+ * every byte outside printable ASCII (and the quote and backslash) as \xNN,
+ * so a client cannot forge log lines or send terminal escapes. A name that
+ * is credential-shaped (a valid token, as when the token and the name are
+ * swapped, or as long as a token may be) is never written: only its
+ * length. */
+static void loggable_user(const kcd_redis *r, const char *user, size_t len, char *out, size_t cap)
+{
+    unsigned scopes;
+    const char *who;
+    if (len >= KCD_TOKEN_MIN || (r->auth_on && len > 0 &&
+                                 kcd_auth_password(r->auth, NULL, user, len, &scopes, &who) == 0)) {
+        snprintf(out, cap, "withheld (%zu bytes, shaped like a token)", len);
+        return;
+    }
+    size_t n = 0;
+    out[n++] = '\'';
+    for (size_t i = 0; i < len && n + 6 < cap; i++) {
+        unsigned char ch = (unsigned char)user[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\'' && ch != '\\')
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", ch);
+    }
+    out[n++] = '\'';
+    out[n] = 0;
+}
+
 /* AUTH [user] password, also used by HELLO ... AUTH user password. */
 static bool do_auth(rconn *c, const char *user, size_t ulen, const char *pass, size_t plen)
 {
@@ -370,8 +402,9 @@ static bool do_auth(rconn *c, const char *user, size_t ulen, const char *pass, s
     const char *who = "-";
     if (kcd_auth_password(r->auth, u, pass, plen, &scopes, &who) != 0) {
         kcd_metrics_add(&r->m->redis.auth_failures, 1);
-        kcd_log(KCD_LOG_INFO, "redis %s: AUTH refused (user '%s')", c->remote,
-                u ? name : "default");
+        char shown[4 * 64 + 48];
+        loggable_user(r, user ? user : "default", user ? ulen : 7, shown, sizeof shown);
+        kcd_log(KCD_LOG_INFO, "redis %s: AUTH refused (user %s)", c->remote, shown);
         reply_error(c, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
     }
@@ -538,9 +571,9 @@ static void cmd_mget(rconn *c)
 /* SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL], and the
  * SETEX / PSETEX forms (expiry given, no options). */
 static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t expire,
-                   const char *cmd)
+                   const char *cmd, bool get)
 {
-    bool nx = false, xx = false, get = false, keepttl = false, have_exp = expire != 0;
+    bool nx = false, xx = false, keepttl = false, have_exp = expire != 0;
     for (size_t i = opt_from; i < c->argc; i++) {
         bool last = i + 1 >= c->argc;
         if (arg_is(c, i, "NX") && !xx)
@@ -588,7 +621,7 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
 
 static void cmd_set(rconn *c)
 {
-    do_set(c, 1, 2, 3, 0, "set");
+    do_set(c, 1, 2, 3, 0, "set", false);
 }
 
 static void cmd_setex(rconn *c)
@@ -596,7 +629,61 @@ static void cmd_setex(rconn *c)
     bool ms = ARG(0)[0] == 'p' || ARG(0)[0] == 'P';
     int64_t exp;
     if (expiry_arg(c, 2, ms ? 1 : 1000, false, ms ? "psetex" : "setex", &exp))
-        do_set(c, 1, 3, c->argc, exp, ms ? "psetex" : "setex");
+        do_set(c, 1, 3, c->argc, exp, ms ? "psetex" : "setex", false);
+}
+
+/* GETSET key value: SET ... GET without options (the TTL goes). */
+static void cmd_getset(rconn *c)
+{
+    do_set(c, 1, 2, c->argc, 0, "getset", true);
+}
+
+/* GETDEL key: the value, and the key is gone. */
+static void cmd_getdel(rconn *c)
+{
+    rval v;
+    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
+    if (st == R_HIT) {
+        kcd_key k;
+        store_key(c->argv[1], ARGL(1), &k);
+        if (rdelete(c, &k) != R_ERROR)
+            reply_value(c, &v);
+    } else if (st == R_MISS)
+        kcd_resp_null(&c->out, c->proto);
+    rval_free(&v);
+}
+
+/* GETEX key [EX s|PX ms|EXAT t|PXAT t|PERSIST]: the value, its TTL changed
+ * as asked. */
+static void cmd_getex(rconn *c)
+{
+    int64_t expire = 0;
+    bool persist = false, change = false;
+    if (c->argc == 3 && arg_is(c, 2, "PERSIST"))
+        persist = change = true;
+    else if (c->argc == 4 && (arg_is(c, 2, "EX") || arg_is(c, 2, "PX") || arg_is(c, 2, "EXAT") ||
+                              arg_is(c, 2, "PXAT"))) {
+        bool ms = ARG(2)[0] == 'P' || ARG(2)[0] == 'p';
+        if (!expiry_arg(c, 3, ms ? 1 : 1000, ARGL(2) == 4, "getex", &expire))
+            return;
+        change = true;
+    } else if (c->argc != 2)
+        return reply_error(c, "ERR syntax error");
+    rval v;
+    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
+    if (st == R_HIT && change && !(persist && !v.expire_ms)) {
+        kcd_key k;
+        store_key(c->argv[1], ARGL(1), &k);
+        if (!persist && expire <= now_ms()) /* an *AT in the past: gone, as in Redis */
+            st = rdelete(c, &k) == R_ERROR ? R_ERROR : R_HIT;
+        else if (rset(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : expire) == R_ERROR)
+            st = R_ERROR;
+    }
+    if (st == R_HIT)
+        reply_value(c, &v);
+    else if (st == R_MISS)
+        kcd_resp_null(&c->out, c->proto);
+    rval_free(&v);
 }
 
 static void cmd_exists(rconn *c)
@@ -924,19 +1011,35 @@ static void cmd_config(rconn *c)
 
 /* The command table (Redis' arity convention: the name counts). */
 static const rcmd kcd_redis_commands[] = {
-    {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},     {"echo", cmd_echo, 2, 0, 0, 0, 0},
-    {"quit", cmd_quit, -1, F_NOAUTH, 0, 0, 0},     {"reset", cmd_reset, 1, F_NOAUTH, 0, 0, 0},
-    {"auth", cmd_auth, -2, F_NOAUTH, 0, 0, 0},     {"hello", cmd_hello, -1, F_NOAUTH, 0, 0, 0},
-    {"client", cmd_client, -2, 0, 0, 0, 0},        {"select", cmd_select, 2, 0, 0, 0, 0},
-    {"get", cmd_get, 2, F_READ, 1, 1, 1},          {"mget", cmd_mget, -2, F_READ, 1, -1, 1},
-    {"set", cmd_set, -3, F_WRITE, 1, 1, 1},        {"setex", cmd_setex, 4, F_WRITE, 1, 1, 1},
-    {"psetex", cmd_setex, 4, F_WRITE, 1, 1, 1},    {"exists", cmd_exists, -2, F_READ, 1, -1, 1},
-    {"del", cmd_del, -2, F_WRITE, 1, -1, 1},       {"unlink", cmd_del, -2, F_WRITE, 1, -1, 1},
-    {"expire", cmd_expire, -3, F_WRITE, 1, 1, 1},  {"pexpire", cmd_expire, -3, F_WRITE, 1, 1, 1},
-    {"persist", cmd_persist, 2, F_WRITE, 1, 1, 1}, {"ttl", cmd_ttl, 2, F_READ, 1, 1, 1},
-    {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},         {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
-    {"type", cmd_type, 2, F_READ, 1, 1, 1},        {"dbsize", cmd_dbsize, 1, F_READ, 0, 0, 0},
-    {"info", cmd_info, -1, F_READ, 0, 0, 0},       {"command", cmd_command, -1, 0, 0, 0, 0},
+    {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},
+    {"echo", cmd_echo, 2, 0, 0, 0, 0},
+    {"quit", cmd_quit, -1, F_NOAUTH, 0, 0, 0},
+    {"reset", cmd_reset, 1, F_NOAUTH, 0, 0, 0},
+    {"auth", cmd_auth, -2, F_NOAUTH, 0, 0, 0},
+    {"hello", cmd_hello, -1, F_NOAUTH, 0, 0, 0},
+    {"client", cmd_client, -2, 0, 0, 0, 0},
+    {"select", cmd_select, 2, 0, 0, 0, 0},
+    {"get", cmd_get, 2, F_READ, 1, 1, 1},
+    {"mget", cmd_mget, -2, F_READ, 1, -1, 1},
+    {"set", cmd_set, -3, F_WRITE | F_GETOPT, 1, 1, 1},
+    {"getset", cmd_getset, 3, F_READ | F_WRITE, 1, 1, 1},
+    {"getdel", cmd_getdel, 2, F_READ | F_WRITE, 1, 1, 1},
+    {"getex", cmd_getex, -2, F_READ | F_WRITE, 1, 1, 1},
+    {"setex", cmd_setex, 4, F_WRITE, 1, 1, 1},
+    {"psetex", cmd_setex, 4, F_WRITE, 1, 1, 1},
+    {"exists", cmd_exists, -2, F_READ, 1, -1, 1},
+    {"del", cmd_del, -2, F_WRITE, 1, -1, 1},
+    {"unlink", cmd_del, -2, F_WRITE, 1, -1, 1},
+    {"expire", cmd_expire, -3, F_WRITE, 1, 1, 1},
+    {"pexpire", cmd_expire, -3, F_WRITE, 1, 1, 1},
+    {"persist", cmd_persist, 2, F_WRITE, 1, 1, 1},
+    {"ttl", cmd_ttl, 2, F_READ, 1, 1, 1},
+    {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},
+    {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
+    {"type", cmd_type, 2, F_READ, 1, 1, 1},
+    {"dbsize", cmd_dbsize, 1, F_READ, 0, 0, 0},
+    {"info", cmd_info, -1, F_READ, 0, 0, 0},
+    {"command", cmd_command, -1, 0, 0, 0, 0},
     {"config", cmd_config, -2, 0, 0, 0, 0},
 };
 static const size_t kcd_redis_ncommands = sizeof kcd_redis_commands / sizeof kcd_redis_commands[0];
@@ -992,21 +1095,55 @@ static void command_done(rconn *c, const rcmd *d, double t0, size_t out0)
     }
 }
 
-/* Why c may not run d now: 0 it may, else which error to reply. */
+/* The scopes c's command d needs: its flags, with F_READ added when a
+ * GET option asks for the stored value back (SET ... GET). Any "GET" among
+ * the options counts: where it is not the option it is a syntax error. */
+static unsigned command_flags(const rconn *c, const rcmd *d)
+{
+    unsigned flags = d->flags;
+    if (flags & F_GETOPT)
+        for (size_t i = 3; i < c->argc; i++)
+            if (c->argl[i] == 3 && !strncasecmp((const char *)c->argv[i], "GET", 3))
+                flags |= F_READ;
+    return flags;
+}
+
+/* Why c may not run d now: 0 it may, else which error to reply. Anonymous
+ * clients (--anonymous-read) run what only reads. */
 enum { REFUSE_ARITY = 1, REFUSE_NOAUTH, REFUSE_NOPERM };
 static int refusal(const rconn *c, const rcmd *d)
 {
     const kcd_redis *r = c->w->r;
     if ((d->arity > 0 && (long)c->argc != d->arity) || (d->arity < 0 && (long)c->argc < -d->arity))
         return REFUSE_ARITY;
-    if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
-        !(r->anonymous_read && (d->flags & F_READ)))
+    unsigned flags = command_flags(c, d);
+    bool read_only = (flags & F_READ) && !(flags & (F_WRITE | F_ADMIN));
+    if (r->auth_on && !c->authed && !(flags & F_NOAUTH) && !(r->anonymous_read && read_only))
         return REFUSE_NOAUTH;
     if (r->auth_on && c->authed &&
-        (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
-         ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ))))
+        (((flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
+         ((flags & F_READ) && !(c->scopes & KCD_SCOPE_READ)) ||
+         ((flags & F_ADMIN) && !(c->scopes & KCD_SCOPE_ADMIN))))
         return REFUSE_NOPERM;
     return 0;
+}
+
+/* Replies why c may not run d (why from refusal, non-zero). */
+static void reply_refusal(rconn *c, const rcmd *d, int why)
+{
+    if (why == REFUSE_ARITY)
+        reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
+    else if (why == REFUSE_NOAUTH)
+        reply_error(c, "NOAUTH Authentication required.");
+    else if ((d->flags & F_GETOPT) && (command_flags(c, d) & F_READ) &&
+             !(c->scopes & KCD_SCOPE_READ))
+        reply_error(c,
+                    "NOPERM User %s has no permissions to run the '%s' command with GET "
+                    "(it needs the read scope)",
+                    c->who, d->name);
+    else
+        reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
+                    d->name);
 }
 
 bool kcd_redis_take_write(rconn *c)
@@ -1028,13 +1165,8 @@ void kcd_redis_execute(rconn *c)
     int why = d ? refusal(c, d) : 0;
     if (!d) {
         reply_unknown(c);
-    } else if (why == REFUSE_ARITY) {
-        reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
-    } else if (why == REFUSE_NOAUTH) {
-        reply_error(c, "NOAUTH Authentication required.");
-    } else if (why == REFUSE_NOPERM) {
-        reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
-                    d->name);
+    } else if (why) {
+        reply_refusal(c, d, why);
     } else if (d->flags & F_WRITE) {
         /* answered once the committer's transaction holding it commits */
         c->pending = d;

@@ -242,7 +242,7 @@ Test(redis, redis_cli_commands_and_error_shapes)
     EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
     EXPECT_CLI("ERR wrong number of arguments for 'set' command", &rs, "SET", "k");
     EXPECT_CLI("OK", &rs, "CLIENT", "SETINFO", "LIB-NAME", "redis-py");
-    EXPECT_CLI("27", &rs, "COMMAND", "COUNT");
+    EXPECT_CLI("30", &rs, "COMMAND", "COUNT");
     /* CONFIG GET answers as Redis does (what redis-benchmark asks first);
      * CONFIG SET is refused with Redis' error */
     EXPECT_CLI("save\n\nappendonly\nyes", &rs, "CONFIG", "GET", "save", "appendonly");
@@ -611,6 +611,95 @@ Test(redis, tokens_decide_auth_and_scopes)
     char *log = kc_testserver_read_log(&rs.ts);
     cr_expect(!strstr(log, TOK_R) && !strstr(log, TOK_W) && !strstr(log, TOK_RW),
               "a token reached the log");
+    free(log);
+    rs_stop(&rs);
+}
+
+/* A token without the read scope never gets stored bytes back: not from
+ * SET's GET option, GETSET, GETDEL or GETEX, whose replies carry the old
+ * value; nothing it sent changed the stored value either. */
+Test(redis, write_only_token_never_reads_stored_bytes)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+#define AS_WRITER "--user", "writer", "--pass", TOK_W, "--no-auth-warning"
+#define AS_BUILDER "--user", "builder", "--pass", TOK_RW, "--no-auth-warning"
+    EXPECT_CLI("OK", &rs, AS_BUILDER, "SET", "secret", "stored-bytes");
+    EXPECT_CLI("OK", &rs, AS_WRITER, "SET", "other", "x");
+    const char *noperm_set = "NOPERM User writer has no permissions to run the 'set' command "
+                             "with GET (it needs the read scope)";
+    EXPECT_CLI(noperm_set, &rs, AS_WRITER, "SET", "secret", "x", "GET");
+    EXPECT_CLI(noperm_set, &rs, AS_WRITER, "SET", "secret", "x", "EX", "100", "get");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getset' command", &rs, AS_WRITER,
+               "GETSET", "secret", "x");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getdel' command", &rs, AS_WRITER,
+               "GETDEL", "secret");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getex' command", &rs, AS_WRITER,
+               "GETEX", "secret", "PERSIST");
+    /* pipelined, so the refusal holds on the committer's path too */
+    int fd = rconnect(&rs);
+    const char *req = "AUTH writer " TOK_W "\r\nSET a 1\r\nSET secret y GET\r\nSET b 2\r\n"
+                      "QUIT\r\n";
+    send_all(fd, req, strlen(req));
+    char *all = recv_until(fd, 0, NULL, NULL);
+    cr_expect_str_eq(all, "+OK\r\n+OK\r\n-NOPERM User writer has no permissions to run the "
+                          "'set' command with GET (it needs the read scope)\r\n+OK\r\n+OK\r\n");
+    free(all);
+    close(fd);
+    EXPECT_CLI("stored-bytes", &rs, AS_BUILDER, "GET", "secret");
+    /* a token with both scopes gets them all, as Redis answers */
+    EXPECT_CLI("stored-bytes", &rs, AS_BUILDER, "SET", "secret", "v2", "GET");
+    EXPECT_CLI("v2", &rs, AS_BUILDER, "GETSET", "secret", "v3");
+    EXPECT_CLI("v3", &rs, AS_BUILDER, "GETEX", "secret", "EX", "100");
+    EXPECT_CLI("100", &rs, AS_BUILDER, "TTL", "secret");
+    EXPECT_CLI("v3", &rs, AS_BUILDER, "GETDEL", "secret");
+    EXPECT_CLI("0", &rs, AS_BUILDER, "EXISTS", "secret");
+    rs_stop(&rs);
+
+    /* with --anonymous-read an unauthenticated client reads, but a command
+     * that also writes is refused */
+    const char *anon[] = {"--anonymous-read", NULL};
+    rs_start(&rs, true, anon);
+    EXPECT_CLI("OK", &rs, AS_BUILDER, "SET", "k", "v");
+    EXPECT_CLI("v", &rs, "GET", "k");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "GETDEL", "k");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "SET", "k", "w", "GET");
+    EXPECT_CLI("v", &rs, "GET", "k");
+#undef AS_WRITER
+#undef AS_BUILDER
+    rs_stop(&rs);
+}
+
+/* A refused AUTH is logged with the user name escaped, never a name shaped
+ * like a credential (a token given as the user name), and no client can
+ * forge a log line with newlines or terminal escapes. */
+Test(redis, auth_failures_log_escaped_names_and_no_credentials)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+    int fd = rconnect(&rs);
+    /* the token and the name swapped; a forged line; an escape code */
+    const char *req = "*3\r\n$4\r\nAUTH\r\n$"
+                      "20"
+                      "\r\n" TOK_W "\r\n$6\r\nwriter\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$13\r\na\nFORGED line\r\n"
+                      "$3\r\npw1\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$6\r\n\x1b[2Jab\r\n$3\r\npw2\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$12\r\nnot-a-token1\r\n$3\r\npw3\r\nQUIT\r\n";
+    send_all(fd, req, strlen(req));
+    char *all = recv_until(fd, 0, NULL, NULL);
+    const char *wrong = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    cr_expect(strstr(all, wrong) == all, "%s", all);
+    free(all);
+    close(fd);
+    char *log = kc_testserver_read_log(&rs.ts);
+    cr_expect(!strstr(log, TOK_W), "a token reached the log:\n%s", log);
+    cr_expect(!strstr(log, "\nFORGED"), "a forged line reached the log:\n%s", log);
+    cr_expect(!strchr(log, '\x1b'), "an escape code reached the log");
+    cr_expect(strstr(log, "withheld (20 bytes, shaped like a token)"), "%s", log);
+    cr_expect(strstr(log, "'\\x1b[2Jab'"), "%s", log);
+    cr_expect(strstr(log, "'a\\x0aFORGED line'"), "%s", log);
+    cr_expect(strstr(log, "'not-a-token1'"), "%s", log);
     free(log);
     rs_stop(&rs);
 }
