@@ -727,7 +727,11 @@ Test(redis, bad_input_closes_only_that_connection)
         {"oversized bulk", "*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$2000000\r\n",
          "-ERR Protocol error: invalid bulk length\r\n"},
         {"malformed frame", "*2\r\n$3\r\nGET\r\n:5\r\n",
-         "-ERR Protocol error: expected '$' before a bulk string\r\n"},
+         "-ERR Protocol error: expected '$', got ':'\r\n"},
+        {"inline command with an unbalanced quote", "SET k \"abc\r\n",
+         "-ERR Protocol error: unbalanced quotes in request\r\n"},
+        {"inline command with a closing quote inside an argument", "SET k 'a'b v\r\n",
+         "-ERR Protocol error: unbalanced quotes in request\r\n"},
         {"1M-element array", "*1000000\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
         {"bad bulk terminator", "*1\r\n$4\r\nPINGxx",
          "-ERR Protocol error: expected CRLF after a "
@@ -791,9 +795,34 @@ Test(redis, bad_input_closes_only_that_connection)
     EXPECT_CLI("safe", &rs, "GET", "keep");
     kc_http_result m;
     kc_testserver_http(&rs.ts, "GET", "/metrics", NULL, NULL, 0, false, &m);
-    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 8"), "%s", m.body);
+    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 10"), "%s", m.body);
     kc_http_result_free(&m);
     close(other);
+    rs_stop(&rs);
+}
+
+/* Inline commands (telnet, nc) are split as Redis splits them: quotes,
+ * escapes, quotes inside an argument; a RESP frame with something other
+ * than '$' where a bulk string belongs is answered with Redis' text. */
+Test(redis, inline_commands_are_split_as_redis_splits_them)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    int fd = rconnect(&rs);
+    const char *req = "SET \"two words\" \"a\\x41\\n\\\"q\\\"\"\r\n"
+                      "GET 'two words'\r\n"
+                      "SET k'ey' 'it\\'s'\r\n"
+                      "GET key\r\n"
+                      "  ECHO\t\"\"  \r\n"
+                      "PING\n";
+    char *got = exchange(fd, req,
+                         0 + strlen("+OK\r\n$6\r\naA\n\"q\"\r\n+OK\r\n$4\r\nit's\r\n"
+                                    "$0\r\n\r\n+PONG\r\n"));
+    cr_expect_str_eq(got, "+OK\r\n$6\r\naA\n\"q\"\r\n+OK\r\n$4\r\nit's\r\n$0\r\n\r\n+PONG\r\n");
+    free(got);
+    close(fd);
+    /* the same values as redis-cli sees them */
+    EXPECT_CLI("aA\n\"q\"", &rs, "GET", "two words");
     rs_stop(&rs);
 }
 
