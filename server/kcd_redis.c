@@ -90,6 +90,7 @@ static void addr_release(kcd_redis *r, const uint8_t ip[16])
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
+    kcd_redis_client_closed(c);
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
     close(c->fd);
@@ -511,6 +512,7 @@ static void accept_all(rworker *w)
             w->conns->prev = c;
         w->conns = c;
         kcd_metrics_add(&r->m->redis.clients, 1);
+        kcd_redis_client_opened(c);
     }
 }
 
