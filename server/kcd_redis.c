@@ -343,8 +343,8 @@ static bool next_write(rconn *c)
     if (c->closing || c->out.failed || c->in_off >= c->in_len ||
         c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
         return false;
-    if (c->in[c->in_off] !=
-        '*') /* inline lines are unquoted in place: parsed once, by the worker */
+    /* inline lines are unquoted in place: parsed once, by the worker */
+    if (c->in[c->in_off] != '*')
         return false;
     size_t used = 0;
     kcd_resp_status st = parse_next(c, &used);

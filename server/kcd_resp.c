@@ -306,6 +306,8 @@ bool kcd_rbuf_reserve(kcd_rbuf *b, size_t n)
 
 void kcd_rbuf_append(kcd_rbuf *b, const void *data, size_t n)
 {
+    if (n == 0) /* data may be NULL then (an empty kcd_rbuf's p) */
+        return;
     if (!kcd_rbuf_reserve(b, n))
         return;
     memcpy(b->p + b->len, data, n);
