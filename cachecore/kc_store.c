@@ -374,6 +374,7 @@ void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
     info->atime = sqlite3_column_int64(st, 7) / 1000000;
     info->origin = sqlite3_column_count(st) > 8 ? (const char *)sqlite3_column_text(st, 8) : "";
     info->sig = sqlite3_column_count(st) > 9 ? (const char *)sqlite3_column_text(st, 9) : "";
+    info->meta = sqlite3_column_count(st) > 10 ? (const char *)sqlite3_column_text(st, 10) : NULL;
 }
 
 /* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */

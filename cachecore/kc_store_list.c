@@ -27,7 +27,9 @@ static void filter_sql(const kc_filter *f, const char *prefix, char *sql, size_t
     if (f->tag && *f->tag)
         n += (size_t)snprintf(sql + n, cap - n, " AND %stag = :tag", prefix);
     if (f->since)
-        snprintf(sql + n, cap - n, " AND %screated >= :since", prefix);
+        n += (size_t)snprintf(sql + n, cap - n, " AND %screated >= :since", prefix);
+    if (f->from_key)
+        snprintf(sql + n, cap - n, " AND %skey >= :from_key", prefix);
 }
 
 static void filter_bind(sqlite3_stmt *st, const kc_filter *f)
@@ -43,12 +45,14 @@ static void filter_bind(sqlite3_stmt *st, const kc_filter *f)
         sqlite3_bind_text(st, i, f->tag, -1, SQLITE_STATIC);
     if ((i = sqlite3_bind_parameter_index(st, ":since")))
         sqlite3_bind_int64(st, i, f->since);
+    if ((i = sqlite3_bind_parameter_index(st, ":from_key")))
+        sqlite3_bind_text(st, i, f->from_key, -1, SQLITE_STATIC);
 }
 
 kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err)
 {
     char sql[1024] = "SELECT e.key, e.kind, e.device, e.tag, b.size, b.zsize, e.created, e.atime, "
-                     "e.origin, e.sig FROM entries e JOIN blobs b ON b.id = e.blob WHERE 1";
+                     "e.origin, e.sig, e.meta FROM entries e JOIN blobs b ON b.id = e.blob WHERE 1";
     filter_sql(f, "e.", sql, sizeof sql);
     strncat(sql, " ORDER BY e.key", sizeof sql - strlen(sql) - 1);
     sqlite3_stmt *st;

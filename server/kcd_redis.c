@@ -90,6 +90,7 @@ static void addr_release(kcd_redis *r, const uint8_t ip[16])
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
+    kcd_redis_client_closed(c);
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
     close(c->fd);
@@ -342,6 +343,9 @@ static bool next_write(rconn *c)
     if (c->closing || c->out.failed || c->in_off >= c->in_len ||
         c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
         return false;
+    /* inline lines are unquoted in place: parsed once, by the worker */
+    if (c->in[c->in_off] != '*')
+        return false;
     size_t used = 0;
     kcd_resp_status st = parse_next(c, &used);
     bool ok = st == KCD_RESP_CMD && c->p.argc > 0 && set_args(c, c->in + c->in_off) &&
@@ -508,6 +512,7 @@ static void accept_all(rworker *w)
             w->conns->prev = c;
         w->conns = c;
         kcd_metrics_add(&r->m->redis.clients, 1);
+        kcd_redis_client_opened(c);
     }
 }
 

@@ -24,11 +24,11 @@
 #include <kcache/kc_util.h>
 #include "kcd_hot.h"
 #include "kcd_log.h"
-#include "kcd_redis_int.h"
+#include "kcd_redis_cmd.h"
 
 /* --------------------------------------------------------------- values */
 
-static int64_t now_ms(void)
+int64_t kcd_redis_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -55,7 +55,7 @@ static void rval_free(rval *v)
     memset(v, 0, sizeof *v);
 }
 
-static int64_t meta_expiry(const char *meta)
+int64_t kcd_redis_meta_expiry(const char *meta)
 {
     json_error_t je;
     json_t *j = meta ? json_loads(meta, 0, &je) : NULL;
@@ -80,7 +80,7 @@ static kc_code fetch_value(kc_store *s, const char *key, void *ud, uint8_t **bod
         kc_artifact_free(&a);
         return kc_err_set(e, KC_ERR_NOMEM, "out of memory reading Redis value %s", key);
     }
-    uint64_t exp = (uint64_t)meta_expiry(a.meta);
+    uint64_t exp = (uint64_t)kcd_redis_meta_expiry(a.meta);
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)(exp >> (8 * i));
     if (a.payload_len)
@@ -96,11 +96,9 @@ typedef enum { R_MISS = 0, R_HIT = 1, R_ERROR = -1 } rstatus;
 /* kcd_still_fn: the stored value has expired by *(int64_t *)now_ms. */
 static bool still_expired(const kc_artifact *entry, void *now_ms)
 {
-    int64_t exp = meta_expiry(entry->meta);
+    int64_t exp = kcd_redis_meta_expiry(entry->meta);
     return exp && exp <= *(int64_t *)now_ms;
 }
-
-static void reply_store_error(rconn *c, const kc_err *e);
 
 /* Looks key up through the context's read door (memory cache, then the
  * store). An expired value reads as missing and is removed, as Redis
@@ -127,13 +125,13 @@ static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
         return R_MISS;
     }
     if (rc != KC_OK) {
-        reply_store_error(c, &e);
+        kcd_redis_store_error(c, &e);
         return R_ERROR;
     }
     uint64_t exp = 0;
     for (int i = 0; i < 8; i++)
         exp |= (uint64_t)out->v.data[i] << (8 * i);
-    int64_t now = now_ms();
+    int64_t now = kcd_redis_now_ms();
     if (exp && (int64_t)exp <= now) {
         rval_free(out);
         kcd_ctx_delete_if(r->ctx, &k, still_expired, &now, &e);
@@ -177,7 +175,7 @@ static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *va
     json_decref(m);
     if (!meta) {
         kc_err_set(&e, KC_ERR_NOMEM, "out of memory");
-        reply_store_error(c, &e);
+        kcd_redis_store_error(c, &e);
         return R_ERROR;
     }
     kc_artifact a;
@@ -190,7 +188,7 @@ static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *va
     kc_code rc = kcd_ctx_replace(r->ctx, &a, NULL, &e);
     free(meta);
     if (rc != KC_OK) {
-        reply_store_error(c, &e);
+        kcd_redis_store_error(c, &e);
         return R_ERROR;
     }
     return R_HIT;
@@ -206,14 +204,13 @@ static rstatus rdelete(rconn *c, const kcd_key *k)
         return R_HIT;
     if (rc == KC_ERR_NOT_FOUND)
         return R_MISS;
-    reply_store_error(c, &e);
+    kcd_redis_store_error(c, &e);
     return R_ERROR;
 }
 
 /* ---------------------------------------------------------------- replies */
 
-static void reply_error(rconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void reply_error(rconn *c, const char *fmt, ...)
+void kcd_redis_errorf(rconn *c, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -224,31 +221,31 @@ static void reply_error(rconn *c, const char *fmt, ...)
     kcd_metrics_add(&c->w->r->m->redis.errors, 1);
 }
 
-static void reply_store_error(rconn *c, const kc_err *e)
+void kcd_redis_store_error(rconn *c, const kc_err *e)
 {
     if (e->code == KC_ERR_FULL) {
-        reply_error(c, "OOM command not allowed when used memory > 'maxmemory'. (%s)", e->msg);
+        kcd_redis_errorf(c, "OOM command not allowed when used memory > 'maxmemory'. (%s)", e->msg);
         return;
     }
     if (e->code == KC_ERR_TOO_LARGE) {
-        reply_error(c, "ERR %s", e->msg);
+        kcd_redis_errorf(c, "ERR %s", e->msg);
         return;
     }
     kcd_metrics_add(&c->w->r->m->store_errors, 1);
     kcd_log(KCD_LOG_WARN, "redis: store error: %s", e->msg);
-    reply_error(c, "ERR store error: %s", e->msg[0] ? e->msg : kc_code_name(e->code));
+    kcd_redis_errorf(c, "ERR store error: %s", e->msg[0] ? e->msg : kc_code_name(e->code));
 }
 
 void kcd_redis_reply_failed(rconn *c, const kc_err *e)
 {
     c->out.len = c->batch_out0;
     for (size_t i = 0; i < c->batch_n; i++)
-        reply_store_error(c, e);
+        kcd_redis_store_error(c, e);
 }
 
 void kcd_redis_reply_error(rconn *c, const char *msg)
 {
-    reply_error(c, "%s", msg);
+    kcd_redis_errorf(c, "%s", msg);
 }
 
 static void reply_ok(rconn *c)
@@ -263,17 +260,14 @@ static void reply_value(rconn *c, const rval *v)
 
 /* ---------------------------------------------------------------- helpers */
 
-#define ARG(i) ((const char *)c->argv[i])
-#define ARGL(i) (c->argl[i])
-
-static bool arg_is(rconn *c, size_t i, const char *word)
+bool kcd_redis_arg_is(rconn *c, size_t i, const char *word)
 {
     size_t n = strlen(word);
     return ARGL(i) == n && !strncasecmp(ARG(i), word, n);
 }
 
 /* Strict integer argument, as Redis' string2ll. */
-static bool arg_ll(rconn *c, size_t i, long long *out)
+bool kcd_redis_arg_ll(rconn *c, size_t i, long long *out)
 {
     if (ARGL(i) == 0 || ARGL(i) > 20)
         return false;
@@ -293,9 +287,9 @@ static bool arg_ll(rconn *c, size_t i, long long *out)
 
 static bool need_ll(rconn *c, size_t i, long long *out)
 {
-    if (arg_ll(c, i, out))
+    if (kcd_redis_arg_ll(c, i, out))
         return true;
-    reply_error(c, "ERR value is not an integer or out of range");
+    kcd_redis_errorf(c, "ERR value is not an integer or out of range");
     return false;
 }
 
@@ -309,35 +303,19 @@ static bool expiry_arg(rconn *c, size_t i, long long unit_ms, bool absolute, con
     if (!need_ll(c, i, &v))
         return false;
     if (v <= 0 || v > INT64_MAX / 1000 / 2) {
-        reply_error(c, "ERR invalid expire time in '%s' command", cmd);
+        kcd_redis_errorf(c, "ERR invalid expire time in '%s' command", cmd);
         return false;
     }
-    *out = absolute ? (int64_t)v * unit_ms : now_ms() + (int64_t)v * unit_ms;
+    *out = absolute ? (int64_t)v * unit_ms : kcd_redis_now_ms() + (int64_t)v * unit_ms;
     return true;
 }
 
 /* ---------------------------------------------------------------- commands */
 
-typedef void (*cmd_fn)(rconn *c);
-
-enum {
-    F_NOAUTH = 1, /* allowed before AUTH */
-    F_READ = 2,   /* needs the read scope */
-    F_WRITE = 4,  /* needs the write scope */
-};
-
-typedef struct rcmd {
-    const char *name;
-    cmd_fn fn;
-    int arity; /* > 0 exactly, < 0 at least -arity (counting the name) */
-    unsigned flags;
-    int first_key, last_key, step; /* for COMMAND INFO */
-} rcmd;
-
 static void cmd_ping(rconn *c)
 {
     if (c->argc > 2)
-        return reply_error(c, "ERR wrong number of arguments for 'ping' command");
+        return kcd_redis_errorf(c, "ERR wrong number of arguments for 'ping' command");
     if (c->argc == 2)
         kcd_resp_bulk(&c->out, ARG(1), ARGL(1));
     else
@@ -355,6 +333,34 @@ static void cmd_quit(rconn *c)
     c->closing = true;
 }
 
+/* The user name of a refused AUTH as the log may show it: quoted, with
+ * every byte outside printable ASCII (and the quote and backslash) as \xNN,
+ * so a client cannot forge log lines or send terminal escapes. A name that
+ * is credential-shaped (a valid token, as when the token and the name are
+ * swapped, or as long as a token may be) is never written: only its
+ * length. */
+static void loggable_user(const kcd_redis *r, const char *user, size_t len, char *out, size_t cap)
+{
+    unsigned scopes;
+    const char *who;
+    if (len >= KCD_TOKEN_MIN || (r->auth_on && len > 0 &&
+                                 kcd_auth_password(r->auth, NULL, user, len, &scopes, &who) == 0)) {
+        snprintf(out, cap, "withheld (%zu bytes, shaped like a token)", len);
+        return;
+    }
+    size_t n = 0;
+    out[n++] = '\'';
+    for (size_t i = 0; i < len && n + 6 < cap; i++) {
+        unsigned char ch = (unsigned char)user[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\'' && ch != '\\')
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", ch);
+    }
+    out[n++] = '\'';
+    out[n] = 0;
+}
+
 /* AUTH [user] password, also used by HELLO ... AUTH user password. */
 static bool do_auth(rconn *c, const char *user, size_t ulen, const char *pass, size_t plen)
 {
@@ -370,9 +376,10 @@ static bool do_auth(rconn *c, const char *user, size_t ulen, const char *pass, s
     const char *who = "-";
     if (kcd_auth_password(r->auth, u, pass, plen, &scopes, &who) != 0) {
         kcd_metrics_add(&r->m->redis.auth_failures, 1);
-        kcd_log(KCD_LOG_INFO, "redis %s: AUTH refused (user '%s')", c->remote,
-                u ? name : "default");
-        reply_error(c, "WRONGPASS invalid username-password pair or user is disabled.");
+        char shown[4 * 64 + 48];
+        loggable_user(r, user ? user : "default", user ? ulen : 7, shown, sizeof shown);
+        kcd_log(KCD_LOG_INFO, "redis %s: AUTH refused (user %s)", c->remote, shown);
+        kcd_redis_errorf(c, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
     }
     c->authed = true;
@@ -384,17 +391,17 @@ static bool do_auth(rconn *c, const char *user, size_t ulen, const char *pass, s
 static void cmd_auth(rconn *c)
 {
     if (c->argc > 3)
-        return reply_error(c, "ERR syntax error");
+        return kcd_redis_errorf(c, "ERR syntax error");
     if (!c->w->r->auth_on && c->argc == 2)
-        return reply_error(c, "ERR AUTH <password> called without any password configured for "
-                              "the default user. Are you sure your configuration is correct?");
+        return kcd_redis_errorf(c, "ERR AUTH <password> called without any password configured for "
+                                   "the default user. Are you sure your configuration is correct?");
     bool ok = c->argc == 2 ? do_auth(c, NULL, 0, ARG(1), ARGL(1))
                            : do_auth(c, ARG(1), ARGL(1), ARG(2), ARGL(2));
     if (ok)
         reply_ok(c);
 }
 
-static bool valid_client_name(const char *s, size_t n)
+bool kcd_redis_valid_client_name(const char *s, size_t n)
 {
     if (n >= 64)
         return false;
@@ -410,37 +417,38 @@ static void cmd_hello(rconn *c)
     long long ver = c->proto;
     size_t i = 1;
     if (c->argc >= 2) {
-        if (!arg_ll(c, 1, &ver))
-            return reply_error(c, "ERR Protocol version is not an integer or out of range");
+        if (!kcd_redis_arg_ll(c, 1, &ver))
+            return kcd_redis_errorf(c, "ERR Protocol version is not an integer or out of range");
         if (ver < 2 || ver > 3)
-            return reply_error(c, "NOPROTO unsupported protocol version");
+            return kcd_redis_errorf(c, "NOPROTO unsupported protocol version");
         i = 2;
     }
     const char *setname = NULL;
     size_t setname_len = 0;
     for (; i < c->argc; i++) {
-        if (arg_is(c, i, "AUTH") && i + 2 < c->argc) {
+        if (kcd_redis_arg_is(c, i, "AUTH") && i + 2 < c->argc) {
             if (!do_auth(c, ARG(i + 1), ARGL(i + 1), ARG(i + 2), ARGL(i + 2)))
                 return;
             i += 2;
-        } else if (arg_is(c, i, "SETNAME") && i + 1 < c->argc) {
+        } else if (kcd_redis_arg_is(c, i, "SETNAME") && i + 1 < c->argc) {
             setname = ARG(i + 1);
             setname_len = ARGL(i + 1);
             i++;
         } else
-            return reply_error(c, "ERR Syntax error in HELLO option '%.*s'", (int)ARGL(i), ARG(i));
+            return kcd_redis_errorf(c, "ERR Syntax error in HELLO option '%.*s'", (int)ARGL(i),
+                                    ARG(i));
     }
     if (r->auth_on && !c->authed)
-        return reply_error(c, "NOAUTH HELLO must be called with the client already authenticated, "
-                              "otherwise the HELLO <proto> AUTH <user> <pass> option can be used "
-                              "to authenticate the client and select the RESP protocol version "
-                              "at the same time");
+        return kcd_redis_errorf(
+            c, "NOAUTH HELLO must be called with the client already authenticated, "
+               "otherwise the HELLO <proto> AUTH <user> <pass> option can be used "
+               "to authenticate the client and select the RESP protocol version "
+               "at the same time");
     if (setname) {
-        if (!valid_client_name(setname, setname_len))
-            return reply_error(
+        if (!kcd_redis_valid_client_name(setname, setname_len))
+            return kcd_redis_errorf(
                 c, "ERR Client names cannot contain spaces, newlines or special characters.");
-        memcpy(c->name, setname, setname_len);
-        c->name[setname_len] = 0;
+        kcd_redis_set_name(c, setname, setname_len);
     }
     c->proto = (int)ver;
     kcd_resp_map(&c->out, 7, c->proto);
@@ -463,7 +471,8 @@ static void cmd_hello(rconn *c)
 static void cmd_reset(rconn *c)
 {
     c->proto = 2;
-    c->name[0] = 0;
+    kcd_redis_set_name(c, "", 0);
+    kcd_redis_tx_free(c);
     if (c->w->r->auth_on) {
         c->authed = false;
         c->scopes = 0;
@@ -478,35 +487,8 @@ static void cmd_select(rconn *c)
     if (!need_ll(c, 1, &db))
         return;
     if (db != 0)
-        return reply_error(c, "ERR DB index is out of range");
+        return kcd_redis_errorf(c, "ERR DB index is out of range");
     reply_ok(c);
-}
-
-static void cmd_client(rconn *c)
-{
-    if (arg_is(c, 1, "SETNAME") && c->argc == 3) {
-        if (!valid_client_name(ARG(2), ARGL(2)))
-            return reply_error(
-                c, "ERR Client names cannot contain spaces, newlines or special characters.");
-        memcpy(c->name, ARG(2), ARGL(2));
-        c->name[ARGL(2)] = 0;
-        return reply_ok(c);
-    }
-    if (arg_is(c, 1, "GETNAME") && c->argc == 2) {
-        if (c->name[0])
-            return kcd_resp_bulk_str(&c->out, c->name);
-        return kcd_resp_null(&c->out, c->proto);
-    }
-    if (arg_is(c, 1, "ID") && c->argc == 2)
-        return kcd_resp_int(&c->out, (long long)c->id);
-    if (arg_is(c, 1, "SETINFO") && c->argc == 4) {
-        if (!arg_is(c, 2, "LIB-NAME") && !arg_is(c, 2, "LIB-VER"))
-            return reply_error(c, "ERR Unrecognized option '%.*s'", (int)ARGL(2), ARG(2));
-        return reply_ok(c);
-    }
-    reply_error(c,
-                "ERR unknown subcommand or wrong number of arguments for '%.*s'. Try CLIENT HELP.",
-                (int)ARGL(1), ARG(1));
 }
 
 static void cmd_get(rconn *c)
@@ -538,29 +520,29 @@ static void cmd_mget(rconn *c)
 /* SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL], and the
  * SETEX / PSETEX forms (expiry given, no options). */
 static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t expire,
-                   const char *cmd)
+                   const char *cmd, bool get)
 {
-    bool nx = false, xx = false, get = false, keepttl = false, have_exp = expire != 0;
+    bool nx = false, xx = false, keepttl = false, have_exp = expire != 0;
     for (size_t i = opt_from; i < c->argc; i++) {
         bool last = i + 1 >= c->argc;
-        if (arg_is(c, i, "NX") && !xx)
+        if (kcd_redis_arg_is(c, i, "NX") && !xx)
             nx = true;
-        else if (arg_is(c, i, "XX") && !nx)
+        else if (kcd_redis_arg_is(c, i, "XX") && !nx)
             xx = true;
-        else if (arg_is(c, i, "GET"))
+        else if (kcd_redis_arg_is(c, i, "GET"))
             get = true;
-        else if (arg_is(c, i, "KEEPTTL") && !have_exp)
+        else if (kcd_redis_arg_is(c, i, "KEEPTTL") && !have_exp)
             keepttl = true;
         else if (!last && !have_exp && !keepttl &&
-                 (arg_is(c, i, "EX") || arg_is(c, i, "PX") || arg_is(c, i, "EXAT") ||
-                  arg_is(c, i, "PXAT"))) {
+                 (kcd_redis_arg_is(c, i, "EX") || kcd_redis_arg_is(c, i, "PX") ||
+                  kcd_redis_arg_is(c, i, "EXAT") || kcd_redis_arg_is(c, i, "PXAT"))) {
             bool ms = ARG(i)[0] == 'P' || ARG(i)[0] == 'p';
             if (!expiry_arg(c, i + 1, ms ? 1 : 1000, ARGL(i) == 4, cmd, &expire))
                 return;
             have_exp = true;
             i++;
         } else
-            return reply_error(c, "ERR syntax error");
+            return kcd_redis_errorf(c, "ERR syntax error");
     }
     rval old = {0};
     rstatus st = R_MISS;
@@ -588,7 +570,7 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
 
 static void cmd_set(rconn *c)
 {
-    do_set(c, 1, 2, 3, 0, "set");
+    do_set(c, 1, 2, 3, 0, "set", false);
 }
 
 static void cmd_setex(rconn *c)
@@ -596,7 +578,61 @@ static void cmd_setex(rconn *c)
     bool ms = ARG(0)[0] == 'p' || ARG(0)[0] == 'P';
     int64_t exp;
     if (expiry_arg(c, 2, ms ? 1 : 1000, false, ms ? "psetex" : "setex", &exp))
-        do_set(c, 1, 3, c->argc, exp, ms ? "psetex" : "setex");
+        do_set(c, 1, 3, c->argc, exp, ms ? "psetex" : "setex", false);
+}
+
+/* GETSET key value: SET ... GET without options (the TTL goes). */
+static void cmd_getset(rconn *c)
+{
+    do_set(c, 1, 2, c->argc, 0, "getset", true);
+}
+
+/* GETDEL key: the value, and the key is gone. */
+static void cmd_getdel(rconn *c)
+{
+    rval v;
+    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
+    if (st == R_HIT) {
+        kcd_key k;
+        store_key(c->argv[1], ARGL(1), &k);
+        if (rdelete(c, &k) != R_ERROR)
+            reply_value(c, &v);
+    } else if (st == R_MISS)
+        kcd_resp_null(&c->out, c->proto);
+    rval_free(&v);
+}
+
+/* GETEX key [EX s|PX ms|EXAT t|PXAT t|PERSIST]: the value, its TTL changed
+ * as asked. */
+static void cmd_getex(rconn *c)
+{
+    int64_t expire = 0;
+    bool persist = false, change = false;
+    if (c->argc == 3 && kcd_redis_arg_is(c, 2, "PERSIST"))
+        persist = change = true;
+    else if (c->argc == 4 && (kcd_redis_arg_is(c, 2, "EX") || kcd_redis_arg_is(c, 2, "PX") ||
+                              kcd_redis_arg_is(c, 2, "EXAT") || kcd_redis_arg_is(c, 2, "PXAT"))) {
+        bool ms = ARG(2)[0] == 'P' || ARG(2)[0] == 'p';
+        if (!expiry_arg(c, 3, ms ? 1 : 1000, ARGL(2) == 4, "getex", &expire))
+            return;
+        change = true;
+    } else if (c->argc != 2)
+        return kcd_redis_errorf(c, "ERR syntax error");
+    rval v;
+    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
+    if (st == R_HIT && change && !(persist && !v.expire_ms)) {
+        kcd_key k;
+        store_key(c->argv[1], ARGL(1), &k);
+        if (!persist && expire <= kcd_redis_now_ms()) /* an *AT in the past: gone, as in Redis */
+            st = rdelete(c, &k) == R_ERROR ? R_ERROR : R_HIT;
+        else if (rset(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : expire) == R_ERROR)
+            st = R_ERROR;
+    }
+    if (st == R_HIT)
+        reply_value(c, &v);
+    else if (st == R_MISS)
+        kcd_resp_null(&c->out, c->proto);
+    rval_free(&v);
 }
 
 static void cmd_exists(rconn *c)
@@ -643,24 +679,24 @@ static void do_expire(rconn *c, bool persist)
         if (!need_ll(c, 2, &v))
             return;
         if (v > INT64_MAX / 2000 || v < -(INT64_MAX / 2000))
-            return reply_error(c, "ERR invalid expire time in '%s' command",
-                               ms ? "pexpire" : "expire");
-        when = now_ms() + (int64_t)v * (ms ? 1 : 1000);
+            return kcd_redis_errorf(c, "ERR invalid expire time in '%s' command",
+                                    ms ? "pexpire" : "expire");
+        when = kcd_redis_now_ms() + (int64_t)v * (ms ? 1 : 1000);
         for (size_t i = 3; i < c->argc; i++) {
-            if (arg_is(c, i, "NX"))
+            if (kcd_redis_arg_is(c, i, "NX"))
                 nx = true;
-            else if (arg_is(c, i, "XX"))
+            else if (kcd_redis_arg_is(c, i, "XX"))
                 xx = true;
-            else if (arg_is(c, i, "GT"))
+            else if (kcd_redis_arg_is(c, i, "GT"))
                 gt = true;
-            else if (arg_is(c, i, "LT"))
+            else if (kcd_redis_arg_is(c, i, "LT"))
                 lt = true;
             else
-                return reply_error(c, "ERR Unsupported option %.*s", (int)ARGL(i), ARG(i));
+                return kcd_redis_errorf(c, "ERR Unsupported option %.*s", (int)ARGL(i), ARG(i));
         }
         if ((nx && (xx || gt || lt)) || (gt && lt))
-            return reply_error(c, "ERR NX and XX, GT or LT options at the same time are not "
-                                  "compatible");
+            return kcd_redis_errorf(c, "ERR NX and XX, GT or LT options at the same time are not "
+                                       "compatible");
     }
     kcd_key k;
     store_key(c->argv[1], ARGL(1), &k);
@@ -672,7 +708,7 @@ static void do_expire(rconn *c, bool persist)
         bool apply = persist ? cur != 0
                              : !((nx && cur) || (xx && !cur) || (gt && (!cur || when <= cur)) ||
                                  (lt && cur && when >= cur));
-        if (apply && !persist && when <= now_ms())
+        if (apply && !persist && when <= kcd_redis_now_ms())
             st = rdelete(c, &k);
         else if (apply)
             st = rset(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : when);
@@ -703,7 +739,7 @@ static void cmd_ttl(rconn *c)
     else if (st == R_HIT && !v.expire_ms)
         kcd_resp_int(&c->out, -1);
     else if (st == R_HIT) {
-        int64_t left = v.expire_ms - now_ms();
+        int64_t left = v.expire_ms - kcd_redis_now_ms();
         if (left < 0)
             left = 0;
         kcd_resp_int(&c->out, ms ? left : (left + 500) / 1000);
@@ -729,91 +765,6 @@ static void cmd_type(rconn *c)
     rval_free(&v);
 }
 
-static int count_entry(const kc_entry_info *info, void *ctx)
-{
-    (void)info;
-    (*(uint64_t *)ctx)++;
-    return 0;
-}
-
-/* Entries of kind redis (expired ones not yet removed included, as Redis
- * counts keys not yet reclaimed). -1 with an error reply on failure. */
-static long long count_keys(rconn *c)
-{
-    kc_err e = {0};
-    kc_store *s = kcd_ctx_store(c->w->r->ctx, &e);
-    uint64_t n = 0;
-    kc_filter f = {.kind = "redis"};
-    if (!s || kc_store_list(s, &f, count_entry, &n, &e) != KC_OK) {
-        reply_store_error(c, &e);
-        return -1;
-    }
-    return (long long)n;
-}
-
-static void cmd_dbsize(rconn *c)
-{
-    long long n = count_keys(c);
-    if (n >= 0)
-        kcd_resp_int(&c->out, n);
-}
-
-static const rcmd kcd_redis_commands[];
-static const size_t kcd_redis_ncommands;
-
-static void cmd_info(rconn *c)
-{
-    kcd_redis *r = c->w->r;
-    const kcd_redis_metrics *m = &r->m->redis;
-    bool all = c->argc == 1 || arg_is(c, 1, "all") || arg_is(c, 1, "everything") ||
-               arg_is(c, 1, "default");
-    bool want[4] = {all, all, all, all}; /* server, clients, stats, keyspace */
-    static const char *const sections[] = {"server", "clients", "stats", "keyspace"};
-    for (size_t i = 1; i < c->argc; i++)
-        for (int s = 0; s < 4; s++)
-            if (arg_is(c, i, sections[s]))
-                want[s] = true;
-    long long keys = want[3] ? count_keys(c) : 0;
-    if (keys < 0)
-        return;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return reply_error(c, "ERR out of memory");
-    if (want[0])
-        fprintf(f,
-                "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\nkcached_version:%s\r\n"
-                "os:Linux\r\nprocess_id:%ld\r\ntcp_port:%u\r\nuptime_in_seconds:%.0f\r\n\r\n",
-                KCD_REDIS_VERSION, KC_VERSION, (long)getpid(), r->port, kc_now() - r->started);
-    if (want[1])
-        fprintf(f, "# Clients\r\nconnected_clients:%" PRIu64 "\r\n\r\n",
-                __atomic_load_n(&m->clients, __ATOMIC_RELAXED));
-    if (want[2]) {
-        uint64_t total = 0;
-        for (unsigned i = 0; i < KCD_REDIS_CMD_SLOTS; i++)
-            total += __atomic_load_n(&m->commands[i], __ATOMIC_RELAXED);
-        fprintf(f,
-                "# Stats\r\ntotal_connections_received:%" PRIu64
-                "\r\ntotal_commands_processed:%" PRIu64 "\r\nkeyspace_hits:%" PRIu64
-                "\r\nkeyspace_misses:%" PRIu64 "\r\ntotal_net_input_bytes:%" PRIu64
-                "\r\ntotal_net_output_bytes:%" PRIu64 "\r\n\r\n",
-                __atomic_load_n(&m->connections, __ATOMIC_RELAXED), total,
-                __atomic_load_n(&m->hits, __ATOMIC_RELAXED),
-                __atomic_load_n(&m->misses, __ATOMIC_RELAXED),
-                __atomic_load_n(&m->bytes_in, __ATOMIC_RELAXED),
-                __atomic_load_n(&m->bytes_out, __ATOMIC_RELAXED));
-    }
-    if (want[3]) {
-        fprintf(f, "# Keyspace\r\n");
-        if (keys > 0)
-            fprintf(f, "db0:keys=%lld,expires=0,avg_ttl=0\r\n", keys);
-    }
-    fclose(f);
-    kcd_resp_bulk(&c->out, text, len);
-    free(text);
-}
-
 static void command_entry(rconn *c, const rcmd *d)
 {
     kcd_resp_array(&c->out, 6);
@@ -829,8 +780,6 @@ static void command_entry(rconn *c, const rcmd *d)
     kcd_resp_int(&c->out, d->step);
 }
 
-static const rcmd *find_command(const char *name, size_t len);
-
 static void cmd_command(rconn *c)
 {
     if (c->argc == 1) {
@@ -839,14 +788,14 @@ static void cmd_command(rconn *c)
             command_entry(c, &kcd_redis_commands[i]);
         return;
     }
-    if (arg_is(c, 1, "COUNT") && c->argc == 2)
+    if (kcd_redis_arg_is(c, 1, "COUNT") && c->argc == 2)
         return kcd_resp_int(&c->out, (long long)kcd_redis_ncommands);
-    if (arg_is(c, 1, "DOCS")) /* no documentation to give: an empty map */
+    if (kcd_redis_arg_is(c, 1, "DOCS")) /* no documentation to give: an empty map */
         return kcd_resp_map(&c->out, 0, c->proto);
-    if (arg_is(c, 1, "INFO")) {
+    if (kcd_redis_arg_is(c, 1, "INFO")) {
         kcd_resp_array(&c->out, c->argc - 2);
         for (size_t i = 2; i < c->argc; i++) {
-            const rcmd *d = find_command(ARG(i), ARGL(i));
+            const rcmd *d = kcd_redis_find_command(ARG(i), ARGL(i));
             if (d)
                 command_entry(c, d);
             else
@@ -854,7 +803,7 @@ static void cmd_command(rconn *c)
         }
         return;
     }
-    reply_error(c, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.", (int)ARGL(1), ARG(1));
+    kcd_redis_errorf(c, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.", (int)ARGL(1), ARG(1));
 }
 
 /* CONFIG GET pattern...: the settings clients and redis-benchmark ask
@@ -867,19 +816,20 @@ static void cmd_command(rconn *c)
 static void cmd_config(rconn *c)
 {
     kcd_redis *r = c->w->r;
-    if (arg_is(c, 1, "SET")) {
+    if (kcd_redis_arg_is(c, 1, "SET")) {
         if (c->argc < 4 || c->argc % 2)
-            return reply_error(c, "ERR wrong number of arguments for 'config|set' command");
-        return reply_error(c,
-                           "ERR CONFIG SET failed (possibly related to argument '%.*s') - can't "
-                           "set immutable config",
-                           (int)(ARGL(2) > 128 ? 128 : ARGL(2)), ARG(2));
+            return kcd_redis_errorf(c, "ERR wrong number of arguments for 'config|set' command");
+        return kcd_redis_errorf(
+            c,
+            "ERR CONFIG SET failed (possibly related to argument '%.*s') - can't "
+            "set immutable config",
+            (int)(ARGL(2) > 128 ? 128 : ARGL(2)), ARG(2));
     }
-    if (!arg_is(c, 1, "GET"))
-        return reply_error(c, "ERR unknown subcommand '%.*s'. Try CONFIG HELP.",
-                           (int)(ARGL(1) > 128 ? 128 : ARGL(1)), ARG(1));
+    if (!kcd_redis_arg_is(c, 1, "GET"))
+        return kcd_redis_errorf(c, "ERR unknown subcommand '%.*s'. Try CONFIG HELP.",
+                                (int)(ARGL(1) > 128 ? 128 : ARGL(1)), ARG(1));
     if (c->argc < 3)
-        return reply_error(c, "ERR wrong number of arguments for 'config|get' command");
+        return kcd_redis_errorf(c, "ERR wrong number of arguments for 'config|get' command");
     char maxmemory[24], timeout[16], maxclients[16], port[8], bulk[24];
     snprintf(maxmemory, sizeof maxmemory, "%" PRIu64, r->max_size);
     snprintf(timeout, sizeof timeout, "%u", r->idle_timeout);
@@ -922,24 +872,54 @@ static void cmd_config(rconn *c)
         }
 }
 
+static void cmd_multi(rconn *c);
+static void cmd_exec(rconn *c);
+static void cmd_discard(rconn *c);
+static bool queue_command(rconn *c, const rcmd *d);
+
 /* The command table (Redis' arity convention: the name counts). */
-static const rcmd kcd_redis_commands[] = {
-    {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},     {"echo", cmd_echo, 2, 0, 0, 0, 0},
-    {"quit", cmd_quit, -1, F_NOAUTH, 0, 0, 0},     {"reset", cmd_reset, 1, F_NOAUTH, 0, 0, 0},
-    {"auth", cmd_auth, -2, F_NOAUTH, 0, 0, 0},     {"hello", cmd_hello, -1, F_NOAUTH, 0, 0, 0},
-    {"client", cmd_client, -2, 0, 0, 0, 0},        {"select", cmd_select, 2, 0, 0, 0, 0},
-    {"get", cmd_get, 2, F_READ, 1, 1, 1},          {"mget", cmd_mget, -2, F_READ, 1, -1, 1},
-    {"set", cmd_set, -3, F_WRITE, 1, 1, 1},        {"setex", cmd_setex, 4, F_WRITE, 1, 1, 1},
-    {"psetex", cmd_setex, 4, F_WRITE, 1, 1, 1},    {"exists", cmd_exists, -2, F_READ, 1, -1, 1},
-    {"del", cmd_del, -2, F_WRITE, 1, -1, 1},       {"unlink", cmd_del, -2, F_WRITE, 1, -1, 1},
-    {"expire", cmd_expire, -3, F_WRITE, 1, 1, 1},  {"pexpire", cmd_expire, -3, F_WRITE, 1, 1, 1},
-    {"persist", cmd_persist, 2, F_WRITE, 1, 1, 1}, {"ttl", cmd_ttl, 2, F_READ, 1, 1, 1},
-    {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},         {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
-    {"type", cmd_type, 2, F_READ, 1, 1, 1},        {"dbsize", cmd_dbsize, 1, F_READ, 0, 0, 0},
-    {"info", cmd_info, -1, F_READ, 0, 0, 0},       {"command", cmd_command, -1, 0, 0, 0, 0},
+const rcmd kcd_redis_commands[] = {
+    {"ping", cmd_ping, -1, F_NOAUTH, 0, 0, 0},
+    {"echo", cmd_echo, 2, 0, 0, 0, 0},
+    {"quit", cmd_quit, -1, F_NOAUTH | F_TXCTL, 0, 0, 0},
+    {"reset", cmd_reset, 1, F_NOAUTH | F_TXCTL, 0, 0, 0},
+    {"auth", cmd_auth, -2, F_NOAUTH, 0, 0, 0},
+    {"hello", cmd_hello, -1, F_NOAUTH, 0, 0, 0},
+    {"client", kcd_redis_cmd_client, -2, 0, 0, 0, 0},
+    {"select", cmd_select, 2, 0, 0, 0, 0},
+    {"get", cmd_get, 2, F_READ, 1, 1, 1},
+    {"mget", cmd_mget, -2, F_READ, 1, -1, 1},
+    {"set", cmd_set, -3, F_WRITE | F_GETOPT, 1, 1, 1},
+    {"getset", cmd_getset, 3, F_READ | F_WRITE, 1, 1, 1},
+    {"getdel", cmd_getdel, 2, F_READ | F_WRITE, 1, 1, 1},
+    {"getex", cmd_getex, -2, F_READ | F_WRITE, 1, 1, 1},
+    {"setex", cmd_setex, 4, F_WRITE, 1, 1, 1},
+    {"psetex", cmd_setex, 4, F_WRITE, 1, 1, 1},
+    {"exists", cmd_exists, -2, F_READ, 1, -1, 1},
+    {"del", cmd_del, -2, F_WRITE, 1, -1, 1},
+    {"unlink", cmd_del, -2, F_WRITE, 1, -1, 1},
+    {"expire", cmd_expire, -3, F_WRITE, 1, 1, 1},
+    {"pexpire", cmd_expire, -3, F_WRITE, 1, 1, 1},
+    {"persist", cmd_persist, 2, F_WRITE, 1, 1, 1},
+    {"ttl", cmd_ttl, 2, F_READ, 1, 1, 1},
+    {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},
+    {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
+    {"type", cmd_type, 2, F_READ, 1, 1, 1},
+    {"dbsize", kcd_redis_cmd_dbsize, 1, F_READ, 0, 0, 0},
+    {"keys", kcd_redis_cmd_keys, 2, F_READ, 0, 0, 0},
+    {"scan", kcd_redis_cmd_scan, -2, F_READ, 0, 0, 0},
+    {"flushdb", kcd_redis_cmd_flushdb, -1, F_ADMIN | F_COMMIT, 0, 0, 0},
+    {"flushall", kcd_redis_cmd_flushdb, -1, F_ADMIN | F_COMMIT, 0, 0, 0},
+    {"multi", cmd_multi, 1, F_TXCTL, 0, 0, 0},
+    {"exec", cmd_exec, 1, F_TXCTL | F_COMMIT, 0, 0, 0},
+    {"discard", cmd_discard, 1, F_TXCTL, 0, 0, 0},
+    {"info", kcd_redis_cmd_info, -1, F_READ, 0, 0, 0},
+    {"command", cmd_command, -1, 0, 0, 0, 0},
     {"config", cmd_config, -2, 0, 0, 0, 0},
 };
-static const size_t kcd_redis_ncommands = sizeof kcd_redis_commands / sizeof kcd_redis_commands[0];
+_Static_assert(sizeof kcd_redis_commands / sizeof kcd_redis_commands[0] <= KCD_REDIS_CMD_SLOTS,
+               "every command needs a counter slot (kcd_metrics.h)");
+const size_t kcd_redis_ncommands = sizeof kcd_redis_commands / sizeof kcd_redis_commands[0];
 static const char *kcd_redis_names[sizeof kcd_redis_commands / sizeof kcd_redis_commands[0]];
 
 void kcd_redis_command_names(const char *const **names, unsigned *n)
@@ -950,7 +930,7 @@ void kcd_redis_command_names(const char *const **names, unsigned *n)
     *n = (unsigned)kcd_redis_ncommands;
 }
 
-static const rcmd *find_command(const char *name, size_t len)
+const rcmd *kcd_redis_find_command(const char *name, size_t len)
 {
     for (size_t i = 0; i < kcd_redis_ncommands; i++)
         if (strlen(kcd_redis_commands[i].name) == len &&
@@ -971,18 +951,28 @@ static void reply_unknown(rconn *c)
             break;
         used += (size_t)n;
     }
-    reply_error(c, "ERR unknown command '%.*s', with args beginning with: %s",
-                (int)(ARGL(0) > 128 ? 128 : ARGL(0)), ARG(0), args);
+    kcd_redis_errorf(c, "ERR unknown command '%.*s', with args beginning with: %s",
+                     (int)(ARGL(0) > 128 ? 128 : ARGL(0)), ARG(0), args);
 }
 
-/* Counts the command and writes its access-log line. */
-static void command_done(rconn *c, const rcmd *d, double t0, size_t out0)
+/* Counts the command (metrics, INFO commandstats) and writes its
+ * access-log line (t0: when it arrived). ran: it ran, for run_s seconds;
+ * false: refused before running. */
+static void command_done(rconn *c, const rcmd *d, double t0, size_t out0, bool ran, double run_s)
 {
     kcd_redis *r = c->w->r;
-    if (d)
-        kcd_metrics_add(&r->m->redis.commands[d - kcd_redis_commands], 1);
-    if (t0 > 0) {
-        bool err = c->out.len > out0 && c->out.p[out0] == '-';
+    bool err = c->out.len > out0 && c->out.p[out0] == '-';
+    if (d) {
+        size_t i = (size_t)(d - kcd_redis_commands);
+        kcd_metrics_add(&r->m->redis.commands[i], 1);
+        if (!ran)
+            kcd_metrics_add(&r->cmd_rejected[i], 1);
+        else
+            kcd_metrics_add(&r->cmd_usec[i], (uint64_t)(run_s * 1e6));
+        if (ran && err)
+            kcd_metrics_add(&r->cmd_failed[i], 1);
+    }
+    if (kcd_log_enabled(KCD_LOG_INFO)) {
         size_t in = 0;
         for (size_t i = 0; i < c->argc; i++)
             in += ARGL(i);
@@ -992,50 +982,88 @@ static void command_done(rconn *c, const rcmd *d, double t0, size_t out0)
     }
 }
 
-/* Why c may not run d now: 0 it may, else which error to reply. */
+/* The scopes c's command d needs: its flags, with F_READ added when a
+ * GET option asks for the stored value back (SET ... GET). Any "GET" among
+ * the options counts: where it is not the option it is a syntax error. */
+static unsigned command_flags(const rconn *c, const rcmd *d)
+{
+    unsigned flags = d->flags;
+    if (flags & F_GETOPT)
+        for (size_t i = 3; i < c->argc; i++)
+            if (c->argl[i] == 3 && !strncasecmp((const char *)c->argv[i], "GET", 3))
+                flags |= F_READ;
+    return flags;
+}
+
+/* Why c may not run d now: 0 it may, else which error to reply. Anonymous
+ * clients (--anonymous-read) run what only reads. */
 enum { REFUSE_ARITY = 1, REFUSE_NOAUTH, REFUSE_NOPERM };
 static int refusal(const rconn *c, const rcmd *d)
 {
     const kcd_redis *r = c->w->r;
     if ((d->arity > 0 && (long)c->argc != d->arity) || (d->arity < 0 && (long)c->argc < -d->arity))
         return REFUSE_ARITY;
-    if (r->auth_on && !c->authed && !(d->flags & F_NOAUTH) &&
-        !(r->anonymous_read && (d->flags & F_READ)))
+    unsigned flags = command_flags(c, d);
+    bool read_only = (flags & F_READ) && !(flags & (F_WRITE | F_ADMIN));
+    if (r->auth_on && !c->authed && !(flags & F_NOAUTH) && !(r->anonymous_read && read_only))
         return REFUSE_NOAUTH;
     if (r->auth_on && c->authed &&
-        (((d->flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
-         ((d->flags & F_READ) && !(c->scopes & KCD_SCOPE_READ))))
+        (((flags & F_WRITE) && !(c->scopes & KCD_SCOPE_WRITE)) ||
+         ((flags & F_READ) && !(c->scopes & KCD_SCOPE_READ)) ||
+         ((flags & F_ADMIN) && !(c->scopes & KCD_SCOPE_ADMIN))))
         return REFUSE_NOPERM;
     return 0;
 }
 
+/* Replies why c may not run d (why from refusal, non-zero). */
+static void reply_refusal(rconn *c, const rcmd *d, int why)
+{
+    if (why == REFUSE_ARITY)
+        kcd_redis_errorf(c, "ERR wrong number of arguments for '%s' command", d->name);
+    else if (why == REFUSE_NOAUTH)
+        kcd_redis_errorf(c, "NOAUTH Authentication required.");
+    else if ((d->flags & F_GETOPT) && (command_flags(c, d) & F_READ) &&
+             !(c->scopes & KCD_SCOPE_READ))
+        kcd_redis_errorf(c,
+                         "NOPERM User %s has no permissions to run the '%s' command with GET "
+                         "(it needs the read scope)",
+                         c->who, d->name);
+    else
+        kcd_redis_errorf(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
+                         d->name);
+}
+
 bool kcd_redis_take_write(rconn *c)
 {
-    const rcmd *d = find_command(ARG(0), ARGL(0));
-    if (!d || !(d->flags & F_WRITE) || refusal(c, d))
+    if (c->tx) /* inside MULTI a command is queued by the worker */
+        return false;
+    const rcmd *d = kcd_redis_find_command(ARG(0), ARGL(0));
+    if (!d || !(d->flags & (F_WRITE | F_COMMIT)) || refusal(c, d))
         return false;
     c->pending = d;
     c->pending_out0 = c->out.len;
-    c->pending_t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
+    c->pending_t0 = kc_now();
     return true;
 }
 
 void kcd_redis_execute(rconn *c)
 {
-    double t0 = kcd_log_enabled(KCD_LOG_INFO) ? kc_now() : 0;
+    double t0 = kc_now();
     size_t out0 = c->out.len;
-    const rcmd *d = find_command(ARG(0), ARGL(0));
+    const rcmd *d = kcd_redis_find_command(ARG(0), ARGL(0));
+    if (d) /* CLIENT LIST's cmd= names the command running or last run */
+        __atomic_store_n(&c->last_cmd, (const void *)d, __ATOMIC_RELAXED);
+    if (c->tx && !(d && (d->flags & F_TXCTL))) {
+        if (!queue_command(c, d))
+            command_done(c, d, t0, out0, false, 0);
+        return;
+    }
     int why = d ? refusal(c, d) : 0;
     if (!d) {
         reply_unknown(c);
-    } else if (why == REFUSE_ARITY) {
-        reply_error(c, "ERR wrong number of arguments for '%s' command", d->name);
-    } else if (why == REFUSE_NOAUTH) {
-        reply_error(c, "NOAUTH Authentication required.");
-    } else if (why == REFUSE_NOPERM) {
-        reply_error(c, "NOPERM User %s has no permissions to run the '%s' command", c->who,
-                    d->name);
-    } else if (d->flags & F_WRITE) {
+    } else if (why) {
+        reply_refusal(c, d, why);
+    } else if (d->flags & (F_WRITE | F_COMMIT)) {
         /* answered once the committer's transaction holding it commits */
         c->pending = d;
         c->pending_out0 = out0;
@@ -1044,13 +1072,176 @@ void kcd_redis_execute(rconn *c)
         return; /* c is the committer's now */
     } else {
         d->fn(c);
+        command_done(c, d, t0, out0, true, kc_now() - t0);
+        return;
     }
-    command_done(c, d, t0, out0);
+    command_done(c, d, t0, out0, false, 0);
 }
 
 void kcd_redis_run_pending(rconn *c)
 {
     const rcmd *d = c->pending;
+    double t = kc_now();
     d->fn(c);
-    command_done(c, d, c->pending_t0, c->pending_out0);
+    command_done(c, d, c->pending_t0, c->pending_out0, true, kc_now() - t);
+}
+
+/* ------------------------------------------------------------ transactions */
+
+/* What MULTI queues: each command's arguments copied out of the input
+ * buffer (which moves on), within the limits of one large command. */
+typedef struct rqueued {
+    size_t argc;
+    const uint8_t **argv;
+    size_t *argl;
+    uint8_t *bytes;
+} rqueued;
+
+struct rtx {
+    rqueued *cmds;
+    size_t n, cap;
+    uint64_t bytes;
+    bool aborted; /* a command was refused while queuing: EXEC discards all */
+};
+
+size_t kcd_redis_tx_count(const rconn *c)
+{
+    return c->tx ? c->tx->n : 0;
+}
+
+void kcd_redis_tx_free(rconn *c)
+{
+    struct rtx *tx = c->tx;
+    if (!tx)
+        return;
+    for (size_t i = 0; i < tx->n; i++) {
+        free(tx->cmds[i].argv);
+        free(tx->cmds[i].argl);
+        free(tx->cmds[i].bytes);
+    }
+    free(tx->cmds);
+    free(tx);
+    c->tx = NULL;
+}
+
+/* Inside MULTI: checks c's command d as if it ran now (unknown, arity,
+ * AUTH, scope: an error replied and the transaction marked to abort, as
+ * Redis) and queues a copy. True when queued (+QUEUED). */
+static bool queue_command(rconn *c, const rcmd *d)
+{
+    struct rtx *tx = c->tx;
+    int why = d ? refusal(c, d) : 0;
+    if (!d || why) {
+        if (d)
+            reply_refusal(c, d, why);
+        else
+            reply_unknown(c);
+        tx->aborted = true;
+        return false;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < c->argc; i++)
+        bytes += ARGL(i);
+    uint64_t max = c->w->r->max_blob + KCD_REDIS_QUERY_SLACK;
+    if (tx->n >= KCD_RESP_ARGS_MAX || tx->bytes + bytes > max) {
+        kcd_redis_errorf(c,
+                         "ERR a transaction holds at most %u commands and %" PRIu64
+                         " bytes; it will be discarded",
+                         KCD_RESP_ARGS_MAX, max);
+        tx->aborted = true;
+        return false;
+    }
+    if (tx->n == tx->cap) {
+        size_t cap = tx->cap ? tx->cap * 2 : 8;
+        rqueued *q = realloc(tx->cmds, cap * sizeof *q);
+        if (!q)
+            goto nomem;
+        tx->cmds = q;
+        tx->cap = cap;
+    }
+    rqueued *q = &tx->cmds[tx->n];
+    q->argc = c->argc;
+    q->argv = malloc(c->argc * sizeof *q->argv);
+    q->argl = malloc(c->argc * sizeof *q->argl);
+    q->bytes = malloc(bytes ? bytes : 1);
+    if (!q->argv || !q->argl || !q->bytes) {
+        free(q->argv);
+        free(q->argl);
+        free(q->bytes);
+        goto nomem;
+    }
+    for (size_t i = 0, at = 0; i < c->argc; i++) {
+        memcpy(q->bytes + at, c->argv[i], ARGL(i));
+        q->argv[i] = q->bytes + at;
+        q->argl[i] = ARGL(i);
+        at += ARGL(i);
+    }
+    tx->n++;
+    tx->bytes += bytes;
+    kcd_resp_status_reply(&c->out, "QUEUED");
+    return true;
+nomem:
+    kcd_redis_errorf(c, "ERR out of memory queuing a command");
+    tx->aborted = true;
+    return false;
+}
+
+static void cmd_multi(rconn *c)
+{
+    if (c->tx)
+        return kcd_redis_errorf(c, "ERR MULTI calls can not be nested");
+    c->tx = calloc(1, sizeof *c->tx);
+    if (!c->tx)
+        return kcd_redis_errorf(c, "ERR out of memory");
+    reply_ok(c);
+}
+
+static void cmd_discard(rconn *c)
+{
+    if (!c->tx)
+        return kcd_redis_errorf(c, "ERR DISCARD without MULTI");
+    kcd_redis_tx_free(c);
+    reply_ok(c);
+}
+
+/* EXEC, on the committer: every queued command runs now, one after the
+ * other, inside the committer's open batch. No other client's command runs
+ * in between: writes are all the committer's, and readers on the workers
+ * see the store as it was before the batch until it commits, then with
+ * the whole transaction. */
+static void cmd_exec(rconn *c)
+{
+    struct rtx *tx = c->tx;
+    if (!tx)
+        return kcd_redis_errorf(c, "ERR EXEC without MULTI");
+    if (tx->aborted) {
+        kcd_redis_tx_free(c);
+        return kcd_redis_errorf(c, "EXECABORT Transaction discarded because of previous errors.");
+    }
+    size_t argc = c->argc;
+    const uint8_t **argv = c->argv;
+    size_t *argl = c->argl;
+    c->tx = NULL; /* the queued commands run as plain ones */
+    kcd_resp_array(&c->out, tx->n);
+    for (size_t i = 0; i < tx->n; i++) {
+        c->argc = tx->cmds[i].argc;
+        c->argv = tx->cmds[i].argv;
+        c->argl = tx->cmds[i].argl;
+        double t0 = kc_now();
+        size_t out0 = c->out.len;
+        const rcmd *d = kcd_redis_find_command(ARG(0), ARGL(0));
+        int why = refusal(c, d); /* an AUTH queued before may have changed it */
+        if (why) {
+            reply_refusal(c, d, why);
+            command_done(c, d, t0, out0, false, 0);
+        } else {
+            d->fn(c);
+            command_done(c, d, t0, out0, true, kc_now() - t0);
+        }
+    }
+    c->argc = argc;
+    c->argv = argv;
+    c->argl = argl;
+    c->tx = tx;
+    kcd_redis_tx_free(c);
 }

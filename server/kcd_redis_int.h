@@ -70,6 +70,11 @@ struct kcd_redis {
     bool q_stop, q_inited;
     pthread_t committer;
     bool committer_started;
+    /* every open connection, for CLIENT LIST (kcd_redis_info.c's lock) */
+    rconn *clients;
+    /* INFO commandstats, by table index (atomic adds) */
+    uint64_t cmd_usec[KCD_REDIS_CMD_SLOTS], cmd_failed[KCD_REDIS_CMD_SLOTS],
+        cmd_rejected[KCD_REDIS_CMD_SLOTS];
 };
 
 struct rworker {
@@ -114,6 +119,13 @@ struct rconn {
     double pending_t0;
     size_t batch_out0, batch_n; /* this connection's replies in the open batch */
     rconn *qnext;
+    /* kcd_redis_cmd.c's: MULTI's queued commands (NULL outside MULTI), the
+     * last command's table entry, when the connection was opened (monotonic
+     * seconds), its place among r->clients */
+    struct rtx *tx;
+    const void *last_cmd;
+    double created;
+    rconn *cprev, *cnext;
     /* the command being executed */
     size_t argc;
     const uint8_t **argv;
@@ -147,6 +159,11 @@ void kcd_redis_reply_failed(rconn *c, const kc_err *e);
 /* Appends an error reply (msg without the leading '-', e.g. "ERR ...") and
  * counts it. */
 void kcd_redis_reply_error(rconn *c, const char *msg);
+
+/* A connection was opened / is being closed (on its worker, or while the
+ * listener stops): CLIENT LIST's registry, MULTI's queue. */
+void kcd_redis_client_opened(rconn *c);
+void kcd_redis_client_closed(rconn *c);
 
 /* The command names of the table, in table order (for the metrics). */
 void kcd_redis_command_names(const char *const **names, unsigned *n);

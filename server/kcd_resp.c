@@ -93,7 +93,87 @@ static void reset(kcd_resp_parser *p)
     p->bulk = -1;
 }
 
-static kcd_resp_status parse_inline(kcd_resp_parser *p, const uint8_t *buf, size_t len,
+static bool is_blank(uint8_t ch) /* isspace() in the C locale, as sdssplitargs */
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+
+static int hex_value(uint8_t ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* One argument of an inline line, split as Redis' sdssplitargs does:
+ * unquoted bytes up to a blank; "..." with \xHH, \n, \r, \t, \b, \a and
+ * \<any> escapes; '...' with \' only; quotes may start inside an argument,
+ * and a closing quote must be followed by a blank or the line's end. The
+ * argument's bytes are written back from buf[*i] (never longer than what
+ * they were written from). *i moves past the argument; false: unbalanced. */
+static bool inline_arg(uint8_t *buf, size_t *i, size_t end, size_t *len)
+{
+    size_t r = *i, w = *i;
+    bool dq = false, sq = false;
+    for (;;) {
+        if (dq) {
+            if (r == end)
+                return false;
+            if (buf[r] == '\\' && r + 3 < end && buf[r + 1] == 'x' && hex_value(buf[r + 2]) >= 0 &&
+                hex_value(buf[r + 3]) >= 0) {
+                buf[w++] = (uint8_t)(hex_value(buf[r + 2]) * 16 + hex_value(buf[r + 3]));
+                r += 4;
+            } else if (buf[r] == '\\' && r + 1 < end) {
+                uint8_t e = buf[r + 1];
+                buf[w++] = e == 'n'   ? '\n'
+                           : e == 'r' ? '\r'
+                           : e == 't' ? '\t'
+                           : e == 'b' ? '\b'
+                           : e == 'a' ? '\a'
+                                      : e;
+                r += 2;
+            } else if (buf[r] == '"') {
+                if (r + 1 < end && !is_blank(buf[r + 1]))
+                    return false; /* "a"b: Redis refuses it as unbalanced too */
+                r++;
+                break;
+            } else
+                buf[w++] = buf[r++];
+        } else if (sq) {
+            if (r == end)
+                return false;
+            if (buf[r] == '\\' && r + 1 < end && buf[r + 1] == '\'') {
+                buf[w++] = '\'';
+                r += 2;
+            } else if (buf[r] == '\'') {
+                if (r + 1 < end && !is_blank(buf[r + 1]))
+                    return false;
+                r++;
+                break;
+            } else
+                buf[w++] = buf[r++];
+        } else {
+            if (r == end || is_blank(buf[r]))
+                break;
+            if (buf[r] == '"')
+                dq = true;
+            else if (buf[r] == '\'')
+                sq = true;
+            else
+                buf[w++] = buf[r];
+            r++;
+        }
+    }
+    *len = w - *i;
+    *i = r;
+    return true;
+}
+
+static kcd_resp_status parse_inline(kcd_resp_parser *p, uint8_t *buf, size_t len,
                                     const kcd_resp_limits *lim, size_t *used)
 {
     size_t scan = len < KCD_RESP_INLINE_MAX + 1 ? len : KCD_RESP_INLINE_MAX + 1;
@@ -106,20 +186,24 @@ static kcd_resp_status parse_inline(kcd_resp_parser *p, const uint8_t *buf, size
     size_t end = (size_t)(nl - buf);
     if (end && buf[end - 1] == '\r')
         end--;
+    /* Redis reads the line as a C string: a NUL ends it */
+    const uint8_t *nul = memchr(buf, 0, end);
+    if (nul)
+        end = (size_t)(nul - buf);
     p->argc = 0;
     for (size_t i = 0; i < end;) {
-        while (i < end && (buf[i] == ' ' || buf[i] == '\t'))
+        while (i < end && is_blank(buf[i]))
             i++;
         if (i == end)
             break;
-        size_t start = i;
-        while (i < end && buf[i] != ' ' && buf[i] != '\t')
-            i++;
+        size_t start = i, alen;
+        if (!inline_arg(buf, &i, end, &alen))
+            return fail(p, "Protocol error: unbalanced quotes in request");
         if (p->argc >= lim->max_args)
             return fail(p, "Protocol error: too many arguments in inline request");
-        if (i - start > lim->max_bulk)
+        if (alen > lim->max_bulk)
             return fail(p, "Protocol error: invalid bulk length");
-        if (!add_arg(p, start, i - start))
+        if (!add_arg(p, start, alen))
             return fail(p, "Protocol error: out of memory");
     }
     *used = (size_t)(nl - buf) + 1;
@@ -127,7 +211,7 @@ static kcd_resp_status parse_inline(kcd_resp_parser *p, const uint8_t *buf, size
     return KCD_RESP_CMD;
 }
 
-kcd_resp_status kcd_resp_parse(kcd_resp_parser *p, const uint8_t *buf, size_t len,
+kcd_resp_status kcd_resp_parse(kcd_resp_parser *p, uint8_t *buf, size_t len,
                                const kcd_resp_limits *lim, size_t *used)
 {
     *used = 0;
@@ -159,8 +243,11 @@ kcd_resp_status kcd_resp_parse(kcd_resp_parser *p, const uint8_t *buf, size_t le
         if (p->bulk < 0) {
             if (p->pos >= len)
                 return KCD_RESP_MORE;
-            if (buf[p->pos] != '$')
-                return fail(p, "Protocol error: expected '$' before a bulk string");
+            if (buf[p->pos] != '$') {
+                snprintf(p->errbuf, sizeof p->errbuf, "Protocol error: expected '$', got '%c'",
+                         buf[p->pos]);
+                return fail(p, p->errbuf);
+            }
             size_t lim_end = len - p->pos < RESP_HEADER_MAX ? len : p->pos + RESP_HEADER_MAX;
             long long cr = find_crlf(buf, p->pos + 1, lim_end);
             if (cr < 0) {
@@ -219,6 +306,8 @@ bool kcd_rbuf_reserve(kcd_rbuf *b, size_t n)
 
 void kcd_rbuf_append(kcd_rbuf *b, const void *data, size_t n)
 {
+    if (n == 0) /* data may be NULL then (an empty kcd_rbuf's p) */
+        return;
     if (!kcd_rbuf_reserve(b, n))
         return;
     memcpy(b->p + b->len, data, n);

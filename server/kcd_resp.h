@@ -34,6 +34,7 @@ typedef struct kcd_resp_parser {
     size_t *off, *len; /* per argument: offset from the command start, length */
     size_t cap;
     const char *error; /* after KCD_RESP_ERROR: Redis' text, without "-ERR " */
+    char errbuf[64];   /* where error lies when it names a byte of the input */
 } kcd_resp_parser;
 
 typedef enum kcd_resp_status {
@@ -48,8 +49,12 @@ void kcd_resp_parser_free(kcd_resp_parser *p);
 /* Parses one command from buf (len bytes, starting at the command's first
  * byte). On KCD_RESP_CMD argument i is buf + p->off[i], p->len[i] bytes
  * (not NUL-terminated), *used the command's length, and the parser is reset
- * for the next command. An empty inline line is a command with argc 0. */
-kcd_resp_status kcd_resp_parse(kcd_resp_parser *p, const uint8_t *buf, size_t len,
+ * for the next command. An empty inline line is a command with argc 0.
+ * Inline lines are split as Redis splits them (quotes and escapes); their
+ * arguments are unquoted in place, which is why buf is writable. Errors
+ * carry Redis' own texts ("Protocol error: expected '$', got 'x'",
+ * "Protocol error: unbalanced quotes in request", ...). */
+kcd_resp_status kcd_resp_parse(kcd_resp_parser *p, uint8_t *buf, size_t len,
                                const kcd_resp_limits *lim, size_t *used);
 
 /* A growable reply buffer. On allocation failure `failed` is set and

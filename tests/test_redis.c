@@ -27,6 +27,7 @@
 #define TOK_R "redis-read-1c9e7a55"
 #define TOK_W "redis-write-52be0d17"
 #define TOK_RW "redis-rw-8f03c2d4"
+#define TOK_ADM "redis-admin-40e7b19a"
 
 typedef struct rserver {
     kc_testserver ts;
@@ -43,8 +44,8 @@ static void rs_start(rserver *rs, bool tokens, const char *const *extra)
     rs->dir = kc_test_mkdtemp("kcdredis");
     char *rpf = kc_test_path(rs->dir, "redis.port");
     char *tok = kc_test_path(rs->dir, "tokens");
-    const char *text =
-        TOK_R " read reader\n" TOK_W " write writer\n" TOK_RW " read,write builder\n";
+    const char *text = TOK_R " read reader\n" TOK_W " write writer\n" TOK_RW
+                             " read,write builder\n" TOK_ADM " read,write,admin ops\n";
     kc_test_write_file(tok, text, strlen(text));
     const char *args[24] = {"--redis-listen", "127.0.0.1:0", "--redis-port-file", rpf};
     int n = 4;
@@ -242,7 +243,7 @@ Test(redis, redis_cli_commands_and_error_shapes)
     EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
     EXPECT_CLI("ERR wrong number of arguments for 'set' command", &rs, "SET", "k");
     EXPECT_CLI("OK", &rs, "CLIENT", "SETINFO", "LIB-NAME", "redis-py");
-    EXPECT_CLI("27", &rs, "COMMAND", "COUNT");
+    EXPECT_CLI("37", &rs, "COMMAND", "COUNT");
     /* CONFIG GET answers as Redis does (what redis-benchmark asks first);
      * CONFIG SET is refused with Redis' error */
     EXPECT_CLI("save\n\nappendonly\nyes", &rs, "CONFIG", "GET", "save", "appendonly");
@@ -615,6 +616,295 @@ Test(redis, tokens_decide_auth_and_scopes)
     rs_stop(&rs);
 }
 
+/* A token without the read scope never gets stored bytes back: not from
+ * SET's GET option, GETSET, GETDEL or GETEX, whose replies carry the old
+ * value; nothing it sent changed the stored value either. */
+Test(redis, write_only_token_never_reads_stored_bytes)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+#define AS_WRITER "--user", "writer", "--pass", TOK_W, "--no-auth-warning"
+#define AS_BUILDER "--user", "builder", "--pass", TOK_RW, "--no-auth-warning"
+    EXPECT_CLI("OK", &rs, AS_BUILDER, "SET", "secret", "stored-bytes");
+    EXPECT_CLI("OK", &rs, AS_WRITER, "SET", "other", "x");
+    const char *noperm_set = "NOPERM User writer has no permissions to run the 'set' command "
+                             "with GET (it needs the read scope)";
+    EXPECT_CLI(noperm_set, &rs, AS_WRITER, "SET", "secret", "x", "GET");
+    EXPECT_CLI(noperm_set, &rs, AS_WRITER, "SET", "secret", "x", "EX", "100", "get");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getset' command", &rs, AS_WRITER,
+               "GETSET", "secret", "x");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getdel' command", &rs, AS_WRITER,
+               "GETDEL", "secret");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'getex' command", &rs, AS_WRITER,
+               "GETEX", "secret", "PERSIST");
+    /* pipelined, so the refusal holds on the committer's path too */
+    int fd = rconnect(&rs);
+    const char *req = "AUTH writer " TOK_W "\r\nSET a 1\r\nSET secret y GET\r\nSET b 2\r\n"
+                      "QUIT\r\n";
+    send_all(fd, req, strlen(req));
+    char *all = recv_until(fd, 0, NULL, NULL);
+    cr_expect_str_eq(all, "+OK\r\n+OK\r\n-NOPERM User writer has no permissions to run the "
+                          "'set' command with GET (it needs the read scope)\r\n+OK\r\n+OK\r\n");
+    free(all);
+    close(fd);
+    EXPECT_CLI("stored-bytes", &rs, AS_BUILDER, "GET", "secret");
+    /* a token with both scopes gets them all, as Redis answers */
+    EXPECT_CLI("stored-bytes", &rs, AS_BUILDER, "SET", "secret", "v2", "GET");
+    EXPECT_CLI("v2", &rs, AS_BUILDER, "GETSET", "secret", "v3");
+    EXPECT_CLI("v3", &rs, AS_BUILDER, "GETEX", "secret", "EX", "100");
+    EXPECT_CLI("100", &rs, AS_BUILDER, "TTL", "secret");
+    EXPECT_CLI("v3", &rs, AS_BUILDER, "GETDEL", "secret");
+    EXPECT_CLI("0", &rs, AS_BUILDER, "EXISTS", "secret");
+    rs_stop(&rs);
+
+    /* with --anonymous-read an unauthenticated client reads, but a command
+     * that also writes is refused */
+    const char *anon[] = {"--anonymous-read", NULL};
+    rs_start(&rs, true, anon);
+    EXPECT_CLI("OK", &rs, AS_BUILDER, "SET", "k", "v");
+    EXPECT_CLI("v", &rs, "GET", "k");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "GETDEL", "k");
+    EXPECT_CLI("NOAUTH Authentication required.", &rs, "SET", "k", "w", "GET");
+    EXPECT_CLI("v", &rs, "GET", "k");
+#undef AS_WRITER
+#undef AS_BUILDER
+    rs_stop(&rs);
+}
+
+/* A refused AUTH is logged with the user name escaped, never a name shaped
+ * like a credential (a token given as the user name), and no client can
+ * forge a log line with newlines or terminal escapes. */
+Test(redis, auth_failures_log_escaped_names_and_no_credentials)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+    int fd = rconnect(&rs);
+    /* the token and the name swapped; a forged line; an escape code */
+    const char *req = "*3\r\n$4\r\nAUTH\r\n$"
+                      "20"
+                      "\r\n" TOK_W "\r\n$6\r\nwriter\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$13\r\na\nFORGED line\r\n"
+                      "$3\r\npw1\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$6\r\n\x1b[2Jab\r\n$3\r\npw2\r\n"
+                      "*3\r\n$4\r\nAUTH\r\n$12\r\nnot-a-token1\r\n$3\r\npw3\r\nQUIT\r\n";
+    send_all(fd, req, strlen(req));
+    char *all = recv_until(fd, 0, NULL, NULL);
+    const char *wrong = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    cr_expect(strstr(all, wrong) == all, "%s", all);
+    free(all);
+    close(fd);
+    char *log = kc_testserver_read_log(&rs.ts);
+    cr_expect(!strstr(log, TOK_W), "a token reached the log:\n%s", log);
+    cr_expect(!strstr(log, "\nFORGED"), "a forged line reached the log:\n%s", log);
+    cr_expect(!strchr(log, '\x1b'), "an escape code reached the log");
+    cr_expect(strstr(log, "withheld (20 bytes, shaped like a token)"), "%s", log);
+    cr_expect(strstr(log, "'\\x1b[2Jab'"), "%s", log);
+    cr_expect(strstr(log, "'a\\x0aFORGED line'"), "%s", log);
+    cr_expect(strstr(log, "'not-a-token1'"), "%s", log);
+    free(log);
+    rs_stop(&rs);
+}
+
+/* redis-py's default pipeline() (MULTI ... EXEC) works, and no other
+ * client's command lands between a transaction's commands (a second client
+ * writes the same key all along); DISCARD, EXECABORT; a write-only token
+ * queues no read. */
+Test(redis, multi_exec_runs_queued_commands_without_interleaving)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    run_py(&rs, "transactions", NULL, NULL);
+    rs_stop(&rs);
+    rs_start(&rs, true, NULL);
+    run_py(&rs, "transactions", TOK_RW, "builder");
+    int fd = rconnect(&rs);
+    const char *req = "AUTH writer " TOK_W "\r\nMULTI\r\nSET k v\r\nGET k\r\nEXEC\r\n"
+                      "MULTI\r\nMULTI\r\nSET k w\r\nEXEC\r\nEXEC\r\nDISCARD\r\nQUIT\r\n";
+    send_all(fd, req, strlen(req));
+    char *all = recv_until(fd, 0, NULL, NULL);
+    cr_expect_str_eq(all, "+OK\r\n+OK\r\n+QUEUED\r\n"
+                          "-NOPERM User writer has no permissions to run the 'get' command\r\n"
+                          "-EXECABORT Transaction discarded because of previous errors.\r\n"
+                          "+OK\r\n-ERR MULTI calls can not be nested\r\n+QUEUED\r\n*1\r\n+OK\r\n"
+                          "-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n");
+    free(all);
+    close(fd);
+    EXPECT_CLI("w", &rs, "--user", "builder", "--pass", TOK_RW, "--no-auth-warning", "GET", "k");
+    rs_stop(&rs);
+}
+
+/* KEYS and SCAN list Redis keys only (not what HTTP stored), skip expired
+ * ones, and each SCAN call looks at COUNT entries at most; they need the
+ * read scope. */
+Test(redis, keys_and_scan_list_redis_keys_in_bounded_steps)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+    const char *auth[] = {"Authorization: Bearer " TOK_RW, NULL};
+    kc_http_result h;
+    kc_testserver_http(&rs.ts, "PUT", "/ccache/ab/cdef", auth, "blob", 4, false, &h);
+    cr_assert_eq(h.status, 201, "ccache PUT: %ld %s", h.status, h.body);
+    kc_http_result_free(&h);
+    run_py(&rs, "keyspace", TOK_RW, "builder");
+#define AS(tok) "--pass", tok, "--no-auth-warning"
+    EXPECT_CLI("other:1", &rs, AS(TOK_R), "KEYS", "other*");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'keys' command", &rs, AS(TOK_W),
+               "KEYS", "*");
+    EXPECT_CLI("NOPERM User writer has no permissions to run the 'scan' command", &rs, AS(TOK_W),
+               "SCAN", "0");
+    EXPECT_CLI("ERR invalid cursor", &rs, AS(TOK_R), "SCAN", "x");
+    EXPECT_CLI("ERR syntax error", &rs, AS(TOK_R), "SCAN", "0", "COUNT", "0");
+    EXPECT_CLI("ERR syntax error", &rs, AS(TOK_R), "SCAN", "0", "LIMIT", "1");
+    /* a cursor past every key ends the scan */
+    EXPECT_CLI("0", &rs, AS(TOK_R), "SCAN", "18446744073709551615");
+    rs_stop(&rs);
+}
+
+/* FLUSHDB/FLUSHALL need the admin scope and remove Redis keys only: a
+ * ccache entry stored over HTTP is still there. */
+Test(redis, flushall_needs_admin_and_removes_only_redis_keys)
+{
+    rserver rs;
+    rs_start(&rs, true, NULL);
+    const char *auth[] = {"Authorization: Bearer " TOK_RW, NULL};
+    kc_http_result h;
+    kc_testserver_http(&rs.ts, "PUT", "/ccache/ab/cdef", auth, "blob", 4, false, &h);
+    cr_assert_eq(h.status, 201, "ccache PUT: %ld %s", h.status, h.body);
+    kc_http_result_free(&h);
+    EXPECT_CLI("OK", &rs, AS(TOK_RW), "SET", "a", "1");
+    EXPECT_CLI("OK", &rs, AS(TOK_RW), "SET", "b", "2");
+    EXPECT_CLI("NOPERM User builder has no permissions to run the 'flushall' command", &rs,
+               AS(TOK_RW), "FLUSHALL");
+    EXPECT_CLI("2", &rs, AS(TOK_R), "DBSIZE");
+    EXPECT_CLI("ERR syntax error", &rs, AS(TOK_ADM), "FLUSHDB", "LATER");
+    EXPECT_CLI("OK", &rs, AS(TOK_ADM), "FLUSHALL", "ASYNC");
+    EXPECT_CLI("0", &rs, AS(TOK_R), "DBSIZE");
+    EXPECT_CLI("", &rs, AS(TOK_R), "GET", "a");
+    EXPECT_CLI("OK", &rs, AS(TOK_RW), "SET", "c", "3");
+    EXPECT_CLI("OK", &rs, AS(TOK_ADM), "FLUSHDB");
+    EXPECT_CLI("0", &rs, AS(TOK_R), "EXISTS", "c");
+    kc_testserver_http(&rs.ts, "GET", "/ccache/ab/cdef", auth, NULL, 0, false, &h);
+    cr_expect_eq(h.status, 200, "the ccache entry survives FLUSHALL");
+    cr_expect(h.len == 4 && !memcmp(h.body, "blob", 4));
+    kc_http_result_free(&h);
+    rs_stop(&rs);
+}
+
+/* CLIENT HELP|LIST|ID|INFO|SETNAME|GETNAME as Redis answers them; LIST sees
+ * the connections of every worker thread. */
+Test(redis, client_subcommands_answer_as_redis)
+{
+    const char *threads[] = {"--threads", "3", NULL};
+    rserver rs;
+    rs_start(&rs, false, threads);
+    char *help = cli(&rs, "CLIENT", "HELP", NULL);
+    cr_expect(strstr(help, "CLIENT <subcommand>") == help && strstr(help, "\nLIST"), "%s", help);
+    free(help);
+    int fds[4];
+    char ids[4][128], num[4][24];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = rconnect(&rs);
+        char req[96];
+        snprintf(req, sizeof req, "CLIENT SETNAME worker-%d\r\n", i);
+        char *got = exchange(fds[i], req, 5);
+        cr_assert_str_eq(got, "+OK\r\n");
+        free(got);
+        send_all(fds[i], "CLIENT ID\r\n", 11);
+        got = recv_until(fds[i], 0, "\r\n", NULL);
+        cr_assert(got[0] == ':', "%s", got);
+        snprintf(num[i], sizeof num[i], "%ld", strtol(got + 1, NULL, 10));
+        snprintf(ids[i], sizeof ids[i], "id=%s ", num[i]);
+        free(got);
+    }
+    char *list = cli(&rs, "CLIENT", "LIST", NULL);
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "name=worker-%d ", i);
+        cr_expect(strstr(list, name) && strstr(list, ids[i]), "%s / %s:\n%s", name, ids[i], list);
+    }
+    cr_expect(strstr(list, "cmd=client") && strstr(list, " db=0 ") &&
+                  strstr(list, "laddr=127.0.0.1:"),
+              "%s", list);
+    free(list);
+    char *one = cli(&rs, "CLIENT", "LIST", "ID", num[2], NULL);
+    cr_expect(strstr(one, "name=worker-2 ") && !strstr(one, "name=worker-1 "), "%s", one);
+    free(one);
+    char *got = exchange(fds[0], "CLIENT GETNAME\r\n", 14);
+    cr_expect_str_eq(got, "$8\r\nworker-0\r\n");
+    free(got);
+    send_all(fds[0], "CLIENT INFO\r\n", 13);
+    got = recv_until(fds[0], 0, "\n\r\n", NULL);
+    cr_expect(strstr(got, "name=worker-0 ") && strstr(got, ids[0]) && !strstr(got, "worker-1"),
+              "%s", got);
+    free(got);
+    EXPECT_CLI("", &rs, "CLIENT", "LIST", "TYPE", "pubsub");
+    EXPECT_CLI("ERR unknown subcommand 'NOPE'. Try CLIENT HELP.", &rs, "CLIENT", "NOPE");
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
+    rs_stop(&rs);
+}
+
+/* INFO keyspace counts keys with a TTL and their mean time left; INFO
+ * memory, cpu and commandstats carry Redis' field names. */
+Test(redis, info_sections_use_redis_field_names)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    EXPECT_CLI("OK", &rs, "SET", "plain", "1");
+    EXPECT_CLI("OK", &rs, "SET", "t1", "1", "EX", "1000");
+    EXPECT_CLI("OK", &rs, "SET", "t2", "1", "EX", "3000");
+    char *ks = cli(&rs, "INFO", "keyspace", NULL);
+    long long keys = 0, expires = 0, avg = 0;
+    const char *line = strstr(ks, "db0:");
+    cr_assert_not_null(line, "%s", ks);
+    cr_expect_eq(sscanf(line, "db0:keys=%lld,expires=%lld,avg_ttl=%lld", &keys, &expires, &avg), 3,
+                 "%s", ks);
+    cr_expect_eq(keys, 3);
+    cr_expect_eq(expires, 2);
+    cr_expect(avg > 1900000 && avg <= 2000000, "avg_ttl %lld ms (two TTLs: 1000 s, 3000 s)", avg);
+    free(ks);
+    EXPECT_CLI("", &rs, "GET", "missing");
+    EXPECT_CLI("ERR wrong number of arguments for 'get' command", &rs, "GET");
+    char *mem = cli(&rs, "INFO", "memory", NULL);
+    const char *mem_fields[] = {"# Memory",
+                                "\nused_memory:",
+                                "\nused_memory_human:",
+                                "\nused_memory_rss:",
+                                "\nused_memory_peak:",
+                                "\nmaxmemory:0",
+                                "\nmaxmemory_policy:noeviction",
+                                "\ntotal_system_memory:"};
+    for (size_t i = 0; i < sizeof mem_fields / sizeof mem_fields[0]; i++)
+        cr_expect(strstr(mem, mem_fields[i]), "%s missing:\n%s", mem_fields[i], mem);
+    free(mem);
+    char *cpu = cli(&rs, "INFO", "cpu", NULL);
+    cr_expect(strstr(cpu, "# CPU") && strstr(cpu, "\nused_cpu_sys:") &&
+                  strstr(cpu, "\nused_cpu_user:") && strstr(cpu, "\nused_cpu_user_children:"),
+              "%s", cpu);
+    free(cpu);
+    char *cs = cli(&rs, "INFO", "commandstats", NULL);
+    long long calls = -1, rejected = -1, failed = -1;
+    line = strstr(cs, "cmdstat_get:");
+    cr_assert_not_null(line, "%s", cs);
+    cr_expect_eq(sscanf(line,
+                        "cmdstat_get:calls=%lld,usec=%*d,usec_per_call=%*f,rejected_calls=%lld,"
+                        "failed_calls=%lld",
+                        &calls, &rejected, &failed),
+                 3, "%s", cs);
+    cr_expect_eq(calls, 1, "%s", cs);
+    cr_expect_eq(rejected, 1, "%s", cs);
+    cr_expect_eq(failed, 0, "%s", cs);
+    cr_expect(strstr(cs, "cmdstat_set:calls=3,"), "%s", cs);
+    free(cs);
+    /* the default INFO leaves commandstats out, as Redis */
+    char *all = cli(&rs, "INFO", NULL);
+    cr_expect(strstr(all, "# Memory") && strstr(all, "# CPU") && !strstr(all, "# Commandstats"),
+              "%s", all);
+    free(all);
+    rs_stop(&rs);
+}
+#undef AS
+
 /* Bad input closes the offending connection with an error; another client,
  * connected all along, and the stored data are unaffected. */
 Test(redis, bad_input_closes_only_that_connection)
@@ -638,7 +928,11 @@ Test(redis, bad_input_closes_only_that_connection)
         {"oversized bulk", "*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$2000000\r\n",
          "-ERR Protocol error: invalid bulk length\r\n"},
         {"malformed frame", "*2\r\n$3\r\nGET\r\n:5\r\n",
-         "-ERR Protocol error: expected '$' before a bulk string\r\n"},
+         "-ERR Protocol error: expected '$', got ':'\r\n"},
+        {"inline command with an unbalanced quote", "SET k \"abc\r\n",
+         "-ERR Protocol error: unbalanced quotes in request\r\n"},
+        {"inline command with a closing quote inside an argument", "SET k 'a'b v\r\n",
+         "-ERR Protocol error: unbalanced quotes in request\r\n"},
         {"1M-element array", "*1000000\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
         {"bad bulk terminator", "*1\r\n$4\r\nPINGxx",
          "-ERR Protocol error: expected CRLF after a "
@@ -702,9 +996,34 @@ Test(redis, bad_input_closes_only_that_connection)
     EXPECT_CLI("safe", &rs, "GET", "keep");
     kc_http_result m;
     kc_testserver_http(&rs.ts, "GET", "/metrics", NULL, NULL, 0, false, &m);
-    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 8"), "%s", m.body);
+    cr_expect(strstr((char *)m.body, "kcached_redis_protocol_errors_total 10"), "%s", m.body);
     kc_http_result_free(&m);
     close(other);
+    rs_stop(&rs);
+}
+
+/* Inline commands (telnet, nc) are split as Redis splits them: quotes,
+ * escapes, quotes inside an argument; a RESP frame with something other
+ * than '$' where a bulk string belongs is answered with Redis' text. */
+Test(redis, inline_commands_are_split_as_redis_splits_them)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    int fd = rconnect(&rs);
+    const char *req = "SET \"two words\" \"a\\x41\\n\\\"q\\\"\"\r\n"
+                      "GET 'two words'\r\n"
+                      "SET k'ey' 'it\\'s'\r\n"
+                      "GET key\r\n"
+                      "  ECHO\t\"\"  \r\n"
+                      "PING\n";
+    char *got = exchange(fd, req,
+                         0 + strlen("+OK\r\n$6\r\naA\n\"q\"\r\n+OK\r\n$4\r\nit's\r\n"
+                                    "$0\r\n\r\n+PONG\r\n"));
+    cr_expect_str_eq(got, "+OK\r\n$6\r\naA\n\"q\"\r\n+OK\r\n$4\r\nit's\r\n$0\r\n\r\n+PONG\r\n");
+    free(got);
+    close(fd);
+    /* the same values as redis-cli sees them */
+    EXPECT_CLI("aA\n\"q\"", &rs, "GET", "two words");
     rs_stop(&rs);
 }
 

@@ -33,10 +33,14 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* Parses buf, making it visible `step(i)` bytes at a time (chunks from the
  * fuzzer) or all at once (chunks == NULL). */
-static void run(const uint8_t *buf, size_t len, const kcd_resp_limits *lim, kc_fuzz_in *chunks,
+static void run(const uint8_t *input, size_t len, const kcd_resp_limits *lim, kc_fuzz_in *chunks,
                 parsed *out)
 {
     memset(out, 0, sizeof *out);
+    /* inline arguments are unquoted in place: each run parses its own copy */
+    uint8_t *buf = malloc(len ? len : 1);
+    if (len)
+        memcpy(buf, input, len);
     kcd_resp_parser p;
     kcd_resp_parser_init(&p);
     size_t start = 0, visible = chunks ? 0 : len;
@@ -70,6 +74,7 @@ static void run(const uint8_t *buf, size_t len, const kcd_resp_limits *lim, kc_f
     }
     out->consumed = start;
     kcd_resp_parser_free(&p);
+    free(buf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)

@@ -7,7 +7,9 @@ SCENARIO inductor: Inductor's FX-graph / AOTAutograd / autotune remote caches
 (RedisRemoteCacheBackend: GET, then SET of JSON on a miss, keys
 "pt2:<cache-id>::<sha256>:c1", optionally with EX). triton: Triton's
 RedisRemoteCacheBackend (MGET of "triton:{key}:{filename}", then SET of each
-file). auth: a connection with a password (and user name). Exits non-zero with
+file). auth: a connection with a password (and user name). transactions:
+pipeline() as MULTI/EXEC, against a client writing the same key. keyspace:
+KEYS and SCAN. Exits non-zero with
 a message on any difference from what Redis would answer."""
 import hashlib
 import json
@@ -75,6 +77,72 @@ def auth(r):
     check(r.set("auth:k", b"v") is True and r.get("auth:k") == b"v", "SET/GET after AUTH")
 
 
+def transactions(r):
+    """redis-py's default pipeline() is MULTI ... EXEC; another client writing
+    the same key all along never lands between the transaction's commands."""
+    p = r.pipeline()
+    p.set("tx:a", "1").get("tx:a").set("tx:a", "2").get("tx:a").delete("tx:nope")
+    check(p.execute() == [True, b"1", True, b"2", 0], "a pipeline() transaction")
+    other = redis.Redis(host="127.0.0.1", port=r.connection_pool.connection_kwargs["port"],
+                        password=r.connection_pool.connection_kwargs.get("password"),
+                        username=r.connection_pool.connection_kwargs.get("username"))
+    import threading
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            other.set("tx:k", "intruder")
+    t = threading.Thread(target=hammer)
+    t.start()
+    try:
+        for i in range(100):
+            p = r.pipeline()
+            for j in range(5):
+                p.set("tx:k", "%d-%d" % (i, j)).get("tx:k")
+            res = p.execute()
+            for j in range(5):
+                check(res[2 * j + 1] == ("%d-%d" % (i, j)).encode(),
+                      "another client's SET ran inside a transaction: %r" % res)
+    finally:
+        stop.set()
+        t.join()
+    # DISCARD drops what was queued; an unknown command aborts the whole
+    r.execute_command("MULTI")
+    r.execute_command("SET", "tx:d", "x")  # +QUEUED (redis-py's SET callback reads it as False)
+    check(r.execute_command("DISCARD") in (True, b"OK", "OK"), "DISCARD")
+    check(r.get("tx:d") is None, "a discarded SET did not run")
+    p = r.pipeline()
+    p.set("tx:e", "x").execute_command("NOSUCHCMD")
+    try:
+        p.execute()
+        fail("EXEC after an unknown command must abort")
+    except redis.exceptions.ResponseError as e:
+        check("EXECABORT" in str(e) or "unknown command" in str(e), "abort: %s" % e)
+    check(r.get("tx:e") is None, "an aborted transaction ran nothing")
+
+
+def keyspace(r):
+    """KEYS and SCAN (MATCH, COUNT, TYPE) as redis-py iterates them."""
+    names = [b"ks:%03d" % i for i in range(250)] + [b"other:1", b"ks:bin\x00\xff"]
+    for n in names:
+        check(r.set(n, b"v") is True, "SET %r" % n)
+    r.set("ks:gone", b"v", px=1)
+    import time
+    time.sleep(0.05)
+    want = set(names)
+    check(set(r.keys("*")) == want, "KEYS *")
+    check(set(r.keys("ks:00?")) == {("ks:00%d" % i).encode() for i in range(10)}, "KEYS ?")
+    check(set(r.keys("ks:0[0-1]5")) == {b"ks:005", b"ks:015"}, "KEYS [0-1]")
+    check(r.keys("ks:[^0-9]*") == [b"ks:bin\x00\xff"], "KEYS [^0-9]")
+    seen = list(r.scan_iter(count=7))
+    check(set(seen) == want, "SCAN walks every key: %d of %d" % (len(set(seen)), len(want)))
+    check(set(r.scan_iter(match="other:*", count=100)) == {b"other:1"}, "SCAN MATCH")
+    check(list(r.scan_iter(_type="hash")) == [], "SCAN TYPE hash")
+    check(set(r.scan_iter(_type="string", count=1000)) == want, "SCAN TYPE string")
+    cursor, page = r.scan(0, count=5)
+    check(cursor != 0 and len(page) <= 5, "one SCAN call looks at COUNT entries: %r" % page)
+
+
 def main():
     port = int(sys.argv[1])
     scenario = sys.argv[2]
@@ -82,7 +150,8 @@ def main():
     username = sys.argv[4] if len(sys.argv) > 4 else None
     r = redis.Redis(host="127.0.0.1", port=port, password=password, username=username,
                     socket_timeout=30)
-    {"inductor": inductor, "triton": triton, "auth": auth}[scenario](r)
+    {"inductor": inductor, "triton": triton, "auth": auth, "transactions": transactions,
+     "keyspace": keyspace}[scenario](r)
     print("OK " + scenario)
 
 

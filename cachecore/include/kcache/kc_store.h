@@ -306,9 +306,10 @@ kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err);
 /* Selection for list, export and gc. Empty fields match everything. */
 typedef struct kc_filter {
     const char *kind;
-    const char *device; /* metadata "device"; "a,b,c" matches any of the listed ids */
-    const char *tag;    /* metadata "tag" */
-    int64_t since;      /* created >= since (unix seconds); 0 = any */
+    const char *device;   /* metadata "device"; "a,b,c" matches any of the listed ids */
+    const char *tag;      /* metadata "tag" */
+    int64_t since;        /* created >= since (unix seconds); 0 = any */
+    const char *from_key; /* kc_store_list: keys >= from_key (a hex prefix will do); NULL = all */
 } kc_filter;
 
 typedef struct kc_entry_info {
@@ -323,6 +324,7 @@ typedef struct kc_entry_info {
     const char *origin; /* "local", "remote", "import", "unknown"; callback only */
     const char *sig;    /* "none", "signed", "verified", "unknown"; callback only */
     const char *note;   /* kc_store_verify_trust: why it is reported; else NULL */
+    const char *meta;   /* kc_store_list: the metadata JSON, callback only; else NULL */
 } kc_entry_info;
 
 /* Calls fn for each matching entry, ordered by key. A non-zero return from fn
