@@ -124,14 +124,14 @@ Test(remote_e2e, push_then_pull_on_another_machine_gives_identical_entries)
 
     /* a filtered pull first: only the "odd" half */
     kcache(&res, b, ts.url,
-           (const char *[]){"pull", "--device", DEVICE, "--tag", "odd", "--json", NULL});
+           (const char *[]){"pull", "--device-id", DEVICE, "--tag", "odd", "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull --tag: %s", res.err);
     cr_assert_eq(json_field(&res, "imported"), N / 2);
     kc_test_result_free(&res);
     cr_assert_eq(count_entries(b), N / 2);
 
     /* then everything for this device */
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", DEVICE, "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", DEVICE, "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull: %s", res.err);
     cr_assert_eq(json_field(&res, "artifacts"), N);
     cr_assert_eq(json_field(&res, "imported"), N / 2);
@@ -139,7 +139,7 @@ Test(remote_e2e, push_then_pull_on_another_machine_gives_identical_entries)
     kc_test_result_free(&res);
 
     /* a device nobody has: nothing */
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", "xpu-none", "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", "xpu-none", "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull other device: %s", res.err);
     cr_assert_eq(json_field(&res, "artifacts"), 0);
     kc_test_result_free(&res);
@@ -308,7 +308,7 @@ Test(remote_e2e, server_killed_mid_pull_leaves_only_complete_artifacts)
     /* the server comes back: pulling again completes, idempotently */
     cr_assert_eq(kc_testserver_restart(&ts), 0);
     kc_test_result res;
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", DEVICE, "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", DEVICE, "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull after restart: %s", res.err);
     cr_assert_eq(json_field(&res, "present"), (json_int_t)n);
     cr_assert_eq(json_field(&res, "imported"), (json_int_t)(N - n));
