@@ -50,8 +50,7 @@ TestSuite(cli_publish, .init = setup, .fini = teardown, .timeout = 240);
 
 /* Runs kcache --cache-dir DIR/cache --remote SERVER args... with $KCACHE_TOKEN set to
  * token (NULL: unset). */
-static void kc_run(kc_test_result *r, const char *cache, const char *token,
-                   const char *const *args)
+static void kc_run(kc_test_result *r, const char *cache, const char *token, const char *const *args)
 {
     if (token)
         setenv("KCACHE_TOKEN", token, 1);
@@ -219,13 +218,13 @@ Test(cli_publish, push_fails_whenever_anything_is_not_published)
     kc_test_result_free(&r);
 
     const char *tokens[] = {TOK_READ, NULL, "wrong-token"};
-    const char *says[] = {"lacks the write scope", "wants a token", "refused the token from $KCACHE_TOKEN"};
+    const char *says[] = {"lacks the write scope", "wants a token",
+                          "refused the token from $KCACHE_TOKEN"};
     for (int i = 0; i < 3; i++) {
         KC(&r, "a", tokens[i], "push");
         cr_expect_eq(r.exit_code, 1, "token %s: %s", tokens[i] ? tokens[i] : "(none)", r.err);
         cr_expect(strstr(r.err, "1 of 1 artifact(s) not published"), "%s", r.err);
-        cr_expect(strstr(r.err, says[i]), "token %s: %s", tokens[i] ? tokens[i] : "(none)",
-                  r.err);
+        cr_expect(strstr(r.err, says[i]), "token %s: %s", tokens[i] ? tokens[i] : "(none)", r.err);
         cr_expect(!strstr(r.err, "offline"), "%s", r.err);
         kc_test_result_free(&r);
     }
@@ -252,8 +251,8 @@ Test(cli_publish, push_fails_whenever_anything_is_not_published)
     cr_assert_eq(kc_test_runl(&r, "mkdir", "-p", src, (char *)NULL), 0);
     kc_test_result_free(&r);
     cr_assert_eq(kc_test_write_file(f, "kernel\n", 7), 0);
-    KC(&r, "d", TOK_READ, "dir", "push", src, "--name", "t", "--version-key", "v1",
-       "--device-key", "d1");
+    KC(&r, "d", TOK_READ, "dir", "push", src, "--name", "t", "--version-key", "v1", "--device-key",
+       "d1");
     cr_expect_eq(r.exit_code, 1, "%s", r.err);
     cr_expect(strstr(r.err, "not published"), "%s", r.err);
     kc_test_result_free(&r);

@@ -225,12 +225,9 @@ Test(cli_strict, malformed_device_and_target_are_usage_errors)
 {
     char *g = tiny_graph("g.json", "relu");
     const char *const cases[][6] = {
-        {"compile", g, "--target", "avx2", NULL},
-        {"compile", g, "--device", "gpu", NULL},
-        {"run", g, "--device", "gpu", NULL},
-        {"explain", g, "--target", "x86-64-v9", NULL},
-        {"fingerprint", "--target", "avx2", NULL},
-        {"prewarm", g, "--device", "gpu", NULL},
+        {"compile", g, "--target", "avx2", NULL},  {"compile", g, "--device", "gpu", NULL},
+        {"run", g, "--device", "gpu", NULL},       {"explain", g, "--target", "x86-64-v9", NULL},
+        {"fingerprint", "--target", "avx2", NULL}, {"prewarm", g, "--device", "gpu", NULL},
         {"pull", "--device", "gpu", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -324,10 +321,10 @@ static void expect_json_failure(const char *const *args, int exit_code, const ch
 Test(cli_strict, json_failures_print_json)
 {
     char *g = tiny_graph("g.json", "relu"), *missing = kc_test_path(dir, "missing.json");
-    expect_json_failure((const char *const[]){"--json", "compile", missing, NULL}, 1,
-                        "not-found", "missing.json");
-    expect_json_failure((const char *const[]){"--json", "compile", g, "--target", "avx2", NULL},
-                        2, "usage", "avx2");
+    expect_json_failure((const char *const[]){"--json", "compile", missing, NULL}, 1, "not-found",
+                        "missing.json");
+    expect_json_failure((const char *const[]){"--json", "compile", g, "--target", "avx2", NULL}, 2,
+                        "usage", "avx2");
     expect_json_failure(
         (const char *const[]){"--json", "compile", g, "--offline", "--require-hit", NULL}, 1,
         "miss", "--require-hit");
@@ -335,10 +332,8 @@ Test(cli_strict, json_failures_print_json)
                         "missing.json");
     expect_json_failure((const char *const[]){"--json", "ls", "--since", "yesterday", NULL}, 2,
                         "usage", "yesterday");
-    expect_json_failure((const char *const[]){"--json", "get", "0123", NULL}, 1, "invalid",
-                        "0123");
-    expect_json_failure((const char *const[]){"--json", "pull", NULL}, 1, "invalid",
-                        "no server");
+    expect_json_failure((const char *const[]){"--json", "get", "0123", NULL}, 1, "invalid", "0123");
+    expect_json_failure((const char *const[]){"--json", "pull", NULL}, 1, "invalid", "no server");
     expect_json_failure((const char *const[]){"--json", "frobnicate", NULL}, 2, "usage",
                         "unknown command");
     free(g);
@@ -357,7 +352,8 @@ Test(cli_strict, explain_and_rm_print_json_under_json)
     cr_expect_eq(json_array_size(json_object_get(j, "kernels")), 1, "%s", r.out);
     json_decref(j);
     kc_test_result_free(&r);
-    KC(&r, "c", NULL, "--json", "rm", "0000000000000000000000000000000000000000000000000000000000000000");
+    KC(&r, "c", NULL, "--json", "rm",
+       "0000000000000000000000000000000000000000000000000000000000000000");
     cr_expect_eq(r.exit_code, 1, "%s", r.err);
     j = json_one(&r);
     cr_expect(json_is_false(json_object_get(j, "ok")), "%s", r.out);
@@ -453,8 +449,8 @@ Test(cli_strict, pull_and_dir_show_progress_on_a_terminal_only)
         cr_assert_eq(kc_test_write_file(p, name, strlen(name)), 0);
         free(p);
     }
-    snprintf(args, sizeof args,
-             "--remote %s dir push %s --name t --version-key v1 --device-key d1", ts.url, src);
+    snprintf(args, sizeof args, "--remote %s dir push %s --name t --version-key v1 --device-key d1",
+             ts.url, src);
     on_a_tty(&r, "dA", args);
     cr_assert_eq(r.exit_code, 0, "%s", r.out);
     cr_expect(strstr(r.out, "dir push: 3/3 files") && strstr(r.out, "/s"), "%s", r.out);

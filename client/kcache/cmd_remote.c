@@ -76,6 +76,26 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
     return KC_EXIT_OK;
 }
 
+/* What pull and push share: the options, the server and the store, then the devices.
+ * On KC_EXIT_OK *r and *s are open and a->d owns the ids; otherwise everything is
+ * closed and freed and the exit code returned. */
+static int begin(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a, kc_remote **r,
+                 kc_store **s)
+{
+    *r = NULL;
+    *s = NULL;
+    int rc = parse_args(cli, argc, argv, pull, a);
+    if (rc == KC_EXIT_OK)
+        rc = open_remote(cli, a, r, s);
+    if (rc == KC_EXIT_OK && (rc = resolve_devices(cli, argv[0], pull, a)) != KC_EXIT_OK) {
+        kc_store_close(*s);
+        kc_remote_close(*r);
+    }
+    if (rc != KC_EXIT_OK)
+        kc_cli_devices_free(&a->d);
+    return rc;
+}
+
 /* ---- pull --------------------------------------------------------------------- */
 
 /* Which parts of two CPU fingerprint ids differ, in words; NULL when either is not a
@@ -189,19 +209,11 @@ static void explain_no_match(kc_cli *cli, const remote_args *a, const char *othe
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
 {
     remote_args a;
-    int rc = parse_args(cli, argc, argv, true, &a);
-    kc_remote *r = NULL;
-    kc_store *s = NULL;
-    if (rc == KC_EXIT_OK)
-        rc = open_remote(cli, &a, &r, &s);
-    if (rc == KC_EXIT_OK && (rc = resolve_devices(cli, argv[0], true, &a)) != KC_EXIT_OK) {
-        kc_store_close(s);
-        kc_remote_close(r);
-    }
-    if (rc != KC_EXIT_OK) {
-        kc_cli_devices_free(&a.d);
+    kc_remote *r;
+    kc_store *s;
+    int rc = begin(cli, argc, argv, true, &a, &r, &s);
+    if (rc != KC_EXIT_OK)
         return rc;
-    }
     const char *const *devices = a.d.all || a.d.n == 0 ? NULL : a.d.id;
     kc_cli_progress ps;
     kc_cli_progress_start(&ps, cli, "pull", "artifacts");
@@ -279,19 +291,11 @@ done:
 int kc_cmd_push(kc_cli *cli, int argc, char **argv)
 {
     remote_args a;
-    int rc = parse_args(cli, argc, argv, false, &a);
-    kc_remote *r = NULL;
-    kc_store *s = NULL;
-    if (rc == KC_EXIT_OK)
-        rc = open_remote(cli, &a, &r, &s);
-    if (rc == KC_EXIT_OK && (rc = resolve_devices(cli, argv[0], false, &a)) != KC_EXIT_OK) {
-        kc_store_close(s);
-        kc_remote_close(r);
-    }
-    if (rc != KC_EXIT_OK) {
-        kc_cli_devices_free(&a.d);
+    kc_remote *r;
+    kc_store *s;
+    int rc = begin(cli, argc, argv, false, &a, &r, &s);
+    if (rc != KC_EXIT_OK)
         return rc;
-    }
     kc_cli_progress ps;
     kc_cli_progress_start(&ps, cli, "push", "artifacts");
     kc_remote_push_stats st = {0};

@@ -88,8 +88,8 @@ static void local_device(const char *id, const char *what, const char *why, void
 }
 
 /* This machine's ids of backend into d; how many were found. */
-static int local_devices(const kc_cli *cli, const char *cmd, kc_cli_devices *d,
-                         const char *backend, char *why, size_t cap)
+static int local_devices(const kc_cli *cli, const char *cmd, kc_cli_devices *d, const char *backend,
+                         char *why, size_t cap)
 {
     /* the state directory `kcache compile` uses caches `cc --version` */
     char state[4096];
@@ -136,8 +136,7 @@ int kc_cli_devices_check(const kc_cli *cli, const char *cmd, kc_cli_devices *d)
     return KC_EXIT_OK;
 }
 
-int kc_cli_devices_resolve(const kc_cli *cli, const char *cmd, kc_cli_devices *d,
-                           bool dflt_auto)
+int kc_cli_devices_resolve(const kc_cli *cli, const char *cmd, kc_cli_devices *d, bool dflt_auto)
 {
     const char *backends[KC_OPT_LIST_MAX + 1];
     int nb = d->nbackends;
@@ -156,8 +155,9 @@ int kc_cli_devices_resolve(const kc_cli *cli, const char *cmd, kc_cli_devices *d
                        backends[i], why);
             return kc_cli_fail(cli, &err);
         }
-        kc_cli_info(cli, "kcache %s: could not fingerprint this machine's devices (%s); taking "
-                         "every device\n",
+        kc_cli_info(cli,
+                    "kcache %s: could not fingerprint this machine's devices (%s); taking "
+                    "every device\n",
                     cmd, why);
         d->all = true;
     }

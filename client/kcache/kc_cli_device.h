@@ -29,9 +29,9 @@ typedef struct kc_cli_devices {
 
 /* The option table rows, writing into a kc_cli_devices *d. */
 #define KC_OPTS_DEVICES(d)                                                                         \
-    /* --device BACKEND|all: this machine's fingerprint ids of a backend */                       \
+    /* --device BACKEND|all: this machine's fingerprint ids of a backend */                        \
     {"--device", NULL, KC_OPT_LIST, &(d)->backends, 0, 0},                                         \
-    /* --device-id ID[,ID...]: fingerprint ids, as `kcache fingerprint` prints them */           \
+    /* --device-id ID[,ID...]: fingerprint ids, as `kcache fingerprint` prints them */             \
     {                                                                                              \
         "--device-id", NULL, KC_OPT_LIST, &(d)->ids, 0, 0                                          \
     }
@@ -53,8 +53,7 @@ int kc_cli_devices_check(const kc_cli *cli, const char *cmd, kc_cli_devices *d);
  * KC_EXIT_OK, or KC_EXIT_FAIL when a backend named explicitly has no fingerprint here
  * (why printed). --device auto on a machine that cannot be fingerprinted means every
  * device (said). */
-int kc_cli_devices_resolve(const kc_cli *cli, const char *cmd, kc_cli_devices *d,
-                           bool dflt_auto);
+int kc_cli_devices_resolve(const kc_cli *cli, const char *cmd, kc_cli_devices *d, bool dflt_auto);
 
 void kc_cli_devices_free(kc_cli_devices *d);
 

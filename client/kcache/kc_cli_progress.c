@@ -81,6 +81,6 @@ void kc_cli_progress_transfer(uint64_t done, uint64_t total, uint64_t bytes, voi
         kc_cli_progress_show(p, last, "%llu/%llu %s  %s  %s/s%s", (unsigned long long)done,
                              (unsigned long long)total, p->unit, sz, rate, eta);
     else
-        kc_cli_progress_show(p, false, "%llu %s  %s  %s/s", (unsigned long long)done, p->unit,
-                             sz, rate);
+        kc_cli_progress_show(p, false, "%llu %s  %s  %s/s", (unsigned long long)done, p->unit, sz,
+                             rate);
 }
