@@ -880,8 +880,9 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
         }
     }
     if (cli->json)
-        summary_json(all);
-    json_decref(all);
+        summary_json(all); /* takes it */
+    else
+        json_decref(all);
     kc_fingerprints_free(fps, n);
     return KC_EXIT_OK;
 }
