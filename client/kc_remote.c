@@ -246,8 +246,13 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
     r->hdr_get = headers_with(auth, get_h);
     r->hdr_put = headers_with(auth, put_h);
     r->hdr_json = headers_with(auth, json_h);
+    r->hdr_json_anon = headers_with(NULL, json_h);
     free(auth);
-    if ((with_auth && !r->hdr_get) || !r->hdr_put || !r->hdr_json)
+    if ((with_auth && !r->hdr_get) || !r->hdr_put || !r->hdr_json || !r->hdr_json_anon)
+        goto nomem;
+    r->has_token = with_auth || r->userpwd;
+    r->has_cert = r->client_cert != NULL;
+    if (o.token_source && !(r->token_source = strdup(o.token_source)))
         goto nomem;
 
     for (int i = 0; i < KC_REMOTE_SHARE_LOCKS; i++)
@@ -287,6 +292,8 @@ void kc_remote_free_handle(kc_remote *r)
     curl_slist_free_all(r->hdr_get);
     curl_slist_free_all(r->hdr_put);
     curl_slist_free_all(r->hdr_json);
+    curl_slist_free_all(r->hdr_json_anon);
+    free(r->token_source);
     free(r->base);
     if (r->userpwd)
         OPENSSL_cleanse(r->userpwd, strlen(r->userpwd));
@@ -419,7 +426,10 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
         curl_easy_setopt(h, CURLOPT_SSLCERT, r->client_cert);
     if (r->client_key)
         curl_easy_setopt(h, CURLOPT_SSLKEY, r->client_key);
-    if (r->userpwd)
+    /* after a 401 to the credentials, reads go without them (kc_remote_classify) */
+    bool anon = strcmp(q->method, "PUT") != 0 && atomic_load(&r->anon_reads);
+    q->sent_creds = r->has_token && !anon;
+    if (r->userpwd && !anon)
         curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
     /* A server that accepts the connection and then says nothing is as good
      * as dead: a request that moves no byte for about one connect timeout is
@@ -455,15 +465,16 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     const char *m = q->method;
     if (strcmp(m, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
     } else if (strcmp(m, "GET") == 0) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
     } else {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body ? (const char *)q->body : "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->json ? r->hdr_json : r->hdr_put);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER,
+                         q->json ? (anon ? r->hdr_json_anon : r->hdr_json) : r->hdr_put);
     }
 }
 
@@ -625,17 +636,97 @@ static const char *status_text(long status)
     }
 }
 
+/* Where the handle's token came from, for messages. */
+static const char *token_source(const kc_remote *r)
+{
+    if (r->token_source)
+        return r->token_source;
+    return r->userpwd ? "the --remote URL" : "the caller";
+}
+
 kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err)
 {
-    (void)r;
     char msg[400];
     server_message(&q->resp, msg, sizeof msg);
     kc_code code = (q->status == 401 || q->status == 403) ? KC_ERR_AUTH : KC_ERR_REMOTE;
     if (q->status == 404)
         code = KC_ERR_NOT_FOUND;
     const char *st = status_text(q->status);
+    /* whose credentials were refused, in words a user acts on */
+    char why[600] = "";
+    if (q->status == 401 && q->sent_creds)
+        snprintf(why, sizeof why, "Unauthorized: the server refused the token from %s",
+                 token_source(r));
+    else if (q->status == 401 && r->has_token)
+        snprintf(why, sizeof why,
+                 "Unauthorized: the server refused the token from %s, and reading without it too",
+                 token_source(r));
+    else if (q->status == 401 && !r->has_cert)
+        snprintf(why, sizeof why, "Unauthorized: the server wants a token (none was given)");
+    else if (q->status == 403 && q->sent_creds)
+        snprintf(why, sizeof why, "Forbidden: the token from %s lacks the %s scope",
+                 token_source(r), strcmp(q->method, "PUT") == 0 ? "write" : "needed");
+    if (why[0])
+        st = why;
     return kc_err_set(err, code, "%s %s: HTTP %ld%s%s%s%s", q->method, q->url, q->status,
                       st[0] ? " " : "", st, msg[0] ? ": " : "", msg);
+}
+
+bool kc_remote_writes_refused(kc_remote *r)
+{
+    return atomic_load(&r->no_write) || atomic_load(&r->creds_refused) || atomic_load(&r->reader);
+}
+
+kc_code kc_remote_refused_error(kc_remote *r, const char *url, kc_err *err)
+{
+    const char *where = url ? url : r->base;
+    if (atomic_load(&r->creds_refused))
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "PUT %s: not sent: the server refused the token from %s (HTTP 401)",
+                          where, token_source(r));
+    if (atomic_load(&r->reader))
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "PUT %s: not sent: the server wants a token to upload (HTTP 401; none "
+                          "was given)",
+                          where);
+    return kc_err_set(err, KC_ERR_AUTH,
+                      "PUT %s: not sent: the token from %s may only read (HTTP 403 to an upload)",
+                      where, token_source(r));
+}
+
+static void warn_offline(kc_remote *r, const char *why);
+
+/* A 401 (kc_remote_classify): credentials refused, or none where the server wants some. */
+static kc_outcome refused_401(kc_remote *r, kc_req *q, kc_err *err)
+{
+    bool write = strcmp(q->method, "PUT") == 0;
+    if (q->sent_creds) {
+        /* wrong or expired: no more uploads; reads are tried once more without them */
+        if (!atomic_exchange(&r->creds_refused, true))
+            kc_log(KC_LOG_INFO,
+                   "remote %s: the server refused the token from %s (HTTP 401); uploads are "
+                   "off for this process, reads go on without the token where they work",
+                   r->base, token_source(r));
+        if (!write) {
+            atomic_store(&r->anon_reads, true);
+            return KC_OUT_RETRY;
+        }
+        kc_remote_http_error(r, q, err);
+        return KC_OUT_FAIL;
+    }
+    kc_remote_http_error(r, q, err);
+    if (write) {
+        if (r->has_cert || r->has_token)
+            atomic_store(&r->creds_refused, true); /* a client certificate the server refused */
+        else if (!atomic_exchange(&r->reader, true))
+            kc_log(KC_LOG_INFO,
+                   "remote %s: no token given and the server wants one to upload: reading only",
+                   r->base);
+        return KC_OUT_FAIL;
+    }
+    /* a read refused without credentials: the server wants some for reads too */
+    warn_offline(r, err ? err->msg : "HTTP 401");
+    return KC_OUT_FAIL;
 }
 
 static void warn_offline(kc_remote *r, const char *why)
@@ -723,12 +814,8 @@ kc_outcome kc_remote_classify(kc_remote *r, CURL *h, kc_req *q, CURLcode cc, int
             return KC_OUT_FAIL;
         }
         atomic_store(&r->reached, true);
-        if (status == 401) {
-            /* A wrong token fails every request: say so once, then stop. */
-            kc_remote_http_error(r, q, err);
-            warn_offline(r, err ? err->msg : "HTTP 401");
-            return KC_OUT_FAIL;
-        }
+        if (status == 401)
+            return refused_401(r, q, err);
         return KC_OUT_DONE;
     }
     if (atomic_load(&r->abort_all)) {
@@ -875,8 +962,8 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
         *created = false;
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
-    if (atomic_load(&r->no_write))
-        return kc_remote_offline_error(r, "PUT", NULL, err);
+    if (kc_remote_writes_refused(r))
+        return kc_remote_refused_error(r, NULL, err);
     uint8_t *signed_env;
     kc_code rc = kc_remote_upload_body(r, env, len, &env, &len, &signed_env, err);
     if (rc != KC_OK) {
@@ -896,9 +983,9 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
                 *created = q.status == 201;
         } else {
             rc = kc_remote_http_error(r, &q, err);
-            /* A token without the write scope: say so once, keep reading. */
-            if (q.status == 403 && !atomic_exchange(&r->no_write, true) && !r->quiet)
-                kc_log(KC_LOG_WARN, "%s; uploads to %s are off for this process (reads go on)",
+            /* A token without the write scope (a reader on purpose): a note, reads go on. */
+            if (q.status == 403 && !atomic_exchange(&r->no_write, true))
+                kc_log(KC_LOG_INFO, "%s; uploads to %s are off for this process (reads go on)",
                        err ? err->msg : "upload refused (HTTP 403)", r->base);
         }
     }
@@ -1001,6 +1088,24 @@ kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n
     return KC_OK;
 }
 
+static void server_publish(kc_remote *r, kc_remote_publish *st)
+{
+    if (atomic_load(&r->creds_refused))
+        st->creds = KC_CREDS_REFUSED;
+    else if (atomic_load(&r->no_write))
+        st->creds = KC_CREDS_READ_ONLY;
+    else if (r->has_token || r->has_cert)
+        st->creds = KC_CREDS_GIVEN;
+    st->reader = atomic_load(&r->reader);
+    if (!r->q_inited)
+        return;
+    pthread_mutex_lock(&r->q_mu);
+    st->uploaded = r->q_done;
+    st->refused = r->q_refused;
+    st->failed = r->q_failed + r->q_dropped;
+    pthread_mutex_unlock(&r->q_mu);
+}
+
 static kc_code server_offline_error(kc_remote *r, const char *method, kc_err *err)
 {
     return kc_remote_offline_error(r, method, NULL, err);
@@ -1018,6 +1123,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .put_async = kc_remote_server_put_async,
                                          .flush = kc_remote_server_flush,
                                          .queue_stats = kc_remote_server_queue_stats,
+                                         .publish = server_publish,
                                          .missing = kc_remote_server_missing,
                                          .pull = kc_remote_server_pull,
                                          .pull_keys = kc_remote_server_pull_keys,

@@ -55,9 +55,11 @@ check "2.2 pull" env KCACHE_REMOTE="$URL" KCACHE_TOKEN="$R" kcache --cache-dir "
 check "2.2 compile --require-hit" kcache --cache-dir "$T/ci" compile "$ROOT/examples/mlp.json" --require-hit
 check "2.2 run --check" kcache --cache-dir "$T/ci" run "$ROOT/examples/mlp.json" --check
 check "2.2 pull --tag/--since/--kind" kcache --cache-dir "$T/ci" --remote "$URL" --token "$R" pull --since 7d --kind graph
+check "2.2 pull --device cpu (this machine's CPU ids)" kcache --cache-dir "$T/ci" --remote "$URL" --token "$R" pull --device cpu
+check "2.2 pull --require-match exits 3 on nothing" bash -c "kcache --cache-dir '$T/ci' --remote '$URL' --token '$R' pull --device-id cpu-none-native-gcc0-00000000 --require-match 2>'$T/nomatch.err'; [ \$? = 3 ] && grep -q 'exists: device' '$T/nomatch.err'"
 # Journey 3: benchmark run from a bundle.
 dev=$(kcache fingerprint | head -1)
-check "2.3 export --device $dev" kcache --cache-dir "$T/host" export "$T/zoo.kcb" --device "$dev"
+check "2.3 export --device-id $dev" kcache --cache-dir "$T/host" export "$T/zoo.kcb" --device-id "$dev"
 check "2.3 import" kcache --cache-dir "$T/bench" import "$T/zoo.kcb"
 check "2.3 compile --offline --require-hit (hit)" kcache --cache-dir "$T/bench" compile "$ROOT/examples/attention.json" --offline --require-hit
 check "2.3 compile --offline --require-hit (miss exits 1)" bash -c "kcache --cache-dir '$T/bench' compile '$ROOT/examples/convnet.json' --offline --require-hit; [ \$? = 1 ]"

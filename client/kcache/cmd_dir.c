@@ -132,11 +132,7 @@ static kc_snap_opts snap_opts(const kc_cli *cli, const dir_args *a, kc_store *ts
 
 static void print_json(json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (s)
-        puts(s);
-    free(s);
-    json_decref(o);
+    kc_cli_json_print(stdout, o, JSON_COMPACT);
 }
 
 static int fail_json(kc_cli *cli, const kc_err *err)
@@ -212,25 +208,41 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
     if (cli->remote && !(r = open_remote(cli, &a)))
         return KC_EXIT_FAIL;
     kc_snap_opts o = snap_opts(cli, &a, NULL, r);
+    kc_cli_progress prog;
+    kc_cli_progress_start(&prog, cli, "dir push", "files");
+    if (prog.on) {
+        o.progress = kc_cli_progress_transfer;
+        o.progress_ctx = &prog;
+    }
     kc_snap_push_result res;
     kc_err err = {0};
     kc_code c = kc_snap_push(&o, &res, &err);
     double secs = kc_now() - t0;
+    kc_cli_progress_clear(&prog);
     if (c != KC_OK) {
         kc_remote_close(r);
+        /* whatever was not sent fails the push, refused or not, with or without
+         * credentials */
+        uint64_t not_sent = res.sent.refused + res.sent.failed;
+        if (not_sent) {
+            char more[64];
+            snprintf(more, sizeof more, " (%llu file(s) not published)",
+                     (unsigned long long)not_sent);
+            strncat(err.msg, more, sizeof err.msg - strlen(err.msg) - 1);
+        }
         return fail_json(cli, &err);
     }
     const kc_snap_scan_stats *ss = &res.scan;
     const kc_remote_push_stats *ps = &res.sent;
     if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1,
+            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "ok", 1,
             "name", a.name, "device_key", a.device, "version_key", a.version, "snapshot", res.slot,
             "manifest", res.manifest, "manifest_sent", res.manifest_sent, "dir", a.dir, "files",
             (json_int_t)ss->files, "dirs", (json_int_t)ss->dirs, "bytes", (json_int_t)ss->bytes,
             "excluded", (json_int_t)ss->excluded, "special", (json_int_t)ss->special, "files_sent",
             (json_int_t)ps->uploaded, "files_skipped", (json_int_t)ps->skipped, "bytes_sent",
-            (json_int_t)ps->bytes, "seconds", secs));
+            (json_int_t)ps->bytes, "seconds", kc_cli_json_seconds(secs)));
     } else {
         char sz[32], sent[32];
         kc_cli_info(
@@ -280,10 +292,17 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     kc_snap_opts o = snap_opts(cli, &a, ts, r);
     o.report = report_file;
     o.report_ctx = &rep;
+    kc_cli_progress prog;
+    kc_cli_progress_start(&prog, cli, "dir pull", "files");
+    if (prog.on) {
+        o.progress = kc_cli_progress_transfer;
+        o.progress_ctx = &prog;
+    }
     kc_snap_pull_result res;
     kc_err err = {0};
     kc_code c = kc_snap_pull(&o, &res, &err);
     double secs = kc_now() - t0;
+    kc_cli_progress_clear(&prog);
     if (cli->verbosity > 0)
         kc_cli_info(cli,
                     "dir pull: manifests and plan %.2fs, fetching %zu file(s) and writing "
@@ -305,13 +324,14 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         rc = KC_EXIT_FAIL;
     } else if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "ok", 1, "name", a.name,
+            "{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:o}", "ok", 1, "name", a.name,
             "manifest", res.manifest, "dir", a.dir, "files", (json_int_t)res.files, "bytes",
             (json_int_t)res.bytes, "files_received", (json_int_t)res.files_received,
             "bytes_received", (json_int_t)res.bytes_received, "written",
             (json_int_t)res.restore.written, "unchanged", (json_int_t)res.restore.unchanged,
             "removed", (json_int_t)res.restore.removed, "bytes_written",
-            (json_int_t)res.restore.bytes, "verified", a.verify, "seconds", secs));
+            (json_int_t)res.restore.bytes, "verified", a.verify, "seconds",
+            kc_cli_json_seconds(secs)));
     } else {
         char sz[32], got[32];
         kc_cli_info(cli,

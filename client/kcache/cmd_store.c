@@ -20,18 +20,16 @@
 
 #include <kcache/kc_bundle.h>
 #include <kcache/kc_hash.h>
+#include "kc_cli_device.h"
 #include "kc_cli_opts.h"
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 static int print_json_to(FILE *out, json_t *j)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(j);
-    if (!s)
+    if (!j)
         return KC_EXIT_FAIL;
-    fprintf(out, "%s\n", s);
-    free(s);
+    kc_cli_json_print(out, j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     return KC_EXIT_OK;
 }
 
@@ -219,14 +217,27 @@ int kc_cmd_rm(kc_cli *cli, int argc, char **argv)
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
     int code = KC_EXIT_OK;
+    json_t *removed = json_array(), *failed = json_array();
     for (int i = 1; i <= nkeys; i++) {
         kc_err err = {0};
-        if (kc_store_delete(s, argv[i], &err) != KC_OK)
+        if (kc_store_delete(s, argv[i], &err) != KC_OK) {
             code = kc_cli_fail(cli, &err);
-        else if (cli->verbosity > 0)
-            kc_cli_info(cli, "removed %s\n", argv[i]);
+            json_array_append_new(failed, json_pack("{s:s,s:s,s:s}", "key", argv[i], "error",
+                                                    err.msg, "code", kc_code_name(err.code)));
+        } else {
+            json_array_append_new(removed, json_string(argv[i]));
+            if (cli->verbosity > 0)
+                kc_cli_info(cli, "removed %s\n", argv[i]);
+        }
     }
     kc_store_close(s);
+    if (cli->json)
+        print_json(json_pack("{s:b,s:o,s:o}", "ok", code == KC_EXIT_OK, "removed", removed,
+                             "failed", failed));
+    else {
+        json_decref(removed);
+        json_decref(failed);
+    }
     return code;
 }
 
@@ -273,19 +284,38 @@ static int ls_one(const kc_entry_info *e, void *ctx)
     return 0;
 }
 
+/* Parses the filter options of ls and export (the devices resolved into f->device,
+ * owned by d). An exit code; KC_EXIT_OK when the command goes on. */
+static int parse_filter(kc_cli *cli, int argc, char **argv, int nargs, kc_filter *f,
+                        kc_cli_devices *d)
+{
+    memset(f, 0, sizeof *f);
+    memset(d, 0, sizeof *d);
+    const kc_opt opts[] = {KC_OPTS_FILTER(f), KC_OPTS_DEVICES(d), {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, nargs, nargs) < 0)
+        return KC_EXIT_USAGE;
+    int rc = kc_cli_devices_check(cli, argv[0], d);
+    if (rc == KC_EXIT_OK)
+        rc = kc_cli_devices_resolve(cli, argv[0], d, false);
+    f->device = d->filter;
+    return rc;
+}
+
 int kc_cmd_ls(kc_cli *cli, int argc, char **argv)
 {
-    kc_filter f = {0};
-    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
-    if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
-        return KC_EXIT_USAGE;
+    kc_filter f;
+    kc_cli_devices d;
+    int prc = parse_filter(cli, argc, argv, 0, &f, &d);
     kc_err err = {0};
-    kc_store *s;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
-        return KC_EXIT_FAIL;
+    kc_store *s = NULL;
+    if (prc != KC_EXIT_OK || kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_cli_devices_free(&d);
+        return prc != KC_EXIT_OK ? prc : KC_EXIT_FAIL;
+    }
     ls_ctx c = {.json = cli->json, .arr = cli->json ? json_array() : NULL};
     kc_code rc = kc_store_list(s, &f, ls_one, &c, &err);
     kc_store_close(s);
+    kc_cli_devices_free(&d);
     if (rc != KC_OK) {
         json_decref(c.arr);
         return kc_cli_fail(cli, &err);
@@ -476,33 +506,38 @@ int kc_cmd_verify(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_export(kc_cli *cli, int argc, char **argv)
 {
-    kc_filter f = {0};
-    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
-    if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
-        return KC_EXIT_USAGE;
+    kc_filter f;
+    kc_cli_devices d;
+    int prc = parse_filter(cli, argc, argv, 1, &f, &d);
+    kc_store *s = NULL;
+    if (prc != KC_EXIT_OK || kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_cli_devices_free(&d);
+        return prc != KC_EXIT_OK ? prc : KC_EXIT_FAIL;
+    }
     const char *path = strcmp(argv[1], "-") ? argv[1] : "/dev/stdout";
     /* a bundle written to standard output gets its report on stderr */
     FILE *report = is_stdout(path) ? stderr : stdout;
     kc_err err = {0};
-    kc_store *s;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
-        return KC_EXIT_FAIL;
     kc_bundle_stats st;
     double t0 = kc_now();
     kc_code rc = kc_bundle_export_file_signed(s, &f, cli->signer, path, &st, &err);
     double dt = kc_now() - t0;
     kc_store_close(s);
-    if (rc != KC_OK)
+    if (rc != KC_OK) {
+        kc_cli_devices_free(&d);
         return kc_cli_fail(cli, &err);
+    }
     if (cli->json) {
         json_t *j = json_object();
         json_object_set_new(j, "bundle", json_string(path));
         json_object_set_new(j, "artifacts", json_integer((json_int_t)st.artifacts));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
         json_object_set_new(j, "filter", filter_json(&f));
-        json_object_set_new(j, "seconds", json_real(dt));
+        json_object_set_new(j, "seconds", kc_cli_json_seconds(dt));
+        kc_cli_devices_free(&d);
         return print_json_to(report, j);
     }
+    kc_cli_devices_free(&d);
     char b[32];
     fprintf(report, "exported %" PRIu64 " artifacts to %s (%s) in %.2f s\n", st.artifacts, path,
             kc_format_size(st.bytes, b, sizeof b), dt);
@@ -531,7 +566,7 @@ int kc_cmd_import(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "present", json_integer((json_int_t)st.present));
         json_object_set_new(j, "refused", json_integer((json_int_t)st.refused));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
-        json_object_set_new(j, "seconds", json_real(dt));
+        json_object_set_new(j, "seconds", kc_cli_json_seconds(dt));
         json_object_set_new(j, "ok", json_boolean(rc == KC_OK && st.refused == 0));
         if (rc != KC_OK)
             json_object_set_new(j, "error", json_string(err.msg));

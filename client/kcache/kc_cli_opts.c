@@ -19,9 +19,10 @@
 
 static void vreport(const kc_cli *cli, const char *cmd, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "kcache %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[KC_ERR_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "kcache %s: %s\n", cmd, msg);
+    kc_cli_note_error(msg, "usage"); /* --json: main prints it */
     kc_cli_usage(cli, cmd, NULL);
 }
 

@@ -47,11 +47,11 @@ typedef struct kc_opt {
     int min, max;
 } kc_opt;
 
-/* The filter options of ls, export and push, writing into a kc_filter *f:
- * --kind K, --device D, --tag T, --since SECONDS|AGE. */
+/* The filter options of ls, export, pull and push, writing into a kc_filter *f:
+ * --kind K, --tag T, --since SECONDS|AGE (the devices: KC_OPTS_DEVICES,
+ * kc_cli_device.h). */
 #define KC_OPTS_FILTER(f)                                                                          \
     {"--kind", NULL, KC_OPT_KIND, &(f)->kind, 0, 0},                                               \
-        {"--device", NULL, KC_OPT_STRING, &(f)->device, 0, 0},                                     \
         {"--tag", NULL, KC_OPT_STRING, &(f)->tag, 0, 0},                                           \
     {                                                                                              \
         "--since", NULL, KC_OPT_AGE, &(f)->since, 0, 0                                             \

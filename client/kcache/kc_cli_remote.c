@@ -34,6 +34,7 @@ void kc_cli_remote_opts(const kc_cli *cli, const kc_cli_conn *conn, kc_remote_op
         .trust = cli->trust,
         .max_artifact = cli->max_artifact,
         .signer = cli->signer,
+        .token_source = cli->token_source,
     };
 }
 

@@ -10,19 +10,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include <kcache/kc_error.h>
 #include <kcache/kc_remote.h>
 #include <kcache/kc_sign.h>
 #include <kcache/kc_store.h>
 
-/* Exit codes (docs/DESIGN.md §5). */
-enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };
+/* Exit codes (docs/DESIGN.md §5): KC_EXIT_NO_MATCH only where a command was asked to
+ * fail that way (pull --require-match: nothing on the server matched). */
+enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2, KC_EXIT_NO_MATCH = 3 };
 
 typedef struct kc_cli {
     const char *cache_dir;    /* --cache-dir, else kc_store_default_dir() */
     const char *remote;       /* --remote or $KCACHE_REMOTE; NULL = none */
     const char *remote_shown; /* remote with any user:password redacted, for messages */
     const char *token;        /* --token, --token-file, $KCACHE_TOKEN or $KCACHE_TOKEN_FILE */
+    const char *token_source; /* where token came from, for messages ("$KCACHE_TOKEN") */
     const char *client_cert;  /* --client-cert or $KCACHE_CLIENT_CERT: PEM, for mTLS servers */
     const char *client_key;   /* --client-key or $KCACHE_CLIENT_KEY */
     kc_signer *signer;        /* --sign-key or $KCACHE_SIGN_KEY: signs uploads and exports */
@@ -53,8 +57,24 @@ typedef struct kc_cli_conn {
  * command name. It returns one of the exit codes above. */
 typedef int (*kc_cmd_fn)(kc_cli *cli, int argc, char **argv);
 
-/* Prints "kcache: <msg>" to stderr and returns KC_EXIT_FAIL. */
+/* Prints "kcache: <msg>" to stderr and returns KC_EXIT_FAIL (with --json, main then
+ * prints it as the command's JSON unless the command printed its own). */
 int kc_cli_fail(const kc_cli *cli, const kc_err *err);
+
+/* kc_cli_json.c: --json. Every command prints its JSON on stdout through
+ * kc_cli_json_print (dumps j with flags, reals with 15 significant digits, and frees
+ * it; NULL prints nothing). The last error reported (kc_cli_fail, kc_opts_error, or
+ * kc_cli_note_error directly; code is kc_code_name's word or "usage") is kept, and
+ * kc_cli_json_finish, called by main with the command's exit code, prints
+ * {"ok": false, "error": ..., "code": ..., "exit": N} when the command failed under
+ * --json without printing to stdout. Returns rc. */
+void kc_cli_json_print(FILE *out, json_t *j, size_t flags);
+void kc_cli_note_error(const char *msg, const char *code);
+int kc_cli_json_finish(const kc_cli *cli, const char *cmd, int rc);
+/* {"ok": false, "error": msg, "code": code}, for a command that adds its own fields. */
+json_t *kc_cli_json_error(const char *msg, const char *code);
+/* A duration in seconds as a JSON real rounded to microseconds. */
+json_t *kc_cli_json_seconds(double seconds);
 /* Prints "kcache CMD: usage: kcache CMD USAGE" to stderr and returns
  * KC_EXIT_USAGE; usage NULL means cli->synopsis. Commands parse their options
  * with kc_opts_parse (kc_cli_opts.h), which reports usage errors itself. */
@@ -77,6 +97,26 @@ void kc_cli_remote_opts(const kc_cli *cli, const kc_cli_conn *conn, kc_remote_op
  * was given; kc_remote_open's errors otherwise. Prints nothing. */
 kc_code kc_cli_remote_open(const kc_cli *cli, const kc_cli_conn *conn, kc_remote **out,
                            kc_err *err);
+/* kc_cli_progress.c: one progress line on stderr, redrawn in place, only when stderr
+ * is a terminal and -q was not given (otherwise every call does nothing). */
+typedef struct kc_cli_progress {
+    bool on;    /* stderr is a terminal, not -q */
+    bool shown; /* a line is on the screen */
+    double start, last;
+    const char *verb; /* "pull", "compile" ... leads the line */
+    const char *unit; /* what kc_cli_progress_transfer counts: "artifacts", "files" */
+} kc_cli_progress;
+void kc_cli_progress_start(kc_cli_progress *p, const kc_cli *cli, const char *verb,
+                           const char *unit);
+/* Draws "VERB: <fmt>", at most ten times a second unless force. */
+void kc_cli_progress_show(kc_cli_progress *p, bool force, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Clears the line (before other output goes to the terminal). */
+void kc_cli_progress_clear(kc_cli_progress *p);
+/* A kc_remote_progress_fn (ctx: the kc_cli_progress): "12/40 files  1.5 MiB  3.0 MiB/s
+ * ETA 4s"; without a total, done, bytes and rate. */
+void kc_cli_progress_transfer(uint64_t done, uint64_t total, uint64_t bytes, void *ctx);
+
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The cache directory's state/ folder (toolchain memos), created 0700 with

@@ -44,7 +44,9 @@ static const struct {
     {"get", kc_cmd_get, "write an artifact's payload to stdout or -o FILE", "KEY [-o FILE]"},
     {"has", kc_cmd_has, "exit 0 if a key is stored, 1 if not", "KEY"},
     {"rm", kc_cmd_rm, "remove artifacts", "KEY..."},
-    {"ls", kc_cmd_ls, "list artifacts", "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE]"},
+    {"ls", kc_cmd_ls, "list artifacts",
+     "[--kind K] [--device cpu|xpu|xpu-spirv|auto|all] [--device-id ID[,ID...]] [--tag T] "
+     "[--since SECONDS|AGE]"},
     {"stats", kc_cmd_stats, "entries, sizes, hits, misses, evictions", ""},
     {"gc", kc_cmd_gc, "evict least-recently-used artifacts down to a size; compact pack files",
      "--max-size SIZE (e.g. 512M, 10G)"},
@@ -53,14 +55,15 @@ static const struct {
      "server or bundle that no trusted key signed",
      ""},
     {"export", kc_cmd_export, "write a bundle of artifacts to a file",
-     "BUNDLE [--kind K] [--device ID] [--tag T] [--since SECONDS|AGE]"},
+     "BUNDLE [--kind K] [--device cpu|xpu|xpu-spirv|auto|all] [--device-id ID[,ID...]] "
+     "[--tag T] [--since SECONDS|AGE]"},
     {"import", kc_cmd_import, "load a bundle file into the store", "BUNDLE"},
     {"pull", kc_cmd_pull, "fetch this machine's artifacts from the server",
-     "[--device auto|all|ID ...] [--tag T] [--kind K] [--since SECONDS|AGE] [--ca-file F] "
-     "[--connect-timeout MS]"},
+     "[--device cpu|xpu|xpu-spirv|auto|all] [--device-id ID[,ID...] ...] [--tag T] [--kind K] "
+     "[--since SECONDS|AGE] [--require-match] [--ca-file F] [--connect-timeout MS]"},
     {"push", kc_cmd_push, "upload artifacts the server lacks",
-     "[--kind K] [--device D] [--tag T] [--since SECONDS|AGE] [--jobs N] [--ca-file F] "
-     "[--connect-timeout MS]"},
+     "[--kind K] [--device cpu|xpu|xpu-spirv|auto|all] [--device-id ID[,ID...]] [--tag T] "
+     "[--since SECONDS|AGE] [--jobs N] [--ca-file F] [--connect-timeout MS]"},
     {"dir", kc_cmd_dir,
      "carry a framework's cache directory (Triton, Inductor, vLLM, JAX, NEO) as a snapshot",
      "push [DIR] --name NAME | pull|status|explain NAME [DIR], with --version-key V "
@@ -93,13 +96,17 @@ static void print_help(FILE *out)
                  "  --help, --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
+    fprintf(out,
+            "\nexit status: 0 success, 1 failure, 2 usage error (a malformed option or value),\n"
+            "3 nothing matched (pull --require-match)\n");
 }
 
 int kc_cli_fail(const kc_cli *cli, const kc_err *err)
 {
     (void)cli;
-    fprintf(stderr, "kcache: %s\n", err->msg[0] ? err->msg : kc_code_name(err->code));
+    const char *msg = err->msg[0] ? err->msg : kc_code_name(err->code);
+    fprintf(stderr, "kcache: %s\n", msg);
+    kc_cli_note_error(msg, kc_code_name(err->code));
     return KC_EXIT_FAIL;
 }
 
@@ -256,7 +263,10 @@ static int take_global_options(kc_cli *cli, key_paths *keys, int argc, char **ar
             value = a + n + 1;
         } else if (target && a[n] == '\0') {
             if (i + 1 >= argc) {
-                fprintf(stderr, "kcache: %s needs a value\n", a);
+                char msg[160];
+                snprintf(msg, sizeof msg, "%.100s needs a value", a);
+                fprintf(stderr, "kcache: %s\n", msg);
+                kc_cli_note_error(msg, "usage");
                 return -1;
             }
             value = argv[++i];
@@ -303,22 +313,31 @@ int main(int argc, char **argv)
     const char *env_token = cli.token;
     argc = take_global_options(&cli, &keys, argc, argv);
     if (argc < 0)
-        return KC_EXIT_USAGE;
+        return kc_cli_json_finish(&cli, NULL, KC_EXIT_USAGE);
     kc_log_set(log_to_stderr, &cli);
     if (keys.token_on_line && cli.verbosity >= 0)
         fprintf(stderr, "kcache: warning: --token on the command line can be read by every user "
                         "of this machine (ps, /proc); use --token-file or $KCACHE_TOKEN\n");
     /* --token, then --token-file, then $KCACHE_TOKEN, then $KCACHE_TOKEN_FILE */
     char *file_token = NULL;
-    if (!keys.token_on_line && !keys.token_file && !(env_token && *env_token))
+    /* where the token came from, named when the server refuses it */
+    char token_source[600];
+    cli.token_source = keys.token_on_line ? "--token" : "$KCACHE_TOKEN";
+    if (!keys.token_on_line && keys.token_file && *keys.token_file)
+        snprintf(token_source, sizeof token_source, "--token-file %s", keys.token_file);
+    if (!keys.token_on_line && !keys.token_file && !(env_token && *env_token)) {
         keys.token_file = getenv("KCACHE_TOKEN_FILE");
+        snprintf(token_source, sizeof token_source, "$KCACHE_TOKEN_FILE (%s)",
+                 keys.token_file ? keys.token_file : "");
+    }
     if (!keys.token_on_line && keys.token_file && *keys.token_file) {
         kc_err terr = {0};
         if (!(file_token = read_token_file(keys.token_file, &terr))) {
             kc_cli_fail(&cli, &terr);
-            return KC_EXIT_FAIL;
+            return kc_cli_json_finish(&cli, NULL, KC_EXIT_FAIL);
         }
         cli.token = file_token;
+        cli.token_source = token_source;
     }
     const char *max_art = getenv("KCACHE_MAX_ARTIFACT");
     if (max_art && *max_art) {
@@ -326,7 +345,7 @@ int main(int argc, char **argv)
         if (kc_parse_size(max_art, &cli.max_artifact, &merr) != KC_OK) {
             kc_err_prefix(&merr, "KCACHE_MAX_ARTIFACT");
             free(file_token);
-            return kc_cli_fail(&cli, &merr);
+            return kc_cli_json_finish(&cli, NULL, kc_cli_fail(&cli, &merr));
         }
     }
     char *remote_shown = kc_remote_redact_url(cli.remote);
@@ -364,7 +383,7 @@ int main(int argc, char **argv)
         free(default_dir);
         free(remote_shown);
         free(file_token);
-        return KC_EXIT_FAIL;
+        return kc_cli_json_finish(&cli, NULL, KC_EXIT_FAIL);
     }
 
     int rc = -1;
@@ -383,8 +402,10 @@ int main(int argc, char **argv)
     }
     if (rc < 0) {
         fprintf(stderr, "kcache: unknown command '%s' (see kcache --help)\n", argv[1]);
+        kc_cli_note_error("unknown command", "usage");
         rc = KC_EXIT_USAGE;
     }
+    rc = kc_cli_json_finish(&cli, argv[1], rc);
     kc_signer_free(cli.signer);
     kc_trust_free(cli.trust);
     free(default_dir);

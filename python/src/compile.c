@@ -26,7 +26,7 @@ const char kcpy_compile_doc[] =
     "compile(graph, *, device='cpu', target=None, remote=None, store=None, offline=False, "
     "require_hit=False, autotune=False, jobs=0, shape=None, tag=None, cflags=None) -> dict\n\n"
     "Compiles graph (a kcache-graph/1 JSON file or an ONNX model) through the cache, as "
-    "`kcache compile --json`, and returns the same summary: graph, graph_fp, graph_key, "
+    "`kcache compile --json`, and returns the same summary: ok, graph, graph_fp, graph_key, "
     "device, backend, graph_hit, kernels, hits, misses, compiled, remote_hits, autotuned, "
     "seconds. device is cpu, xpu, xpu-spirv or auto; target a CPU ISA level (native, "
     "x86-64-v2/v3/v4). store is a Store or path (default: the default cache directory); "
@@ -254,12 +254,14 @@ PyObject *kcpy_compile(PyObject *module, PyObject *args, PyObject *kwargs)
         goto done;
     }
     kcpy_flush_log();
-    out = Py_BuildValue("{s:N,s:s,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:d}", "graph",
-                        PyUnicode_DecodeFSDefault(j.graph), "graph_fp", sum.graph_fp, "graph_key",
-                        sum.graph_key, "device", sum.device, "backend", sum.backend, "graph_hit",
-                        sum.graph_hit ? Py_True : Py_False, "kernels", sum.kernels, "hits",
-                        sum.hits, "misses", sum.misses, "compiled", sum.compiled, "remote_hits",
-                        sum.remote_hits, "autotuned", sum.autotuned, "seconds", sum.seconds);
+    /* "ok" as the tool's line for a graph that compiled (a failure raises here) */
+    out = Py_BuildValue("{s:O,s:N,s:s,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:d}", "ok", Py_True,
+                        "graph", PyUnicode_DecodeFSDefault(j.graph), "graph_fp", sum.graph_fp,
+                        "graph_key", sum.graph_key, "device", sum.device, "backend", sum.backend,
+                        "graph_hit", sum.graph_hit ? Py_True : Py_False, "kernels", sum.kernels,
+                        "hits", sum.hits, "misses", sum.misses, "compiled", sum.compiled,
+                        "remote_hits", sum.remote_hits, "autotuned", sum.autotuned, "seconds",
+                        sum.seconds);
 done:
     kc_shape_binds_free(j.binds, j.n_binds);
     Py_XDECREF(graphb);

@@ -4,7 +4,10 @@
  *
  * Stream format, version 2 (integers little-endian):
  *   "KCBUNDLE" (8) | u16 version | u16 flags | u32 H | H bytes header JSON
- *     (created, producer, filter, device ids the bundle applies to)
+ *     (created, producer, filter, device ids the bundle applies to, and from
+ *     this version's writers on "artifacts": how many matched when it began,
+ *     and "other_devices": with a device filter that matched nothing, the ids
+ *     the rest of the filter matches; readers ignore keys they do not know)
  *   records, each: u8 type | u64 length | body
  *     type 1: an artifact envelope (self-checking, see kc_envelope.h)
  *     type 2: a compressed artifact: the envelope's header (self-checking,
@@ -134,6 +137,17 @@ void kc_bundle_import_free(kc_bundle_import *im);
 /* The counts so far: artifacts committed to the store by earlier feeds
  * (for progress displays). */
 void kc_bundle_import_progress(const kc_bundle_import *im, kc_bundle_stats *st);
+
+/* What a bundle's header announces, read from the stream's first bytes p[0..n), for a
+ * reader that wants it before the import has got there (a progress display):
+ * *artifacts, how many artifacts the producer counted when it began (0: not said; the
+ * stream may hold fewer, entries evicted meanwhile); *other_devices (may be NULL;
+ * malloc'd, the caller frees; NULL when not said): with a device filter that matched
+ * nothing, the device ids (at most 64) the producer holds for the rest of the filter,
+ * comma-separated. KC_ERR_TRUNCATED while n is short of the header (*need: how many
+ * bytes it takes); KC_ERR_INVALID when p does not start a bundle. */
+kc_code kc_bundle_header_info(const uint8_t *p, size_t n, size_t *need, uint64_t *artifacts,
+                              char **other_devices, kc_err *err);
 
 /* Imports a bundle file (streaming, bounded memory). */
 kc_code kc_bundle_import_file(kc_store *s, const char *path, kc_bundle_stats *st, kc_err *err);

@@ -1,5 +1,6 @@
 /*
- * kc_util.h - small helpers every tool needs: sizes ("512M"), clocks, files.
+ * kc_util.h - small helpers every tool needs: sizes ("512M"), clocks, files, and the
+ * nearest word to a typo ("did you mean ...?").
  */
 #ifndef KC_UTIL_H
 #define KC_UTIL_H
@@ -89,5 +90,25 @@ kc_code kc_mkdirs(const char *path, kc_err *err);
  * (e.g. 0700 for a cache: set with chmod, whatever the umask); parents
  * are made as by kc_mkdirs. An existing directory keeps its mode. */
 kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err);
+
+/* ---- did you mean ----
+ *
+ * For messages about a word that is not one of a known set (an unknown key in a JSON
+ * input, an unknown option or command): the known word a typo most likely meant. */
+
+/* The optimal-string-alignment distance from a to b: how many insertions, deletions,
+ * substitutions or swaps of two adjacent bytes turn one into the other ("taget" and
+ * "target": 1; "tagret" and "target": 1). Bytes are compared as they are (case
+ * matters). Strings longer than 1024 bytes are not compared: the result is then the
+ * larger length. */
+size_t kc_edit_distance(const char *a, const char *b);
+
+/* The entry of candidates[0..n) nearest to word by kc_edit_distance (NULL entries are
+ * skipped; of equally near ones, the first), or NULL when even that one is more than
+ * max_distance edits away. max_distance 0 means a third of word's length, rounded up,
+ * at least 1 and at most 3: near enough to be a typo, not another word. The result
+ * points into candidates. */
+const char *kc_nearest(const char *word, const char *const *candidates, size_t n,
+                       size_t max_distance);
 
 #endif

@@ -17,8 +17,19 @@
  * server costs about one connect timeout, not timeout_ms. A pull stream has
  * no overall limit: it may wait about one connect timeout for its first
  * byte, then timeout_ms/2 between bytes.
- * A 401 (wrong token) also switches the handle offline after its
- * one warning; a 403 on upload stops uploads only (reads may still work).
+ * Refused credentials are not an outage: reads go on wherever they work.
+ * - A 401 to a request that carried a token or URL password (wrong or
+ *   expired credentials): uploads stop for the process, and reads go on
+ *   without the credentials (the request is sent again without them once);
+ *   only when the server refuses those anonymous reads too does the handle
+ *   go offline (one warning, naming where the token came from).
+ * - A 401 to an upload without any credentials: the client is a reader; no
+ *   more uploads are sent, reads go on.
+ * - A 403 to an upload (a valid token without the write scope): uploads stop,
+ *   reads go on.
+ * Uploads stopped this way fail at once with KC_ERR_AUTH, and background ones
+ * are counted (kc_remote_publish_stats); "offline" is said only of a server
+ * that cannot be reached or keeps failing.
  *
  * Several servers (client-side sharding): a base_url with commas
  * ("http://a:7070,http://b:7070,http://c:7070", as --remote or
@@ -80,6 +91,9 @@ typedef struct kc_remote_opts {
     const kc_signer *signer;  /* signs every artifact this handle uploads (push,
                                  put, background queue; kc_sign.h); NULL = as
                                  stored. Not owned: it must outlive the handle */
+    const char *token_source; /* where token came from, named when the server refuses
+                                 it ("$KCACHE_TOKEN", "--token-file /etc/t"); NULL:
+                                 "the token". Copied */
 } kc_remote_opts;
 
 /* Creates a client for base_url (e.g. "http://127.0.0.1:7070"; http:// or
@@ -132,8 +146,9 @@ kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t 
 
 /* Queues an upload for a background thread (the queue is bounded, 1024
  * artifacts or 256 MiB: when full the artifact is dropped and counted, see
- * kc_remote_queue_stats, never blocking a compile). Copies env. Offline or
- * after a 403: dropped. */
+ * kc_remote_queue_stats, never blocking a compile). Copies env. Offline, or
+ * once uploads are off (a 401 or 403, see the top of this file): not sent,
+ * and counted (kc_remote_publish_stats). */
 void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
 
 /* Waits up to timeout_ms for queued uploads; returns how many were left. */
@@ -145,7 +160,9 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
 
 /* Progress callback for pull/push: done/total artifacts (total 0 if unknown)
  * and bytes so far. Called at every completed artifact and at least every
- * 100 ms while bytes flow; a display should throttle itself. */
+ * 100 ms while bytes flow; a display should throttle itself. A pull knows its
+ * total once the bundle's header has arrived (the count the server announced
+ * there), that is from its first bytes. */
 typedef void (*kc_remote_progress_fn)(uint64_t done, uint64_t total, uint64_t bytes, void *ctx);
 
 /* GET /v1/bundle?device=...&kind=...&tag=...&since=..., imported into s as it
@@ -157,6 +174,22 @@ typedef void (*kc_remote_progress_fn)(uint64_t done, uint64_t total, uint64_t by
 kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
                        kc_err *err);
+
+/* What a pull learnt besides its counts, from the bundle's header. */
+typedef struct kc_remote_pull_info {
+    uint64_t announced;  /* artifacts the server counted for the request when it began
+                            (0: it did not say) */
+    char *other_devices; /* when the device filter matched nothing: the device ids the
+                            server holds for the rest of the filter, comma-separated
+                            (malloc'd; NULL: none, or the server did not say) */
+} kc_remote_pull_info;
+
+/* kc_remote_pull, also filling *info (may be NULL; kc_remote_pull_info_free). With
+ * several servers, announced is summed and other_devices joined. */
+kc_code kc_remote_pull_ex(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
+                          kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                          kc_remote_pull_info *info, kc_err *err);
+void kc_remote_pull_info_free(kc_remote_pull_info *info);
 
 /* Uploads every entry of s matching f that the server lacks, in parallel.
  * *uploaded and *skipped may be NULL. */
@@ -179,6 +212,9 @@ typedef struct kc_remote_push_stats {
     uint64_t uploaded;   /* PUT answered 201 */
     uint64_t skipped;    /* the server had them already (missing query or 200) */
     uint64_t bytes;      /* envelope bytes sent */
+    uint64_t refused;    /* not published: the server refused the credentials (401)
+                            or their scope (403), or an earlier upload was refused */
+    uint64_t failed;     /* not published for any other reason (unreachable, errors) */
 } kc_remote_push_stats;
 
 /* kc_remote_push with the full counts (ps may be NULL). */
@@ -214,9 +250,34 @@ kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, 
                             const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
                             kc_bundle_stats *st, kc_err *err);
 
+/* How the server has taken the handle's credentials so far. */
+typedef enum kc_remote_creds {
+    KC_CREDS_NONE = 0,  /* no token, URL password or client certificate was given */
+    KC_CREDS_GIVEN,     /* given, and not refused so far */
+    KC_CREDS_READ_ONLY, /* given; an upload was refused with 403 (no write scope) */
+    KC_CREDS_REFUSED,   /* given and refused with 401 (wrong or expired) */
+} kc_remote_creds;
+
+/* What became of the artifacts handed to kc_remote_put_async (the background
+ * write-back of a compile), for a program deciding its exit status. */
+typedef struct kc_remote_publish {
+    kc_remote_creds creds;
+    bool reader;       /* no credentials, and the server refused an upload (401):
+                          from then on no upload was attempted */
+    uint64_t uploaded; /* taken by the server */
+    uint64_t refused;  /* not published: refused (401, 403) or not sent because an
+                          earlier upload was */
+    uint64_t failed;   /* not published for any other reason: the server unreachable
+                          or failing, the queue full, cut off at close */
+} kc_remote_publish;
+
+/* Fills *st (with several servers: the counts summed, the worst creds, reader when
+ * any is). Call after kc_remote_flush for final counts. */
+void kc_remote_publish_stats(kc_remote *r, kc_remote_publish *st);
+
 /* Counters of the background push queue so far (any pointer may be NULL):
- * uploads that succeeded, that failed, and artifacts dropped (queue full,
- * offline, or abandoned at close). */
+ * uploads that succeeded, that failed or were refused, and artifacts dropped
+ * (queue full, offline, or abandoned at close). */
 void kc_remote_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped);
 
 #endif
