@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_remote.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 static int fail(const kc_err *err)
 {
