@@ -100,12 +100,20 @@ static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args
 {
     memset(a, 0, sizeof *a);
     kc_opt_list devices = {0};
-    const kc_opt opts[] = {{"--device", NULL, KC_OPT_LIST, &devices, 0, 0},
-                           {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0},
-                           {"--kind", NULL, KC_OPT_KIND, &a->f.kind, 0, 0},
-                           {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0},
-                           KC_OPTS_CONN(&a->conn),
-                           {0}};
+    const kc_opt opts[] = {
+        {"--device", NULL, KC_OPT_LIST, &devices, 0, 0, "auto|all|ID[,ID...]",
+         "pull: this machine's fingerprint ids (auto), every device (all) or these ids; push: "
+         "only artifacts for this id",
+         "auto (pull), every device (push)", NULL},
+        {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0, "T",
+         "only artifacts stored with this tag (compile --tag)", NULL, NULL},
+        {"--kind", NULL, KC_OPT_KIND, &a->f.kind, 0, 0, "K", "only artifacts of this kind", NULL,
+         NULL},
+        {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0, "SECONDS|AGE",
+         "only artifacts created since then: unix seconds or an age (90s, 30m, 12h, 7d, 2w)", NULL,
+         NULL},
+        KC_OPTS_CONN(&a->conn),
+        {0}};
     int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
     if (nargs < 0)
         return -1;
