@@ -33,8 +33,7 @@ static const kc_setting_info settings[KC_SETTING_COUNT] = {
                            "chmod 600)",
                            KC_SETTING_PATH},
     [KC_SET_CA_FILE] = {"ca-file", "KCACHE_CA_FILE", "PEM", "the system's certificate authorities",
-                        "extra certificate authorities for an https:// server",
-                        KC_SETTING_PATH},
+                        "extra certificate authorities for an https:// server", KC_SETTING_PATH},
     [KC_SET_CLIENT_CERT] = {"client-cert", "KCACHE_CLIENT_CERT", "PEM", NULL,
                             "client certificate for a server that requires one (kcached "
                             "--tls-client-ca)",
@@ -200,13 +199,12 @@ static kc_code check_value(kc_setting s, const char *value, const char *where, u
     case KC_SETTING_URLS:
         for (const char *p = value; *p;) {
             size_t n = strcspn(p, ",");
-            if (n == 0 ||
-                !((n > 7 && strncmp(p, "http://", 7) == 0) ||
-                  (n > 8 && strncmp(p, "https://", 8) == 0))) {
+            if (n == 0 || !((n > 7 && strncmp(p, "http://", 7) == 0) ||
+                            (n > 8 && strncmp(p, "https://", 8) == 0))) {
                 char *shown = kc_remote_redact_url(value);
                 kc_code rc = kc_err_set(err, KC_ERR_INVALID,
-                                        "%s: '%s' is not a list of http:// or https:// URLs",
-                                        where, shown ? shown : "");
+                                        "%s: '%s' is not a list of http:// or https:// URLs", where,
+                                        shown ? shown : "");
                 free(shown);
                 return rc;
             }
@@ -245,8 +243,7 @@ static kc_code put(kc_config *c, kc_setting s, int l, const char *value, const c
     return KC_OK;
 }
 
-kc_code kc_config_give(kc_config *c, kc_setting s, const char *value, const char *as,
-                       kc_err *err)
+kc_code kc_config_give(kc_config *c, kc_setting s, const char *value, const char *as, kc_err *err)
 {
     if ((unsigned)s >= KC_SETTING_COUNT)
         return kc_err_set(err, KC_ERR_INVALID, "%s: no such setting", as);
@@ -307,8 +304,7 @@ static kc_code file_line(kc_config *c, char *line, unsigned lineno, bool *secret
         return KC_OK;
     char *eq = strchr(s, '=');
     if (!eq)
-        return kc_err_set(err, KC_ERR_INVALID, "%s: expected `key = value`, got '%.60s'", where,
-                          s);
+        return kc_err_set(err, KC_ERR_INVALID, "%s: expected `key = value`, got '%.60s'", where, s);
     *eq = '\0';
     char *key = trim(s), *val = trim(eq + 1);
     int id = kc_setting_find(key);
@@ -420,8 +416,8 @@ kc_code kc_config_read_token(kc_config *c, kc_err *err)
         return c->token ? KC_OK : kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
     c->token_by = KC_SET_TOKEN_FILE;
-    c->token = read_token_file(c->value[KC_SET_TOKEN_FILE][lf], c->where[KC_SET_TOKEN_FILE][lf],
-                               err);
+    c->token =
+        read_token_file(c->value[KC_SET_TOKEN_FILE][lf], c->where[KC_SET_TOKEN_FILE][lf], err);
     return c->token ? KC_OK : err->code;
 }
 

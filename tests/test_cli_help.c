@@ -52,9 +52,9 @@ static void run(kc_test_result *r, const char *const *args)
 #define RUN(r, ...) run(r, (const char *const[]){__VA_ARGS__, NULL})
 
 static const char *const commands[] = {
-    "compile", "run",    "explain", "fingerprint", "put",  "get",     "has",
-    "rm",      "ls",     "stats",   "gc",          "verify", "export", "import",
-    "pull",    "push",   "dir",     "prewarm",     "config", "completion", "help"};
+    "compile", "run",  "explain", "fingerprint", "put",    "get",        "has",
+    "rm",      "ls",   "stats",   "gc",          "verify", "export",     "import",
+    "pull",    "push", "dir",     "prewarm",     "config", "completion", "help"};
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 /* A value the option's placeholder accepts, for checking that the parser
@@ -157,10 +157,10 @@ Test(cli_help, each_command_lists_only_the_options_it_takes)
     /* the global help lists every global option, setting and variable */
     RUN(&r, "--help");
     cr_expect_eq(r.exit_code, 0);
-    static const char *const globals[] = {"--cache-dir DIR", "--remote URL", "--token-file FILE",
-                                          "--client-cert PEM", "--sign-key PEM", "-q, --quiet",
-                                          "KCACHE_MAX_SIZE", "KCACHE_CA_FILE", "KCACHE_TRUSTED_KEYS",
-                                          "KCACHE_MAX_ARTIFACT", "XDG_CONFIG_HOME"};
+    static const char *const globals[] = {
+        "--cache-dir DIR",     "--remote URL",        "--token-file FILE", "--client-cert PEM",
+        "--sign-key PEM",      "-q, --quiet",         "KCACHE_MAX_SIZE",   "KCACHE_CA_FILE",
+        "KCACHE_TRUSTED_KEYS", "KCACHE_MAX_ARTIFACT", "XDG_CONFIG_HOME"};
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         cr_expect(strstr(r.out, globals[i]), "no %s in: %s", globals[i], r.out);
     kc_test_result_free(&r);
@@ -168,8 +168,8 @@ Test(cli_help, each_command_lists_only_the_options_it_takes)
 
 Test(cli_help, help_cmd_is_cmd_help)
 {
-    static const char *const pairs[][2] = {{"ls", NULL}, {"compile", NULL}, {"dir", "pull"},
-                                           {"config", NULL}};
+    static const char *const pairs[][2] = {
+        {"ls", NULL}, {"compile", NULL}, {"dir", "pull"}, {"config", NULL}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         kc_test_result a, b;
         if (pairs[i][1]) {
@@ -312,31 +312,32 @@ static char *zsh_complete(const char *path, const char *line)
     cr_assert_eq(kc_test_write_file(fn, text, len), 0);
     free(text);
     char drv[4096];
-    snprintf(drv, sizeof drv,
-             "zmodload zsh/zpty\n"
-             "zpty z zsh -f -i\n"
-             "wait_for() {  # reads what the shell prints until $1 (20 s at most)\n"
-             "  local l buf=\n"
-             "  for i in {1..400}; do\n"
-             "    if zpty -r -t z l; then buf+=$l; [[ $buf == *$1* ]] && { REPLY=$buf; return 0; }\n"
-             "    else sleep 0.05; fi\n"
-             "  done\n"
-             "  REPLY=$buf; return 1\n"
-             "}\n"
-             "zpty -w z 'PROMPT=; fpath=(%s $fpath); autoload -Uz compinit; compinit -u -D; "
-             "print \"<\"\"ready>\"'\n"
-             "wait_for '<ready>' || { print -u2 \"zsh did not start: $REPLY\"; exit 1; }\n"
-             "zpty -w z 'compadd() { builtin compadd -O m \"$@\"; print -rl -- \"<m>\"${^m}; }\n"
-             "_test_complete() { _main_complete; print -n \"<\"\"completed>\"; }\n"
-             "zle -C test-complete complete-word _test_complete; bindkey \"^T\" test-complete; "
-             "print \"<\"\"ready>\"'\n"
-             "wait_for '<ready>' || { print -u2 \"no widget: $REPLY\"; exit 1; }\n"
-             "zpty -w -n z '%s'$'\\x14'\n"
-             "wait_for '<completed>' || { print -u2 \"no completion: $REPLY\"; exit 1; }\n"
-             "print -r -- \"$REPLY\" | tr -d '\\r' | grep -o '<m>[^<]*' | sed 's/^<m>//' | "
-             "sort -u\n"
-             "zpty -d z\n",
-             fdir, line);
+    snprintf(
+        drv, sizeof drv,
+        "zmodload zsh/zpty\n"
+        "zpty z zsh -f -i\n"
+        "wait_for() {  # reads what the shell prints until $1 (20 s at most)\n"
+        "  local l buf=\n"
+        "  for i in {1..400}; do\n"
+        "    if zpty -r -t z l; then buf+=$l; [[ $buf == *$1* ]] && { REPLY=$buf; return 0; }\n"
+        "    else sleep 0.05; fi\n"
+        "  done\n"
+        "  REPLY=$buf; return 1\n"
+        "}\n"
+        "zpty -w z 'PROMPT=; fpath=(%s $fpath); autoload -Uz compinit; compinit -u -D; "
+        "print \"<\"\"ready>\"'\n"
+        "wait_for '<ready>' || { print -u2 \"zsh did not start: $REPLY\"; exit 1; }\n"
+        "zpty -w z 'compadd() { builtin compadd -O m \"$@\"; print -rl -- \"<m>\"${^m}; }\n"
+        "_test_complete() { _main_complete; print -n \"<\"\"completed>\"; }\n"
+        "zle -C test-complete complete-word _test_complete; bindkey \"^T\" test-complete; "
+        "print \"<\"\"ready>\"'\n"
+        "wait_for '<ready>' || { print -u2 \"no widget: $REPLY\"; exit 1; }\n"
+        "zpty -w -n z '%s'$'\\x14'\n"
+        "wait_for '<completed>' || { print -u2 \"no completion: $REPLY\"; exit 1; }\n"
+        "print -r -- \"$REPLY\" | tr -d '\\r' | grep -o '<m>[^<]*' | sed 's/^<m>//' | "
+        "sort -u\n"
+        "zpty -d z\n",
+        fdir, line);
     cr_assert_eq(kc_test_write_file(driver, drv, strlen(drv)), 0);
     kc_test_result r;
     cr_assert_eq(kc_test_runl(&r, "zsh", "-f", driver, NULL), 0);

@@ -208,10 +208,10 @@ static void bash_value_case(FILE *out, const kc_opt *rows, int n, const char *in
         if (v == V_NONE)
             continue;
         char buf[256];
-        fprintf(out, "%s%s%s%s) ", indent, o->alias ? o->alias : "", o->alias ? "|" : "",
-                o->name);
+        fprintf(out, "%s%s%s%s) ", indent, o->alias ? o->alias : "", o->alias ? "|" : "", o->name);
         if (v == V_WORDS)
-            fprintf(out, "_kcache_words \"%s\"; return ;;\n", words(o->placeholder, buf, sizeof buf));
+            fprintf(out, "_kcache_words \"%s\"; return ;;\n",
+                    words(o->placeholder, buf, sizeof buf));
         else if (v == V_FILE)
             fprintf(out, "_kcache_files; return ;;\n");
         else if (v == V_DIR)
@@ -270,8 +270,9 @@ static void bash_args(FILE *out, const kc_cli_command *c, const char *indent)
 static void completion_bash(FILE *out, kc_cli *cli)
 {
     int ng = count_rows(cli->globals);
-    fprintf(out, "# bash completion for kcache %s, generated from its option tables by\n"
-                 "# `kcache completion bash`.\n\n",
+    fprintf(out,
+            "# bash completion for kcache %s, generated from its option tables by\n"
+            "# `kcache completion bash`.\n\n",
             KC_VERSION);
     fprintf(out, "_kcache_words() { mapfile -t COMPREPLY < <(compgen -W \"$1\" -- \"$cur\"); }\n"
                  "_kcache_files() {\n"
@@ -315,18 +316,19 @@ static void completion_bash(FILE *out, kc_cli *cli)
     for (size_t i = 0; i < kc_cli_n_commands; i++)
         if (kc_cli_commands[i].subcommands)
             fprintf(out, " %s", kc_cli_commands[i].name);
-    fprintf(out, " \"\n    local i w cmd= sub=\n"
-                 "    for ((i = 1; i < COMP_CWORD; i++)); do\n"
-                 "        w=${COMP_WORDS[i]}\n"
-                 "        case $w in\n"
-                 "        =) ((i++)); continue ;;\n"
-                 "        -*) [[ $valued == *\" $w \"* && ${COMP_WORDS[i+1]} != = ]] && ((i++))\n"
-                 "            continue ;;\n"
-                 "        esac\n"
-                 "        if [[ -z $cmd ]]; then cmd=$w\n"
-                 "        elif [[ -z $sub && $with_subcommands == *\" $cmd \"* ]]; then sub=$w; fi\n"
-                 "    done\n"
-                 "    case $opt in\n");
+    fprintf(out,
+            " \"\n    local i w cmd= sub=\n"
+            "    for ((i = 1; i < COMP_CWORD; i++)); do\n"
+            "        w=${COMP_WORDS[i]}\n"
+            "        case $w in\n"
+            "        =) ((i++)); continue ;;\n"
+            "        -*) [[ $valued == *\" $w \"* && ${COMP_WORDS[i+1]} != = ]] && ((i++))\n"
+            "            continue ;;\n"
+            "        esac\n"
+            "        if [[ -z $cmd ]]; then cmd=$w\n"
+            "        elif [[ -z $sub && $with_subcommands == *\" $cmd \"* ]]; then sub=$w; fi\n"
+            "    done\n"
+            "    case $opt in\n");
     bash_value_case(out, cli->globals, ng, "    ");
     fprintf(out, "    esac\n    local opts=\n    case $cmd${sub:+ $sub} in\n");
     for (int k = 0; k < nall; k++) {
@@ -422,8 +424,9 @@ static void zsh_specs(FILE *out, const kc_opt *rows, int n, const char *indent)
 
 static void completion_zsh(FILE *out, kc_cli *cli)
 {
-    fprintf(out, "#compdef kcache\n# zsh completion for kcache %s, generated from its option "
-                 "tables by\n# `kcache completion zsh`.\n\n",
+    fprintf(out,
+            "#compdef kcache\n# zsh completion for kcache %s, generated from its option "
+            "tables by\n# `kcache completion zsh`.\n\n",
             KC_VERSION);
     fprintf(out, "_kcache_commands() {\n  local -a commands\n  commands=(\n");
     for (size_t i = 0; i < kc_cli_n_commands; i++) {
@@ -447,11 +450,12 @@ static void completion_zsh(FILE *out, kc_cli *cli)
         const kc_cli_command *c = &kc_cli_commands[i];
         fprintf(out, "  %s)\n", c->name);
         if (c->subcommands) {
-            fprintf(out, "    if (( CURRENT == 2 )); then\n"
-                         "      _values subcommand %s && ret=0\n"
-                         "      return ret\n"
-                         "    fi\n"
-                         "    shift words; (( CURRENT-- ))\n",
+            fprintf(out,
+                    "    if (( CURRENT == 2 )); then\n"
+                    "      _values subcommand %s && ret=0\n"
+                    "      return ret\n"
+                    "    fi\n"
+                    "    shift words; (( CURRENT-- ))\n",
                     c->subcommands);
         }
         describe(cli, c, NULL);
@@ -505,8 +509,7 @@ int kc_cmd_config(kc_cli *cli, int argc, char **argv)
         const kc_setting_info *all = kc_setting_describe(0);
         const char *near = kc_config_nearest(argv[1], all, KC_SETTING_COUNT, sizeof *all);
         return kc_opts_error(cli, argv[0], "unknown setting '%s'%s%s%s", argv[1],
-                             near ? " (did you mean '" : "", near ? near : "",
-                             near ? "'?)" : "");
+                             near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
     }
     bool found;
     const char *file = kc_config_file(cli->config, &found);
@@ -524,10 +527,10 @@ int kc_cmd_config(kc_cli *cli, int argc, char **argv)
         bool used = kc_config_used(cli->config, (kc_setting)s);
         static const char *const names[] = {"none", "default", "file", "environment", "option"};
         if (j) {
-            json_object_set_new(
-                j, i->name,
-                json_pack("{s:s?,s:s,s:s?,s:b}", "value", v, "source", names[src], "where",
-                          src == KC_SOURCE_DEFAULT ? NULL : where, "used", used));
+            json_object_set_new(j, i->name,
+                                json_pack("{s:s?,s:s,s:s?,s:b}", "value", v, "source", names[src],
+                                          "where", src == KC_SOURCE_DEFAULT ? NULL : where, "used",
+                                          used));
         } else if (only >= 0) {
             if (v)
                 printf("%s\n", v);
@@ -547,6 +550,5 @@ int kc_cmd_config(kc_cli *cli, int argc, char **argv)
         json_decref(j);
     }
     /* a setting asked for by name that has no value: exit 1, as git config does */
-    return only >= 0 && !kc_config_get(cli->config, (kc_setting)only) ? KC_EXIT_FAIL
-                                                                         : KC_EXIT_OK;
+    return only >= 0 && !kc_config_get(cli->config, (kc_setting)only) ? KC_EXIT_FAIL : KC_EXIT_OK;
 }

@@ -82,8 +82,7 @@ void kc_config_free(kc_config *c);
  * it in messages ("--remote", "url="). Both strings are copied. An empty value
  * is ignored (as an empty variable is). KC_ERR_INVALID "AS: ..." for a value
  * that cannot be right (a size that is not one, a URL that is not http(s)). */
-kc_code kc_config_give(kc_config *c, kc_setting s, const char *value, const char *as,
-                       kc_err *err);
+kc_code kc_config_give(kc_config *c, kc_setting s, const char *value, const char *as, kc_err *err);
 
 /* Reads the environment and the configuration file (kc_config_path). A
  * missing file is no error. Errors: KC_ERR_INVALID naming "FILE:LINE" or
