@@ -36,16 +36,8 @@ TestSuite(cli_help, .init = setup, .fini = teardown, .timeout = 300);
 
 static void run(kc_test_result *r, const char *const *args)
 {
-    char *argv[32] = {KC_TEST_KCACHE, "--cache-dir", NULL};
     char *cache = kc_test_path(dir, "cache");
-    argv[2] = cache;
-    int n = 3;
-    for (int i = 0; args[i]; i++) {
-        cr_assert_lt(n, 31);
-        argv[n++] = (char *)args[i];
-    }
-    argv[n] = NULL;
-    cr_assert_eq(kc_test_run(argv, NULL, 0, 60, r), 0);
+    cr_assert_eq(kc_test_kcache(r, KC_TEST_KCACHE, cache, NULL, args), 0);
     free(cache);
 }
 

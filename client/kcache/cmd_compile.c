@@ -78,9 +78,11 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
     /* one table for the compile family; "only" says which command takes what */
     const kc_opt opts[] = {
         {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0, "cpu|xpu|xpu-spirv|auto",
-         "the backend to compile for (auto: xpu when there is one)", "cpu", NULL},
+         "the backend to compile for (auto: xpu when there is one)", "cpu",
+         "compile,run,explain,fingerprint"},
         {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0, "native|x86-64-v2|x86-64-v3|x86-64-v4",
-         "the CPU instruction-set level to compile for", "native", NULL},
+         "the CPU instruction-set level to compile for", "native",
+         "compile,run,explain,fingerprint"},
         {"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0, NULL,
          "time the kernel variants and keep the fastest (the choice is cached too)", NULL,
          "compile,run,explain,prewarm"},

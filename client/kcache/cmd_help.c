@@ -536,8 +536,12 @@ int kc_cmd_config(kc_cli *cli, int argc, char **argv)
                 printf("%s\n", v);
         } else {
             /* as ccache -p: (where) key = value; a default in words in parentheses */
-            printf("(%s) %s = %s%s%s%s\n", where ? where : "default", i->name, v ? v : "",
-                   !v && i->def ? "(" : "", !v && i->def ? i->def : "", !v && i->def ? ")" : "");
+            printf("(%s) %s =", where ? where : "default", i->name);
+            if (v)
+                printf(" %s", v);
+            else if (i->def)
+                printf(" (%s)", i->def);
+            putchar('\n');
             if (!used)
                 printf("  # not used: the token comes from a higher source\n");
         }

@@ -68,41 +68,73 @@ static const char *placeholder(const kc_opt *o)
     }
 }
 
+enum { HELP_WIDTH = 100 };
+
+/* Prints the len bytes of word at column *at, after a space unless it starts a
+ * line (at == indent and !space_at_indent); first a new line indented to indent
+ * when it would pass HELP_WIDTH. */
+static void wrap_word(FILE *out, const char *word, int len, int indent, bool space_at_indent,
+                      int *at)
+{
+    if (*at > indent && *at + 1 + len > HELP_WIDTH) {
+        fprintf(out, "\n%*s", indent, "");
+        *at = indent;
+    }
+    if (*at > indent || space_at_indent) {
+        fputc(' ', out);
+        ++*at;
+    }
+    *at += fprintf(out, "%.*s", len, word);
+}
+
 void kc_opts_print_usage(FILE *out, const kc_cli *cli, const char *cmd, const kc_opts_seen *seen)
 {
-    enum { WIDTH = 100 };
     if (!seen && cli->seen && strcmp(cli->seen->cmd, cmd) == 0)
         seen = cli->seen;
     const char *args = cli->synopsis ? cli->synopsis : "";
+    /* the arguments, then "[--opt VALUE]" for each option, wrapped under the first */
     int indent = fprintf(out, "usage: kcache %s", cmd), at = indent;
-    char word[256];
-    /* the arguments word by word, then one "[--opt VALUE]" per option, wrapped under
-     * the first of them */
-    for (int i = -1; !seen ? i < 0 : i < seen->n; i++) {
-        const char *ph = i >= 0 ? placeholder(&seen->rows[i]) : NULL;
-        const char *w = args;
-        if (i >= 0)
-            snprintf(word, sizeof word, "[%s%s%s]", seen->rows[i].name, ph ? " " : "",
-                     ph ? ph : "");
-        while (i < 0 ? *w : w == args) {
-            int len = i >= 0 ? (int)strlen(word) : (int)strcspn(w, " ");
-            if (at > indent && at + 1 + len > WIDTH) {
-                fprintf(out, "\n%*s", indent, "");
-                at = indent;
-            }
-            at += fprintf(out, " %.*s", len, i >= 0 ? word : w);
-            w += i >= 0 ? 1 : len;
-            w += strspn(w, " ");
-        }
+    for (const char *w = args + strspn(args, " "); *w; w += strspn(w, " ")) {
+        int len = (int)strcspn(w, " ");
+        wrap_word(out, w, len, indent, true, &at);
+        w += len;
+    }
+    for (int i = 0; seen && i < seen->n; i++) {
+        const char *ph = placeholder(&seen->rows[i]);
+        char word[256];
+        int len = snprintf(word, sizeof word, "[%s%s%s]", seen->rows[i].name, ph ? " " : "",
+                           ph ? ph : "");
+        wrap_word(out, word, len, indent, true, &at);
+    }
+    fputc('\n', out);
+}
+
+/* One row of kc_opts_print_help: left (len bytes: the option and its value),
+ * then the sentence and the default from column col on. */
+static void print_row(FILE *out, const kc_opt *o, const char *left, int len, int col)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s%s%s", o->help ? o->help : "", o->def ? " (default: " : "",
+             o->def ? o->def : "", o->def ? ")" : "");
+    /* an option wider than the column stands on a line of its own */
+    fprintf(out, "%-*s", col, left);
+    if (len + 2 > col)
+        fprintf(out, "\n%*s", col, "");
+    int at = col;
+    for (const char *w = text + strspn(text, " "); *w; w += strspn(w, " ")) {
+        int wl = (int)strcspn(w, " ");
+        wrap_word(out, w, wl, col, false, &at);
+        w += wl;
     }
     fputc('\n', out);
 }
 
 void kc_opts_print_help(FILE *out, const kc_opt *rows, int n)
 {
-    enum { WIDTH = 100, MAX_COL = 32 };
+    enum { MAX_COL = 32 };
     int col = 0;
     char left[160];
+    /* pass 0 finds the column (after the widest option that fits), pass 1 prints */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             const kc_opt *o = &rows[i];
@@ -112,33 +144,9 @@ void kc_opts_print_help(FILE *out, const kc_opt *rows, int n)
             if (pass == 0) {
                 if (len + 2 > col && len + 2 <= MAX_COL)
                     col = len + 2;
-                continue;
+            } else {
+                print_row(out, o, left, len, col);
             }
-            char text[1024];
-            snprintf(text, sizeof text, "%s%s%s%s", o->help ? o->help : "",
-                     o->def ? " (default: " : "", o->def ? o->def : "", o->def ? ")" : "");
-            /* the option alone on its line when it is wider than the column */
-            fprintf(out, "%-*s", col, left);
-            int at = col;
-            if (len + 2 > col) {
-                fprintf(out, "\n%*s", col, "");
-            }
-            for (const char *w = text; *w;) {
-                size_t wl = strcspn(w, " ");
-                if (at > col && at + 1 + (int)wl > WIDTH) {
-                    fprintf(out, "\n%*s", col, "");
-                    at = col;
-                }
-                if (at > col) {
-                    fputc(' ', out);
-                    at++;
-                }
-                fprintf(out, "%.*s", (int)wl, w);
-                at += (int)wl;
-                w += wl;
-                w += strspn(w, " ");
-            }
-            fputc('\n', out);
         }
 }
 

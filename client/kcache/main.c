@@ -255,9 +255,10 @@ static kc_code setting_failed(kc_cli *cli, kc_setting s, kc_err *err)
 }
 
 /* Resolves the settings (flag > environment > configuration file > default)
- * into cli, and loads the keys: a bad file, value or key fails before any
- * work. Returns an exit code. */
-static int settle(kc_cli *cli, const global_args *g)
+ * into cli, and with use (every command but config, which only shows them)
+ * reads the token file and loads the keys: a bad file, value or key fails
+ * before any work. Returns an exit code. */
+static int settle(kc_cli *cli, const global_args *g, bool use)
 {
     kc_err err = {0};
     if (!(cli->config = kc_config_new()))
@@ -280,6 +281,8 @@ static int settle(kc_cli *cli, const global_args *g)
         return KC_EXIT_FAIL;
     }
     cli->remote = kc_config_get(cli->config, KC_SET_REMOTE);
+    if (!use)
+        return KC_EXIT_OK;
     /* the token file is read only when there is a server to send it to */
     if (cli->remote && kc_config_read_token(cli->config, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
@@ -333,7 +336,7 @@ int main(int argc, char **argv)
     }
     order_output();
     cli.synopsis = cmd->args;
-    int rc = cmd->settings ? settle(&cli, &g) : KC_EXIT_OK;
+    int rc = cmd->settings ? settle(&cli, &g, cmd->fn != kc_cmd_config) : KC_EXIT_OK;
     char *remote_shown = NULL;
     if (rc == KC_EXIT_OK) {
         cli.remote_shown = remote_shown = kc_remote_redact_url(cli.remote);
