@@ -144,7 +144,7 @@ Test(cli_config, kcache_config_prints_every_setting_and_where_it_came_from)
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     for (int s = 0; s < KC_SETTING_COUNT; s++) {
         char needle[64];
-        snprintf(needle, sizeof needle, " %s = ", kc_setting_describe((kc_setting)s)->name);
+        snprintf(needle, sizeof needle, ") %s =", kc_setting_describe((kc_setting)s)->name);
         cr_expect(strstr(r.out, needle), "no %s in: %s", needle, r.out);
     }
     char want[600];
