@@ -160,8 +160,8 @@ done
 for v in $man_env; do
   grep -qx "$v" <<<"$help_env" || fail "kcache.1 documents $v, which kcache --help does not list"
 done
-keys=$(HOME=$T "$K" --cache-dir "$T/cfg-cache" config | sed -n 's/^([^)]*) \([a-z-]*\) = .*/\1/p')
-[ "$(wc -w <<<"$keys")" -ge 10 ] || fail "kcache config printed too few settings: $keys"
+keys=$(HOME=$T "$K" --cache-dir "$T/cfg-cache" config | sed -n 's/^([^)]*) \([a-z-]*\) =.*/\1/p')
+[ "$(wc -w <<<"$keys")" -ge 11 ] || fail "kcache config printed too few settings: $keys"
 conf_section=$(sed -n '/^\.SH CONFIGURATION/,/^\.SH /p' deploy/man/kcache.1)
 for k in $keys; do
   grep -q -- "$k" <<<"$conf_section" || fail "kcache.1's CONFIGURATION does not name the key $k"
