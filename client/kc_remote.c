@@ -4,6 +4,9 @@
  * bundle pull fed straight into the store's importer, the offline switch and
  * the background push queue (kc_remote_queue.c holds the worker thread).
  */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +124,49 @@ bool kc_remote_token_exposed(const char *url, const char *token)
     if (hl > 4 && strncmp(h, "127.", 4) == 0 && strspn(h, "0123456789.") == hl)
         return false;
     return true;
+}
+
+static bool loopback_addr(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+bool kc_remote_host_loopback(const char *url)
+{
+    const char *h = url ? strstr(url, "://") : NULL;
+    if (!h)
+        return false;
+    h += 3;
+    size_t n = strcspn(h, "/?#");
+    for (const char *at = memchr(h, '@', n); at; at = memchr(h, '@', n)) {
+        n -= (size_t)(at + 1 - h);
+        h = at + 1;
+    }
+    char host[256];
+    if (h[0] == '[') { /* [IPv6] */
+        const char *end = memchr(h, ']', n);
+        if (!end || (size_t)(end - h - 1) >= sizeof host)
+            return false;
+        snprintf(host, sizeof host, "%.*s", (int)(end - h - 1), h + 1);
+    } else {
+        size_t hl = strcspn(h, ":/?#");
+        if (hl == 0 || hl >= sizeof host)
+            return false;
+        snprintf(host, sizeof host, "%.*s", (int)hl, h);
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return false;
+    bool all = true;
+    for (const struct addrinfo *a = res; a && all; a = a->ai_next)
+        all = loopback_addr(a->ai_addr);
+    freeaddrinfo(res);
+    return all;
 }
 
 /* Takes user:password out of base_url for curl's own options, so that

@@ -631,7 +631,7 @@ Test(remote_e2e, cli_usage_errors_and_missing_remote)
     cr_assert_eq(res.exit_code, 2, "%s", res.err);
     kc_test_result_free(&res);
     kcache(&res, tmp, "ftp://x", (const char *[]){"pull", NULL});
-    cr_assert_eq(res.exit_code, 1);
+    cr_assert_eq(res.exit_code, 2, "a malformed --remote is a usage error: %s", res.err);
     cr_assert(strstr(res.err, "ftp://x"), "names the bad URL: %s", res.err);
     kc_test_result_free(&res);
     /* no --remote and no $KCACHE_REMOTE */

@@ -22,6 +22,7 @@
 #include <kcache/kc_cflags.h>
 #include "kc_cli_opts.h"
 #include <kcache/kc_compile.h>
+#include <kcache/kc_config.h>
 #include <kcache/kc_graph.h>
 #include <kcache/kc_lower.h>
 #include <kcache/kc_manifest.h>
@@ -78,23 +79,47 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
     o->device = "cpu";
     o->iters = 1;
     o->seed = 42;
-    const kc_opt opts[] = {{"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0},
-                           {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0},
-                           {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0},
-                           {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0},
-                           {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0},
-                           {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0},
-                           {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0},
-                           {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0},
-                           {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0},
-                           {"--templates", NULL, KC_OPT_STRING, &o->templates, 0, 0},
-                           {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0},
-                           {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256},
-                           {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX},
-                           {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0},
-                           {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0},
-                           {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0},
-                           {0}};
+    /* one table for the compile family; "only" says which command takes what */
+    const kc_opt opts[] = {
+        {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0, "cpu|xpu|xpu-spirv|auto",
+         "the backend to compile for (auto: xpu when there is one)", "cpu",
+         "compile,run,explain,fingerprint"},
+        {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0, "native|x86-64-v2|x86-64-v3|x86-64-v4",
+         "the CPU instruction-set level to compile for", "native",
+         "compile,run,explain,fingerprint"},
+        {"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0, NULL,
+         "time the kernel variants and keep the fastest (the choice is cached too)", NULL,
+         "compile,run,explain,prewarm"},
+        {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0, NULL,
+         "fail (exit 1) when a kernel is not in the cache, for a CI machine that must stay warm",
+         NULL, "compile,run,prewarm"},
+        {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0, NULL,
+         "use the local cache only, not the server", NULL, "compile,run,explain,prewarm"},
+        {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0, NULL,
+         "compare the outputs with the reference implementation", NULL, "run"},
+        {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0, NULL,
+         "upload what the manifest's devices have to the server afterwards", NULL, "prewarm"},
+        {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0, NULL,
+         "pass on compiler flags the allow-list refuses (only for flags and manifests you wrote)",
+         NULL, NULL},
+        {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0, "FLAGS",
+         "extra compiler flags, checked against an allow-list (part of the key)", NULL, NULL},
+        {"--templates", NULL, KC_OPT_STRING, &o->templates, 0, 0, "DIR",
+         "read the kernel templates from DIR, for template development", "the built-in copy", NULL},
+        {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0, "T",
+         "label what is stored, for pull --tag and export --tag", NULL, "compile,run,prewarm"},
+        {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256, "N", "compile this many kernels at once",
+         "one per CPU", "compile,run,prewarm"},
+        {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX, "N",
+         "run the graph N times and report the time of one", "1", "run"},
+        {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0, "N", "seed of the random inputs", "42", "run"},
+        {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0, "NAME=D1xD2...",
+         "bind a symbolic input dimension of an ONNX model (repeatable)", NULL,
+         "compile,run,explain,prewarm"},
+        {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0, "DIR",
+         "take the inputs from an ONNX test-data directory and check the outputs against it", NULL,
+         "run"},
+        {0}};
     bool several = strcmp(argv[0], "compile") == 0;
     int n = kc_opts_parse(cli, argc, argv, opts, need_graph ? 1 : 0, several ? KC_MAX_GRAPHS : 1);
     if (n < 0)
@@ -174,7 +199,7 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (cli->remote && !o->offline) {
         const kc_cli_conn tier = {.tier = true};
         if (kc_cli_remote_open(cli, &tier, &s->remote, &err) != KC_OK) {
-            fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
+            kc_cli_info(cli, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
         }
     }
@@ -221,9 +246,9 @@ static int session_publish(session *s, char *msg, size_t cap)
                 cli->remote_shown);
     kc_remote_publish p;
     kc_remote_publish_stats(s->remote, &p);
-    const char *src = cli->token && *cli->token ? cli->token_source
-                      : cli->client_cert        ? "--client-cert"
-                                                : "the --remote URL";
+    const char *src = cli->token_from, *cert = NULL;
+    if (!(cli->token && *cli->token))
+        src = kc_config_origin(cli->config, KC_SET_CLIENT_CERT, &cert) ? cert : "the --remote URL";
     if (p.creds == KC_CREDS_REFUSED) {
         snprintf(msg, cap,
                  "%llu artifact(s) not published: the server %s refused the token from %s "
@@ -253,17 +278,18 @@ static int session_close(session *s)
     kc_cli_progress_clear(&s->progress);
     kc_cache_stats st;
     kc_cache_stats_get(s->cache, &st);
+    /* warnings, not errors: the compile went on (so not under -q) */
     if (st.damaged)
-        fprintf(stderr,
-                "kcache: warning: %llu cached artifact(s) in %s failed their integrity check: "
-                "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
-                (unsigned long long)st.damaged, s->cli->cache_dir);
+        kc_cli_info(s->cli,
+                    "kcache: warning: %llu cached artifact(s) in %s failed their integrity check: "
+                    "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
+                    (unsigned long long)st.damaged, s->cli->cache_dir);
     if (st.untrusted)
-        fprintf(stderr,
-                "kcache: warning: %llu artifact(s) from %s refused: not signed by a trusted key "
-                "(--trusted-keys); compiled here instead\n",
-                (unsigned long long)st.untrusted,
-                s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
+        kc_cli_info(s->cli,
+                    "kcache: warning: %llu artifact(s) from %s refused: not signed by a trusted "
+                    "key (--trusted-keys); compiled here instead\n",
+                    (unsigned long long)st.untrusted,
+                    s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
     char msg[KC_ERR_MSG_MAX];
     rc = session_publish(s, msg, sizeof msg);
     if (rc != KC_EXIT_OK && s->cli->json) /* after the command's own JSON lines */

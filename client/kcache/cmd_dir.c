@@ -36,14 +36,22 @@ typedef struct dir_args {
 static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
 {
     memset(a, 0, sizeof *a);
-    const kc_opt opts[] = {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0},
-                           {"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0},
-                           {"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0},
-                           {"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0},
-                           {"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0},
-                           {"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0},
-                           KC_OPTS_CONN(&a->conn),
-                           {0}};
+    const kc_opt opts[] = {
+        {"--name", NULL, KC_OPT_STRING, &a->name, 0, 0, "NAME",
+         "the snapshot's name (push; pull, status and explain take it as their argument)",
+         "the preset's name", NULL},
+        {"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0, "V",
+         "the framework versions the files belong to, e.g. 'torch=2.7.0 triton=3.3.0'", NULL, NULL},
+        {"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0, "D", "the device the files are for",
+         "this machine's CPU fingerprint id", NULL},
+        {"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0, "triton|inductor|vllm|jax|neo",
+         "a framework's cache directory and name", NULL, NULL},
+        {"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0, NULL,
+         "pull: make DIR hold exactly the snapshot (remove other files)", NULL, NULL},
+        {"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0, NULL,
+         "check every file against the snapshot after restoring it", NULL, NULL},
+        KC_OPTS_CONN(&a->conn),
+        {0}};
     int n = kc_opts_parse(cli, argc, argv, opts, name_arg ? 1 : 0, name_arg ? 2 : 1);
     if (n < 0)
         return -1;

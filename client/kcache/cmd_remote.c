@@ -27,14 +27,12 @@ typedef struct remote_args {
 static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a)
 {
     memset(a, 0, sizeof *a);
-    kc_opt opts[] = {KC_OPTS_FILTER(&a->f),
-                     KC_OPTS_DEVICES(&a->d),
-                     KC_OPTS_CONN(&a->conn),
-                     /* --require-match (pull): exit 3 when nothing on the server matched */
-                     {"--require-match", NULL, KC_OPT_FLAG, &a->require_match, 0, 0},
-                     {0}};
-    if (!pull)
-        opts[sizeof opts / sizeof opts[0] - 2] = (kc_opt){0};
+    const kc_opt opts[] = {KC_OPTS_FILTER(&a->f),
+                           KC_OPTS_DEVICES(&a->d),
+                           KC_OPTS_CONN(&a->conn),
+                           {"--require-match", NULL, KC_OPT_FLAG, &a->require_match, 0, 0, NULL,
+                            "exit 3 when nothing on the server matched", NULL, "pull"},
+                           {0}};
     int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
     if (nargs < 0)
         return KC_EXIT_USAGE;

@@ -66,10 +66,16 @@ static json_t *filter_json(const kc_filter *f)
 int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 {
     const char *kind = NULL, *key = NULL, *meta = NULL;
-    const kc_opt opts[] = {{"--kind", NULL, KC_OPT_KIND, &kind, 0, 0},
-                           {"--key", NULL, KC_OPT_STRING, &key, 0, 0},
-                           {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0},
-                           {0}};
+    const kc_opt opts[] = {
+        {"--kind", NULL, KC_OPT_KIND, &kind, 0, 0, "K",
+         "the artifact's kind (required): a built-in kind or your own, "
+         "[a-z0-9][a-z0-9._-]{0,31}",
+         NULL, NULL},
+        {"--key", NULL, KC_OPT_STRING, &key, 0, 0, "KEY", "store under this key (64 hex digits)",
+         "the SHA-256 of the file", NULL},
+        {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0, "JSON",
+         "metadata stored with it, a JSON object (\"tag\" is what --tag filters on)", NULL, NULL},
+        {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
         return KC_EXIT_USAGE;
     const char *file = argv[1];
@@ -126,7 +132,9 @@ int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 int kc_cmd_get(kc_cli *cli, int argc, char **argv)
 {
     const char *outp = NULL;
-    const kc_opt opts[] = {{"--output", "-o", KC_OPT_STRING, &outp, 0, 0}, {0}};
+    const kc_opt opts[] = {{"--output", "-o", KC_OPT_STRING, &outp, 0, 0, "FILE",
+                            "write the payload to FILE (atomically)", "standard output", NULL},
+                           {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
         return KC_EXIT_USAGE;
     const char *key = argv[1];
@@ -379,18 +387,20 @@ int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_gc(kc_cli *cli, int argc, char **argv)
 {
-    uint64_t max = UINT64_MAX; /* not given: $KCACHE_MAX_SIZE */
-    const kc_opt opts[] = {{"--max-size", NULL, KC_OPT_SIZE, &max, 0, 0}, {0}};
+    uint64_t max = UINT64_MAX; /* not given: the max-size setting */
+    const kc_opt opts[] = {{"--max-size", NULL, KC_OPT_SIZE, &max, 0, 0, "SIZE",
+                            "evict until the stored bytes fit in SIZE (512M, 10G)",
+                            "the max-size setting ($KCACHE_MAX_SIZE)", NULL},
+                           {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
         return KC_EXIT_USAGE;
     kc_err err = {0};
     if (max == UINT64_MAX) {
-        const char *env = getenv("KCACHE_MAX_SIZE");
-        if (!env || !*env)
-            return kc_opts_error(cli, argv[0], "--max-size is required (or set KCACHE_MAX_SIZE)");
-        if (kc_parse_size(env, &max, &err) != KC_OK)
-            return kc_opts_error(cli, argv[0], "bad value '%s' for KCACHE_MAX_SIZE: %s", env,
-                                 err.msg);
+        if (!cli->max_size)
+            return kc_opts_error(cli, argv[0],
+                                 "--max-size is required (or the max-size setting: "
+                                 "$KCACHE_MAX_SIZE or the configuration file)");
+        max = cli->max_size;
     }
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)

@@ -29,11 +29,19 @@ typedef struct kc_cli_devices {
 
 /* The option table rows, writing into a kc_cli_devices *d. */
 #define KC_OPTS_DEVICES(d)                                                                         \
-    /* --device BACKEND|all: this machine's fingerprint ids of a backend */                        \
-    {"--device", NULL, KC_OPT_LIST, &(d)->backends, 0, 0},                                         \
-    /* --device-id ID[,ID...]: fingerprint ids, as `kcache fingerprint` prints them */             \
+    {"--device",                                                                                   \
+     NULL,                                                                                         \
+     KC_OPT_LIST,                                                                                  \
+     &(d)->backends,                                                                               \
+     0,                                                                                            \
+     0,                                                                                            \
+     "cpu|xpu|xpu-spirv|auto|all",                                                                 \
+     "this machine's fingerprint ids of a backend, or all for every device (repeatable)",          \
+     "auto (pull), all (ls, export, push)",                                                        \
+     NULL},                                                                                        \
     {                                                                                              \
-        "--device-id", NULL, KC_OPT_LIST, &(d)->ids, 0, 0                                          \
+        "--device-id", NULL, KC_OPT_LIST, &(d)->ids, 0, 0, "ID[,ID...]",                           \
+            "fingerprint ids, as kcache fingerprint prints them (repeatable)", NULL, NULL          \
     }
 
 /* Adds more fingerprint ids (a command's arguments: `pull --device-id A B`). -1 after a

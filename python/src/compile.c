@@ -194,9 +194,16 @@ static int remote_of(PyObject *arg, bool offline, kcpy_remote **out)
         *out = (kcpy_remote *)arg;
         return 0;
     }
-    if (!arg || arg == Py_None) { /* as the tool: $KCACHE_REMOTE when set */
-        const char *env = getenv("KCACHE_REMOTE");
-        if (!env || !*env)
+    if (!arg || arg == Py_None) { /* as the tool: the remote setting when there is one */
+        kc_config *cfg;
+        kc_err err = {0};
+        if (kcpy_settings(NULL, 0, &cfg, &err) != KC_OK) {
+            kcpy_raise(&err);
+            return -1;
+        }
+        bool none = !kc_config_get(cfg, KC_SET_REMOTE);
+        kc_config_free(cfg);
+        if (none)
             return 0;
         arg = Py_None;
     }

@@ -283,18 +283,23 @@ static PyObject *default_dir(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    char *d = kc_store_default_dir();
-    if (!d)
-        return kcpy_raise_msg(KC_ERR_INVALID, "no cache directory: set $KCACHE_DIR or $HOME");
-    PyObject *r = PyUnicode_DecodeFSDefault(d);
-    free(d);
+    kc_config *cfg;
+    kc_err err = {0};
+    if (kcpy_settings(NULL, 0, &cfg, &err) != KC_OK)
+        return kcpy_raise(&err);
+    const char *d = kc_config_get(cfg, KC_SET_CACHE_DIR);
+    PyObject *r =
+        d ? PyUnicode_DecodeFSDefault(d)
+          : kcpy_raise_msg(KC_ERR_INVALID, "no cache directory: set $KCACHE_DIR or $HOME");
+    kc_config_free(cfg);
     return r;
 }
 
 static PyMethodDef module_methods[] = {
     {"default_dir", default_dir, METH_NOARGS,
      "default_dir() -> str\n\nThe cache directory the kcache tool uses without --cache-dir: "
-     "$KCACHE_DIR, else $XDG_CACHE_HOME/kcache, else ~/.cache/kcache."},
+     "$KCACHE_DIR, else cache-dir in the configuration file, else $XDG_CACHE_HOME/kcache, "
+     "else ~/.cache/kcache."},
     {"compile", (PyCFunction)(void (*)(void))kcpy_compile, METH_VARARGS | METH_KEYWORDS,
      kcpy_compile_doc},
     {NULL, NULL, 0, NULL}};

@@ -116,6 +116,13 @@ char *kc_remote_redact_url(const char *url);
  * http:// to a host other than 127.0.0.0/8, localhost or [::1]. */
 bool kc_remote_token_exposed(const char *url, const char *token);
 
+/* True when url's host is this machine: a loopback address (127.0.0.0/8,
+ * ::1, ::ffff:127.x), or a name all of whose addresses are loopback ones
+ * (such as the machine's own name in /etc/hosts). Resolves the name
+ * (getaddrinfo: /etc/hosts, then perhaps DNS), so unlike kc_remote_open it
+ * may cause traffic; false when it cannot be resolved. */
+bool kc_remote_host_loopback(const char *url);
+
 /* True once the handle has given up on the server for this process. */
 bool kc_remote_offline(const kc_remote *r);
 
