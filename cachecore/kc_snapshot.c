@@ -13,7 +13,9 @@
 
 #include <jansson.h>
 
+#include <kcache/kc_log.h>
 #include <kcache/kc_snapshot.h>
+#include <kcache/kc_text.h>
 
 /* ---- keys ---------------------------------------------------------------- */
 
@@ -182,6 +184,14 @@ static char *dup_string(json_t *o, const char *name)
     return strdup(v ? v : "");
 }
 
+/* Text from a manifest, as a message may show it: a server wrote it, so
+ * nothing in it may steer the terminal (kc_text.h). */
+#define SHOWN_MAX 240
+static const char *shown(const char *text, char buf[SHOWN_MAX])
+{
+    return kc_escape_text(text, 0, buf, SHOWN_MAX);
+}
+
 /* One entry of "entries"; i names it in errors. */
 static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err)
 {
@@ -189,10 +199,12 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
     const char *path = json_string_value(jp);
     if (!json_is_object(o) || !path)
         return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu has no path", i);
+    char sp[SHOWN_MAX], st[SHOWN_MAX];
     const char *why = path_problem(path, json_string_length(jp));
     if (why)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu ('%.200s'): refused: %s", i,
-                          path, why);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu ('%s'): refused: %s", i,
+                          shown(path, sp), why);
+    shown(path, sp);
     const char *type = json_string_value(json_object_get(o, "type"));
     kc_snap_entry e = {0};
     if (type && strcmp(type, "file") == 0)
@@ -201,18 +213,18 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
         e.type = KC_SNAP_DIR;
     else
         return kc_err_set(err, KC_ERR_INVALID,
-                          "manifest entry '%.200s': refused: type '%.40s' (only files and "
+                          "manifest entry '%s': refused: type '%.40s' (only files and "
                           "directories are restored; no symlinks, devices or FIFOs)",
-                          path, type ? type : "(none)");
+                          sp, shown(type ? type : "(none)", st));
     json_t *jm = json_object_get(o, "mode");
     if (!json_is_integer(jm) || json_integer_value(jm) < 0)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': no mode", path);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': no mode", sp);
     json_int_t mode = json_integer_value(jm);
     if (mode & ~(json_int_t)0777)
         return kc_err_set(err, KC_ERR_INVALID,
-                          "manifest entry '%.200s': refused: mode 0%llo has bits beyond 0777 "
+                          "manifest entry '%s': refused: mode 0%llo has bits beyond 0777 "
                           "(setuid, setgid, sticky or file type)",
-                          path, (unsigned long long)mode);
+                          sp, (unsigned long long)mode);
     e.mode = (unsigned)mode;
     if (e.type == KC_SNAP_FILE) {
         json_t *js = json_object_get(o, "size");
@@ -220,16 +232,16 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
         const char *key = json_string_value(json_object_get(o, "key"));
         if (!json_is_integer(js) || json_integer_value(js) < 0 ||
             (uint64_t)json_integer_value(js) > KC_PAYLOAD_MAX)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': bad size", path);
+            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': bad size", sp);
         if (!sha || !kc_key_valid(sha) || !key)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': bad sha256", path);
+            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': bad sha256", sp);
         e.size = (uint64_t)json_integer_value(js);
         memcpy(e.sha, sha, sizeof e.sha);
         kc_snapshot_file_key(sha, e.key);
         if (strcmp(key, e.key) != 0)
             return kc_err_set(err, KC_ERR_INVALID,
-                              "manifest entry '%.200s': key %.70s is not the key of its sha256",
-                              path, key);
+                              "manifest entry '%s': key %.70s is not the key of its sha256", sp,
+                              shown(key, st));
     }
     if (!grow(m) || !(e.path = strdup(path)))
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading a manifest");
@@ -246,18 +258,23 @@ static kc_code check_tree(const kc_snap_manifest *m, kc_err *err)
 {
     for (size_t i = 0; i < m->n; i++) {
         const char *p = m->e[i].path;
-        if (i > 0 && strcmp(m->e[i - 1].path, p) == 0)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest: refused: '%.200s' appears twice", p);
+        if (i > 0 && strcmp(m->e[i - 1].path, p) == 0) {
+            char sp[SHOWN_MAX];
+            return kc_err_set(err, KC_ERR_INVALID, "manifest: refused: '%s' appears twice",
+                              shown(p, sp));
+        }
         char parent[KC_SNAP_PATH_MAX + 1];
         snprintf(parent, sizeof parent, "%s", p);
         for (char *slash = strrchr(parent, '/'); slash; slash = strrchr(parent, '/')) {
             *slash = '\0';
             kc_snap_entry k = {.path = parent};
             const kc_snap_entry *hit = bsearch(&k, m->e, m->n, sizeof *m->e, entry_cmp);
-            if (hit && hit->type == KC_SNAP_FILE)
+            if (hit && hit->type == KC_SNAP_FILE) {
+                char sp[SHOWN_MAX], sq[SHOWN_MAX];
                 return kc_err_set(err, KC_ERR_INVALID,
-                                  "manifest: refused: '%.200s' lies below the file '%.200s'", p,
-                                  parent);
+                                  "manifest: refused: '%s' lies below the file '%s'", shown(p, sp),
+                                  shown(parent, sq));
+            }
             if (hit)
                 break; /* a listed directory: its own ancestors were checked */
         }
@@ -270,15 +287,17 @@ kc_code kc_snap_manifest_parse(const void *json, size_t len, kc_snap_manifest *m
     memset(m, 0, sizeof *m);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    char sj[SHOWN_MAX];
     if (!root)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest is not JSON: %s (line %d)", je.text,
-                          je.line);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest is not JSON: %s (line %d)",
+                          shown(je.text, sj), je.line);
     kc_code rc = KC_OK;
     const char *format = json_string_value(json_object_get(root, "format"));
     json_t *entries = json_object_get(root, "entries");
+    char sf[SHOWN_MAX];
     if (!format || strcmp(format, KC_SNAP_FORMAT) != 0) {
         rc = kc_err_set(err, KC_ERR_VERSION, "manifest format '%.40s' (want %s)",
-                        format ? format : "(none)", KC_SNAP_FORMAT);
+                        shown(format ? format : "(none)", sf), KC_SNAP_FORMAT);
     } else if (!json_is_array(entries) || json_array_size(entries) > KC_SNAP_ENTRIES_MAX) {
         rc = kc_err_set(err, KC_ERR_INVALID, "manifest has no entries array of at most %d",
                         KC_SNAP_ENTRIES_MAX);

@@ -16,6 +16,7 @@
 
 #include "kc_remote_internal.h"
 #include <kcache/kc_log.h>
+#include <kcache/kc_text.h>
 #include <kcache/kc_util.h>
 
 /* ---------------------------------------------------------------- setup -- */
@@ -570,7 +571,8 @@ void kc_remote_gate_envelope(kc_req *q, const char *key)
 }
 
 /* The server's own words from an error body: {"error": "..."} or the first
- * line of plain text, trimmed. */
+ * line of plain text, trimmed; escaped (kc_text.h), as a hostile server
+ * writes what it likes there. */
 static void server_message(const kc_rbuf *b, char *out, size_t cap)
 {
     out[0] = '\0';
@@ -583,7 +585,7 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         for (size_t i = 0; i < 3; i++) {
             json_t *v = json_object_get(j, names[i]);
             if (json_is_string(v)) {
-                snprintf(out, cap, "%s", json_string_value(v));
+                kc_escape_text(json_string_value(v), 0, out, cap);
                 break;
             }
         }
@@ -591,14 +593,15 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         if (out[0])
             return;
     }
+    char line[400];
     size_t n = 0;
-    while (n < b->len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
+    while (n < b->len && n + 1 < sizeof line && text[n] != '\n' && text[n] != '\r' && text[n])
         n++;
     while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
         n--;
-    for (size_t i = 0; i < n; i++)
-        out[i] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
-    out[n] = '\0';
+    memcpy(line, text, n);
+    line[n] = '\0';
+    kc_escape_text(line, 0, out, cap);
 }
 
 static const char *status_text(long status)
