@@ -327,8 +327,22 @@ kc_code kc_snap_manifest_parse(const void *json, size_t len, kc_snap_manifest *m
     return rc;
 }
 
-kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[KC_KEY_HEX_LEN + 1],
-                               bool *created, kc_err *err)
+bool kc_snap_manifest_same(const kc_snap_manifest *a, const kc_snap_manifest *b)
+{
+    if (a->n != b->n || strcmp(a->name, b->name) != 0 || strcmp(a->device, b->device) != 0 ||
+        strcmp(a->version, b->version) != 0)
+        return false;
+    for (size_t i = 0; i < a->n; i++) {
+        const kc_snap_entry *x = &a->e[i], *y = &b->e[i];
+        if (x->type != y->type || x->mode != y->mode || strcmp(x->path, y->path) != 0 ||
+            (x->type == KC_SNAP_FILE && (x->size != y->size || strcmp(x->sha, y->sha) != 0)))
+            return false;
+    }
+    return true;
+}
+
+kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, const char *signer_keyid,
+                               char key[KC_KEY_HEX_LEN + 1], bool *created, kc_err *err)
 {
     char *text;
     size_t len;
@@ -345,6 +359,8 @@ kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[
     json_t *meta = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "device", slot, "tag", tag, "created",
                              (json_int_t)(m->created_us / 1000000), "snapshot", m->name, "version",
                              m->version, "device_key", m->device);
+    if (meta && signer_keyid)
+        json_object_set_new(meta, "signer", json_string(signer_keyid));
     char *mtext = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
     kc_artifact a = {.meta = mtext, .payload = (uint8_t *)text, .payload_len = len};
@@ -358,6 +374,47 @@ kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[
     return rc;
 }
 
+/* What a listed manifest says of itself: its creation time and whether
+ * its own bytes name the slot it was listed under. The slot is inside the
+ * signed bytes twice (the signature covers the key, a recipe over the slot
+ * and the payload's SHA-256, and the payload names name, device and
+ * version), so a manifest a server lists under another slot (unsigned
+ * metadata) is caught here, signed or not. */
+static bool manifest_in_slot(const kc_artifact *a, const char *slot, int64_t *created_us)
+{
+    char want[KC_KEY_HEX_LEN + 1];
+    kc_snapshot_manifest_key(slot, a->payload_sha, want);
+    json_t *j = json_loadb((const char *)a->payload, a->payload_len, 0, NULL);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    const char *device = json_string_value(json_object_get(j, "device"));
+    const char *version = json_string_value(json_object_get(j, "version"));
+    *created_us = (int64_t)json_integer_value(json_object_get(j, "created_us"));
+    char named[KC_KEY_HEX_LEN + 1] = "";
+    if (name && device && version)
+        kc_snapshot_key(name, device, version, named);
+    /* not JSON at all: bound by its key alone; the parse says what is wrong */
+    bool names_slot = !j || strcmp(named, slot) == 0;
+    json_decref(j);
+    return strcmp(a->key, want) == 0 && names_slot;
+}
+
+static int64_t now_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* "2096-01-01 00:00:00 UTC" for messages */
+static const char *utc(int64_t us, char buf[32])
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, 32, "%Y-%m-%d %H:%M:%S UTC", &tm))
+        snprintf(buf, 32, "%lld us", (long long)us);
+    return buf;
+}
+
 kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m,
                               char key[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
@@ -369,23 +426,29 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
     if (rc != KC_OK)
         kc_err_prefix(err, "snapshot %s: manifests", slot);
     kc_artifact best = {0};
-    int64_t best_t = 0;
-    size_t untrusted = 0;
+    int64_t best_t = 0, latest_ok = now_us() + (int64_t)KC_SNAP_FUTURE_MAX_S * 1000000;
+    int64_t future_t = 0;
+    size_t untrusted = 0, misplaced = 0, future = 0;
     kc_err terr = {0};
     for (size_t i = 0; rc == KC_OK && i < nkeys; i++) {
         kc_artifact a;
         kc_err e = {0};
         if (kc_store_get(s, keys[i], &a, &e) != KC_OK)
             continue; /* evicted or quarantined meanwhile */
+        int64_t t = 0;
+        bool keep = false;
         if (kc_store_trusts(s, &a, &terr) != KC_OK) {
             untrusted++;
-            kc_artifact_free(&a);
-            continue;
+        } else if (!manifest_in_slot(&a, slot, &t)) {
+            misplaced++;
+        } else if (t > latest_ok) {
+            /* a date ahead of this clock would shadow every later push */
+            future++;
+            future_t = t > future_t ? t : future_t;
+        } else {
+            keep = !best.payload || t > best_t || (t == best_t && strcmp(a.key, best.key) > 0);
         }
-        json_t *j = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
-        int64_t t = j ? (int64_t)json_integer_value(json_object_get(j, "created_us")) : 0;
-        json_decref(j);
-        if (!best.payload || t > best_t || (t == best_t && strcmp(a.key, best.key) > 0)) {
+        if (keep) {
             kc_artifact_free(&best);
             best = a;
             best_t = t;
@@ -396,14 +459,34 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
     free(keys);
     if (rc != KC_OK)
         return rc;
+    char when[32];
+    if (future && best.payload)
+        kc_log(KC_LOG_WARN,
+               "snapshot %s: left out %zu manifest(s) dated ahead of this machine's clock (up to "
+               "%s; more than %d s ahead)",
+               slot, future, utc(future_t, when), KC_SNAP_FUTURE_MAX_S);
     if (!best.payload) {
-        if (untrusted) {
+        if (untrusted && !misplaced && !future) {
             if (err)
                 *err = terr;
             kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key", slot,
                           untrusted);
             return terr.code; /* kc_err_prefix answers KC_OK for a NULL err */
         }
+        if (misplaced)
+            return kc_err_set(err, KC_ERR_UNTRUSTED,
+                              "snapshot %s: refused %zu manifest(s) made for another snapshot "
+                              "(their own bytes name another name, device or version than the "
+                              "metadata they were listed under)%s",
+                              slot, misplaced,
+                              untrusted ? "; the others are not signed by a "
+                                          "trusted key"
+                                        : "");
+        if (future)
+            return kc_err_set(err, KC_ERR_NOT_FOUND,
+                              "no manifest for snapshot %s: %zu manifest(s) dated ahead of this "
+                              "machine's clock (up to %s; more than %d s ahead) were left out",
+                              slot, future, utc(future_t, when), KC_SNAP_FUTURE_MAX_S);
         return kc_err_set(err, KC_ERR_NOT_FOUND, "no manifest for snapshot %s", slot);
     }
     rc = kc_snap_manifest_parse(best.payload, best.payload_len, m, err);

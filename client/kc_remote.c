@@ -319,6 +319,11 @@ static const char *server_url(const kc_remote *r)
     return r->base;
 }
 
+static const kc_signer *server_signer(const kc_remote *r)
+{
+    return r->signer;
+}
+
 /* ------------------------------------------------------------- requests -- */
 
 void kc_rbuf_free(kc_rbuf *b)
@@ -1024,6 +1029,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .offline = server_offline,
                                          .offline_error = server_offline_error,
                                          .url = server_url,
+                                         .signer = server_signer,
                                          .bundle_url = kc_remote_server_bundle_url,
                                          .get = server_get,
                                          .has = server_has,

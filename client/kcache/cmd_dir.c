@@ -17,41 +17,100 @@
 #include "kc_cli_opts.h"
 #include <kcache/kc_remote.h>
 #include <kcache/kc_snap.h>
+#include <kcache/kc_text.h>
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* ---- options ------------------------------------------------------------ */
 
+typedef enum dir_sub { SUB_PUSH, SUB_PULL, SUB_STATUS, SUB_EXPLAIN } dir_sub;
+#define ON(sub) (1u << (sub))
+#define ON_ALL (ON(SUB_PUSH) | ON(SUB_PULL) | ON(SUB_STATUS) | ON(SUB_EXPLAIN))
+
 typedef struct dir_args {
     const char *name, *version, *device, *preset_name, *dir;
     const kc_snap_preset *preset;
-    bool exact, verify;
+    bool exact, verify, trust_shared_dir, allow_shared_write, recheck;
     kc_cli_conn conn; /* --jobs, --ca-file, --connect-timeout */
     char dirbuf[PATH_MAX];
     char devbuf[512];
 } dir_args;
 
-/* Parses a subcommand's line: push [DIR]; pull|status|explain NAME [DIR].
- * Returns -1 after a usage error. */
-static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
+/* Each subcommand's usage line (what a usage error and --help print). */
+static const char *const synopses[] = {
+    [SUB_PUSH] = "[DIR] --name NAME --version-key V [--device-key D] [--preset P] "
+                 "[--trust-shared-dir] [--recheck] [--jobs N] [--ca-file F] [--connect-timeout MS]",
+    [SUB_PULL] = "NAME [DIR] --version-key V [--device-key D] [--preset P] [--exact] [--verify] "
+                 "[--trust-shared-dir] [--allow-shared-write] [--jobs N] [--ca-file F] "
+                 "[--connect-timeout MS]",
+    [SUB_STATUS] = "NAME [DIR] --version-key V [--device-key D] [--preset P] [--trust-shared-dir]",
+    [SUB_EXPLAIN] = "NAME --version-key V [--device-key D] [--preset P] [--jobs N] [--ca-file F] "
+                    "[--connect-timeout MS]",
+};
+
+/* Parses a subcommand's line: push [DIR]; pull|status NAME [DIR]; explain
+ * NAME. A NAME (or --name) that is a preset's name and no --preset means
+ * that preset: its directory is the default DIR. Returns -1 after a usage
+ * error. */
+static int parse(kc_cli *cli, int argc, char **argv, dir_sub sub, dir_args *a)
 {
     memset(a, 0, sizeof *a);
-    const kc_opt opts[] = {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0},
-                           {"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0},
-                           {"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0},
-                           {"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0},
-                           {"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0},
-                           {"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0},
-                           KC_OPTS_CONN(&a->conn),
-                           {0}};
-    int n = kc_opts_parse(cli, argc, argv, opts, name_arg ? 1 : 0, name_arg ? 2 : 1);
+    bool takes_name = sub != SUB_PUSH;
+    const struct {
+        kc_opt opt;
+        unsigned subs;
+    } all[] = {
+        /* push: the snapshot's name (pull, status and explain take NAME) */
+        {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0}, ON_ALL},
+        /* the framework versions the files belong to: part of the key */
+        {{"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0}, ON_ALL},
+        /* whose machines the files are for (default: this CPU's fingerprint id) */
+        {{"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0}, ON_ALL},
+        /* a framework's directory and its lock and temp names (kc_snap_preset) */
+        {{"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0}, ON_ALL},
+        /* pull: remove what the snapshot lacks, below DIR only */
+        {{"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0}, ON(SUB_PULL)},
+        /* pull: check every file afterwards */
+        {{"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0}, ON(SUB_PULL)},
+        /* accept a DIR another user owns or that group/others may write */
+        {{"--trust-shared-dir", NULL, KC_OPT_FLAG, &a->trust_shared_dir, 0, 0},
+         ON(SUB_PUSH) | ON(SUB_PULL) | ON(SUB_STATUS)},
+        /* pull: let manifest modes give group/other write (the umask still applies) */
+        {{"--allow-shared-write", NULL, KC_OPT_FLAG, &a->allow_shared_write, 0, 0}, ON(SUB_PULL)},
+        /* push: ask about every file even when the server holds this manifest */
+        {{"--recheck", NULL, KC_OPT_FLAG, &a->recheck, 0, 0}, ON(SUB_PUSH)},
+        /* the connection options of KC_OPTS_CONN (kc_cli_opts.h) */
+        {{"--jobs", "-j", KC_OPT_INT, &a->conn.jobs, 1, 64}, ON_ALL & ~ON(SUB_STATUS)},
+        {{"--ca-file", NULL, KC_OPT_STRING, &a->conn.ca_file, 0, 0}, ON_ALL & ~ON(SUB_STATUS)},
+        {{"--connect-timeout", NULL, KC_OPT_INT, &a->conn.connect_ms, 1, INT_MAX},
+         ON_ALL & ~ON(SUB_STATUS)},
+    };
+    kc_opt opts[sizeof all / sizeof all[0] + 1];
+    size_t no = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i].subs & ON(sub))
+            opts[no++] = all[i].opt;
+    opts[no] = (kc_opt){0};
+    cli->synopsis = synopses[sub];
+    int max_args = (takes_name ? 1 : 0) + (sub == SUB_EXPLAIN ? 0 : 1);
+    int n = kc_opts_parse(cli, argc, argv, opts, takes_name ? 1 : 0, max_args);
     if (n < 0)
         return -1;
+    if (takes_name && a->name)
+        return kc_opts_error(cli, argv[0],
+                             "--name is for dir push; the snapshot to %s is NAME, the first "
+                             "argument",
+                             sub == SUB_PULL     ? "pull"
+                             : sub == SUB_STATUS ? "check"
+                                                 : "explain"),
+               -1;
     int i = 1;
-    if (name_arg)
+    if (takes_name)
         a->name = argv[i++];
     if (i <= n)
         a->dir = argv[i];
+    if (!a->preset_name && a->name && kc_snap_preset_find(a->name))
+        a->preset_name = a->name;
     if (a->preset_name) {
         if (!(a->preset = kc_snap_preset_find(a->preset_name)))
             return kc_opts_error(cli, argv[0], "unknown preset '%s' (%s)", a->preset_name,
@@ -59,7 +118,8 @@ static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
                    -1;
         if (!a->name)
             a->name = kc_snap_preset_name(a->preset);
-        if (!a->dir && kc_snap_preset_dir(a->preset, a->dirbuf, sizeof a->dirbuf))
+        if (!a->dir && sub != SUB_EXPLAIN &&
+            kc_snap_preset_dir(a->preset, a->dirbuf, sizeof a->dirbuf))
             a->dir = a->dirbuf;
     }
     if (!a->name)
@@ -68,10 +128,12 @@ static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
         return kc_opts_error(cli, argv[0],
                              "give --version-key V (e.g. 'torch=2.7.0 triton=3.3.0')"),
                -1;
-    if (!a->dir && strcmp(argv[0], "dir explain") != 0)
-        return kc_opts_error(cli, argv[0], "give DIR%s", a->preset ? " or set $" : ""), -1;
+    if (!a->dir && sub != SUB_EXPLAIN)
+        return kc_opts_error(cli, argv[0], "give DIR%s%s", a->preset ? " or set $" : "",
+                             a->preset ? kc_snap_preset_env(a->preset) : ""),
+               -1;
     kc_err err = {0};
-    if (kc_snapshot_check_ident("--name", a->name, true, &err) != KC_OK ||
+    if (kc_snapshot_check_ident(takes_name ? "NAME" : "--name", a->name, true, &err) != KC_OK ||
         kc_snapshot_check_ident("--version-key", a->version, false, &err) != KC_OK ||
         (a->device && kc_snapshot_check_ident("--device-key", a->device, false, &err) != KC_OK))
         return kc_opts_error(cli, argv[0], "%s", err.msg), -1;
@@ -126,6 +188,9 @@ static kc_snap_opts snap_opts(const kc_cli *cli, const dir_args *a, kc_store *ts
                           .version_key = a->version,
                           .dir = a->dir,
                           .preset = a->preset,
+                          .trust_shared_dir = a->trust_shared_dir,
+                          .allow_shared_write = a->allow_shared_write,
+                          .recheck = a->recheck,
                           .exact = a->exact,
                           .verify = a->verify};
 }
@@ -167,6 +232,7 @@ static void explain_miss(kc_cli *cli, const kc_snap_opts *o, json_t *out)
     }
     fprintf(stderr, "  wanted: name '%s', device '%s', version '%s'\n", o->name, o->device_key,
             o->version_key);
+    char dk[2 * KC_SNAP_IDENT_MAX], vk[2 * KC_SNAP_IDENT_MAX];
     if (n == 0)
         fprintf(stderr, "  no snapshot named '%s' exists%s\n", o->name,
                 cli->remote ? " on the server" : " here");
@@ -175,8 +241,10 @@ static void explain_miss(kc_cli *cli, const kc_snap_opts *o, json_t *out)
             fprintf(stderr, "  ... and %zu more\n", n - 8);
             break;
         }
-        fprintf(stderr, "  exists: device '%s', version '%s' (differs: %s)\n", near[i].device_key,
-                near[i].version_key, near[i].differs);
+        /* the server's metadata: escaped (kc_text.h) */
+        fprintf(stderr, "  exists: device '%s', version '%s' (differs: %s)\n",
+                kc_escape_text(near[i].device_key, 0, dk, sizeof dk),
+                kc_escape_text(near[i].version_key, 0, vk, sizeof vk), near[i].differs);
     }
     free(near);
 }
@@ -193,7 +261,9 @@ static void report_file(const char *path, void *ctx)
     report_ctx *x = ctx;
     if (x->cli->json || x->shown == 10)
         return;
-    fprintf(stderr, "  missing or different: %s/%s\n", x->dir, path);
+    char shown[2 * KC_SNAP_PATH_MAX]; /* a manifest's path: escaped (kc_text.h) */
+    fprintf(stderr, "  missing or different: %s/%s\n", x->dir,
+            kc_escape_text(path, 0, shown, sizeof shown));
     x->shown++;
 }
 
@@ -202,7 +272,7 @@ static void report_file(const char *path, void *ctx)
 static int dir_push(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
-    if (parse(cli, argc, argv, false, &a) < 0)
+    if (parse(cli, argc, argv, SUB_PUSH, &a) < 0)
         return KC_EXIT_USAGE;
     int rc = resolve_device(cli, &a);
     if (rc != KC_EXIT_OK)
@@ -224,13 +294,21 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
     const kc_remote_push_stats *ps = &res.sent;
     if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1,
+            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1,
             "name", a.name, "device_key", a.device, "version_key", a.version, "snapshot", res.slot,
-            "manifest", res.manifest, "manifest_sent", res.manifest_sent, "dir", a.dir, "files",
-            (json_int_t)ss->files, "dirs", (json_int_t)ss->dirs, "bytes", (json_int_t)ss->bytes,
-            "excluded", (json_int_t)ss->excluded, "special", (json_int_t)ss->special, "files_sent",
+            "manifest", res.manifest, "manifest_sent", res.manifest_sent, "unchanged",
+            res.unchanged, "dir", a.dir, "files", (json_int_t)ss->files, "dirs",
+            (json_int_t)ss->dirs, "bytes", (json_int_t)ss->bytes, "excluded",
+            (json_int_t)ss->excluded, "special", (json_int_t)ss->special, "files_sent",
             (json_int_t)ps->uploaded, "files_skipped", (json_int_t)ps->skipped, "bytes_sent",
             (json_int_t)ps->bytes, "seconds", secs));
+    } else if (r && res.unchanged && !res.manifest_sent && ps->considered == 0) {
+        char sz[32];
+        kc_cli_info(cli,
+                    "snapshot '%s' of %s: %llu files, %s, unchanged since the last push; the "
+                    "server has its manifest %.16s, so nothing was sent (%.2fs)\n",
+                    a.name, a.dir, (unsigned long long)ss->files,
+                    kc_format_size(ss->bytes, sz, sizeof sz), res.manifest, secs);
     } else {
         char sz[32], sent[32];
         kc_cli_info(
@@ -253,9 +331,9 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
 /* What pull, status and explain share: the options (NAME first), the
  * device key and the store with the trust policy. -1 after a usage error,
  * else an exit code (KC_EXIT_OK: *ts is open). */
-static int begin(kc_cli *cli, int argc, char **argv, dir_args *a, kc_store **ts)
+static int begin(kc_cli *cli, int argc, char **argv, dir_sub sub, dir_args *a, kc_store **ts)
 {
-    if (parse(cli, argc, argv, true, a) < 0)
+    if (parse(cli, argc, argv, sub, a) < 0)
         return KC_EXIT_USAGE;
     int rc = resolve_device(cli, a);
     if (rc != KC_EXIT_OK)
@@ -269,7 +347,7 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     double t0 = kc_now();
     kc_store *ts = NULL;
     kc_remote *r = NULL;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_PULL, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     if (cli->remote && !(r = open_remote(cli, &a))) {
@@ -332,7 +410,7 @@ static int dir_status(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
     kc_store *ts;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_STATUS, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     report_ctx rep = {cli, a.dir, 0};
@@ -364,7 +442,7 @@ static int dir_explain(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
     kc_store *ts;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_EXPLAIN, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     kc_remote *r = NULL;

@@ -169,6 +169,9 @@ kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
 /* The base URL the handle talks to, without a trailing slash (owned by r). */
 const char *kc_remote_url(const kc_remote *r);
 
+/* The signer every upload of the handle is signed with (kc_remote_opts.signer), or NULL. */
+const kc_signer *kc_remote_signer(const kc_remote *r);
+
 /* The URL kc_remote_pull GETs for a device filter (one id or a
  * comma-separated list; NULL: f->device, or every device) and filter f (may
  * be NULL). malloc'd, caller frees; NULL when out of memory. */
