@@ -4,16 +4,22 @@
  * part): remote write-backs loaded later under --trusted-keys, a planted
  * huge artifact, a manifest whose cflags run a shell, symlinks at output
  * paths, a cache readable by other users, a tag that rewrites metadata, and
- * credentials leaking from a --remote URL or a command line.
+ * credentials leaking from a --remote URL or a command line; and from issue
+ * 25, a kernel planted within the old 512 MiB limit and a hostile server's
+ * words written to the terminal as they came.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -668,4 +674,159 @@ Test(security_client, a_token_for_plain_http_elsewhere_is_warned_about_once)
     cr_expect(!strstr(text, "some-token"), "%s", text);
     free(text);
     free(log);
+}
+
+/* ---- issue 25 item 10: a kernel of up to 512 MiB was taken ---------------- */
+
+Test(security_client, a_kernel_over_its_kind_limit_is_refused_by_get_and_by_pull)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *sargs[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    char big[65];
+    plant(&ts, "cpu-so", 40ull << 20, big); /* a CPU kernel is KiB to a few MiB */
+    kc_remote *r;
+    kc_err e = {0};
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &e), KC_OK, "%s", e.msg);
+    kc_artifact a;
+    cr_expect_eq(kc_remote_get(r, big, &a, &e), KC_ERR_TOO_LARGE, "a 40 MiB cpu-so was taken");
+    cr_expect(strstr(e.msg, "cpu-so artifact of 41943040 bytes"), "%s", e.msg);
+    kc_remote_close(r);
+
+    /* a pull's bundle is held to the same limits, from each record's header */
+    char *dir = kc_test_path(root, "puller");
+    kc_test_result res;
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 1, "pull took a 40 MiB cpu-so: %s", res.err);
+    cr_expect(strstr(res.err, "kind cpu-so") && strstr(res.err, "KCACHE_MAX_ARTIFACT"), "%s",
+              res.err);
+    kc_test_result_free(&res);
+    kcache(&res, dir, NULL, (const char *[]){"has", big, NULL});
+    cr_expect_eq(res.exit_code, 1, "the refused kernel was stored");
+    kc_test_result_free(&res);
+
+    /* overridable per kind; a bad setting names itself */
+    setenv("KCACHE_MAX_ARTIFACT", "cpu-so=64M", 1);
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 0, "cpu-so=64M: %s", res.err);
+    kc_test_result_free(&res);
+    kc_remote_opts o = {.kind_limits = "cpu-so=64M"};
+    cr_assert_eq(kc_remote_open(ts.url, &o, &r, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_remote_get(r, big, &a, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    kc_remote_close(r);
+    setenv("KCACHE_MAX_ARTIFACT", "cpu-so=lots", 1);
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 1);
+    cr_expect(strstr(res.err, "KCACHE_MAX_ARTIFACT") && strstr(res.err, "lots"), "%s", res.err);
+    kc_test_result_free(&res);
+    unsetenv("KCACHE_MAX_ARTIFACT");
+    o.kind_limits = "no such kind!=1M";
+    cr_expect_eq(kc_remote_open(ts.url, &o, &r, &e), KC_ERR_INVALID);
+    cr_expect(strstr(e.msg, "is not a kind"), "%s", e.msg);
+    free(dir);
+    kc_testserver_cleanup(&ts);
+}
+
+/* ---- issue 25 item 9: a hostile server writes to the puller's terminal ------ */
+
+/* A server that answers every request with one fixed response. */
+typedef struct liar {
+    int fd, port;
+    const char *response;
+    pthread_t th;
+} liar;
+
+static void *liar_main(void *arg)
+{
+    liar *l = arg;
+    for (;;) {
+        int c = accept(l->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char buf[8192];
+        size_t got = 0;
+        ssize_t n;
+        while (got < sizeof buf - 1 && (n = read(c, buf + got, sizeof buf - 1 - got)) > 0) {
+            got += (size_t)n;
+            buf[got] = '\0';
+            if (strstr(buf, "\r\n\r\n"))
+                break;
+        }
+        size_t len = strlen(l->response);
+        if (write(c, l->response, len) != (ssize_t)len)
+            cr_log_warn("short write");
+        close(c);
+    }
+}
+
+static void liar_start(liar *l, const char *response)
+{
+    l->response = response;
+    l->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(l->fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(l->fd, 8), 0);
+    getsockname(l->fd, (struct sockaddr *)&a, &al);
+    l->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&l->th, NULL, liar_main, l), 0);
+}
+
+static void liar_stop(liar *l)
+{
+    shutdown(l->fd, SHUT_RDWR);
+    close(l->fd);
+    pthread_join(l->th, NULL);
+}
+
+/* Nothing in text that a terminal acts on: no ESC (7-bit or as the C1 CSI
+ * U+009B), no carriage return, and no line that starts with what the
+ * server wrote after its newline. */
+static void expect_inert(const char *text, const char *forged_line)
+{
+    cr_expect_null(strchr(text, 0x1b), "a raw ESC reached the terminal: %s", text);
+    cr_expect_null(strstr(text, "\xc2\x9b"), "a raw CSI reached the terminal: %s", text);
+    cr_expect_null(strchr(text, '\r'), "a carriage return reached the terminal: %s", text);
+    char line[128];
+    snprintf(line, sizeof line, "\n%s", forged_line);
+    cr_expect_null(strstr(text, line), "the server forged a line: %s", text);
+    cr_expect(strncmp(text, forged_line, strlen(forged_line)) != 0, "%s", text);
+}
+
+Test(security_client, a_hostile_servers_words_reach_the_terminal_escaped)
+{
+    static const char body[] = "{\"error\":\"\\u001b[2J\\u001b[Hall good\\r\\nkcache: pulled 999 "
+                               "artifact(s)\\n\\u009b31mred\"}";
+    char resp[512];
+    snprintf(resp, sizeof resp,
+             "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    liar l;
+    liar_start(&l, resp);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", l.port);
+    char *dir = kc_test_path(root, "victim");
+    kc_test_result r;
+    kcache(&r, dir, url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "\\x1b[2J"), "the escape is shown, not obeyed: %s", r.err);
+    expect_inert(r.err, "kcache: pulled 999");
+    expect_inert(r.out, "kcache: pulled 999");
+    kc_test_result_free(&r);
+    /* the same words in a plain-text body */
+    liar_stop(&l);
+    static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                               "Connection: close\r\n\r\n\x1b]0;owned\x07\x1b[1Aok\r\n";
+    liar_start(&l, text);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", l.port);
+    kcache(&r, dir, url, (const char *[]){"--json", "pull", "--device", "all", NULL});
+    cr_expect_neq(r.exit_code, 0);
+    expect_inert(r.err, "ok");
+    expect_inert(r.out, "ok");
+    kc_test_result_free(&r);
+    liar_stop(&l);
+    free(dir);
 }

@@ -33,6 +33,7 @@ void kc_cli_remote_opts(const kc_cli *cli, const kc_cli_conn *conn, kc_remote_op
         .quiet_token_warning = cli->verbosity < 0,
         .trust = cli->trust,
         .max_artifact = cli->max_artifact,
+        .kind_limits = cli->kind_limits,
         .signer = cli->signer,
     };
 }

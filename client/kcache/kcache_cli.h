@@ -30,6 +30,7 @@ typedef struct kc_cli {
                                  from outside (pull, import, remote hits) */
     uint64_t max_artifact;    /* $KCACHE_MAX_ARTIFACT: largest payload taken from a
                                  server (0 = per-kind defaults, kc_remote.h) */
+    const char *kind_limits;  /* its KIND=SIZE list (kc_remote_opts.kind_limits) */
     bool json;                /* --json: machine-readable output on stdout */
     int verbosity;            /* -q: -1, default 0, -v: 1 (repeatable) */
     const char *prog;         /* argv[0] for messages */

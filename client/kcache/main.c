@@ -323,7 +323,7 @@ int main(int argc, char **argv)
     const char *max_art = getenv("KCACHE_MAX_ARTIFACT");
     if (max_art && *max_art) {
         kc_err merr = {0};
-        if (kc_parse_size(max_art, &cli.max_artifact, &merr) != KC_OK) {
+        if (kc_remote_parse_limits(max_art, &cli.max_artifact, &cli.kind_limits, &merr) != KC_OK) {
             kc_err_prefix(&merr, "KCACHE_MAX_ARTIFACT");
             free(file_token);
             return kc_cli_fail(&cli, &merr);

@@ -138,6 +138,7 @@ kcpy_store *kcpy_store_from(PyObject *arg);
 typedef struct kcpy_remote_conf {
     char *url, *token, *ca_file, *client_cert, *client_key, *trusted_keys, *sign_key;
     uint64_t max_artifact;
+    char *kind_limits; /* the KIND=SIZE list of $KCACHE_MAX_ARTIFACT, or NULL */
     long connect_timeout_ms, timeout_ms;
     int concurrency;
 } kcpy_remote_conf;

@@ -97,9 +97,13 @@ kc_code kcpy_remote_conf_fill(kcpy_remote_conf *c, const char *url, const char *
         rc = from_env(&c->trusted_keys, "KCACHE_TRUSTED_KEYS", err);
     if (rc == KC_OK)
         rc = from_env(&c->sign_key, "KCACHE_SIGN_KEY", err);
+    const char *kinds = NULL;
     if (rc == KC_OK && env("KCACHE_MAX_ARTIFACT") &&
-        (rc = kc_parse_size(env("KCACHE_MAX_ARTIFACT"), &c->max_artifact, err)) != KC_OK)
+        (rc = kc_remote_parse_limits(env("KCACHE_MAX_ARTIFACT"), &c->max_artifact, &kinds, err)) !=
+            KC_OK)
         kc_err_prefix(err, "KCACHE_MAX_ARTIFACT");
+    if (rc == KC_OK && kinds && !(c->kind_limits = strdup(kinds)))
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading $KCACHE_MAX_ARTIFACT");
     return rc;
 }
 
@@ -114,5 +118,6 @@ void kcpy_remote_conf_free(kcpy_remote_conf *c)
     free(c->client_key);
     free(c->trusted_keys);
     free(c->sign_key);
+    free(c->kind_limits);
     memset(c, 0, sizeof *c);
 }
