@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include <kcache/kc_cflags.h>
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include <kcache/kc_remote.h>
 #include <kcache/kc_sign.h>
 #include "kc_testserver.h"
@@ -828,5 +830,40 @@ Test(security_client, a_hostile_servers_words_reach_the_terminal_escaped)
     expect_inert(r.out, "ok");
     kc_test_result_free(&r);
     liar_stop(&l);
+
+    /* metadata a server wrote, listed by `kcache ls` after a pull */
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *sargs[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    kc_artifact a;
+    kc_err e = {0};
+    char key[65];
+    kc_sha256_hex("painted", 7, key);
+    cr_assert_eq(kc_artifact_init(&a, key, "blob",
+                                  "{\"device\":\"\\u009b2Jcpu\",\"tag\":\"\\u001b[2Jt\\nkcache: "
+                                  "ok\"}",
+                                  "painted", 7, &e),
+                 KC_OK, "%s", e.msg);
+    uint8_t *env;
+    size_t elen;
+    cr_assert_eq(kc_envelope_encode(&a, &env, &elen, &e), KC_OK);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&ts, "PUT", path, NULL, env, elen, false, &h), 0);
+    cr_assert_eq(h.status, 201, "%ld %s", h.status, h.body);
+    kc_http_result_free(&h);
+    kcache(&r, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    kcache(&r, dir, NULL, (const char *[]){"ls", NULL});
+    cr_expect(strstr(r.out, "\\u009b2Jcpu") && strstr(r.out, "tag=\\x1b[2Jt\\x0akcache: ok"), "%s",
+              r.out);
+    expect_inert(r.out, "kcache: ok");
+    kc_test_result_free(&r);
+    free(env);
+    kc_artifact_free(&a);
+    kc_testserver_cleanup(&ts);
     free(dir);
 }
