@@ -63,8 +63,9 @@ static const struct {
      "[--connect-timeout MS]"},
     {"dir", kc_cmd_dir,
      "carry a framework's cache directory (Triton, Inductor, vLLM, JAX, NEO) as a snapshot",
-     "push [DIR] --name NAME | pull|status|explain NAME [DIR], with --version-key V "
-     "[--device-key D] [--preset triton|inductor|vllm|jax|neo] [--exact] [--verify] [--jobs N]"},
+     "push [DIR] --name NAME [--recheck] | pull NAME [DIR] [--exact] [--verify] "
+     "[--allow-shared-write] | status|explain NAME [DIR], with --version-key V [--device-key D] "
+     "[--preset triton|inductor|vllm|jax|neo] [--trust-shared-dir] [--jobs N]"},
     {"prewarm", kc_cmd_prewarm, "compile every graph x target of a manifest",
      "MANIFEST [--push] [--jobs N] [--autotune] [--offline] [--tag T] [--allow-manifest-cflags]"},
 };

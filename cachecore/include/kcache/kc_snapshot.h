@@ -117,10 +117,10 @@ typedef struct kc_snap_scan_stats {
  * kc_snap_dir_open, and works from that descriptor:
  *   - a root that is a symlink is followed only when this user (the
  *     effective uid) owns the link; another user's link is refused;
- *   - the directory must be this user's and writable by nobody else: not
- *     by others, and by its group only when that is this user's own
- *     private group (umask 002 setups); KC_SNAP_DIR_SHARED accepts another
- *     owner and group/other write, for a team's shared directory;
+ *   - the directory must be this user's (or root's) and writable by nobody
+ *     else: not by others, and by its group only when that is this user's
+ *     own private group (umask 002 setups); KC_SNAP_DIR_SHARED accepts
+ *     another owner and group/other write, for a team's shared directory;
  *   - a missing root is created (KC_SNAP_DIR_CREATE) 0700.
  * Refusals are KC_ERR_UNTRUSTED naming the directory, its owner and mode. */
 enum {
