@@ -167,4 +167,11 @@ void kcpy_remote_return(kcpy_remote *rm, kc_remote *r);
 PyObject *kcpy_compile(PyObject *module, PyObject *args, PyObject *kwargs);
 extern const char kcpy_compile_doc[];
 
+/* ---- directory snapshots (snapshot.c; kcache.snapshot) ---- */
+
+PyObject *kcpy_snapshot_push(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_pull(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_status(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_explain(PyObject *module, PyObject *args, PyObject *kwargs);
+
 #endif
