@@ -28,6 +28,7 @@
 #include <kcache/kc_hash.h>
 #include <kcache/kc_remote.h>
 #include <kcache/kc_sign.h>
+#include <kcache/kc_text.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include <kcache/kc_util.h>
@@ -866,4 +867,50 @@ Test(security_client, a_hostile_servers_words_reach_the_terminal_escaped)
     kc_artifact_free(&a);
     kc_testserver_cleanup(&ts);
     free(dir);
+}
+
+/* The one escaping function itself: what it shows, what it keeps. */
+Test(security_client, kc_escape_text_shows_what_would_steer_a_terminal_and_keeps_text)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"ab\x1b[2Jc", "ab\\x1b[2Jc"},       /* C0: ESC */
+        {"x\ry\bz\a", "x\\x0dy\\x08z\\x07"}, /* CR, backspace, bell */
+        {"d\x7f", "d\\x7f"},                 /* DEL */
+        {"\xc2\x9b"
+         "31m",
+         "\\u009b31m"}, /* C1 CSI as UTF-8 */
+        {"a\xe2\x80\xae"
+         "b",
+         "a\\u202eb"},                       /* right-to-left override */
+        {"\xff\xfe", "\\xff\\xfe"},          /* not UTF-8 */
+        {"\xc0\xaf", "\\xc0\\xaf"},          /* overlong '/' */
+        {"\xed\xa0\x80", "\\xed\\xa0\\x80"}, /* a surrogate */
+        {"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82", "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"},
+        {"C:\\path\\x1b", "C:\\path\\x1b"}, /* a backslash stays */
+        {"one\ntwo\t", "one\\x0atwo\\x09"},
+    };
+    char out[256], twice[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kc_escape_text(cases[i].in, 0, out, sizeof out);
+        cr_expect_str_eq(out, cases[i].out, "case %zu", i);
+        cr_expect_eq(kc_text_needs_escape(cases[i].in, 0), strcmp(cases[i].in, cases[i].out) != 0,
+                     "case %zu", i);
+        kc_escape_text(out, 0, twice, sizeof twice);
+        cr_expect_str_eq(twice, out, "escaping twice changed case %zu", i);
+    }
+    kc_escape_text("one\ntwo\t\x1b", KC_ESC_KEEP_LINES, out, sizeof out);
+    cr_expect_str_eq(out, "one\ntwo\t\\x1b");
+    /* cut at a whole escape */
+    kc_escape_text("\x1b\x1b", 0, out, 6);
+    cr_expect_str_eq(out, "\\x1b");
+    kc_escape_text(NULL, 0, out, sizeof out);
+    cr_expect_str_eq(out, "");
+    /* every kc_err message passes through it, lines kept */
+    kc_err e = {0};
+    kc_err_set(&e, KC_ERR_REMOTE, "server says %s", "\x1b[2Jok\nline two");
+    cr_expect_str_eq(e.msg, "server says \\x1b[2Jok\nline two");
+    kc_err_prefix(&e, "pull \x1b]0;t\x07");
+    cr_expect_str_eq(e.msg, "pull \\x1b]0;t\\x07: server says \\x1b[2Jok\nline two");
 }
