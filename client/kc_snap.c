@@ -334,9 +334,9 @@ kc_code kc_snap_pull(const kc_snap_opts *o, kc_snap_pull_result *res, kc_err *er
         c = kc_snap_manifest_find(o->store, res->slot, &m, res->manifest, err);
         if (c == KC_ERR_NOT_FOUND) {
             /* the find's reason, when there is more to it than none at all */
-            const char *why = strstr(err->msg, "dated ahead");
+            const char *why = strstr(err->msg, "dated ahead") ? strstr(err->msg, ": ") : NULL;
             char reason[KC_ERR_MSG_MAX / 2];
-            snprintf(reason, sizeof reason, "%s", why ? strstr(err->msg, ": ") + 2 : "");
+            snprintf(reason, sizeof reason, "%s", why ? why + 2 : "");
             kc_err_set(err, KC_ERR_NOT_FOUND,
                        "no snapshot '%s' for device '%s' and version '%s'%s%s%s%s", o->name,
                        o->device_key, o->version_key, o->remote ? " on " : "",

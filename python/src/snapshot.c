@@ -90,7 +90,8 @@ static int prepare(snap_args *a, PyObject *dir, bool need_dir, bool with_remote)
     if (need_dir && !a->dirb &&
         !(a->preset && kc_snap_preset_dir(a->preset, a->dirbuf, sizeof a->dirbuf))) {
         kcpy_raise_msg(KC_ERR_INVALID, "snapshot '%s': give dir%s%s", a->name,
-                       a->preset ? " or set $" : "", a->preset ? kc_snap_preset_env(a->preset) : "");
+                       a->preset ? " or set $" : "",
+                       a->preset ? kc_snap_preset_env(a->preset) : "");
         return -1;
     }
     if (kc_snapshot_check_ident("name", a->name, true, &err) != KC_OK ||
@@ -180,8 +181,8 @@ static kc_code do_push(const kc_snap_opts *o, void *res, kc_err *err)
 PyObject *kcpy_snapshot_push(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
-    static char *kw[] = {"dir",    "name",   "version_key",      "device_key", "preset",
-                         "remote", "store",  "trust_shared_dir", "recheck",    NULL};
+    static char *kw[] = {"dir",    "name",  "version_key",      "device_key", "preset",
+                         "remote", "store", "trust_shared_dir", "recheck",    NULL};
     snap_args a = {.remote_arg = Py_None, .store_arg = Py_None};
     PyObject *dir;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oss|$zzOOpp:push", kw, &dir, &a.name,
@@ -202,20 +203,18 @@ PyObject *kcpy_snapshot_push(PyObject *module, PyObject *args, PyObject *kwargs)
             kcpy_raise(&err);
         } else {
             const kc_snap_scan_stats *ss = &res.scan;
-            out = with(key_words(&a, res.slot),
-                       Py_BuildValue("{s:s,s:O,s:O,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
-                                     "manifest", res.manifest, "manifest_sent",
-                                     res.manifest_sent ? Py_True : Py_False, "unchanged",
-                                     res.unchanged ? Py_True : Py_False, "dir",
-                                     PyUnicode_DecodeFSDefault(o.dir), "files",
-                                     (unsigned long long)ss->files, "dirs",
-                                     (unsigned long long)ss->dirs, "bytes",
-                                     (unsigned long long)ss->bytes, "excluded",
-                                     (unsigned long long)ss->excluded, "special",
-                                     (unsigned long long)ss->special, "files_sent",
-                                     (unsigned long long)res.sent.uploaded, "files_skipped",
-                                     (unsigned long long)res.sent.skipped, "bytes_sent",
-                                     (unsigned long long)res.sent.bytes));
+            out = with(
+                key_words(&a, res.slot),
+                Py_BuildValue(
+                    "{s:s,s:O,s:O,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "manifest", res.manifest,
+                    "manifest_sent", res.manifest_sent ? Py_True : Py_False, "unchanged",
+                    res.unchanged ? Py_True : Py_False, "dir", PyUnicode_DecodeFSDefault(o.dir),
+                    "files", (unsigned long long)ss->files, "dirs", (unsigned long long)ss->dirs,
+                    "bytes", (unsigned long long)ss->bytes, "excluded",
+                    (unsigned long long)ss->excluded, "special", (unsigned long long)ss->special,
+                    "files_sent", (unsigned long long)res.sent.uploaded, "files_skipped",
+                    (unsigned long long)res.sent.skipped, "bytes_sent",
+                    (unsigned long long)res.sent.bytes));
         }
     }
     finish(&a);
@@ -230,9 +229,9 @@ static kc_code do_pull(const kc_snap_opts *o, void *res, kc_err *err)
 PyObject *kcpy_snapshot_pull(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
-    static char *kw[] = {"name",   "dir",   "version_key",      "device_key",
-                         "preset", "remote", "store",           "exact",
-                         "verify", "trust_shared_dir", "allow_shared_write", NULL};
+    static char *kw[] = {
+        "name",  "dir",    "version_key",      "device_key",         "preset", "remote", "store",
+        "exact", "verify", "trust_shared_dir", "allow_shared_write", NULL};
     snap_args a = {.remote_arg = Py_None, .store_arg = Py_None};
     PyObject *dir = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOs|$zzOOpppp:pull", kw, &a.name, &dir,
@@ -255,16 +254,15 @@ PyObject *kcpy_snapshot_pull(PyObject *module, PyObject *args, PyObject *kwargs)
         } else {
             out = with(key_words(&a, res.slot),
                        Py_BuildValue("{s:s,s:N,s:n,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "manifest",
-                                     res.manifest, "dir", PyUnicode_DecodeFSDefault(o.dir),
-                                     "files", (Py_ssize_t)res.files, "bytes",
-                                     (unsigned long long)res.bytes, "files_received",
-                                     (unsigned long long)res.files_received, "bytes_received",
-                                     (unsigned long long)res.bytes_received, "written",
-                                     (unsigned long long)res.restore.written, "unchanged",
-                                     (unsigned long long)res.restore.unchanged, "removed",
-                                     (unsigned long long)res.restore.removed, "bytes_written",
-                                     (unsigned long long)res.restore.bytes, "missing",
-                                     (Py_ssize_t)res.missing));
+                                     res.manifest, "dir", PyUnicode_DecodeFSDefault(o.dir), "files",
+                                     (Py_ssize_t)res.files, "bytes", (unsigned long long)res.bytes,
+                                     "files_received", (unsigned long long)res.files_received,
+                                     "bytes_received", (unsigned long long)res.bytes_received,
+                                     "written", (unsigned long long)res.restore.written,
+                                     "unchanged", (unsigned long long)res.restore.unchanged,
+                                     "removed", (unsigned long long)res.restore.removed,
+                                     "bytes_written", (unsigned long long)res.restore.bytes,
+                                     "missing", (Py_ssize_t)res.missing));
         }
     }
     finish(&a);
@@ -287,8 +285,7 @@ static PyObject *nearest(const kc_snap_near *near, size_t n)
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n; i++) {
         PyObject *d = Py_BuildValue("{s:s,s:s,s:s}", "device_key", near[i].device_key,
-                                    "version_key", near[i].version_key, "differs",
-                                    near[i].differs);
+                                    "version_key", near[i].version_key, "differs", near[i].differs);
         if (!d || PyList_Append(list, d) < 0)
             Py_CLEAR(list);
         Py_XDECREF(d);
@@ -301,17 +298,17 @@ static PyObject *info_call(PyObject *args, PyObject *kwargs, bool explain)
 {
     static char *kw_status[] = {"name",   "dir",   "version_key",      "device_key",
                                 "preset", "store", "trust_shared_dir", NULL};
-    static char *kw_explain[] = {"name", "version_key", "device_key", "preset",
-                                 "remote", "store", NULL};
+    static char *kw_explain[] = {"name",   "version_key", "device_key", "preset",
+                                 "remote", "store",       NULL};
     snap_args a = {.remote_arg = Py_None, .store_arg = Py_None};
     PyObject *dir = Py_None;
-    int ok = explain ? PyArg_ParseTupleAndKeywords(args, kwargs, "ss|$zzOO:explain", kw_explain,
-                                                   &a.name, &a.version_key, &a.device_key,
-                                                   &a.preset_name, &a.remote_arg, &a.store_arg)
-                     : PyArg_ParseTupleAndKeywords(args, kwargs, "sOs|$zzOp:status", kw_status,
-                                                   &a.name, &dir, &a.version_key, &a.device_key,
-                                                   &a.preset_name, &a.store_arg,
-                                                   &a.trust_shared_dir);
+    int ok = explain
+                 ? PyArg_ParseTupleAndKeywords(args, kwargs, "ss|$zzOO:explain", kw_explain,
+                                               &a.name, &a.version_key, &a.device_key,
+                                               &a.preset_name, &a.remote_arg, &a.store_arg)
+                 : PyArg_ParseTupleAndKeywords(args, kwargs, "sOs|$zzOp:status", kw_status, &a.name,
+                                               &dir, &a.version_key, &a.device_key, &a.preset_name,
+                                               &a.store_arg, &a.trust_shared_dir);
     if (!ok)
         return NULL;
     PyObject *out = NULL;
@@ -339,21 +336,20 @@ static PyObject *info_call(PyObject *args, PyObject *kwargs, bool explain)
         if (rc != KC_OK && !(explain && rc == KC_ERR_REMOTE)) {
             kcpy_raise(&err);
         } else if (explain) {
-            out = with(key_words(&a, info.slot),
-                       Py_BuildValue("{s:O,s:s,s:n,s:K,s:K,s:N}", "found",
-                                     info.found ? Py_True : Py_False, "manifest", info.manifest,
-                                     "files", (Py_ssize_t)info.files, "bytes",
-                                     (unsigned long long)info.bytes, "refused",
-                                     (unsigned long long)info.refused, "nearest",
-                                     nearest(near, nn)));
+            out = with(
+                key_words(&a, info.slot),
+                Py_BuildValue("{s:O,s:s,s:n,s:K,s:K,s:N}", "found", info.found ? Py_True : Py_False,
+                              "manifest", info.manifest, "files", (Py_ssize_t)info.files, "bytes",
+                              (unsigned long long)info.bytes, "refused",
+                              (unsigned long long)info.refused, "nearest", nearest(near, nn)));
         } else {
-            out = with(key_words(&a, info.slot),
-                       Py_BuildValue("{s:O,s:s,s:N,s:n,s:K,s:n}", "ok",
-                                     info.missing == 0 ? Py_True : Py_False, "manifest",
-                                     info.manifest, "dir", PyUnicode_DecodeFSDefault(o.dir),
-                                     "files", (Py_ssize_t)info.files, "bytes",
-                                     (unsigned long long)info.bytes, "missing",
-                                     (Py_ssize_t)info.missing));
+            out =
+                with(key_words(&a, info.slot),
+                     Py_BuildValue("{s:O,s:s,s:N,s:n,s:K,s:n}", "ok",
+                                   info.missing == 0 ? Py_True : Py_False, "manifest",
+                                   info.manifest, "dir", PyUnicode_DecodeFSDefault(o.dir), "files",
+                                   (Py_ssize_t)info.files, "bytes", (unsigned long long)info.bytes,
+                                   "missing", (Py_ssize_t)info.missing));
         }
         free(near);
     }
