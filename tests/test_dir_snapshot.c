@@ -479,8 +479,10 @@ static void put_artifact(const char *key, const char *kind, const char *meta, co
     kc_artifact_free(&a);
 }
 
-/* Serves a manifest with these entries (a JSON array) as snapshot name. */
-static void serve_manifest(const char *name, const char *entries)
+/* Serves a manifest with these entries (a JSON array) as snapshot name
+ * (device "dev", version "v"), created at created_us, unsigned: what any
+ * write token can put on a server without signing. */
+static void serve_manifest_at(const char *name, const char *entries, long long created_us)
 {
     char sha[65], fkey[65];
     kc_sha256_hex(CONTENT, 5, sha);
@@ -489,8 +491,8 @@ static void serve_manifest(const char *name, const char *entries)
     char text[8192];
     int n = snprintf(text, sizeof text,
                      "{\"format\":\"kcache-dir/1\",\"name\":\"%s\",\"device\":\"dev\","
-                     "\"version\":\"v\",\"created_us\":1,\"entries\":%s}",
-                     name, entries);
+                     "\"version\":\"v\",\"created_us\":%lld,\"entries\":%s}",
+                     name, created_us, entries);
     cr_assert_lt(n, (int)sizeof text);
     char slot[65], mkey[65], meta[256];
     kc_snapshot_key(name, "dev", "v", slot);
@@ -499,6 +501,11 @@ static void serve_manifest(const char *name, const char *entries)
     kc_snapshot_manifest_key(slot, d, mkey);
     snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:%s\"}", slot, name);
     put_artifact(mkey, KC_SNAP_KIND_MANIFEST, meta, text, (size_t)n);
+}
+
+static void serve_manifest(const char *name, const char *entries)
+{
+    serve_manifest_at(name, entries, 1);
 }
 
 /* One file entry of the served content at path (JSON-escaped already). */
@@ -513,6 +520,16 @@ static char *file_entry(const char *path, const char *type, int mode)
              "\"key\":\"%s\"}",
              path, type, mode, sha, key);
     return s;
+}
+
+/* Serves snapshot name with the one file entry path (mode 0644) at created_us. */
+static void serve_one_at(const char *name, const char *path, long long created_us)
+{
+    char *e = file_entry(path, "file", 0644);
+    char entries[4200];
+    snprintf(entries, sizeof entries, "[%s]", e);
+    free(e);
+    serve_manifest_at(name, entries, created_us);
 }
 
 /* Pulls snapshot name into tmp/jail/dir (seeded with keep.txt); asserts a
@@ -616,11 +633,7 @@ Test(dir_snapshot, hostile_manifests_are_refused_before_anything_is_written)
 
 Test(dir_snapshot, a_symlink_in_dir_is_never_written_through)
 {
-    char *e = file_entry("link/payload", "file", 0644);
-    char entries[4200];
-    snprintf(entries, sizeof entries, "[%s]", e);
-    free(e);
-    serve_manifest("through", entries);
+    serve_one_at("through", "link/payload", 1);
     char *dir = P("dir"), *outside = P("outside"), *link = P("dir/link");
     mkdir(dir, 0755);
     mkdir(outside, 0755);
@@ -1538,35 +1551,11 @@ Test(dir_snapshot, dir_pull_masks_modes_with_the_umask_and_never_grants_group_wr
     free(dst3);
 }
 
-/* Serves a manifest of one file (CONTENT at path) for slot (name, "dev",
- * "v") created at created_us, unsigned, as any write token can. */
-static void serve_dated_manifest(const char *name, const char *path, int64_t created_us)
-{
-    char sha[65], fkey[65];
-    kc_sha256_hex(CONTENT, 5, sha);
-    kc_snapshot_file_key(sha, fkey);
-    put_artifact(fkey, KC_SNAP_KIND_FILE, "{}", CONTENT, 5);
-    char *e = file_entry(path, "file", 0644);
-    char text[8192];
-    int n = snprintf(text, sizeof text,
-                     "{\"format\":\"kcache-dir/1\",\"name\":\"%s\",\"device\":\"dev\","
-                     "\"version\":\"v\",\"created_us\":%lld,\"entries\":[%s]}",
-                     name, (long long)created_us, e);
-    free(e);
-    char slot[65], mkey[65], meta[256];
-    kc_snapshot_key(name, "dev", "v", slot);
-    uint8_t d[32];
-    kc_sha256(text, (size_t)n, d);
-    kc_snapshot_manifest_key(slot, d, mkey);
-    snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:%s\"}", slot, name);
-    put_artifact(mkey, KC_SNAP_KIND_MANIFEST, meta, text, (size_t)n);
-}
-
 Test(dir_snapshot, a_manifest_dated_in_the_future_does_not_shadow_later_pushes)
 {
     /* 2096-01-01: planted first, then the build host pushes as usual */
     const int64_t y2096 = 3976214400LL * 1000000;
-    serve_dated_manifest("vllm", "planted.bin", y2096);
+    serve_one_at("vllm", "planted.bin", y2096);
     push_one("hostA", "src", "vllm", "real.bin", "real kernel", NULL);
     char *dst = P("dst");
     kc_test_result r;
@@ -1580,7 +1569,7 @@ Test(dir_snapshot, a_manifest_dated_in_the_future_does_not_shadow_later_pushes)
     cr_expect_neq(stat(planted, &st), 0, "the manifest from 2096 was restored");
 
     /* a slot holding only a future manifest has no snapshot, and says why */
-    serve_dated_manifest("jax", "planted.bin", y2096);
+    serve_one_at("jax", "planted.bin", y2096);
     char *dst2 = P("dst2");
     KC(&r, "hostC", ts.url, "dir", "pull", "jax", dst2, "--version-key", "v", "--device-key",
        "dev");
@@ -1775,11 +1764,7 @@ Test(dir_snapshot, an_unchanged_repush_sends_less_than_one_kib)
 Test(dir_snapshot, a_hostile_servers_paths_and_keys_reach_the_terminal_escaped)
 {
     /* a path with escape codes: refused, and shown escaped */
-    char *e = file_entry("x\\u001b[2J\\u001b[Hy", "file", 0644);
-    char entries[4200];
-    snprintf(entries, sizeof entries, "[%s]", e);
-    free(e);
-    serve_manifest("esc", entries);
+    serve_one_at("esc", "x\\u001b[2J\\u001b[Hy", 1);
     char *dst = P("dst");
     kc_test_result r;
     KC(&r, "victim", ts.url, "dir", "pull", "esc", dst, "--version-key", "v", "--device-key",
