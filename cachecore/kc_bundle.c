@@ -493,7 +493,9 @@ struct kc_bundle_import {
     queued queue[KC_IMPORT_BATCH];
     size_t nqueue;
     uint64_t queue_bytes;
-    uint64_t max_payload;                             /* largest payload accepted */
+    uint64_t max_payload;               /* largest payload accepted */
+    kc_bundle_kind_limit_fn kind_limit; /* and per kind; may be NULL */
+    void *kind_limit_ctx;
     kc_frame_checker *checkers[KC_CHECK_THREADS_MAX]; /* made on first use */
     bool flushing;                                    /* inside flush_queue */
     const kc_bundle_sink *sink;                       /* may be NULL */
@@ -517,6 +519,19 @@ void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload
 {
     im->max_payload =
         max_payload && max_payload < KC_PAYLOAD_MAX ? max_payload : (uint64_t)KC_PAYLOAD_MAX;
+}
+
+void kc_bundle_import_set_kind_limit(kc_bundle_import *im, kc_bundle_kind_limit_fn limit, void *ctx)
+{
+    im->kind_limit = limit;
+    im->kind_limit_ctx = ctx;
+}
+
+/* The largest payload im takes for kind. */
+static uint64_t payload_limit(const kc_bundle_import *im, const char *kind)
+{
+    uint64_t k = im->kind_limit ? im->kind_limit(kind, im->kind_limit_ctx) : im->max_payload;
+    return k < im->max_payload ? k : im->max_payload;
 }
 
 void kc_bundle_import_set_sink(kc_bundle_import *im, const kc_bundle_sink *sink)
@@ -792,13 +807,16 @@ static kc_code take_stored(kc_bundle_import *im, kc_err *err)
     kc_code code = parse_stored(im->acc, im->have, &h, &e2);
     if (code != KC_OK)
         return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
-    if (h.payload_len > im->max_payload) { /* a small frame may inflate to anything */
+    uint64_t limit = payload_limit(im, h.kind);
+    if (h.payload_len > limit) { /* a small frame may inflate to anything */
+        kc_code fc =
+            im_fail(im, err, KC_ERR_TOO_LARGE,
+                    "bundle byte offset %llu: artifact record %llu (%s, kind %s) "
+                    "declares a payload of %llu bytes, over the %llu-byte limit",
+                    (unsigned long long)im->unit_start, (unsigned long long)im->records, h.key,
+                    h.kind, (unsigned long long)h.payload_len, (unsigned long long)limit);
         kc_envelope_header_free(&h);
-        return im_fail(im, err, KC_ERR_TOO_LARGE,
-                       "bundle byte offset %llu: artifact record %llu (%s) declares a payload "
-                       "of %llu bytes, over the %llu-byte limit",
-                       (unsigned long long)im->unit_start, (unsigned long long)im->records, h.key,
-                       (unsigned long long)h.payload_len, (unsigned long long)im->max_payload);
+        return fc;
     }
     sum_update(&im->sum, im->acc, im->have);
     im->queue[im->nqueue++] = (queued){
@@ -926,6 +944,16 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
         kc_err e2;
         if ((code = kc_envelope_decode(u, im->have, &a, &e2)) != KC_OK)
             return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
+        uint64_t limit = payload_limit(im, a.kind);
+        if (a.payload_len > limit) {
+            code = im_fail(im, err, KC_ERR_TOO_LARGE,
+                           "bundle byte offset %llu: artifact record %llu (%s, kind %s) holds a "
+                           "payload of %zu bytes, over the %llu-byte limit",
+                           (unsigned long long)im->unit_start, (unsigned long long)im->records,
+                           a.key, a.kind, a.payload_len, (unsigned long long)limit);
+            kc_artifact_free(&a);
+            return code;
+        }
         sum_update(&im->sum, u, im->have);
         code =
             store_record(im, &a, NULL, NULL, 0, false, im->have, im->unit_start, im->records, err);

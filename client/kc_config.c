@@ -52,11 +52,13 @@ static const kc_setting_info settings[KC_SETTING_COUNT] = {
                          "size limit of the local cache: every write evicts "
                          "least-recently-used entries to stay under it",
                          KC_SETTING_SIZE},
-    [KC_SET_MAX_ARTIFACT] = {"max-artifact", "KCACHE_MAX_ARTIFACT", "SIZE",
-                             "by kind: graph 64M, autotune 1M, compiled code 512M, others 1G",
-                             "largest payload taken from a server; a larger one is refused "
-                             "from its header, before its body is downloaded",
-                             KC_SETTING_SIZE},
+    [KC_SET_MAX_ARTIFACT] =
+        {"max-artifact", "KCACHE_MAX_ARTIFACT", "SIZE|KIND=SIZE,...",
+         "by kind: autotune 1M, cpu-so and spirv 32M, graph 64M, dir-manifest 128M, others 1G",
+         "largest payload taken from a server, for every kind (SIZE) or "
+         "per kind (cpu-so=128M,2G); a larger one is refused from its "
+         "header, before its body is downloaded",
+         KC_SETTING_LIMITS},
 };
 
 /* The sources, highest first. */
@@ -198,6 +200,12 @@ static kc_code check_value(kc_setting s, const char *value, const char *where, u
         if (kc_parse_size(value, size, err) != KC_OK)
             return kc_err_prefix(err, "%s", where);
         return KC_OK;
+    case KC_SETTING_LIMITS: {
+        const char *kinds;
+        if (kc_remote_parse_limits(value, size, &kinds, err) != KC_OK)
+            return kc_err_prefix(err, "%s", where);
+        return KC_OK;
+    }
     case KC_SETTING_URLS:
         for (const char *p = value; *p;) {
             size_t n = strcspn(p, ",");
@@ -507,4 +515,6 @@ void kc_config_remote_opts(const kc_config *c, kc_remote_opts *o)
     o->client_cert = kc_config_get(c, KC_SET_CLIENT_CERT);
     o->client_key = kc_config_get(c, KC_SET_CLIENT_KEY);
     o->max_artifact = kc_config_size(c, KC_SET_MAX_ARTIFACT);
+    const char *limits = kc_config_get(c, KC_SET_MAX_ARTIFACT);
+    o->kind_limits = limits && strchr(limits, '=') ? limits : NULL;
 }

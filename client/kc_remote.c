@@ -19,9 +19,15 @@
 
 #include "kc_remote_internal.h"
 #include <kcache/kc_log.h>
+#include <kcache/kc_text.h>
 #include <kcache/kc_util.h>
 
 /* ---------------------------------------------------------------- setup -- */
+
+/* kc_remote_opts.kind_limits, read into the handle (below, with the limits) */
+static kc_code each_limit(const char *text, kc_code (*item)(const char *, uint64_t, void *),
+                          void *ctx, kc_err *err);
+static kc_code keep_limit(const char *kind, uint64_t v, void *ctx);
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void)
@@ -250,6 +256,14 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
     r->signer = o.signer;
     r->trust = o.trust;
     r->max_artifact = o.max_artifact;
+    if (o.kind_limits && each_limit(o.kind_limits, keep_limit, r, err) != KC_OK) {
+        kc_code lrc = err ? err->code : KC_ERR_INVALID;
+        if (r->nkind_limit == KC_REMOTE_KIND_LIMITS)
+            lrc = kc_err_set(err, KC_ERR_INVALID, "artifact size limits: more than %d kinds",
+                             KC_REMOTE_KIND_LIMITS);
+        kc_remote_free_handle(r);
+        return lrc;
+    }
     kc_code crc = split_credentials(r, base_url);
     if (crc == KC_ERR_INVALID) {
         kc_remote_free_handle(r);
@@ -369,6 +383,11 @@ static bool server_offline(const kc_remote *r)
 static const char *server_url(const kc_remote *r)
 {
     return r->base;
+}
+
+static const kc_signer *server_signer(const kc_remote *r)
+{
+    return r->signer;
 }
 
 /* ------------------------------------------------------------- requests -- */
@@ -526,16 +545,115 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
 
 uint64_t kc_remote_kind_limit(const char *kind)
 {
+    /* a kernel is kilobytes to a few MiB; each limit leaves ten times that
+     * and more, and stops a planted payload from costing its size first */
     static const struct {
         const char *kind;
         uint64_t max;
-    } limits[] = {{"graph", 64ull << 20},      {"autotune", 1ull << 20},
-                  {"cpu-so", 512ull << 20},    {"spirv", 512ull << 20},
-                  {"ze-native", 512ull << 20}, {"onednn-blob", 512ull << 20}};
+    } limits[] = {{"autotune", 1ull << 20},     {"cpu-so", 32ull << 20},
+                  {"spirv", 32ull << 20},       {"ze-native", 64ull << 20},
+                  {"onednn-blob", 64ull << 20}, {"triton", 64ull << 20},
+                  {"graph", 64ull << 20},       {"dir-manifest", 128ull << 20}};
     for (size_t i = 0; kind && i < sizeof limits / sizeof limits[0]; i++)
         if (strcmp(kind, limits[i].kind) == 0)
             return limits[i].max;
     return 1ull << 30;
+}
+
+uint64_t kc_remote_limit_for(const char *kind, void *ctx)
+{
+    const kc_remote *r = ctx;
+    for (size_t i = 0; kind && i < r->nkind_limit; i++)
+        if (strcmp(kind, r->kind_limit[i].kind) == 0)
+            return r->kind_limit[i].max;
+    return r->max_artifact ? r->max_artifact : kc_remote_kind_limit(kind);
+}
+
+uint64_t kc_remote_limit_max(const kc_remote *r)
+{
+    uint64_t m = r->max_artifact ? r->max_artifact : kc_remote_kind_limit(NULL);
+    for (size_t i = 0; i < r->nkind_limit; i++)
+        m = r->kind_limit[i].max > m ? r->kind_limit[i].max : m;
+    return m;
+}
+
+/* Calls item(kind or NULL for a bare SIZE, size, ctx) for each item of a
+ * KCACHE_MAX_ARTIFACT list. */
+static kc_code each_limit(const char *text, kc_code (*item)(const char *, uint64_t, void *),
+                          void *ctx, kc_err *err)
+{
+    const char *p = text ? text : "";
+    do {
+        size_t n = strcspn(p, ",");
+        char it[96];
+        if (n == 0 || n >= sizeof it)
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "artifact size limit '%.200s': want SIZE or KIND=SIZE[,...]", text);
+        memcpy(it, p, n);
+        it[n] = '\0';
+        char *eq = strchr(it, '=');
+        if (eq)
+            *eq = '\0';
+        if (eq && !kc_kind_valid(it))
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "artifact size limit '%.200s': '%s' is not a kind (%s)", text, it,
+                              KC_KIND_RULE);
+        uint64_t v;
+        kc_code rc = kc_parse_size(eq ? eq + 1 : it, &v, err);
+        if (rc == KC_OK && v == 0)
+            rc = kc_err_set(err, KC_ERR_INVALID, "a limit of 0 bytes");
+        if (rc == KC_OK)
+            rc = item(eq ? it : NULL, v, ctx);
+        if (rc != KC_OK) {
+            kc_err_prefix(err, "artifact size limit '%.200s'", text);
+            return rc;
+        }
+        p += n;
+    } while (*p++ == ',');
+    return KC_OK;
+}
+
+typedef struct limits_seen {
+    uint64_t all;
+    int bare;
+} limits_seen;
+
+static kc_code note_limit(const char *kind, uint64_t v, void *ctx)
+{
+    limits_seen *s = ctx;
+    if (kind)
+        return KC_OK;
+    s->all = v;
+    s->bare++;
+    return KC_OK;
+}
+
+kc_code kc_remote_parse_limits(const char *text, uint64_t *all, const char **kinds, kc_err *err)
+{
+    *all = 0;
+    *kinds = NULL;
+    limits_seen seen = {0};
+    kc_code rc = each_limit(text, note_limit, &seen, err);
+    if (rc == KC_OK && seen.bare > 1)
+        rc = kc_err_set(err, KC_ERR_INVALID,
+                        "artifact size limit '%.200s': more than one SIZE for every kind", text);
+    if (rc != KC_OK)
+        return rc;
+    *all = seen.all;
+    *kinds = strchr(text, '=') ? text : NULL;
+    return KC_OK;
+}
+
+static kc_code keep_limit(const char *kind, uint64_t v, void *ctx)
+{
+    kc_remote *r = ctx;
+    if (!kind)
+        return KC_OK; /* a bare SIZE here is kc_remote_opts.max_artifact's */
+    if (r->nkind_limit == KC_REMOTE_KIND_LIMITS)
+        return KC_ERR_INVALID; /* kc_remote_server_open says why */
+    snprintf(r->kind_limit[r->nkind_limit].kind, sizeof r->kind_limit[0].kind, "%s", kind);
+    r->kind_limit[r->nkind_limit++].max = v;
+    return KC_OK;
 }
 
 /* Longest envelope header: fixed part, kind, metadata, header checksum. */
@@ -584,13 +702,13 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: bad envelope from the server: %.400s",
                            e.msg);
     char why[256];
-    uint64_t limit = q->owner->max_artifact ? q->owner->max_artifact : kc_remote_kind_limit(h.kind);
+    uint64_t limit = kc_remote_limit_for(h.kind, q->owner);
     if (strcmp(h.key, q->gate_key) != 0) {
         gate_refuse(q, KC_ERR_CORRUPT, "GET %s: envelope is for another key %s", h.key);
     } else if (h.payload_len > limit) {
         snprintf(why, sizeof why,
                  "%s artifact of %llu bytes is larger than this client takes (%llu; "
-                 "$KCACHE_MAX_ARTIFACT); refused before downloading it",
+                 "$KCACHE_MAX_ARTIFACT, e.g. KIND=SIZE); refused before downloading it",
                  h.kind, (unsigned long long)h.payload_len, (unsigned long long)limit);
         gate_refuse(q, KC_ERR_TOO_LARGE, "GET %s: %s", why);
     } else if (q->owner->trust && kc_trust_check(q->owner->trust, h.key, h.kind, h.payload_len,
@@ -617,7 +735,8 @@ void kc_remote_gate_envelope(kc_req *q, const char *key)
 }
 
 /* The server's own words from an error body: {"error": "..."} or the first
- * line of plain text, trimmed. */
+ * line of plain text, trimmed; escaped (kc_text.h), as a hostile server
+ * writes what it likes there. */
 static void server_message(const kc_rbuf *b, char *out, size_t cap)
 {
     out[0] = '\0';
@@ -630,7 +749,7 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         for (size_t i = 0; i < 3; i++) {
             json_t *v = json_object_get(j, names[i]);
             if (json_is_string(v)) {
-                snprintf(out, cap, "%s", json_string_value(v));
+                kc_escape_text(json_string_value(v), 0, out, cap);
                 break;
             }
         }
@@ -638,14 +757,15 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         if (out[0])
             return;
     }
+    char line[400];
     size_t n = 0;
-    while (n < b->body.len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
+    while (n < b->body.len && n + 1 < sizeof line && text[n] != '\n' && text[n] != '\r' && text[n])
         n++;
     while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
         n--;
-    for (size_t i = 0; i < n; i++)
-        out[i] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
-    out[n] = '\0';
+    memcpy(line, text, n);
+    line[n] = '\0';
+    kc_escape_text(line, 0, out, cap);
 }
 
 static const char *status_text(long status)
@@ -1162,6 +1282,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .offline = server_offline,
                                          .offline_error = server_offline_error,
                                          .url = server_url,
+                                         .signer = server_signer,
                                          .bundle_url = kc_remote_server_bundle_url,
                                          .get = server_get,
                                          .has = server_has,

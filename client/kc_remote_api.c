@@ -35,6 +35,11 @@ const char *kc_remote_url(const kc_remote *r)
     return kc_remote_ops_of(r)->url(r);
 }
 
+const kc_signer *kc_remote_signer(const kc_remote *r)
+{
+    return kc_remote_ops_of(r)->signer(r);
+}
+
 char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
     return kc_remote_ops_of(r)->bundle_url(r, device, f);

@@ -325,6 +325,8 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
         if ((rc = kc_bundle_import_begin(s, &im, err)) != KC_OK)
             break;
         kc_bundle_import_set_sink(im, sink);
+        kc_bundle_import_set_max_payload(im, kc_remote_limit_max(r));
+        kc_bundle_import_set_kind_limit(im, kc_remote_limit_for, r);
         if ((rc = feeder_start(&pc.fd, im, &pc.buf, err)) != KC_OK) {
             kc_bundle_import_free(im);
             kc_err_prefix(err, "pulling %s", url);
@@ -373,8 +375,12 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
         kc_err ferr = {0};
         kc_code frc = kc_bundle_import_finish(im, &bs, &ferr);
         if (pc.fd.irc != KC_OK) {
-            rc = kc_err_set(err, pc.fd.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
-                            pc.fd.ierr.msg, (unsigned long long)bs.artifacts);
+            rc = kc_err_set(err, pc.fd.irc, "pulling %s: %s%s (kept %llu complete artifact(s))",
+                            url, pc.fd.ierr.msg,
+                            pc.fd.irc == KC_ERR_TOO_LARGE
+                                ? " this client takes ($KCACHE_MAX_ARTIFACT, e.g. KIND=SIZE)"
+                                : "",
+                            (unsigned long long)bs.artifacts);
         } else if (o == KC_OUT_FAIL) {
             if (pc.bytes > 0)
                 rc = kc_err_set(err, KC_ERR_REMOTE,

@@ -17,6 +17,7 @@
 #include "kc_remote_ops.h"
 
 #define KC_REMOTE_SHARE_LOCKS 8
+#define KC_REMOTE_KIND_LIMITS 16 /* kinds kc_remote_opts.kind_limits may name */
 #define KC_REMOTE_QUEUE_MAX_ITEMS 1024
 #define KC_REMOTE_QUEUE_MAX_BYTES (256u << 20)
 
@@ -89,9 +90,14 @@ struct kc_remote {
     pthread_mutex_t share_mu[KC_REMOTE_SHARE_LOCKS];
     CURL *easy; /* the calling thread's kept-alive handle */
 
-    const kc_signer *signer;  /* kc_remote_opts.signer */
-    const kc_trust *trust;    /* kc_remote_opts.trust */
-    uint64_t max_artifact;    /* kc_remote_opts.max_artifact; 0 = per kind */
+    const kc_signer *signer; /* kc_remote_opts.signer */
+    const kc_trust *trust;   /* kc_remote_opts.trust */
+    uint64_t max_artifact;   /* kc_remote_opts.max_artifact; 0 = per kind */
+    struct {
+        char kind[KC_KIND_MAX + 1];
+        uint64_t max;
+    } kind_limit[KC_REMOTE_KIND_LIMITS]; /* kc_remote_opts.kind_limits, parsed */
+    size_t nkind_limit;
     pthread_mutex_t state_mu; /* guards warned, offline_why */
     bool warned;
     char offline_why[512];
@@ -123,9 +129,16 @@ void kc_rbuf_free(kc_rbuf *b);
  * past b->limit it drops the rest (truncate_ok) or fails the transfer, and
  * out of memory fails it; both set b->overflow. */
 size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx);
+/* The largest payload r takes for kind: kind_limits, else max_artifact,
+ * else kc_remote_kind_limit. A kc_bundle_kind_limit_fn (ctx: r). */
+uint64_t kc_remote_limit_for(const char *kind, void *r);
+/* The largest of them all (for a bundle's records, before their kind is
+ * known). */
+uint64_t kc_remote_limit_max(const kc_remote *r);
+
 /* Makes q (a GET of key's envelope) check the envelope as it arrives:
  * refused before the body is taken when the header names another key, its
- * payload is larger than the kind's limit (kc_remote_kind_limit) or, with
+ * payload is larger than the kind's limit (kc_remote_limit_for) or, with
  * trusted keys, it is not signed by one of them; the body is cut off past
  * the length the header gives. A refusal fails the transfer with
  * q->gate_code (KC_ERR_CORRUPT, KC_ERR_TOO_LARGE, KC_ERR_UNTRUSTED). */

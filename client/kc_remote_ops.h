@@ -22,6 +22,7 @@ typedef struct kc_remote_ops {
     /* The "offline for this process" error a call on an offline handle gets. */
     kc_code (*offline_error)(kc_remote *r, const char *method, kc_err *err);
     const char *(*url)(const kc_remote *r);
+    const kc_signer *(*signer)(const kc_remote *r);
     char *(*bundle_url)(kc_remote *r, const char *device, const kc_filter *f);
     kc_code (*get)(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
     kc_code (*has)(kc_remote *r, const char *key, kc_err *err);

@@ -123,6 +123,12 @@ static const char *shard_url(const kc_remote *r)
     return S(r)->base;
 }
 
+/* Every child was opened with the same options. */
+static const kc_signer *shard_signer(const kc_remote *r)
+{
+    return kc_remote_signer(S(r)->child[0]);
+}
+
 /* Several servers: a bundle URL names the first one. */
 static char *shard_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
@@ -562,6 +568,7 @@ static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .offline = shard_offline,
                                         .offline_error = shard_offline_error,
                                         .url = shard_url,
+                                        .signer = shard_signer,
                                         .bundle_url = shard_bundle_url,
                                         .get = shard_get,
                                         .has = shard_has,

@@ -208,7 +208,8 @@ Test(cli_config, bad_lines_name_file_line_and_the_nearest_key)
     kc_test_result r;
     RUN(&r, "stats");
     cr_expect_eq(r.exit_code, 2, "%s", r.err);
-    cr_expect(strstr(r.err, "$KCACHE_MAX_ARTIFACT: bad size 'huge'"), "%s", r.err);
+    cr_expect(strstr(r.err, "$KCACHE_MAX_ARTIFACT: artifact size limit 'huge': bad size 'huge'"),
+              "%s", r.err);
     kc_test_result_free(&r);
     /* underscores stand for dashes, quotes are taken off, as in kcached's file */
     unsetenv("KCACHE_MAX_ARTIFACT");

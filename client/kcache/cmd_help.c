@@ -131,11 +131,15 @@ int kc_cmd_help(kc_cli *cli, int argc, char **argv)
     }
     describe(cli, c, argc > 2 ? argv[2] : NULL);
     const kc_opts_seen *seen = cli->seen;
-    cli->synopsis = c->args;
-    kc_opts_print_usage(stdout, cli, c->name, seen);
+    /* a subcommand's usage line is its own ("dir pull NAME [DIR]"), as it parsed it */
+    if (!c->subcommands || !seen->cmd[0])
+        cli->synopsis = c->args;
+    kc_opts_print_usage(stdout, cli, c->subcommands && seen->cmd[0] ? seen->cmd : c->name, seen);
     printf("\n%s\n", c->summary);
-    if (c->subcommands)
-        printf("subcommands: %s (the same options for each)\n", c->subcommands);
+    if (c->subcommands) /* describe() recorded the options of one: "dir pull" */
+        printf("subcommands: %s (the options below are %s's; kcache help %s SUB lists "
+               "another's)\n",
+               c->subcommands, seen->cmd, c->name);
     if (seen->n) {
         printf("\noptions:\n");
         kc_opts_print_help(stdout, seen->rows, seen->n);

@@ -21,6 +21,7 @@
 #include <kcache/kc_bundle.h>
 #include <kcache/kc_hash.h>
 #include "kc_cli_device.h"
+#include <kcache/kc_text.h>
 #include "kc_cli_opts.h"
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
@@ -286,9 +287,12 @@ static int ls_one(const kc_entry_info *e, void *ctx)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* device and tag are metadata, which a server wrote for what was pulled */
+    char dev[512], tag[512];
+    kc_escape_text(e->device && *e->device ? e->device : "-", 0, dev, sizeof dev);
+    kc_escape_text(e->tag ? e->tag : "", 0, tag, sizeof tag);
     printf("%s  %-11s %10s  %s  %s%s%s\n", e->key, e->kind, kc_format_size(e->size, sz, sizeof sz),
-           when, e->device && *e->device ? e->device : "-", e->tag && *e->tag ? "  tag=" : "",
-           e->tag && *e->tag ? e->tag : "");
+           when, dev, tag[0] ? "  tag=" : "", tag);
     return 0;
 }
 
@@ -447,9 +451,12 @@ static int verify_untrusted(const kc_entry_info *e, void *ctx)
         json_array_append_new(v->untrusted, json_pack("{s:s,s:s,s:s,s:s,s:s}", "key", e->key,
                                                       "kind", e->kind, "origin", e->origin, "sig",
                                                       e->sig, "why", e->note ? e->note : ""));
-    else
+    else {
+        char note[KC_ERR_MSG_MAX]; /* names what the signature metadata says */
         printf("%s  %-11s origin=%s  %s%s\n", e->key, e->kind, e->origin,
-               unknown ? "(stored before origins were recorded) " : "", e->note ? e->note : "");
+               unknown ? "(stored before origins were recorded) " : "",
+               kc_escape_text(e->note, 0, note, sizeof note));
+    }
     return 0;
 }
 

@@ -153,6 +153,7 @@ kc_code kcpy_settings(const kcpy_given *given, size_t n, kc_config **out, kc_err
 typedef struct kcpy_remote_conf {
     char *url, *token, *ca_file, *client_cert, *client_key, *trusted_keys, *sign_key;
     uint64_t max_artifact;
+    char *kind_limits; /* the KIND=SIZE list of $KCACHE_MAX_ARTIFACT, or NULL */
     long connect_timeout_ms, timeout_ms;
     int concurrency;
 } kcpy_remote_conf;
@@ -180,5 +181,12 @@ void kcpy_remote_return(kcpy_remote *rm, kc_remote *r);
 
 PyObject *kcpy_compile(PyObject *module, PyObject *args, PyObject *kwargs);
 extern const char kcpy_compile_doc[];
+
+/* ---- directory snapshots (snapshot.c; kcache.snapshot) ---- */
+
+PyObject *kcpy_snapshot_push(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_pull(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_status(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_explain(PyObject *module, PyObject *args, PyObject *kwargs);
 
 #endif

@@ -302,6 +302,15 @@ static PyMethodDef module_methods[] = {
      "else ~/.cache/kcache."},
     {"compile", (PyCFunction)(void (*)(void))kcpy_compile, METH_VARARGS | METH_KEYWORDS,
      kcpy_compile_doc},
+    /* kcache.snapshot's functions (python/kcache/snapshot.py documents them) */
+    {"snapshot_push", (PyCFunction)(void (*)(void))kcpy_snapshot_push, METH_VARARGS | METH_KEYWORDS,
+     "kcache.snapshot.push"},
+    {"snapshot_pull", (PyCFunction)(void (*)(void))kcpy_snapshot_pull, METH_VARARGS | METH_KEYWORDS,
+     "kcache.snapshot.pull"},
+    {"snapshot_status", (PyCFunction)(void (*)(void))kcpy_snapshot_status,
+     METH_VARARGS | METH_KEYWORDS, "kcache.snapshot.status"},
+    {"snapshot_explain", (PyCFunction)(void (*)(void))kcpy_snapshot_explain,
+     METH_VARARGS | METH_KEYWORDS, "kcache.snapshot.explain"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

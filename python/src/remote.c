@@ -106,6 +106,7 @@ static int remote_init(kcpy_remote *self, PyObject *args, PyObject *kwargs)
                                   .quiet = false, /* its notes reach logging, never the terminal */
                                   .trust = self->trust,
                                   .max_artifact = c->max_artifact,
+                                  .kind_limits = c->kind_limits,
                                   .signer = self->signer};
     /* a bad URL or token fails here, not at the first call (no traffic yet) */
     if (rc == KC_OK && (rc = kc_remote_open(c->url, &self->opts, &probe, &err)) == KC_OK)

@@ -64,7 +64,11 @@ kc_code kcpy_remote_conf_fill(kcpy_remote_conf *c, const kcpy_given *given, size
                        &c->client_key, &c->trusted_keys, &c->sign_key};
     for (size_t i = 0; i < sizeof settings / sizeof settings[0] && rc == KC_OK; i++)
         rc = copy(cfg, settings[i], fields[i], err);
-    c->max_artifact = kc_config_size(cfg, KC_SET_MAX_ARTIFACT);
+    kc_remote_opts limits = {0};
+    kc_config_remote_opts(cfg, &limits);
+    c->max_artifact = limits.max_artifact;
+    if (rc == KC_OK && limits.kind_limits && !(c->kind_limits = strdup(limits.kind_limits)))
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     kc_config_free(cfg);
     return rc;
 }
@@ -80,5 +84,6 @@ void kcpy_remote_conf_free(kcpy_remote_conf *c)
     free(c->client_key);
     free(c->trusted_keys);
     free(c->sign_key);
+    free(c->kind_limits);
     memset(c, 0, sizeof *c);
 }

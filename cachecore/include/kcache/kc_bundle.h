@@ -104,6 +104,14 @@ kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len
  * decompressed. 0 (the default) means KC_PAYLOAD_MAX. Call before the first
  * feed. */
 void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload);
+/* A limit per kind on top of max_payload: limit(kind, ctx) is asked for
+ * every artifact once its envelope header is read, before anything is
+ * decompressed; a payload over it is refused like one over max_payload
+ * (KC_ERR_TOO_LARGE naming the kind and the limit). NULL (the default):
+ * none. Call before the first feed. */
+typedef uint64_t (*kc_bundle_kind_limit_fn)(const char *kind, void *ctx);
+void kc_bundle_import_set_kind_limit(kc_bundle_import *im, kc_bundle_kind_limit_fn limit,
+                                     void *ctx);
 /* A receiver of the payloads an import checks, so a caller can write them
  * somewhere besides the store while they are decompressed for their check
  * (decompressed once, not again from the store). Called from the import's

@@ -43,6 +43,8 @@ typedef enum kc_setting_kind {
     KC_SETTING_URLS,   /* one or more comma-separated http:// or https:// URLs */
     KC_SETTING_SECRET, /* shown as "(hidden)" */
     KC_SETTING_SIZE,   /* bytes: 4096, 512K, 100M, 10G, 1T (kc_parse_size) */
+    KC_SETTING_LIMITS, /* a SIZE, or KIND=SIZE items and at most one SIZE for the other
+                          kinds (kc_remote_parse_limits) */
 } kc_setting_kind;
 
 /* A setting as a person reads about it (help, manual, `kcache config`). */
@@ -118,7 +120,8 @@ const char *kc_config_get(const kc_config *c, kc_setting s);
  * (NULL with KC_SOURCE_NONE). where may be NULL. */
 kc_source kc_config_origin(const kc_config *c, kc_setting s, const char **where);
 
-/* The number of bytes a size setting stands for; 0 when unset. */
+/* The number of bytes a size setting stands for (of a limits setting, its
+ * SIZE for every kind); 0 when unset. */
 uint64_t kc_config_size(const kc_config *c, kc_setting s);
 
 /* False for a value that is set but not used: of token and token-file, the
@@ -133,7 +136,8 @@ bool kc_config_used(const kc_config *c, kc_setting s);
 const char *kc_config_token(const kc_config *c, const char **where);
 
 /* Sets the fields of *o that are settings: token (and token_source, as
- * kc_config_token's where), ca_file, client_cert, client_key, max_artifact. Leaves the rest of *o
+ * kc_config_token's where), ca_file, client_cert, client_key, max_artifact
+ * and kind_limits. Leaves the rest of *o
  * alone; the strings borrow from c. */
 void kc_config_remote_opts(const kc_config *c, kc_remote_opts *o);
 

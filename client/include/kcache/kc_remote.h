@@ -87,7 +87,12 @@ typedef struct kc_remote_opts {
                                  from its header, before its body is taken
                                  (KC_ERR_UNTRUSTED). Not owned. */
     uint64_t max_artifact;    /* largest payload accepted from the server for any
-                                 kind; 0 = kc_remote_kind_limit's defaults */
+                                 kind not in kind_limits; 0 = kc_remote_kind_limit's
+                                 defaults */
+    const char *kind_limits;  /* "KIND=SIZE[,KIND=SIZE...]" (sizes as kc_parse_size):
+                                 the largest payload taken for those kinds, before
+                                 max_artifact and the defaults; NULL = none. A bad
+                                 list fails kc_remote_open (KC_ERR_INVALID) */
     const kc_signer *signer;  /* signs every artifact this handle uploads (push,
                                  put, background queue; kc_sign.h); NULL = as
                                  stored. Not owned: it must outlive the handle */
@@ -134,12 +139,23 @@ bool kc_remote_offline(const kc_remote *r);
  * the URL and the HTTP status with the server's text). Caller frees *a. */
 kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
 
-/* The largest payload a client takes from a server for kind when
- * kc_remote_opts.max_artifact is 0: graph 64 MiB, autotune 1 MiB, cpu-so,
- * spirv, ze-native and onednn-blob 512 MiB, anything else 1 GiB. A larger
- * payload is refused from its envelope header (KC_ERR_TOO_LARGE) before
- * its body is downloaded or decompressed. */
+/* The largest payload a client takes from a server for kind by default,
+ * sized to what each kind is (a CPU kernel .so is kilobytes to a few MiB):
+ * autotune 1 MiB; cpu-so and spirv 32 MiB; ze-native, onednn-blob, triton
+ * and graph 64 MiB; dir-manifest 128 MiB; anything else (dir-file,
+ * megacache, blob, ...) 1 GiB. kc_remote_opts.kind_limits, then
+ * max_artifact, override it. A larger payload is refused from its envelope
+ * header (KC_ERR_TOO_LARGE) before its body is downloaded or decompressed,
+ * by a GET and in every bundle a pull imports. */
 uint64_t kc_remote_kind_limit(const char *kind);
+
+/* Reads the KCACHE_MAX_ARTIFACT form of a limit: "SIZE" (every kind: into
+ * *all) or a comma-separated list of KIND=SIZE items with at most one bare
+ * SIZE for the kinds not listed ("cpu-so=128M,ze-native=256M" or
+ * "cpu-so=128M,2G"): *kinds then points at text, for
+ * kc_remote_opts.kind_limits. *all is 0 and *kinds NULL for what is not
+ * given. KC_ERR_INVALID names the item that is not a kind or a size. */
+kc_code kc_remote_parse_limits(const char *text, uint64_t *all, const char **kinds, kc_err *err);
 
 /* HEAD /v1/artifacts/{key}: KC_OK present, KC_ERR_NOT_FOUND absent. */
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err);
@@ -208,6 +224,9 @@ kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
 
 /* The base URL the handle talks to, without a trailing slash (owned by r). */
 const char *kc_remote_url(const kc_remote *r);
+
+/* The signer every upload of the handle is signed with (kc_remote_opts.signer), or NULL. */
+const kc_signer *kc_remote_signer(const kc_remote *r);
 
 /* The URL kc_remote_pull GETs for a device filter (one id or a
  * comma-separated list; NULL: f->device, or every device) and filter f (may
