@@ -487,26 +487,35 @@ size_t kc_edit_distance(const char *a, const char *b)
     return d;
 }
 
-const char *kc_nearest(const char *word, const char *const *candidates, size_t n,
+const char *kc_nearest(const char *word, const void *table, size_t n, size_t stride,
                        size_t max_distance)
 {
-    if (!word || !candidates)
+    if (!word || !table)
         return NULL;
-    size_t limit = max_distance;
+    size_t wl = strlen(word), limit = max_distance;
     if (limit == 0) {
-        limit = (strlen(word) + 2) / 3;
+        limit = (wl + 2) / 3;
         limit = limit < 1 ? 1 : limit > 3 ? 3 : limit;
     }
-    const char *best = NULL;
+    const char *best = NULL, *prefixed = NULL;
     size_t best_d = limit + 1;
+    int prefixes = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!candidates[i])
+        const char *name = *(const char *const *)((const char *)table + i * stride);
+        if (!name)
             continue;
-        size_t d = kc_edit_distance(word, candidates[i]);
+        size_t d = kc_edit_distance(word, name);
         if (d < best_d) {
             best_d = d;
-            best = candidates[i];
+            best = name;
+        }
+        if (wl >= 3 && strncmp(name, word, wl) == 0 && strlen(name) > wl) {
+            prefixes++;
+            prefixed = name;
         }
     }
-    return best;
+    /* one slip of the finger, then the start of a longer name, then a few slips */
+    if (best && best_d <= 1)
+        return best;
+    return prefixes == 1 ? prefixed : best;
 }

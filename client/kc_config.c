@@ -96,63 +96,6 @@ int kc_setting_find(const char *name)
     return -1;
 }
 
-/* Edit distance with transpositions (optimal string alignment), or SIZE_MAX
- * for words too long to be typos of option names. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    enum { MAXLEN = 63 };
-    size_t n = strlen(a), m = strlen(b);
-    if (n > MAXLEN || m > MAXLEN)
-        return SIZE_MAX;
-    size_t rows[3][MAXLEN + 1], *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
-    for (size_t j = 0; j <= m; j++)
-        prev[j] = j;
-    for (size_t i = 1; i <= n; i++) {
-        cur[0] = i;
-        for (size_t j = 1; j <= m; j++) {
-            size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            if (prev[j] + 1 < best)
-                best = prev[j] + 1;
-            if (cur[j - 1] + 1 < best)
-                best = cur[j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                prev2[j - 2] + 1 < best)
-                best = prev2[j - 2] + 1;
-            cur[j] = best;
-        }
-        size_t *t = prev2;
-        prev2 = prev;
-        prev = cur;
-        cur = t;
-    }
-    return prev[m];
-}
-
-const char *kc_config_nearest(const char *word, const void *table, size_t n, size_t stride)
-{
-    const char *best = NULL, *prefixed = NULL;
-    size_t best_d = (strlen(word) + 2) / 3 + 1, wl = strlen(word);
-    int prefixes = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *name = *(const char *const *)((const char *)table + i * stride);
-        if (!name)
-            continue;
-        size_t d = edit_distance(word, name);
-        if (d < best_d) {
-            best_d = d;
-            best = name;
-        }
-        if (wl >= 3 && strncmp(name, word, wl) == 0 && strlen(name) > wl) {
-            prefixes++;
-            prefixed = name;
-        }
-    }
-    /* one slip of the finger, then the start of a longer name, then a few slips */
-    if (best && best_d <= 1)
-        return best;
-    return prefixes == 1 ? prefixed : best;
-}
-
 kc_config *kc_config_new(void)
 {
     kc_config *c = calloc(1, sizeof *c);
@@ -319,7 +262,7 @@ static kc_code file_line(kc_config *c, char *line, unsigned lineno, bool *secret
     char *key = trim(s), *val = trim(eq + 1);
     int id = kc_setting_find(key);
     if (id < 0) {
-        const char *near = kc_config_nearest(key, settings, KC_SETTING_COUNT, sizeof settings[0]);
+        const char *near = kc_nearest(key, settings, KC_SETTING_COUNT, sizeof settings[0], 0);
         return kc_err_set(err, KC_ERR_INVALID, "%s: unknown setting '%.60s'%s%s%s", where, key,
                           near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
     }

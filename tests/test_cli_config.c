@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <kcache/kc_config.h>
+#include <kcache/kc_util.h>
 
 #include "kc_testserver.h"
 #include "kc_testutil.h"
@@ -325,11 +326,11 @@ Test(cli_config, nearest_name_is_a_small_edit_or_a_unique_prefix)
 {
     static const char *const names[] = {"compile", "config", "completion", "remote", "--kind"};
     size_t n = sizeof names / sizeof names[0];
-    cr_expect_str_eq(kc_config_nearest("comple", names, n, sizeof names[0]), "compile");
-    cr_expect_str_eq(kc_config_nearest("remtoe", names, n, sizeof names[0]), "remote");
-    cr_expect_str_eq(kc_config_nearest("--knd", names, n, sizeof names[0]), "--kind");
-    cr_expect_str_eq(kc_config_nearest("confi", names, n, sizeof names[0]), "config");
-    cr_expect_str_eq(kc_config_nearest("complet", names, n, sizeof names[0]), "completion");
-    cr_expect_null(kc_config_nearest("xyz", names, n, sizeof names[0]));
-    cr_expect_null(kc_config_nearest("co", names, n, sizeof names[0]), "too short to guess");
+    cr_expect_str_eq(kc_nearest("comple", names, n, sizeof names[0], 0), "compile");
+    cr_expect_str_eq(kc_nearest("remtoe", names, n, sizeof names[0], 0), "remote");
+    cr_expect_str_eq(kc_nearest("--knd", names, n, sizeof names[0], 0), "--kind");
+    cr_expect_str_eq(kc_nearest("confi", names, n, sizeof names[0], 0), "config");
+    cr_expect_str_eq(kc_nearest("complet", names, n, sizeof names[0], 0), "completion");
+    cr_expect_null(kc_nearest("xyz", names, n, sizeof names[0], 0));
+    cr_expect_null(kc_nearest("co", names, n, sizeof names[0], 0), "too short to guess");
 }

@@ -125,15 +125,16 @@ Test(util, edit_distance_counts_swaps_as_one)
 Test(util, nearest_names_the_likely_word_or_nothing)
 {
     const char *const keys[] = {"device", "target", "cflags"};
-    cr_expect_str_eq(kc_nearest("taget", keys, 3, 0), "target");
-    cr_expect_str_eq(kc_nearest("cflag", keys, 3, 0), "cflags");
-    cr_expect_str_eq(kc_nearest("devcie", keys, 3, 0), "device");
-    cr_expect_null(kc_nearest("shape", keys, 3, 0), "too far to be a typo");
-    cr_expect_null(kc_nearest("x", keys, 3, 0));
-    cr_expect_str_eq(kc_nearest("xyz", keys, 3, 6), "device", "an explicit limit");
+    cr_expect_str_eq(kc_nearest("taget", keys, 3, sizeof keys[0], 0), "target");
+    cr_expect_str_eq(kc_nearest("cflag", keys, 3, sizeof keys[0], 0), "cflags");
+    cr_expect_str_eq(kc_nearest("devcie", keys, 3, sizeof keys[0], 0), "device");
+    cr_expect_null(kc_nearest("shape", keys, 3, sizeof keys[0], 0), "too far to be a typo");
+    cr_expect_null(kc_nearest("x", keys, 3, sizeof keys[0], 0));
+    cr_expect_str_eq(kc_nearest("xyz", keys, 3, sizeof keys[0], 6), "device", "an explicit limit");
     const char *const sparse[] = {NULL, "graph", NULL};
-    cr_expect_str_eq(kc_nearest("grahp", sparse, 3, 0), "graph", "NULL entries skipped");
-    cr_expect_null(kc_nearest("graph", NULL, 0, 0));
+    cr_expect_str_eq(kc_nearest("grahp", sparse, 3, sizeof sparse[0], 0), "graph",
+                     "NULL entries skipped");
+    cr_expect_null(kc_nearest("graph", NULL, 0, sizeof(char *), 0));
 }
 
 Test(error, messages_are_set_prefixed_and_cleared)

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include <kcache/kc_config.h>
+#include <kcache/kc_util.h>
 #include "kc_cli_opts.h"
 #include "kcache_cli.h"
 
@@ -123,8 +124,8 @@ int kc_cmd_help(kc_cli *cli, int argc, char **argv)
     }
     const kc_cli_command *c = kc_cli_command_find(argv[1]);
     if (!c) {
-        const char *near = kc_config_nearest(argv[1], kc_cli_commands, kc_cli_n_commands,
-                                             sizeof kc_cli_commands[0]);
+        const char *near =
+            kc_nearest(argv[1], kc_cli_commands, kc_cli_n_commands, sizeof kc_cli_commands[0], 0);
         fprintf(stderr, "kcache: unknown command '%s'%s%s%s; see kcache --help\n", argv[1],
                 near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
         return KC_EXIT_USAGE;
@@ -513,7 +514,7 @@ int kc_cmd_config(kc_cli *cli, int argc, char **argv)
     int only = -1;
     if (n == 1 && (only = kc_setting_find(argv[1])) < 0) {
         const kc_setting_info *all = kc_setting_describe(0);
-        const char *near = kc_config_nearest(argv[1], all, KC_SETTING_COUNT, sizeof *all);
+        const char *near = kc_nearest(argv[1], all, KC_SETTING_COUNT, sizeof *all, 0);
         return kc_opts_error(cli, argv[0], "unknown setting '%s'%s%s%s", argv[1],
                              near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
     }

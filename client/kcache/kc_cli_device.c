@@ -123,7 +123,7 @@ int kc_cli_devices_check(const kc_cli *cli, const char *cmd, kc_cli_devices *d)
                 return KC_EXIT_USAGE;
         } else {
             static const char *const names[] = {"cpu", "xpu", "xpu-spirv", "auto", "all"};
-            const char *near = kc_nearest(v, names, 5, 0);
+            const char *near = kc_nearest(v, names, 5, sizeof names[0], 0);
             return kc_opts_error(cli, cmd,
                                  "--device: unknown backend '%s' (cpu, xpu, xpu-spirv, auto or "
                                  "all; a fingerprint id goes to --device-id)%s%s%s",

@@ -180,7 +180,7 @@ static const char *did_you_mean(const kc_cli *cli, const char *cmd, const kc_opt
         for (const kc_opt *o = tables[t]; o->kind != KC_OPT_END && n < KC_OPTS_SEEN_MAX; o++)
             if (t == 1 || kc_opt_applies(o, cmd))
                 names[n++] = o->name;
-        near = kc_config_nearest(word, names, n, sizeof names[0]);
+        near = kc_nearest(word, names, n, sizeof names[0], 0);
     }
     if (!near)
         return "";

@@ -238,12 +238,12 @@ static int unknown(const kc_cli *cli, const char *word)
         int len = (int)strcspn(word, "=");
         char name[64];
         snprintf(name, sizeof name, "%.*s", len < 63 ? len : 63, word);
-        const char *near = kc_config_nearest(name, cli->globals, n, sizeof cli->globals[0]);
+        const char *near = kc_nearest(name, cli->globals, n, sizeof cli->globals[0], 0);
         snprintf(msg, sizeof msg, "unknown option %s%s%s%s", name, near ? " (did you mean " : "",
                  near ? near : "", near ? "?)" : "");
     } else {
         const char *near =
-            kc_config_nearest(word, kc_cli_commands, kc_cli_n_commands, sizeof kc_cli_commands[0]);
+            kc_nearest(word, kc_cli_commands, kc_cli_n_commands, sizeof kc_cli_commands[0], 0);
         snprintf(msg, sizeof msg, "unknown command '%.100s'%s%s%s", word,
                  near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
     }

@@ -98,7 +98,7 @@ kc_code kc_backend_check(const char *device, const char *target, kc_err *err)
         for (size_t i = 0; i < N_REGISTRY; i++)
             names[i] = registry[i].device;
         names[N_REGISTRY] = "auto";
-        const char *near = kc_nearest(device, names, N_REGISTRY + 1, 0);
+        const char *near = kc_nearest(device, names, N_REGISTRY + 1, sizeof names[0], 0);
         return kc_err_set(err, KC_ERR_INVALID,
                           "unknown device '%s' (cpu, xpu, xpu-spirv or auto)%s%s%s", device,
                           near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
@@ -107,7 +107,7 @@ kc_code kc_backend_check(const char *device, const char *target, kc_err *err)
     for (size_t i = 0; !known && i < sizeof cpu_targets / sizeof cpu_targets[0]; i++)
         known = strcmp(target, cpu_targets[i]) == 0;
     if (!known) {
-        const char *near = kc_nearest(target, cpu_targets, 4, 0);
+        const char *near = kc_nearest(target, cpu_targets, 4, sizeof cpu_targets[0], 0);
         return kc_err_set(
             err, KC_ERR_INVALID,
             "unknown CPU target '%s' (native, x86-64-v2, x86-64-v3 or x86-64-v4)%s%s%s", target,

@@ -13,7 +13,7 @@
 const char *kc_json_hint(const char *word, const char *const *known, size_t n, char *buf,
                          size_t cap)
 {
-    const char *near = kc_nearest(word, known, n, 0);
+    const char *near = kc_nearest(word, known, n, sizeof known[0], 0);
     if (near) {
         snprintf(buf, cap, " (did you mean '%s'?)", near);
         return buf;

@@ -103,12 +103,15 @@ kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err);
  * larger length. */
 size_t kc_edit_distance(const char *a, const char *b);
 
-/* The entry of candidates[0..n) nearest to word by kc_edit_distance (NULL entries are
- * skipped; of equally near ones, the first), or NULL when even that one is more than
- * max_distance edits away. max_distance 0 means a third of word's length, rounded up,
- * at least 1 and at most 3: near enough to be a typo, not another word. The result
- * points into candidates. */
-const char *kc_nearest(const char *word, const char *const *candidates, size_t n,
+/* The name in a table that word most likely misspells, for "did you mean": table
+ * holds n entries of stride bytes, each starting with a `const char *` name (an array
+ * of strings: stride sizeof(char *); NULL names are skipped). In this order: the
+ * nearest name by kc_edit_distance when it is one edit away; else the one name that
+ * word (3 characters or more) begins ("complet" for "completion"); else the nearest
+ * name within max_distance edits (of equally near ones, the first); else NULL.
+ * max_distance 0 means a third of word's length, rounded up, at least 1 and at most
+ * 3: near enough to be a typo, not another word. The result points into table. */
+const char *kc_nearest(const char *word, const void *table, size_t n, size_t stride,
                        size_t max_distance);
 
 #endif

@@ -141,13 +141,4 @@ const char *kc_config_token(const kc_config *c, const char **where);
  * alone; the strings borrow from c. */
 void kc_config_remote_opts(const kc_config *c, kc_remote_opts *o);
 
-/* The name in a table that word most likely misspells, for "did you mean":
- * table holds n entries of stride bytes, each starting with a `const char *`
- * name (NULL names are skipped). In this order: a name one edit away
- * (insertion, deletion, substitution, transposition), the one name that
- * word (3 characters or more) begins, a name within one edit for every three
- * characters of word; else NULL.
- * (To be merged with the JSON checker's kc_nearest.) */
-const char *kc_config_nearest(const char *word, const void *table, size_t n, size_t stride);
-
 #endif
