@@ -152,7 +152,7 @@ for opt in $(grep -o '^  --[a-z-]*' "$T/kcached.help" | tr -d ' '); do
   grep -q -- "${opt//-/\\\\-}" deploy/man/kcached.8 || fail "kcached.8 does not document $opt"
 done
 # kcache.1 against the option tables, both ways: every option of `kcache --help` and
-# of each `kcache COMMAND --help` (the tables that parse them) has an entry in the man
+# of each `kcache COMMAND --help` and `kcache help COMMAND SUB` (the tables that parse them) has an entry in the man
 # page (a .TP entry naming it), and every option entry there is in a table; the same
 # for the environment variables (--help's settings and environment sections against
 # ENVIRONMENT's entries) and the configuration keys (kcache config against
@@ -164,7 +164,14 @@ cmds=$(sed -n '/^commands:/,/^$/p' "$T/kcache.help" | awk 'NF>1 {print $1}')
 [ -n "$cmds" ] || fail "kcache --help lists no commands"
 {
   sed -n '/^global options/,/^$/p' "$T/kcache.help"
-  for cmd in $cmds; do "$K" "$cmd" --help || fail "kcache $cmd --help"; done
+  for cmd in $cmds; do
+    "$K" "$cmd" --help >"$T/cmd.help" || fail "kcache $cmd --help"
+    cat "$T/cmd.help"
+    # a command with subcommands (dir): each one's table
+    for sub in $(sed -n 's/^subcommands: \([a-z ]*\) (.*/\1/p' "$T/cmd.help"); do
+      "$K" help "$cmd" "$sub" || fail "kcache help $cmd $sub"
+    done
+  done
 } >"$T/all.help"
 table_opts=$(grep -o '^  \(-[a-z], \)\?--[a-z][a-z-]*' "$T/all.help" | grep -o -- '--[a-z-]*' | sort -u)
 table_short=$(grep -o '^  -[a-z],' "$T/all.help" | tr -d ' ,' | sort -u)
