@@ -32,6 +32,7 @@
 #define KC_REC_STORED 2
 #define KC_REC_END 0xFF
 #define KC_SUM_MAX KC_SHA256_LEN /* longest stream checksum (version 1) */
+#define KC_BUNDLE_OTHER_IDS 64   /* device ids a header names when its filter matched nothing */
 #define KC_PAGE 64
 #define KC_IMPORT_BATCH 64               /* artifacts per import transaction, at most */
 #define KC_IMPORT_BATCH_BYTES (8u << 20) /* and envelope bytes per import transaction */
@@ -189,8 +190,20 @@ static kc_code cursor_start(kc_bundle_cursor *c, const kc_filter *f, kc_bundle_c
         kc_bundle_cursor_close(c);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle");
     }
-    kc_code code = c->by_keys ? KC_OK : kc_store__devices(s, &c->f, devices, err);
+    uint64_t count = 0;
+    kc_code code = c->by_keys ? KC_OK : kc_store__devices(s, &c->f, devices, 0, &count, err);
+    /* A device filter that matched nothing: which devices the rest of the filter
+     * matches, so a puller can say what it could have asked for. */
+    json_t *others = NULL;
+    if (code == KC_OK && !c->by_keys && count == 0 && c->f.device) {
+        kc_filter rest = c->f;
+        rest.device = NULL;
+        others = json_array();
+        code = others ? kc_store__devices(s, &rest, others, KC_BUNDLE_OTHER_IDS, NULL, err)
+                      : kc_err_set(err, KC_ERR_NOMEM, "out of memory starting a bundle");
+    }
     if (code != KC_OK) {
+        json_decref(others);
         json_decref(h);
         json_decref(filter);
         json_decref(devices);
@@ -216,6 +229,12 @@ static kc_code cursor_start(kc_bundle_cursor *c, const kc_filter *f, kc_bundle_c
 #endif
     json_object_set_new(h, "filter", filter);
     json_object_set_new(h, "devices", devices);
+    if (!c->by_keys)
+        json_object_set_new(h, "artifacts", json_integer((json_int_t)count));
+    if (others && json_array_size(others))
+        json_object_set_new(h, "other_devices", others);
+    else
+        json_decref(others);
     char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
     size_t tlen = text ? strlen(text) : 0;
@@ -474,7 +493,9 @@ struct kc_bundle_import {
     queued queue[KC_IMPORT_BATCH];
     size_t nqueue;
     uint64_t queue_bytes;
-    uint64_t max_payload;                             /* largest payload accepted */
+    uint64_t max_payload;               /* largest payload accepted */
+    kc_bundle_kind_limit_fn kind_limit; /* and per kind; may be NULL */
+    void *kind_limit_ctx;
     kc_frame_checker *checkers[KC_CHECK_THREADS_MAX]; /* made on first use */
     bool flushing;                                    /* inside flush_queue */
     const kc_bundle_sink *sink;                       /* may be NULL */
@@ -498,6 +519,19 @@ void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload
 {
     im->max_payload =
         max_payload && max_payload < KC_PAYLOAD_MAX ? max_payload : (uint64_t)KC_PAYLOAD_MAX;
+}
+
+void kc_bundle_import_set_kind_limit(kc_bundle_import *im, kc_bundle_kind_limit_fn limit, void *ctx)
+{
+    im->kind_limit = limit;
+    im->kind_limit_ctx = ctx;
+}
+
+/* The largest payload im takes for kind. */
+static uint64_t payload_limit(const kc_bundle_import *im, const char *kind)
+{
+    uint64_t k = im->kind_limit ? im->kind_limit(kind, im->kind_limit_ctx) : im->max_payload;
+    return k < im->max_payload ? k : im->max_payload;
 }
 
 void kc_bundle_import_set_sink(kc_bundle_import *im, const kc_bundle_sink *sink)
@@ -773,13 +807,16 @@ static kc_code take_stored(kc_bundle_import *im, kc_err *err)
     kc_code code = parse_stored(im->acc, im->have, &h, &e2);
     if (code != KC_OK)
         return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
-    if (h.payload_len > im->max_payload) { /* a small frame may inflate to anything */
+    uint64_t limit = payload_limit(im, h.kind);
+    if (h.payload_len > limit) { /* a small frame may inflate to anything */
+        kc_code fc =
+            im_fail(im, err, KC_ERR_TOO_LARGE,
+                    "bundle byte offset %llu: artifact record %llu (%s, kind %s) "
+                    "declares a payload of %llu bytes, over the %llu-byte limit",
+                    (unsigned long long)im->unit_start, (unsigned long long)im->records, h.key,
+                    h.kind, (unsigned long long)h.payload_len, (unsigned long long)limit);
         kc_envelope_header_free(&h);
-        return im_fail(im, err, KC_ERR_TOO_LARGE,
-                       "bundle byte offset %llu: artifact record %llu (%s) declares a payload "
-                       "of %llu bytes, over the %llu-byte limit",
-                       (unsigned long long)im->unit_start, (unsigned long long)im->records, h.key,
-                       (unsigned long long)h.payload_len, (unsigned long long)im->max_payload);
+        return fc;
     }
     sum_update(&im->sum, im->acc, im->have);
     im->queue[im->nqueue++] = (queued){
@@ -907,6 +944,16 @@ static kc_code process_unit(kc_bundle_import *im, kc_err *err)
         kc_err e2;
         if ((code = kc_envelope_decode(u, im->have, &a, &e2)) != KC_OK)
             return fail_damaged(im, err, code, im->unit_start, im->records, e2.msg);
+        uint64_t limit = payload_limit(im, a.kind);
+        if (a.payload_len > limit) {
+            code = im_fail(im, err, KC_ERR_TOO_LARGE,
+                           "bundle byte offset %llu: artifact record %llu (%s, kind %s) holds a "
+                           "payload of %zu bytes, over the %llu-byte limit",
+                           (unsigned long long)im->unit_start, (unsigned long long)im->records,
+                           a.key, a.kind, a.payload_len, (unsigned long long)limit);
+            kc_artifact_free(&a);
+            return code;
+        }
         sum_update(&im->sum, u, im->have);
         code =
             store_record(im, &a, NULL, NULL, 0, false, im->have, im->unit_start, im->records, err);
@@ -1025,6 +1072,60 @@ kc_code kc_bundle_import_finish(kc_bundle_import *im, kc_bundle_stats *st, kc_er
 void kc_bundle_import_progress(const kc_bundle_import *im, kc_bundle_stats *st)
 {
     *st = im->st;
+}
+
+kc_code kc_bundle_header_info(const uint8_t *p, size_t n, size_t *need, uint64_t *artifacts,
+                              char **other_devices, kc_err *err)
+{
+    *artifacts = 0;
+    if (other_devices)
+        *other_devices = NULL;
+    *need = KC_BUNDLE_FIXED_LEN;
+    if (n < KC_BUNDLE_FIXED_LEN)
+        return kc_err_set(err, KC_ERR_TRUNCATED, "bundle header: %zu of %d bytes", n,
+                          KC_BUNDLE_FIXED_LEN);
+    if (memcmp(p, KC_BUNDLE_MAGIC, 8) != 0)
+        return kc_err_set(err, KC_ERR_INVALID, "not a kcache bundle: bad magic at byte offset 0");
+    uint32_t h = (uint32_t)kc_get_le(p + 12, 4);
+    if (h > KC_BUNDLE_HEADER_MAX)
+        return kc_err_set(err, KC_ERR_INVALID, "bundle byte offset 12: header length %u exceeds %u",
+                          h, KC_BUNDLE_HEADER_MAX);
+    *need = KC_BUNDLE_FIXED_LEN + (size_t)h;
+    if (n < *need)
+        return kc_err_set(err, KC_ERR_TRUNCATED, "bundle header: %zu of %zu bytes", n, *need);
+    json_t *j = json_loadb((const char *)p + KC_BUNDLE_FIXED_LEN, h, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return kc_err_set(err, KC_ERR_INVALID, "bundle byte offset %d: header is not a JSON object",
+                          KC_BUNDLE_FIXED_LEN);
+    }
+    /* a value of another type announces nothing */
+    json_t *count = json_object_get(j, "artifacts");
+    if (json_is_integer(count) && json_integer_value(count) > 0)
+        *artifacts = (uint64_t)json_integer_value(count);
+    json_t *others = json_object_get(j, "other_devices");
+    size_t i, len = 0;
+    json_t *v;
+    json_array_foreach(others, i, v)
+    {
+        if (json_is_string(v))
+            len += strlen(json_string_value(v)) + 1;
+    }
+    char *list = other_devices && len ? malloc(len) : NULL;
+    if (list) {
+        list[0] = '\0';
+        json_array_foreach(others, i, v)
+        {
+            if (!json_is_string(v))
+                continue;
+            if (list[0])
+                strcat(list, ",");
+            strcat(list, json_string_value(v));
+        }
+        *other_devices = list;
+    }
+    json_decref(j);
+    return KC_OK;
 }
 
 void kc_bundle_import_free(kc_bundle_import *im)

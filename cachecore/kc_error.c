@@ -7,6 +7,19 @@
 #include <string.h>
 
 #include <kcache/kc_error.h>
+#include <kcache/kc_text.h>
+
+/* Every message may carry text from elsewhere (a server's words, a manifest's path): what
+ * could steer a terminal is written as a visible escape (kc_text.h). Lines are kept, for a
+ * compiler's diagnostics; server text is escaped where it enters a message, lines and all. */
+static void make_printable(kc_err *err)
+{
+    if (!kc_text_needs_escape(err->msg, KC_ESC_KEEP_LINES))
+        return;
+    char out[KC_ERR_MSG_MAX];
+    kc_escape_text(err->msg, KC_ESC_KEEP_LINES, out, sizeof out);
+    memcpy(err->msg, out, sizeof out);
+}
 
 kc_code kc_err_set(kc_err *err, kc_code code, const char *fmt, ...)
 {
@@ -17,6 +30,7 @@ kc_code kc_err_set(kc_err *err, kc_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    make_printable(err);
     return code;
 }
 
@@ -33,6 +47,7 @@ kc_code kc_err_errno(kc_err *err, kc_code code, int errno_value, const char *fmt
         n = 0;
     if ((size_t)n < sizeof err->msg)
         snprintf(err->msg + n, sizeof err->msg - (size_t)n, ": %s", strerror(errno_value));
+    make_printable(err);
     return code;
 }
 
@@ -55,6 +70,7 @@ kc_code kc_err_prefix(kc_err *err, const char *fmt, ...)
     size_t ol = strnlen(old, room);
     memcpy(err->msg + pl + 2, old, ol);
     err->msg[pl + 2 + ol] = '\0';
+    make_printable(err);
     return err->code;
 }
 

@@ -7,6 +7,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <kcache/kc_text.h>
+
 static kc_log_fn log_fn;
 static void *log_ctx;
 
@@ -26,5 +28,11 @@ void kc_log(kc_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* one line, whatever the message carries (kc_text.h) */
+    if (kc_text_needs_escape(msg, 0)) {
+        char shown[sizeof msg];
+        fn(level, kc_escape_text(msg, 0, shown, sizeof shown), log_ctx);
+        return;
+    }
     fn(level, msg, log_ctx);
 }

@@ -13,7 +13,9 @@
 
 #include <jansson.h>
 
+#include <kcache/kc_log.h>
 #include <kcache/kc_snapshot.h>
+#include <kcache/kc_text.h>
 
 /* ---- keys ---------------------------------------------------------------- */
 
@@ -182,6 +184,14 @@ static char *dup_string(json_t *o, const char *name)
     return strdup(v ? v : "");
 }
 
+/* Text from a manifest, as a message may show it: a server wrote it, so
+ * nothing in it may steer the terminal (kc_text.h). */
+#define SHOWN_MAX 240
+static const char *shown(const char *text, char buf[SHOWN_MAX])
+{
+    return kc_escape_text(text, 0, buf, SHOWN_MAX);
+}
+
 /* One entry of "entries"; i names it in errors. */
 static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err)
 {
@@ -189,10 +199,12 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
     const char *path = json_string_value(jp);
     if (!json_is_object(o) || !path)
         return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu has no path", i);
+    char sp[SHOWN_MAX], st[SHOWN_MAX];
     const char *why = path_problem(path, json_string_length(jp));
     if (why)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu ('%.200s'): refused: %s", i,
-                          path, why);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest entry %zu ('%s'): refused: %s", i,
+                          shown(path, sp), why);
+    shown(path, sp);
     const char *type = json_string_value(json_object_get(o, "type"));
     kc_snap_entry e = {0};
     if (type && strcmp(type, "file") == 0)
@@ -201,18 +213,18 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
         e.type = KC_SNAP_DIR;
     else
         return kc_err_set(err, KC_ERR_INVALID,
-                          "manifest entry '%.200s': refused: type '%.40s' (only files and "
+                          "manifest entry '%s': refused: type '%.40s' (only files and "
                           "directories are restored; no symlinks, devices or FIFOs)",
-                          path, type ? type : "(none)");
+                          sp, shown(type ? type : "(none)", st));
     json_t *jm = json_object_get(o, "mode");
     if (!json_is_integer(jm) || json_integer_value(jm) < 0)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': no mode", path);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': no mode", sp);
     json_int_t mode = json_integer_value(jm);
     if (mode & ~(json_int_t)0777)
         return kc_err_set(err, KC_ERR_INVALID,
-                          "manifest entry '%.200s': refused: mode 0%llo has bits beyond 0777 "
+                          "manifest entry '%s': refused: mode 0%llo has bits beyond 0777 "
                           "(setuid, setgid, sticky or file type)",
-                          path, (unsigned long long)mode);
+                          sp, (unsigned long long)mode);
     e.mode = (unsigned)mode;
     if (e.type == KC_SNAP_FILE) {
         json_t *js = json_object_get(o, "size");
@@ -220,16 +232,16 @@ static kc_code parse_entry(json_t *o, size_t i, kc_snap_manifest *m, kc_err *err
         const char *key = json_string_value(json_object_get(o, "key"));
         if (!json_is_integer(js) || json_integer_value(js) < 0 ||
             (uint64_t)json_integer_value(js) > KC_PAYLOAD_MAX)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': bad size", path);
+            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': bad size", sp);
         if (!sha || !kc_key_valid(sha) || !key)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%.200s': bad sha256", path);
+            return kc_err_set(err, KC_ERR_INVALID, "manifest entry '%s': bad sha256", sp);
         e.size = (uint64_t)json_integer_value(js);
         memcpy(e.sha, sha, sizeof e.sha);
         kc_snapshot_file_key(sha, e.key);
         if (strcmp(key, e.key) != 0)
             return kc_err_set(err, KC_ERR_INVALID,
-                              "manifest entry '%.200s': key %.70s is not the key of its sha256",
-                              path, key);
+                              "manifest entry '%s': key %.70s is not the key of its sha256", sp,
+                              shown(key, st));
     }
     if (!grow(m) || !(e.path = strdup(path)))
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading a manifest");
@@ -246,18 +258,23 @@ static kc_code check_tree(const kc_snap_manifest *m, kc_err *err)
 {
     for (size_t i = 0; i < m->n; i++) {
         const char *p = m->e[i].path;
-        if (i > 0 && strcmp(m->e[i - 1].path, p) == 0)
-            return kc_err_set(err, KC_ERR_INVALID, "manifest: refused: '%.200s' appears twice", p);
+        if (i > 0 && strcmp(m->e[i - 1].path, p) == 0) {
+            char sp[SHOWN_MAX];
+            return kc_err_set(err, KC_ERR_INVALID, "manifest: refused: '%s' appears twice",
+                              shown(p, sp));
+        }
         char parent[KC_SNAP_PATH_MAX + 1];
         snprintf(parent, sizeof parent, "%s", p);
         for (char *slash = strrchr(parent, '/'); slash; slash = strrchr(parent, '/')) {
             *slash = '\0';
             kc_snap_entry k = {.path = parent};
             const kc_snap_entry *hit = bsearch(&k, m->e, m->n, sizeof *m->e, entry_cmp);
-            if (hit && hit->type == KC_SNAP_FILE)
+            if (hit && hit->type == KC_SNAP_FILE) {
+                char sp[SHOWN_MAX], sq[SHOWN_MAX];
                 return kc_err_set(err, KC_ERR_INVALID,
-                                  "manifest: refused: '%.200s' lies below the file '%.200s'", p,
-                                  parent);
+                                  "manifest: refused: '%s' lies below the file '%s'", shown(p, sp),
+                                  shown(parent, sq));
+            }
             if (hit)
                 break; /* a listed directory: its own ancestors were checked */
         }
@@ -270,15 +287,17 @@ kc_code kc_snap_manifest_parse(const void *json, size_t len, kc_snap_manifest *m
     memset(m, 0, sizeof *m);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    char sj[SHOWN_MAX];
     if (!root)
-        return kc_err_set(err, KC_ERR_INVALID, "manifest is not JSON: %s (line %d)", je.text,
-                          je.line);
+        return kc_err_set(err, KC_ERR_INVALID, "manifest is not JSON: %s (line %d)",
+                          shown(je.text, sj), je.line);
     kc_code rc = KC_OK;
     const char *format = json_string_value(json_object_get(root, "format"));
     json_t *entries = json_object_get(root, "entries");
+    char sf[SHOWN_MAX];
     if (!format || strcmp(format, KC_SNAP_FORMAT) != 0) {
         rc = kc_err_set(err, KC_ERR_VERSION, "manifest format '%.40s' (want %s)",
-                        format ? format : "(none)", KC_SNAP_FORMAT);
+                        shown(format ? format : "(none)", sf), KC_SNAP_FORMAT);
     } else if (!json_is_array(entries) || json_array_size(entries) > KC_SNAP_ENTRIES_MAX) {
         rc = kc_err_set(err, KC_ERR_INVALID, "manifest has no entries array of at most %d",
                         KC_SNAP_ENTRIES_MAX);
@@ -308,8 +327,22 @@ kc_code kc_snap_manifest_parse(const void *json, size_t len, kc_snap_manifest *m
     return rc;
 }
 
-kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[KC_KEY_HEX_LEN + 1],
-                               bool *created, kc_err *err)
+bool kc_snap_manifest_same(const kc_snap_manifest *a, const kc_snap_manifest *b)
+{
+    if (a->n != b->n || strcmp(a->name, b->name) != 0 || strcmp(a->device, b->device) != 0 ||
+        strcmp(a->version, b->version) != 0)
+        return false;
+    for (size_t i = 0; i < a->n; i++) {
+        const kc_snap_entry *x = &a->e[i], *y = &b->e[i];
+        if (x->type != y->type || x->mode != y->mode || strcmp(x->path, y->path) != 0 ||
+            (x->type == KC_SNAP_FILE && (x->size != y->size || strcmp(x->sha, y->sha) != 0)))
+            return false;
+    }
+    return true;
+}
+
+kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, const char *signer_keyid,
+                               char key[KC_KEY_HEX_LEN + 1], bool *created, kc_err *err)
 {
     char *text;
     size_t len;
@@ -326,6 +359,8 @@ kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[
     json_t *meta = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "device", slot, "tag", tag, "created",
                              (json_int_t)(m->created_us / 1000000), "snapshot", m->name, "version",
                              m->version, "device_key", m->device);
+    if (meta && signer_keyid)
+        json_object_set_new(meta, "signer", json_string(signer_keyid));
     char *mtext = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
     kc_artifact a = {.meta = mtext, .payload = (uint8_t *)text, .payload_len = len};
@@ -339,6 +374,47 @@ kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[
     return rc;
 }
 
+/* What a listed manifest says of itself: its creation time and whether
+ * its own bytes name the slot it was listed under. The slot is inside the
+ * signed bytes twice (the signature covers the key, a recipe over the slot
+ * and the payload's SHA-256, and the payload names name, device and
+ * version), so a manifest a server lists under another slot (unsigned
+ * metadata) is caught here, signed or not. */
+static bool manifest_in_slot(const kc_artifact *a, const char *slot, int64_t *created_us)
+{
+    char want[KC_KEY_HEX_LEN + 1];
+    kc_snapshot_manifest_key(slot, a->payload_sha, want);
+    json_t *j = json_loadb((const char *)a->payload, a->payload_len, 0, NULL);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    const char *device = json_string_value(json_object_get(j, "device"));
+    const char *version = json_string_value(json_object_get(j, "version"));
+    *created_us = (int64_t)json_integer_value(json_object_get(j, "created_us"));
+    char named[KC_KEY_HEX_LEN + 1] = "";
+    if (name && device && version)
+        kc_snapshot_key(name, device, version, named);
+    /* not JSON at all: bound by its key alone; the parse says what is wrong */
+    bool names_slot = !j || strcmp(named, slot) == 0;
+    json_decref(j);
+    return strcmp(a->key, want) == 0 && names_slot;
+}
+
+static int64_t now_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* "2096-01-01 00:00:00 UTC" for messages */
+static const char *utc(int64_t us, char buf[32])
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, 32, "%Y-%m-%d %H:%M:%S UTC", &tm))
+        snprintf(buf, 32, "%lld us", (long long)us);
+    return buf;
+}
+
 kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m,
                               char key[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
@@ -350,23 +426,29 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
     if (rc != KC_OK)
         kc_err_prefix(err, "snapshot %s: manifests", slot);
     kc_artifact best = {0};
-    int64_t best_t = 0;
-    size_t untrusted = 0;
+    int64_t best_t = 0, latest_ok = now_us() + (int64_t)KC_SNAP_FUTURE_MAX_S * 1000000;
+    int64_t future_t = 0;
+    size_t untrusted = 0, misplaced = 0, future = 0;
     kc_err terr = {0};
     for (size_t i = 0; rc == KC_OK && i < nkeys; i++) {
         kc_artifact a;
         kc_err e = {0};
         if (kc_store_get(s, keys[i], &a, &e) != KC_OK)
             continue; /* evicted or quarantined meanwhile */
+        int64_t t = 0;
+        bool keep = false;
         if (kc_store_trusts(s, &a, &terr) != KC_OK) {
             untrusted++;
-            kc_artifact_free(&a);
-            continue;
+        } else if (!manifest_in_slot(&a, slot, &t)) {
+            misplaced++;
+        } else if (t > latest_ok) {
+            /* a date ahead of this clock would shadow every later push */
+            future++;
+            future_t = t > future_t ? t : future_t;
+        } else {
+            keep = !best.payload || t > best_t || (t == best_t && strcmp(a.key, best.key) > 0);
         }
-        json_t *j = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
-        int64_t t = j ? (int64_t)json_integer_value(json_object_get(j, "created_us")) : 0;
-        json_decref(j);
-        if (!best.payload || t > best_t || (t == best_t && strcmp(a.key, best.key) > 0)) {
+        if (keep) {
             kc_artifact_free(&best);
             best = a;
             best_t = t;
@@ -377,14 +459,34 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
     free(keys);
     if (rc != KC_OK)
         return rc;
+    char when[32];
+    if (future && best.payload)
+        kc_log(KC_LOG_WARN,
+               "snapshot %s: left out %zu manifest(s) dated ahead of this machine's clock (up to "
+               "%s; more than %d s ahead)",
+               slot, future, utc(future_t, when), KC_SNAP_FUTURE_MAX_S);
     if (!best.payload) {
-        if (untrusted) {
+        if (untrusted && !misplaced && !future) {
             if (err)
                 *err = terr;
             kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key", slot,
                           untrusted);
             return terr.code; /* kc_err_prefix answers KC_OK for a NULL err */
         }
+        if (misplaced)
+            return kc_err_set(err, KC_ERR_UNTRUSTED,
+                              "snapshot %s: refused %zu manifest(s) made for another snapshot "
+                              "(their own bytes name another name, device or version than the "
+                              "metadata they were listed under)%s",
+                              slot, misplaced,
+                              untrusted ? "; the others are not signed by a "
+                                          "trusted key"
+                                        : "");
+        if (future)
+            return kc_err_set(err, KC_ERR_NOT_FOUND,
+                              "no manifest for snapshot %s: %zu manifest(s) dated ahead of this "
+                              "machine's clock (up to %s; more than %d s ahead) were left out",
+                              slot, future, utc(future_t, when), KC_SNAP_FUTURE_MAX_S);
         return kc_err_set(err, KC_ERR_NOT_FOUND, "no manifest for snapshot %s", slot);
     }
     rc = kc_snap_manifest_parse(best.payload, best.payload_len, m, err);

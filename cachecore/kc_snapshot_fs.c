@@ -7,8 +7,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,45 +230,32 @@ static int entry_cmp(const void *a, const void *b)
     return strcmp(((const kc_snap_entry *)a)->path, ((const kc_snap_entry *)b)->path);
 }
 
-kc_code kc_snap_scan(kc_store *s, const char *dir, kc_snap_skip_fn skip, void *skip_ctx,
+kc_code kc_snap_scan(kc_store *s, const kc_snap_dir *d, kc_snap_skip_fn skip, void *skip_ctx,
                      kc_snap_manifest *m, kc_snap_scan_stats *st, kc_err *err)
 {
     kc_snap_scan_stats local = {0};
     if (!st)
         st = &local;
     memset(st, 0, sizeof *st);
-    int root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (root < 0)
-        return kc_err_errno(err, errno == ENOENT ? KC_ERR_NOT_FOUND : KC_ERR_IO, errno,
-                            "opening directory %s", dir);
-    scan_ctx c = {s, skip, skip_ctx, m, st, dir};
+    if (d->fd < 0)
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "opening directory %s: it does not exist",
+                          d->path);
+    scan_ctx c = {s, skip, skip_ctx, m, st, d->path};
     char rel[KC_SNAP_PATH_MAX + 2] = "";
-    kc_code rc = scan_dir(&c, root, rel, 0, err);
-    close(root);
+    kc_code rc = scan_dir(&c, d->fd, rel, 0, err);
     if (rc == KC_OK && m->n)
         qsort(m->e, m->n, sizeof *m->e, entry_cmp);
     return rc;
 }
 
-/* ---- pull: walking DIR safely ---------------------------------------------- */
-
-/* Keeps the descriptor of the directory last walked to, so the files of one
- * directory (sorted together) share one walk. */
-typedef struct walker {
-    int root;
-    const char *dir; /* for messages */
-    char cur[KC_SNAP_PATH_MAX + 1];
-    int curfd;      /* == root when cur is "" */
-    uint8_t rnd[8]; /* temporary names: random part */
-    uint64_t seq;   /* and a counter */
-    unsigned umask; /* the process's umask (0777 when unknown: always fchmod) */
-} walker;
+/* ---- the root: whose it is, who may write it ------------------------------ */
 
 /* The umask without changing it (umask(2) can only set it), from
- * /proc/self/status; 0777 when that is not readable. */
+ * /proc/self/status; 077 when that is not readable, so a restore then
+ * gives nobody else anything. */
 static unsigned current_umask(void)
 {
-    unsigned m = 0777;
+    unsigned m = 077;
     FILE *f = fopen("/proc/self/status", "re");
     char line[128];
     while (f && fgets(line, sizeof line, f))
@@ -274,7 +263,156 @@ static unsigned current_umask(void)
             break;
     if (f)
         fclose(f);
-    return m;
+    return m & 0777;
+}
+
+/* True when gid is this user's own private group: the effective group,
+ * named as the user, with no other member listed (the user-private-group
+ * scheme behind umask 002, where group write reaches nobody else). */
+static bool private_group(gid_t gid)
+{
+    if (gid != getegid())
+        return false;
+    char pbuf[4096], gbuf[8192];
+    struct passwd pw, *pwp = NULL;
+    struct group gr, *grp = NULL;
+    if (getpwuid_r(geteuid(), &pw, pbuf, sizeof pbuf, &pwp) != 0 || !pwp ||
+        getgrgid_r(gid, &gr, gbuf, sizeof gbuf, &grp) != 0 || !grp ||
+        strcmp(grp->gr_name, pwp->pw_name) != 0)
+        return false;
+    for (char **m = grp->gr_mem; m && *m; m++)
+        if (strcmp(*m, pwp->pw_name) != 0)
+            return false;
+    return true;
+}
+
+#define SHARED_HINT                                                                                \
+    " (--trust-shared-dir, or trust_shared_dir=True in Python, if everyone who can write it is "   \
+    "trusted)"
+
+/* The checks of an opened root (kc_snapshot.h). */
+static kc_code judge_root(int fd, const char *path, unsigned flags, kc_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "stat %s", path);
+    if (!S_ISDIR(st.st_mode))
+        return kc_err_set(err, KC_ERR_INVALID, "%s is not a directory", path);
+    if (flags & KC_SNAP_DIR_SHARED)
+        return KC_OK;
+    uid_t me = geteuid();
+    /* root's own directories are as trusted as the caller's (root can change
+     * anything anyway), as ssh's safe-path check has it */
+    if (st.st_uid != me && st.st_uid != 0)
+        return kc_err_set(err, KC_ERR_UNTRUSTED,
+                          "refusing snapshot directory %s: it belongs to uid %u, not to you (uid "
+                          "%u), so another user chose what is in it and can change it" SHARED_HINT,
+                          path, (unsigned)st.st_uid, (unsigned)me);
+    if ((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && !private_group(st.st_gid)))
+        return kc_err_set(err, KC_ERR_UNTRUSTED,
+                          "refusing snapshot directory %s: mode %04o lets %s write into it "
+                          "(chmod go-w %s)" SHARED_HINT,
+                          path, (unsigned)(st.st_mode & 07777),
+                          (st.st_mode & S_IWOTH) ? "every user" : "other members of its group",
+                          path);
+    return KC_OK;
+}
+
+/* Opens path (a directory) as kc_snap_dir_open describes; ENOENT comes
+ * back as KC_ERR_NOT_FOUND. */
+static kc_code open_checked(const char *path, unsigned flags, int *out, kc_err *err)
+{
+    *out = -1;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        /* a symlink (or not a directory): followed only when it is ours */
+        struct stat l1, l2;
+        if (lstat(path, &l1) != 0)
+            return kc_err_errno(err, errno == ENOENT ? KC_ERR_NOT_FOUND : KC_ERR_IO, errno,
+                                "opening directory %s", path);
+        if (!S_ISLNK(l1.st_mode))
+            return kc_err_set(err, KC_ERR_INVALID, "%s is not a directory", path);
+        if (l1.st_uid != geteuid() && !(flags & KC_SNAP_DIR_SHARED))
+            return kc_err_set(err, KC_ERR_UNTRUSTED,
+                              "refusing snapshot directory %s: it is a symbolic link owned by uid "
+                              "%u, not by you (uid %u); another user may have planted it to turn "
+                              "the snapshot onto files of yours",
+                              path, (unsigned)l1.st_uid, (unsigned)geteuid());
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        /* the link we judged is the one we followed (only its owner, or the
+         * owner of a non-sticky directory holding it, could swap it) */
+        if (fd >= 0 && (lstat(path, &l2) != 0 || l2.st_ino != l1.st_ino || l2.st_dev != l1.st_dev ||
+                        l2.st_uid != l1.st_uid)) {
+            close(fd);
+            return kc_err_set(err, KC_ERR_UNTRUSTED,
+                              "refusing snapshot directory %s: the symbolic link changed while "
+                              "it was opened",
+                              path);
+        }
+    }
+    if (fd < 0)
+        return kc_err_errno(err, errno == ENOENT ? KC_ERR_NOT_FOUND : KC_ERR_IO, errno,
+                            "opening directory %s", path);
+    kc_code rc = judge_root(fd, path, flags, err);
+    if (rc != KC_OK) {
+        close(fd);
+        return rc;
+    }
+    *out = fd;
+    return KC_OK;
+}
+
+kc_code kc_snap_dir_open(const char *path, unsigned flags, kc_snap_dir *d, kc_err *err)
+{
+    unsigned mask = ~current_umask() & 0777;
+    if (!(flags & KC_SNAP_DIR_SHARED_WRITE))
+        mask &= ~(unsigned)022;
+    *d = (kc_snap_dir){.fd = -1, .path = path, .mode_mask = mask};
+    if (!path || !*path)
+        return kc_err_set(err, KC_ERR_INVALID, "no snapshot directory given");
+    kc_err e2 = {0};
+    kc_code rc = open_checked(path, flags, &d->fd, &e2);
+    if (rc == KC_ERR_NOT_FOUND && (flags & KC_SNAP_DIR_CREATE)) {
+        /* a missing root is made private; if another user makes it first,
+         * the check after opening refuses it */
+        if ((rc = kc_mkdirs_mode(path, 0700, err)) != KC_OK)
+            return rc;
+        rc = open_checked(path, flags, &d->fd, &e2);
+    }
+    if (rc != KC_OK && err)
+        *err = e2;
+    return rc;
+}
+
+void kc_snap_dir_close(kc_snap_dir *d)
+{
+    if (d && d->fd >= 0)
+        close(d->fd);
+    if (d)
+        d->fd = -1;
+}
+
+unsigned kc_snap_dir_mode(const kc_snap_dir *d, unsigned mode)
+{
+    return mode & 0777 & d->mode_mask;
+}
+
+/* ---- pull: walking DIR safely ---------------------------------------------- */
+
+/* Keeps the descriptor of the directory last walked to, so the files of one
+ * directory (sorted together) share one walk. */
+typedef struct walker {
+    int root;             /* borrowed: the kc_snap_dir's descriptor */
+    const kc_snap_dir *d; /* for messages and modes */
+    char cur[KC_SNAP_PATH_MAX + 1];
+    int curfd;      /* == root when cur is "" */
+    uint8_t rnd[8]; /* temporary names: random part */
+    uint64_t seq;   /* and a counter */
+} walker;
+
+static walker walker_of(const kc_snap_dir *d)
+{
+    return (walker){.root = d->fd, .d = d, .curfd = d->fd};
 }
 
 static void walker_close(walker *w)
@@ -305,12 +443,13 @@ static kc_code walk_to(walker *w, const char *sub, bool create, int *out, kc_err
             *slash = '\0';
         int next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (next < 0 && errno == ENOENT && create) {
-            if (mkdirat(fd, c, 0755) != 0 && errno != EEXIST) {
+            /* private until the manifest's modes are set, last */
+            if (mkdirat(fd, c, 0700) != 0 && errno != EEXIST) {
                 int e = errno;
                 if (fd != w->root)
                     close(fd);
                 return kc_err_errno(err, e == ENOSPC || e == EDQUOT ? KC_ERR_FULL : KC_ERR_IO, e,
-                                    "creating %s/%s", w->dir, path);
+                                    "creating %s/%s", w->d->path, path);
             }
             next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         }
@@ -324,9 +463,9 @@ static kc_code walk_to(walker *w, const char *sub, bool create, int *out, kc_err
                 return kc_err_set(err, KC_ERR_INVALID,
                                   "refusing %s/%s: '%s' is a symlink or not a directory in %s "
                                   "(a restore never writes through a symlink)",
-                                  w->dir, sub, path, w->dir);
+                                  w->d->path, sub, path, w->d->path);
             return kc_err_errno(err, e == ENOENT ? KC_ERR_NOT_FOUND : KC_ERR_IO, e, "opening %s/%s",
-                                w->dir, path);
+                                w->d->path, path);
         }
         fd = next;
         if (slash)
@@ -369,51 +508,28 @@ static kc_code dir_has(walker *w, const kc_snap_entry *e, bool *have, kc_err *er
     }
     struct stat st;
     if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        (uint64_t)st.st_size != e->size || (st.st_mode & 0777) != e->mode)
+        (uint64_t)st.st_size != e->size || (st.st_mode & 0777) != kc_snap_dir_mode(w->d, e->mode))
         return KC_OK;
     int fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return KC_OK;
     char sha[KC_KEY_HEX_LEN + 1];
     char shown[PATH_MAX + KC_SNAP_PATH_MAX + 2];
-    snprintf(shown, sizeof shown, "%s/%s", w->dir, e->path);
+    snprintf(shown, sizeof shown, "%s/%s", w->d->path, e->path);
     rc = hash_fd(fd, sha, shown, err);
     close(fd);
     *have = rc == KC_OK && strcmp(sha, e->sha) == 0;
     return rc;
 }
 
-static kc_code open_root(const char *dir, bool create, walker *w, kc_err *err)
-{
-    if (create) {
-        kc_code rc = kc_mkdirs(dir, err);
-        if (rc != KC_OK)
-            return rc;
-    }
-    w->root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (w->root < 0)
-        return kc_err_errno(err, errno == ENOENT ? KC_ERR_NOT_FOUND : KC_ERR_IO, errno,
-                            "opening directory %s", dir);
-    w->dir = dir;
-    w->cur[0] = '\0';
-    w->curfd = w->root;
-    return KC_OK;
-}
-
-kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const char *dir, uint8_t *state,
+kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const kc_snap_dir *d, uint8_t *state,
                      size_t *need, kc_err *err)
 {
     size_t missing = 0;
-    walker w;
+    walker w = walker_of(d);
     kc_err e2 = {0};
-    kc_code rc = open_root(dir, false, &w, &e2);
-    bool have_root = rc == KC_OK;
-    if (rc != KC_OK && rc != KC_ERR_NOT_FOUND) {
-        if (err)
-            *err = e2;
-        return rc;
-    }
-    rc = KC_OK;
+    bool have_root = d->fd >= 0;
+    kc_code rc = KC_OK;
     for (size_t i = 0; rc == KC_OK && i < m->n; i++) {
         const kc_snap_entry *e = &m->e[i];
         state[i] = 0;
@@ -429,10 +545,7 @@ kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const char *dir, ui
         else
             missing++;
     }
-    if (have_root) {
-        walker_close(&w);
-        close(w.root);
-    }
+    walker_close(&w);
     if (need)
         *need = missing;
     return rc;
@@ -460,13 +573,15 @@ static kc_code tmp_open(walker *w, int dfd, const kc_snap_entry *e, int *fd, cha
         kc_hex_encode(w->rnd, sizeof w->rnd, hex);
         snprintf(tmp, 64, TMP_PREFIX "%s-%llu", hex, (unsigned long long)++w->seq);
         /* created with its final mode (the file is not yet under its
-         * name); fchmod at the end only where the umask takes bits away */
-        *fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, e->mode);
+         * name): the manifest's, within what the umask leaves */
+        *fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     kc_snap_dir_mode(w->d, e->mode));
         if (*fd < 0 && errno != EEXIST)
-            return io_error(errno, err, "creating a temporary file for", w->dir, e->path);
+            return io_error(errno, err, "creating a temporary file for", w->d->path, e->path);
     }
     if (*fd < 0)
-        return kc_err_set(err, KC_ERR_IO, "no free temporary name beside %s/%s", w->dir, e->path);
+        return kc_err_set(err, KC_ERR_IO, "no free temporary name beside %s/%s", w->d->path,
+                          e->path);
     return KC_OK;
 }
 
@@ -490,8 +605,6 @@ static int write_all(int fd, const uint8_t *data, size_t len)
 static kc_code tmp_commit(walker *w, int dfd, const kc_snap_entry *e, const char *base, int fd,
                           const char *tmp, int werr, kc_err *err)
 {
-    if (!werr && (e->mode & w->umask) && fchmod(fd, e->mode) != 0)
-        werr = errno;
     if (close(fd) != 0 && !werr)
         werr = errno;
     if (!werr && renameat(dfd, tmp, dfd, base) != 0)
@@ -502,8 +615,8 @@ static kc_code tmp_commit(walker *w, int dfd, const kc_snap_entry *e, const char
             return kc_err_set(err, KC_ERR_INVALID,
                               "%s/%s: a directory stands where the snapshot "
                               "has a file",
-                              w->dir, e->path);
-        return io_error(werr, err, "writing", w->dir, e->path);
+                              w->d->path, e->path);
+        return io_error(werr, err, "writing", w->d->path, e->path);
     }
     return KC_OK;
 }
@@ -584,9 +697,7 @@ struct kc_snap_gate {
     /* writing files straight from the fetch (kc_snap_gate_sink) */
     const kc_snap_manifest *m;
     const uint8_t *state;
-    const char *dir;
-    int root; /* -1 until a sink is made */
-    unsigned umask;
+    const kc_snap_dir *d;         /* NULL until a sink is made */
     const kc_snap_entry **by_key; /* the state-0 file entries, sorted by key */
     size_t nkey;
     atomic_uchar *direct; /* per entry: DIRECT_* */
@@ -608,7 +719,6 @@ kc_snap_gate *kc_snap_gate_new(const kc_snap_manifest *m, const uint8_t *state)
         g->pos[i] = m->e[i].type == KC_SNAP_FILE && state[i] == 0 ? k++ : 0;
     g->m = m;
     g->state = state;
-    g->root = -1;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     return g;
@@ -639,8 +749,6 @@ void kc_snap_gate_free(kc_snap_gate *g)
         return;
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
-    if (g->root >= 0)
-        close(g->root);
     free(g->by_key);
     free(g->direct);
     free(g->pos);
@@ -703,7 +811,7 @@ static void *direct_open(void *ctx, const char *key, const char *kind, uint64_t 
     direct_file *f = calloc(1, sizeof *f);
     if (f) {
         *f = (direct_file){.g = g, .i = i, .fd = -1};
-        f->w = (walker){.root = g->root, .dir = g->dir, .curfd = g->root, .umask = g->umask};
+        f->w = walker_of(g->d);
         char parent[KC_SNAP_PATH_MAX + 1];
         split(g->m->e[i].path, parent);
         kc_err ignore; /* the restore retries from the store and reports it */
@@ -741,25 +849,22 @@ static void direct_close(void *handle, bool ok)
     free(f);
 }
 
-kc_code kc_snap_gate_sink(kc_snap_gate *g, const char *dir, kc_bundle_sink *sink, kc_err *err)
+kc_code kc_snap_gate_sink(kc_snap_gate *g, const kc_snap_dir *d, kc_bundle_sink *sink, kc_err *err)
 {
     const kc_snap_manifest *m = g->m;
+    if (d->fd < 0)
+        return kc_err_set(err, KC_ERR_INVALID, "restoring into %s: the directory is not open",
+                          d->path);
     g->by_key = malloc((m->n ? m->n : 1) * sizeof *g->by_key);
     g->direct = calloc(m->n ? m->n : 1, sizeof *g->direct);
     if (!g->by_key || !g->direct)
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory restoring %s", dir);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory restoring %s", d->path);
     g->nkey = 0;
     for (size_t i = 0; i < m->n; i++)
         if (m->e[i].type == KC_SNAP_FILE && g->state[i] == 0)
             g->by_key[g->nkey++] = &m->e[i];
     qsort(g->by_key, g->nkey, sizeof *g->by_key, by_key_cmp);
-    walker w = {.root = -1, .curfd = -1};
-    kc_code rc = open_root(dir, true, &w, err);
-    if (rc != KC_OK)
-        return rc;
-    g->root = w.root;
-    g->dir = dir;
-    g->umask = current_umask();
+    g->d = d;
     *sink = (kc_bundle_sink){direct_open, direct_write, direct_close, g};
     return KC_OK;
 }
@@ -789,10 +894,9 @@ static bool gate_wait(kc_snap_gate *g, size_t i)
 typedef struct restore_job {
     const kc_snap_manifest *m;
     const uint8_t *state;
-    const char *dir, *store_dir;
+    const kc_snap_dir *d;
+    const char *store_dir;
     kc_snap_gate *gate;
-    int root;
-    unsigned umask;
     atomic_size_t next;
     atomic_bool stop;
     atomic_uint_fast64_t done, written, unchanged, bytes;
@@ -849,7 +953,7 @@ static kc_code restore_file(kc_store *s, walker *w, const kc_snap_entry *e, uint
 
 static void restore_files(restore_job *j, kc_store *s)
 {
-    walker w = {.root = j->root, .dir = j->dir, .curfd = j->root, .umask = j->umask};
+    walker w = walker_of(j->d);
     kc_store *own = NULL;
     kc_err err = {0};
     if (!s && kc_store_open(j->store_dir, NULL, &own, &err) != KC_OK) {
@@ -905,7 +1009,7 @@ static void *restore_thread(void *arg)
     return NULL;
 }
 
-kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
+kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const kc_snap_dir *d,
                         const uint8_t *state, const kc_snap_restore_opts *o,
                         kc_snap_restore_stats *st, kc_err *err)
 {
@@ -917,18 +1021,19 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
         st = &local;
     memset(st, 0, sizeof *st);
     st->files = m->nfiles;
+    const char *dir = d->path;
+    if (d->fd < 0)
+        return kc_err_set(err, KC_ERR_INVALID, "restoring into %s: the directory is not open", dir);
     uint8_t *own = NULL;
     kc_code rc = KC_OK;
     if (!state) {
         own = malloc(m->n ? m->n : 1);
         if (!own)
             return kc_err_set(err, KC_ERR_NOMEM, "out of memory restoring %s", dir);
-        rc = kc_snap_plan(s, m, dir, own, NULL, err);
+        rc = kc_snap_plan(s, m, d, own, NULL, err);
         state = own;
     }
-    walker w = {.root = -1, .curfd = -1};
-    if (rc == KC_OK)
-        rc = open_root(dir, true, &w, err);
+    walker w = walker_of(d);
     if (rc != KC_OK) {
         free(own);
         return rc;
@@ -944,12 +1049,7 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
     walker_close(&w);
     /* then the files, on up to KC_SNAP_RESTORE_THREADS threads: creating and
      * renaming files waits on the file system more than on the CPU */
-    restore_job j = {.m = m,
-                     .state = state,
-                     .dir = dir,
-                     .gate = o->gate,
-                     .root = w.root,
-                     .umask = current_umask()};
+    restore_job j = {.m = m, .state = state, .d = d, .gate = o->gate};
     pthread_mutex_init(&j.mu, NULL);
     char store_dir[PATH_MAX];
     snprintf(store_dir, sizeof store_dir, "%s", kc_store_db_path(s));
@@ -989,15 +1089,14 @@ kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
         int dfd;
         if (m->e[i].type == KC_SNAP_DIR &&
             (rc = walk_to(&w, m->e[i].path, true, &dfd, err)) == KC_OK &&
-            fchmod(dfd, m->e[i].mode) != 0)
+            fchmod(dfd, kc_snap_dir_mode(d, m->e[i].mode)) != 0)
             rc = kc_err_errno(err, KC_ERR_IO, errno, "chmod %s/%s", dir, m->e[i].path);
     }
     walker_close(&w);
     if (rc == KC_OK && o->exact) {
         char rel[KC_SNAP_PATH_MAX + 2] = "";
-        rc = prune(m, o, w.root, rel, 0, st, dir, err);
+        rc = prune(m, o, d->fd, rel, 0, st, dir, err);
     }
-    close(w.root);
     free(own);
     if (rc != KC_OK && failed_at)
         kc_err_prefix(err,

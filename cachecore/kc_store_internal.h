@@ -26,8 +26,10 @@
 kc_code kc_store__page(kc_store *s, const kc_filter *f, int64_t after, size_t cap, int64_t *ids,
                        char (*keys)[KC_KEY_HEX_LEN + 1], size_t *n, kc_err *err);
 
-/* Appends the distinct non-empty device ids of matching entries to arr. */
-kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *err);
+/* Appends the distinct non-empty device ids of matching entries to arr (up to
+ * max_ids of them; 0: all) and counts the matching entries into *count (may be NULL). */
+kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, size_t max_ids,
+                          uint64_t *count, kc_err *err);
 
 /* Stores an artifact whose payload_sha is already known to match its
  * payload (a decoded envelope); skips rehashing. */

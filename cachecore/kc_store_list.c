@@ -114,19 +114,29 @@ kc_code kc_store__page(kc_store *s, const kc_filter *f, int64_t after, size_t ca
     return KC_OK;
 }
 
-kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *err)
+kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, size_t max_ids,
+                          uint64_t *count, kc_err *err)
 {
-    char sql[768] = "SELECT DISTINCT device FROM entries WHERE device <> ''";
+    /* one pass: the ids and how many entries match (a bundle announces both) */
+    char sql[768] = "SELECT device, COUNT(*) FROM entries WHERE 1";
     filter_sql(f, "", sql, sizeof sql);
-    strncat(sql, " ORDER BY device", sizeof sql - strlen(sql) - 1);
+    strncat(sql, " GROUP BY device ORDER BY device", sizeof sql - strlen(sql) - 1);
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK)
         return kc_store__db_err(s, err, rc, "listing devices");
     filter_bind(st, f);
-    while ((rc = kc_store__step_retry(st)) == SQLITE_ROW)
-        json_array_append_new(arr, json_string((const char *)sqlite3_column_text(st, 0)));
+    uint64_t n = 0;
+    size_t ids = 0;
+    while ((rc = kc_store__step_retry(st)) == SQLITE_ROW) {
+        const char *dev = (const char *)sqlite3_column_text(st, 0);
+        n += (uint64_t)sqlite3_column_int64(st, 1);
+        if (dev && *dev && (max_ids == 0 || ids++ < max_ids))
+            json_array_append_new(arr, json_string(dev));
+    }
     sqlite3_finalize(st);
+    if (count)
+        *count = n;
     return rc == SQLITE_DONE ? KC_OK : kc_store__db_err(s, err, rc, "listing devices");
 }
 

@@ -1,7 +1,7 @@
 /*
  * kc_util.c - size parsing and formatting, a monotonic clock, whole-file
  * read, output files that appear whole or not at all (kc_outfile) and
- * mkdir -p: the small helpers every tool shares.
+ * mkdir -p, and the nearest known word to a typo: the small helpers every tool shares.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -445,4 +445,77 @@ kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err)
     if (made_last && chmod(path, (mode_t)mode) != 0)
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot set the mode of %s", path);
     return KC_OK;
+}
+
+/* ---- did you mean ------------------------------------------------------ */
+
+#define KC_EDIT_MAX 1024
+
+size_t kc_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > KC_EDIT_MAX || lb > KC_EDIT_MAX)
+        return la > lb ? la : lb;
+    /* three rows of the dynamic programme: two back (for a swap), the last, this one */
+    size_t *rows = malloc(3 * (lb + 1) * sizeof *rows);
+    if (!rows)
+        return la > lb ? la : lb;
+    size_t *two = rows, *one = rows + lb + 1, *cur = rows + 2 * (lb + 1);
+    for (size_t j = 0; j <= lb; j++)
+        one[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cost = a[i - 1] != b[j - 1];
+            size_t d = one[j - 1] + cost; /* substitute (or keep) */
+            if (one[j] + 1 < d)
+                d = one[j] + 1; /* delete from a */
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1; /* insert into a */
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                two[j - 2] + 1 < d)
+                d = two[j - 2] + 1; /* swap two neighbours */
+            cur[j] = d;
+        }
+        size_t *t = two;
+        two = one;
+        one = cur;
+        cur = t;
+    }
+    size_t d = one[lb];
+    free(rows);
+    return d;
+}
+
+const char *kc_nearest(const char *word, const void *table, size_t n, size_t stride,
+                       size_t max_distance)
+{
+    if (!word || !table)
+        return NULL;
+    size_t wl = strlen(word), limit = max_distance;
+    if (limit == 0) {
+        limit = (wl + 2) / 3;
+        limit = limit < 1 ? 1 : limit > 3 ? 3 : limit;
+    }
+    const char *best = NULL, *prefixed = NULL;
+    size_t best_d = limit + 1;
+    int prefixes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = *(const char *const *)((const char *)table + i * stride);
+        if (!name)
+            continue;
+        size_t d = kc_edit_distance(word, name);
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+        if (wl >= 3 && strncmp(name, word, wl) == 0 && strlen(name) > wl) {
+            prefixes++;
+            prefixed = name;
+        }
+    }
+    /* one slip of the finger, then the start of a longer name, then a few slips */
+    if (best && best_d <= 1)
+        return best;
+    return prefixes == 1 ? prefixed : best;
 }

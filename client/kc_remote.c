@@ -4,6 +4,9 @@
  * bundle pull fed straight into the store's importer, the offline switch and
  * the background push queue (kc_remote_queue.c holds the worker thread).
  */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +19,15 @@
 
 #include "kc_remote_internal.h"
 #include <kcache/kc_log.h>
+#include <kcache/kc_text.h>
 #include <kcache/kc_util.h>
 
 /* ---------------------------------------------------------------- setup -- */
+
+/* kc_remote_opts.kind_limits, read into the handle (below, with the limits) */
+static kc_code each_limit(const char *text, kc_code (*item)(const char *, uint64_t, void *),
+                          void *ctx, kc_err *err);
+static kc_code keep_limit(const char *kind, uint64_t v, void *ctx);
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void)
@@ -123,6 +132,49 @@ bool kc_remote_token_exposed(const char *url, const char *token)
     return true;
 }
 
+static bool loopback_addr(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+bool kc_remote_host_loopback(const char *url)
+{
+    const char *h = url ? strstr(url, "://") : NULL;
+    if (!h)
+        return false;
+    h += 3;
+    size_t n = strcspn(h, "/?#");
+    for (const char *at = memchr(h, '@', n); at; at = memchr(h, '@', n)) {
+        n -= (size_t)(at + 1 - h);
+        h = at + 1;
+    }
+    char host[256];
+    if (h[0] == '[') { /* [IPv6] */
+        const char *end = memchr(h, ']', n);
+        if (!end || (size_t)(end - h - 1) >= sizeof host)
+            return false;
+        snprintf(host, sizeof host, "%.*s", (int)(end - h - 1), h + 1);
+    } else {
+        size_t hl = strcspn(h, ":/?#");
+        if (hl == 0 || hl >= sizeof host)
+            return false;
+        snprintf(host, sizeof host, "%.*s", (int)hl, h);
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return false;
+    bool all = true;
+    for (const struct addrinfo *a = res; a && all; a = a->ai_next)
+        all = loopback_addr(a->ai_addr);
+    freeaddrinfo(res);
+    return all;
+}
+
 /* Takes user:password out of base_url for curl's own options, so that
  * r->base, and every URL built from it for a message, has no secret. */
 static kc_code split_credentials(kc_remote *r, const char *base_url)
@@ -204,6 +256,14 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
     r->signer = o.signer;
     r->trust = o.trust;
     r->max_artifact = o.max_artifact;
+    if (o.kind_limits && each_limit(o.kind_limits, keep_limit, r, err) != KC_OK) {
+        kc_code lrc = err ? err->code : KC_ERR_INVALID;
+        if (r->nkind_limit == KC_REMOTE_KIND_LIMITS)
+            lrc = kc_err_set(err, KC_ERR_INVALID, "artifact size limits: more than %d kinds",
+                             KC_REMOTE_KIND_LIMITS);
+        kc_remote_free_handle(r);
+        return lrc;
+    }
     kc_code crc = split_credentials(r, base_url);
     if (crc == KC_ERR_INVALID) {
         kc_remote_free_handle(r);
@@ -246,8 +306,13 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
     r->hdr_get = headers_with(auth, get_h);
     r->hdr_put = headers_with(auth, put_h);
     r->hdr_json = headers_with(auth, json_h);
+    r->hdr_json_anon = headers_with(NULL, json_h);
     free(auth);
-    if ((with_auth && !r->hdr_get) || !r->hdr_put || !r->hdr_json)
+    if ((with_auth && !r->hdr_get) || !r->hdr_put || !r->hdr_json || !r->hdr_json_anon)
+        goto nomem;
+    r->has_token = with_auth || r->userpwd;
+    r->has_cert = r->client_cert != NULL;
+    if (o.token_source && !(r->token_source = strdup(o.token_source)))
         goto nomem;
 
     for (int i = 0; i < KC_REMOTE_SHARE_LOCKS; i++)
@@ -287,6 +352,8 @@ void kc_remote_free_handle(kc_remote *r)
     curl_slist_free_all(r->hdr_get);
     curl_slist_free_all(r->hdr_put);
     curl_slist_free_all(r->hdr_json);
+    curl_slist_free_all(r->hdr_json_anon);
+    free(r->token_source);
     free(r->base);
     if (r->userpwd)
         OPENSSL_cleanse(r->userpwd, strlen(r->userpwd));
@@ -316,6 +383,11 @@ static bool server_offline(const kc_remote *r)
 static const char *server_url(const kc_remote *r)
 {
     return r->base;
+}
+
+static const kc_signer *server_signer(const kc_remote *r)
+{
+    return r->signer;
 }
 
 /* ------------------------------------------------------------- requests -- */
@@ -419,7 +491,10 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
         curl_easy_setopt(h, CURLOPT_SSLCERT, r->client_cert);
     if (r->client_key)
         curl_easy_setopt(h, CURLOPT_SSLKEY, r->client_key);
-    if (r->userpwd)
+    /* after a 401 to the credentials, reads go without them (kc_remote_classify) */
+    bool anon = strcmp(q->method, "PUT") != 0 && atomic_load(&r->anon_reads);
+    q->sent_creds = r->has_token && !anon;
+    if (r->userpwd && !anon)
         curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
     /* A server that accepts the connection and then says nothing is as good
      * as dead: a request that moves no byte for about one connect timeout is
@@ -455,30 +530,130 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     const char *m = q->method;
     if (strcmp(m, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
     } else if (strcmp(m, "GET") == 0) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
     } else {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body ? (const char *)q->body : "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->json ? r->hdr_json : r->hdr_put);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER,
+                         q->json ? (anon ? r->hdr_json_anon : r->hdr_json) : r->hdr_put);
     }
 }
 
 uint64_t kc_remote_kind_limit(const char *kind)
 {
+    /* a kernel is kilobytes to a few MiB; each limit leaves ten times that
+     * and more, and stops a planted payload from costing its size first */
     static const struct {
         const char *kind;
         uint64_t max;
-    } limits[] = {{"graph", 64ull << 20},      {"autotune", 1ull << 20},
-                  {"cpu-so", 512ull << 20},    {"spirv", 512ull << 20},
-                  {"ze-native", 512ull << 20}, {"onednn-blob", 512ull << 20}};
+    } limits[] = {{"autotune", 1ull << 20},     {"cpu-so", 32ull << 20},
+                  {"spirv", 32ull << 20},       {"ze-native", 64ull << 20},
+                  {"onednn-blob", 64ull << 20}, {"triton", 64ull << 20},
+                  {"graph", 64ull << 20},       {"dir-manifest", 128ull << 20}};
     for (size_t i = 0; kind && i < sizeof limits / sizeof limits[0]; i++)
         if (strcmp(kind, limits[i].kind) == 0)
             return limits[i].max;
     return 1ull << 30;
+}
+
+uint64_t kc_remote_limit_for(const char *kind, void *ctx)
+{
+    const kc_remote *r = ctx;
+    for (size_t i = 0; kind && i < r->nkind_limit; i++)
+        if (strcmp(kind, r->kind_limit[i].kind) == 0)
+            return r->kind_limit[i].max;
+    return r->max_artifact ? r->max_artifact : kc_remote_kind_limit(kind);
+}
+
+uint64_t kc_remote_limit_max(const kc_remote *r)
+{
+    uint64_t m = r->max_artifact ? r->max_artifact : kc_remote_kind_limit(NULL);
+    for (size_t i = 0; i < r->nkind_limit; i++)
+        m = r->kind_limit[i].max > m ? r->kind_limit[i].max : m;
+    return m;
+}
+
+/* Calls item(kind or NULL for a bare SIZE, size, ctx) for each item of a
+ * KCACHE_MAX_ARTIFACT list. */
+static kc_code each_limit(const char *text, kc_code (*item)(const char *, uint64_t, void *),
+                          void *ctx, kc_err *err)
+{
+    const char *p = text ? text : "";
+    do {
+        size_t n = strcspn(p, ",");
+        char it[96];
+        if (n == 0 || n >= sizeof it)
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "artifact size limit '%.200s': want SIZE or KIND=SIZE[,...]", text);
+        memcpy(it, p, n);
+        it[n] = '\0';
+        char *eq = strchr(it, '=');
+        if (eq)
+            *eq = '\0';
+        if (eq && !kc_kind_valid(it))
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "artifact size limit '%.200s': '%s' is not a kind (%s)", text, it,
+                              KC_KIND_RULE);
+        uint64_t v;
+        kc_code rc = kc_parse_size(eq ? eq + 1 : it, &v, err);
+        if (rc == KC_OK && v == 0)
+            rc = kc_err_set(err, KC_ERR_INVALID, "a limit of 0 bytes");
+        if (rc == KC_OK)
+            rc = item(eq ? it : NULL, v, ctx);
+        if (rc != KC_OK) {
+            kc_err_prefix(err, "artifact size limit '%.200s'", text);
+            return rc;
+        }
+        p += n;
+    } while (*p++ == ',');
+    return KC_OK;
+}
+
+typedef struct limits_seen {
+    uint64_t all;
+    int bare;
+} limits_seen;
+
+static kc_code note_limit(const char *kind, uint64_t v, void *ctx)
+{
+    limits_seen *s = ctx;
+    if (kind)
+        return KC_OK;
+    s->all = v;
+    s->bare++;
+    return KC_OK;
+}
+
+kc_code kc_remote_parse_limits(const char *text, uint64_t *all, const char **kinds, kc_err *err)
+{
+    *all = 0;
+    *kinds = NULL;
+    limits_seen seen = {0};
+    kc_code rc = each_limit(text, note_limit, &seen, err);
+    if (rc == KC_OK && seen.bare > 1)
+        rc = kc_err_set(err, KC_ERR_INVALID,
+                        "artifact size limit '%.200s': more than one SIZE for every kind", text);
+    if (rc != KC_OK)
+        return rc;
+    *all = seen.all;
+    *kinds = strchr(text, '=') ? text : NULL;
+    return KC_OK;
+}
+
+static kc_code keep_limit(const char *kind, uint64_t v, void *ctx)
+{
+    kc_remote *r = ctx;
+    if (!kind)
+        return KC_OK; /* a bare SIZE here is kc_remote_opts.max_artifact's */
+    if (r->nkind_limit == KC_REMOTE_KIND_LIMITS)
+        return KC_ERR_INVALID; /* kc_remote_server_open says why */
+    snprintf(r->kind_limit[r->nkind_limit].kind, sizeof r->kind_limit[0].kind, "%s", kind);
+    r->kind_limit[r->nkind_limit++].max = v;
+    return KC_OK;
 }
 
 /* Longest envelope header: fixed part, kind, metadata, header checksum. */
@@ -527,13 +702,13 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: bad envelope from the server: %.400s",
                            e.msg);
     char why[256];
-    uint64_t limit = q->owner->max_artifact ? q->owner->max_artifact : kc_remote_kind_limit(h.kind);
+    uint64_t limit = kc_remote_limit_for(h.kind, q->owner);
     if (strcmp(h.key, q->gate_key) != 0) {
         gate_refuse(q, KC_ERR_CORRUPT, "GET %s: envelope is for another key %s", h.key);
     } else if (h.payload_len > limit) {
         snprintf(why, sizeof why,
                  "%s artifact of %llu bytes is larger than this client takes (%llu; "
-                 "$KCACHE_MAX_ARTIFACT); refused before downloading it",
+                 "$KCACHE_MAX_ARTIFACT, e.g. KIND=SIZE); refused before downloading it",
                  h.kind, (unsigned long long)h.payload_len, (unsigned long long)limit);
         gate_refuse(q, KC_ERR_TOO_LARGE, "GET %s: %s", why);
     } else if (q->owner->trust && kc_trust_check(q->owner->trust, h.key, h.kind, h.payload_len,
@@ -560,7 +735,8 @@ void kc_remote_gate_envelope(kc_req *q, const char *key)
 }
 
 /* The server's own words from an error body: {"error": "..."} or the first
- * line of plain text, trimmed. */
+ * line of plain text, trimmed; escaped (kc_text.h), as a hostile server
+ * writes what it likes there. */
 static void server_message(const kc_rbuf *b, char *out, size_t cap)
 {
     out[0] = '\0';
@@ -573,7 +749,7 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         for (size_t i = 0; i < 3; i++) {
             json_t *v = json_object_get(j, names[i]);
             if (json_is_string(v)) {
-                snprintf(out, cap, "%s", json_string_value(v));
+                kc_escape_text(json_string_value(v), 0, out, cap);
                 break;
             }
         }
@@ -581,14 +757,15 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
         if (out[0])
             return;
     }
+    char line[400];
     size_t n = 0;
-    while (n < b->body.len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
+    while (n < b->body.len && n + 1 < sizeof line && text[n] != '\n' && text[n] != '\r' && text[n])
         n++;
     while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
         n--;
-    for (size_t i = 0; i < n; i++)
-        out[i] = (text[i] >= 32 && text[i] < 127) ? text[i] : '?';
-    out[n] = '\0';
+    memcpy(line, text, n);
+    line[n] = '\0';
+    kc_escape_text(line, 0, out, cap);
 }
 
 static const char *status_text(long status)
@@ -625,17 +802,97 @@ static const char *status_text(long status)
     }
 }
 
+/* Where the handle's token came from, for messages. */
+static const char *token_source(const kc_remote *r)
+{
+    if (r->token_source)
+        return r->token_source;
+    return r->userpwd ? "the --remote URL" : "the caller";
+}
+
 kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err)
 {
-    (void)r;
     char msg[400];
     server_message(&q->resp, msg, sizeof msg);
     kc_code code = (q->status == 401 || q->status == 403) ? KC_ERR_AUTH : KC_ERR_REMOTE;
     if (q->status == 404)
         code = KC_ERR_NOT_FOUND;
     const char *st = status_text(q->status);
+    /* whose credentials were refused, in words a user acts on */
+    char why[600] = "";
+    if (q->status == 401 && q->sent_creds)
+        snprintf(why, sizeof why, "Unauthorized: the server refused the token from %s",
+                 token_source(r));
+    else if (q->status == 401 && r->has_token)
+        snprintf(why, sizeof why,
+                 "Unauthorized: the server refused the token from %s, and reading without it too",
+                 token_source(r));
+    else if (q->status == 401 && !r->has_cert)
+        snprintf(why, sizeof why, "Unauthorized: the server wants a token (none was given)");
+    else if (q->status == 403 && q->sent_creds)
+        snprintf(why, sizeof why, "Forbidden: the token from %s lacks the %s scope",
+                 token_source(r), strcmp(q->method, "PUT") == 0 ? "write" : "needed");
+    if (why[0])
+        st = why;
     return kc_err_set(err, code, "%s %s: HTTP %ld%s%s%s%s", q->method, q->url, q->status,
                       st[0] ? " " : "", st, msg[0] ? ": " : "", msg);
+}
+
+bool kc_remote_writes_refused(kc_remote *r)
+{
+    return atomic_load(&r->no_write) || atomic_load(&r->creds_refused) || atomic_load(&r->reader);
+}
+
+kc_code kc_remote_refused_error(kc_remote *r, const char *url, kc_err *err)
+{
+    const char *where = url ? url : r->base;
+    if (atomic_load(&r->creds_refused))
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "PUT %s: not sent: the server refused the token from %s (HTTP 401)",
+                          where, token_source(r));
+    if (atomic_load(&r->reader))
+        return kc_err_set(err, KC_ERR_AUTH,
+                          "PUT %s: not sent: the server wants a token to upload (HTTP 401; none "
+                          "was given)",
+                          where);
+    return kc_err_set(err, KC_ERR_AUTH,
+                      "PUT %s: not sent: the token from %s may only read (HTTP 403 to an upload)",
+                      where, token_source(r));
+}
+
+static void warn_offline(kc_remote *r, const char *why);
+
+/* A 401 (kc_remote_classify): credentials refused, or none where the server wants some. */
+static kc_outcome refused_401(kc_remote *r, kc_req *q, kc_err *err)
+{
+    bool write = strcmp(q->method, "PUT") == 0;
+    if (q->sent_creds) {
+        /* wrong or expired: no more uploads; reads are tried once more without them */
+        if (!atomic_exchange(&r->creds_refused, true))
+            kc_log(KC_LOG_INFO,
+                   "remote %s: the server refused the token from %s (HTTP 401); uploads are "
+                   "off for this process, reads go on without the token where they work",
+                   r->base, token_source(r));
+        if (!write) {
+            atomic_store(&r->anon_reads, true);
+            return KC_OUT_RETRY;
+        }
+        kc_remote_http_error(r, q, err);
+        return KC_OUT_FAIL;
+    }
+    kc_remote_http_error(r, q, err);
+    if (write) {
+        if (r->has_cert || r->has_token)
+            atomic_store(&r->creds_refused, true); /* a client certificate the server refused */
+        else if (!atomic_exchange(&r->reader, true))
+            kc_log(KC_LOG_INFO,
+                   "remote %s: no token given and the server wants one to upload: reading only",
+                   r->base);
+        return KC_OUT_FAIL;
+    }
+    /* a read refused without credentials: the server wants some for reads too */
+    warn_offline(r, err ? err->msg : "HTTP 401");
+    return KC_OUT_FAIL;
 }
 
 static void warn_offline(kc_remote *r, const char *why)
@@ -723,12 +980,8 @@ kc_outcome kc_remote_classify(kc_remote *r, CURL *h, kc_req *q, CURLcode cc, int
             return KC_OUT_FAIL;
         }
         atomic_store(&r->reached, true);
-        if (status == 401) {
-            /* A wrong token fails every request: say so once, then stop. */
-            kc_remote_http_error(r, q, err);
-            warn_offline(r, err ? err->msg : "HTTP 401");
-            return KC_OUT_FAIL;
-        }
+        if (status == 401)
+            return refused_401(r, q, err);
         return KC_OUT_DONE;
     }
     if (atomic_load(&r->abort_all)) {
@@ -875,8 +1128,8 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
         *created = false;
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "remote put: invalid key '%.80s'", key);
-    if (atomic_load(&r->no_write))
-        return kc_remote_offline_error(r, "PUT", NULL, err);
+    if (kc_remote_writes_refused(r))
+        return kc_remote_refused_error(r, NULL, err);
     uint8_t *signed_env;
     kc_code rc = kc_remote_upload_body(r, env, len, &env, &len, &signed_env, err);
     if (rc != KC_OK) {
@@ -896,9 +1149,9 @@ kc_code kc_remote_put_on(kc_remote *r, CURL *h, const char *key, const uint8_t *
                 *created = q.status == 201;
         } else {
             rc = kc_remote_http_error(r, &q, err);
-            /* A token without the write scope: say so once, keep reading. */
-            if (q.status == 403 && !atomic_exchange(&r->no_write, true) && !r->quiet)
-                kc_log(KC_LOG_WARN, "%s; uploads to %s are off for this process (reads go on)",
+            /* A token without the write scope (a reader on purpose): a note, reads go on. */
+            if (q.status == 403 && !atomic_exchange(&r->no_write, true))
+                kc_log(KC_LOG_INFO, "%s; uploads to %s are off for this process (reads go on)",
                        err ? err->msg : "upload refused (HTTP 403)", r->base);
         }
     }
@@ -1001,6 +1254,24 @@ kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n
     return KC_OK;
 }
 
+static void server_publish(kc_remote *r, kc_remote_publish *st)
+{
+    if (atomic_load(&r->creds_refused))
+        st->creds = KC_CREDS_REFUSED;
+    else if (atomic_load(&r->no_write))
+        st->creds = KC_CREDS_READ_ONLY;
+    else if (r->has_token || r->has_cert)
+        st->creds = KC_CREDS_GIVEN;
+    st->reader = atomic_load(&r->reader);
+    if (!r->q_inited)
+        return;
+    pthread_mutex_lock(&r->q_mu);
+    st->uploaded = r->q_done;
+    st->refused = r->q_refused;
+    st->failed = r->q_failed + r->q_dropped;
+    pthread_mutex_unlock(&r->q_mu);
+}
+
 static kc_code server_offline_error(kc_remote *r, const char *method, kc_err *err)
 {
     return kc_remote_offline_error(r, method, NULL, err);
@@ -1011,6 +1282,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .offline = server_offline,
                                          .offline_error = server_offline_error,
                                          .url = server_url,
+                                         .signer = server_signer,
                                          .bundle_url = kc_remote_server_bundle_url,
                                          .get = server_get,
                                          .has = server_has,
@@ -1018,6 +1290,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .put_async = kc_remote_server_put_async,
                                          .flush = kc_remote_server_flush,
                                          .queue_stats = kc_remote_server_queue_stats,
+                                         .publish = server_publish,
                                          .missing = kc_remote_server_missing,
                                          .pull = kc_remote_server_pull,
                                          .pull_keys = kc_remote_server_pull_keys,

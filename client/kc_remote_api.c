@@ -35,6 +35,11 @@ const char *kc_remote_url(const kc_remote *r)
     return kc_remote_ops_of(r)->url(r);
 }
 
+const kc_signer *kc_remote_signer(const kc_remote *r)
+{
+    return kc_remote_ops_of(r)->signer(r);
+}
+
 char *kc_remote_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
     return kc_remote_ops_of(r)->bundle_url(r, device, f);
@@ -93,9 +98,38 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
 kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err)
 {
-    if (st)
-        memset(st, 0, sizeof *st);
-    return kc_remote_ops_of(r)->pull(r, s, devices, f, progress, pctx, st, err);
+    return kc_remote_pull_ex(r, s, devices, f, progress, pctx, st, NULL, err);
+}
+
+kc_code kc_remote_pull_ex(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
+                          kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                          kc_remote_pull_info *info, kc_err *err)
+{
+    kc_bundle_stats local = {0};
+    kc_remote_pull_info none = {0};
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof *st);
+    if (info)
+        memset(info, 0, sizeof *info);
+    kc_code rc =
+        kc_remote_ops_of(r)->pull(r, s, devices, f, progress, pctx, st, info ? info : &none, err);
+    kc_remote_pull_info_free(&none);
+    return rc;
+}
+
+void kc_remote_pull_info_free(kc_remote_pull_info *info)
+{
+    if (!info)
+        return;
+    free(info->other_devices);
+    memset(info, 0, sizeof *info);
+}
+
+void kc_remote_publish_stats(kc_remote *r, kc_remote_publish *st)
+{
+    memset(st, 0, sizeof *st);
+    kc_remote_ops_of(r)->publish(r, st);
 }
 
 kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,

@@ -157,7 +157,11 @@ typedef struct pull_ctx {
     int decided; /* 0 unknown, 1 bundle (200), 2 error body */
     kc_rbuf errbody;
     uint64_t bytes;
-    uint64_t total; /* artifacts announced by the server, 0 unknown */
+    uint64_t total;      /* artifacts announced by the server, 0 unknown */
+    uint64_t announced;  /* by the bundle's header (0: not said) */
+    char *other_devices; /* the header's other device ids (malloc'd), or NULL */
+    kc_rbuf head;        /* the stream's first bytes, until the header is read */
+    bool head_done;
     kc_remote_progress_fn progress;
     void *pctx;
     double last_report;
@@ -188,6 +192,29 @@ static uint64_t pulled(pull_ctx *pc)
     return n;
 }
 
+/* Reads the bundle header from the stream's first bytes, as they arrive: the count it
+ * announces is the progress display's total from the start (the importer, on its own
+ * thread, gets there later). */
+static void pull_head(pull_ctx *pc, const char *ptr, size_t n)
+{
+    size_t need = pc->head.body.len + n;
+    uint64_t count = 0;
+    kc_rbuf_write((char *)ptr, 1, n, &pc->head);
+    kc_code rc = pc->head.overflow
+                     ? KC_ERR_TOO_LARGE
+                     : kc_bundle_header_info((const uint8_t *)pc->head.body.data, pc->head.body.len,
+                                             &need, &count, &pc->other_devices, NULL);
+    if (rc == KC_ERR_TRUNCATED)
+        return;
+    if (rc == KC_OK) {
+        pc->announced = count;
+        if (!pc->total)
+            pc->total = count;
+    }
+    pc->head_done = true; /* read, or not a header to read: the importer will say */
+    kc_rbuf_free(&pc->head);
+}
+
 static size_t pull_header(char *buf, size_t size, size_t nitems, void *ctx)
 {
     pull_ctx *pc = ctx;
@@ -216,6 +243,8 @@ static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     }
     if (!pc->buf)
         return 0; /* the import failed: abort the transfer (CURLE_WRITE_ERROR) */
+    if (!pc->head_done)
+        pull_head(pc, ptr, n);
     pc->bytes += n;
     const char *src = ptr;
     size_t left = n;
@@ -280,20 +309,24 @@ char *kc_remote_server_bundle_url(kc_remote *r, const char *device, const kc_fil
     return kc_buf_take(&u); /* NULL when out of memory */
 }
 
-/* One streamed GET of url into s; with a JSON body, a POST. */
+/* One streamed GET of url into s; with a JSON body, a POST. info (may be NULL) gets what
+ * the bundle's header announced. */
 static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *body,
                         const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
-                        kc_bundle_stats *st, kc_err *err)
+                        uint64_t total, kc_bundle_stats *st, kc_remote_pull_info *info, kc_err *err)
 {
     if (atomic_load(&r->offline))
         return kc_remote_offline_error(r, body ? "POST" : "GET", url, err);
     kc_code rc = KC_OK;
     for (int attempt = 0;; attempt++) {
-        pull_ctx pc = {.r = r, .h = r->easy, .progress = progress, .pctx = pctx};
+        pull_ctx pc = {.r = r, .h = r->easy, .progress = progress, .pctx = pctx, .total = total};
+        pc.head.limit = 64u << 10; /* a header longer than this announces nothing */
         kc_bundle_import *im;
         if ((rc = kc_bundle_import_begin(s, &im, err)) != KC_OK)
             break;
         kc_bundle_import_set_sink(im, sink);
+        kc_bundle_import_set_max_payload(im, kc_remote_limit_max(r));
+        kc_bundle_import_set_kind_limit(im, kc_remote_limit_for, r);
         if ((rc = feeder_start(&pc.fd, im, &pc.buf, err)) != KC_OK) {
             kc_bundle_import_free(im);
             kc_err_prefix(err, "pulling %s", url);
@@ -331,6 +364,8 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
         if (o == KC_OUT_RETRY) {
             kc_bundle_import_free(im);
             kc_rbuf_free(&q.resp);
+            kc_rbuf_free(&pc.head);
+            free(pc.other_devices);
             kc_remote_backoff(attempt);
             continue;
         }
@@ -340,8 +375,12 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
         kc_err ferr = {0};
         kc_code frc = kc_bundle_import_finish(im, &bs, &ferr);
         if (pc.fd.irc != KC_OK) {
-            rc = kc_err_set(err, pc.fd.irc, "pulling %s: %s (kept %llu complete artifact(s))", url,
-                            pc.fd.ierr.msg, (unsigned long long)bs.artifacts);
+            rc = kc_err_set(err, pc.fd.irc, "pulling %s: %s%s (kept %llu complete artifact(s))",
+                            url, pc.fd.ierr.msg,
+                            pc.fd.irc == KC_ERR_TOO_LARGE
+                                ? " this client takes ($KCACHE_MAX_ARTIFACT, e.g. KIND=SIZE)"
+                                : "",
+                            (unsigned long long)bs.artifacts);
         } else if (o == KC_OUT_FAIL) {
             if (pc.bytes > 0)
                 rc = kc_err_set(err, KC_ERR_REMOTE,
@@ -359,9 +398,16 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
                 *err = ferr;
             kc_err_prefix(err, "pulling %s", url);
         } else if (progress) {
-            progress(bs.artifacts, pc.total ? pc.total : bs.artifacts, pc.bytes, pctx);
+            progress(bs.artifacts, bs.artifacts, pc.bytes, pctx); /* what came is the total */
         }
         *st = bs; /* a broken stream: the complete artifacts kept still count */
+        if (info) {
+            info->announced = pc.announced;
+            info->other_devices = pc.other_devices;
+            pc.other_devices = NULL;
+        }
+        free(pc.other_devices);
+        kc_rbuf_free(&pc.head);
         kc_bundle_import_free(im);
         kc_rbuf_free(&q.resp);
         break;
@@ -371,7 +417,7 @@ static kc_code pull_one(kc_remote *r, kc_store *s, const char *url, const char *
 
 kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devices,
                               const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                              kc_bundle_stats *st, kc_err *err)
+                              kc_bundle_stats *st, kc_remote_pull_info *info, kc_err *err)
 {
     kc_bundle_stats total = {0};
     if (st)
@@ -394,7 +440,7 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
     free(joined);
     if (!url)
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
-    kc_code rc = pull_one(r, s, url, NULL, NULL, progress, pctx, &total, err);
+    kc_code rc = pull_one(r, s, url, NULL, NULL, progress, pctx, 0, &total, info, err);
     free(url);
     if (st)
         *st = total;
@@ -423,7 +469,8 @@ kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const 
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
     }
     snprintf(url, ul, "%s/v1/bundle/select", r->base);
-    kc_code rc = pull_one(r, s, url, body, sink, progress, pctx, &total, err);
+    /* the keys asked for are the total (those the server lacks are simply absent) */
+    kc_code rc = pull_one(r, s, url, body, sink, progress, pctx, n, &total, NULL, err);
     free(url);
     free(body);
     if (st)
@@ -624,6 +671,8 @@ static kc_code push_prepare(void *ctx, size_t idx, slot *sl, kc_err *err)
 {
     push_ctx *pc = ctx;
     const char *key = pc->keys[idx];
+    if (kc_remote_writes_refused(pc->r)) /* an earlier upload was refused: none is sent */
+        return kc_remote_refused_error(pc->r, NULL, err);
     /* KC_ERR_NOT_FOUND (evicted meanwhile) skips the key; a push is not a
      * use, so it must not count hits or refresh LRU order */
     kc_code rc = kc_store_peek_envelope(pc->s, key, &sl->env, &sl->env_len, err);
@@ -737,6 +786,7 @@ kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_L
 {
     kc_code rc = KC_OK;
     const size_t batch = 1000;
+    uint64_t settled0 = ps->uploaded + ps->skipped;
     const char **ptrs = malloc(batch * sizeof *ptrs);
     bool *miss = malloc(batch * sizeof *miss);
     char(*up)[KC_KEY_HEX_LEN + 1] = malloc(batch * sizeof *up);
@@ -775,5 +825,13 @@ out:
     free(ptrs);
     free(miss);
     free(up);
+    /* what was asked for and is not on the server: refused, or failed */
+    uint64_t settled = ps->uploaded + ps->skipped - settled0;
+    if (rc != KC_OK && settled < n) {
+        if (rc == KC_ERR_AUTH)
+            ps->refused += n - settled;
+        else
+            ps->failed += n - settled;
+    }
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "kc_remote_ops.h"
 
 #define KC_REMOTE_SHARE_LOCKS 8
+#define KC_REMOTE_KIND_LIMITS 16 /* kinds kc_remote_opts.kind_limits may name */
 #define KC_REMOTE_QUEUE_MAX_ITEMS 1024
 #define KC_REMOTE_QUEUE_MAX_BYTES (256u << 20)
 
@@ -46,6 +47,7 @@ typedef struct kc_req {
     long status;
     char errbuf[CURL_ERROR_SIZE];
     /* stall watch (kc_remote_setup; streams and uploads) */
+    bool sent_creds; /* the request carried the token or URL password (kc_remote_setup) */
     kc_remote *owner;
     double last_move;   /* when a byte last moved either way */
     curl_off_t last_dn; /* response body bytes received by then */
@@ -80,20 +82,33 @@ struct kc_remote {
     int concurrency, retries;
     bool quiet;
     struct curl_slist *hdr_get, *hdr_put, *hdr_json;
+    struct curl_slist *hdr_json_anon; /* hdr_json without Authorization (hdr_get's is NULL) */
+    bool has_token;                   /* a bearer token or URL password was given */
+    bool has_cert;                    /* a client certificate was given */
+    char *token_source;               /* kc_remote_opts.token_source, or NULL */
     CURLSH *share;
     pthread_mutex_t share_mu[KC_REMOTE_SHARE_LOCKS];
     CURL *easy; /* the calling thread's kept-alive handle */
 
-    const kc_signer *signer;  /* kc_remote_opts.signer */
-    const kc_trust *trust;    /* kc_remote_opts.trust */
-    uint64_t max_artifact;    /* kc_remote_opts.max_artifact; 0 = per kind */
+    const kc_signer *signer; /* kc_remote_opts.signer */
+    const kc_trust *trust;   /* kc_remote_opts.trust */
+    uint64_t max_artifact;   /* kc_remote_opts.max_artifact; 0 = per kind */
+    struct {
+        char kind[KC_KIND_MAX + 1];
+        uint64_t max;
+    } kind_limit[KC_REMOTE_KIND_LIMITS]; /* kc_remote_opts.kind_limits, parsed */
+    size_t nkind_limit;
     pthread_mutex_t state_mu; /* guards warned, offline_why */
     bool warned;
     char offline_why[512];
-    atomic_bool offline;   /* gave up on the server for this process */
-    atomic_bool no_write;  /* a 403 on upload: stop uploading */
-    atomic_bool reached;   /* the server has answered at least once */
-    atomic_bool abort_all; /* shutting down: abort transfers in flight */
+    atomic_bool offline;       /* gave up on the server for this process */
+    atomic_bool no_write;      /* a 403 on upload: stop uploading */
+    atomic_bool creds_refused; /* a 401 to the token or URL password: no uploads, and
+                                  reads go without them (anon_reads) */
+    atomic_bool anon_reads;    /* reads are sent without the token or URL password */
+    atomic_bool reader;        /* no credentials, and an upload got 401: no uploads */
+    atomic_bool reached;       /* the server has answered at least once */
+    atomic_bool abort_all;     /* shutting down: abort transfers in flight */
 
     /* background push queue (kc_remote_queue.c) */
     pthread_mutex_t q_mu;
@@ -103,6 +118,7 @@ struct kc_remote {
     int q_busy;
     bool q_stop, q_started, q_inited;
     uint64_t q_dropped, q_done, q_failed;
+    uint64_t q_refused; /* refused (401, 403), or not sent because uploads were off */
     pthread_t q_thread;
 };
 
@@ -113,9 +129,16 @@ void kc_rbuf_free(kc_rbuf *b);
  * past b->limit it drops the rest (truncate_ok) or fails the transfer, and
  * out of memory fails it; both set b->overflow. */
 size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx);
+/* The largest payload r takes for kind: kind_limits, else max_artifact,
+ * else kc_remote_kind_limit. A kc_bundle_kind_limit_fn (ctx: r). */
+uint64_t kc_remote_limit_for(const char *kind, void *r);
+/* The largest of them all (for a bundle's records, before their kind is
+ * known). */
+uint64_t kc_remote_limit_max(const kc_remote *r);
+
 /* Makes q (a GET of key's envelope) check the envelope as it arrives:
  * refused before the body is taken when the header names another key, its
- * payload is larger than the kind's limit (kc_remote_kind_limit) or, with
+ * payload is larger than the kind's limit (kc_remote_limit_for) or, with
  * trusted keys, it is not signed by one of them; the body is cut off past
  * the length the header gives. A refusal fails the transfer with
  * q->gate_code (KC_ERR_CORRUPT, KC_ERR_TOO_LARGE, KC_ERR_UNTRUSTED). */
@@ -137,6 +160,11 @@ kc_code kc_remote_http_error(kc_remote *r, const kc_req *q, kc_err *err);
 char *kc_remote_artifact_url(kc_remote *r, const char *key);
 
 kc_code kc_remote_offline_error(kc_remote *r, const char *method, const char *url, kc_err *err);
+/* True once uploads are off for the process (a 401 or 403, or a reader). */
+bool kc_remote_writes_refused(kc_remote *r);
+/* KC_ERR_AUTH for an upload not sent because uploads are off: says why, naming where
+ * the token came from. url may be NULL (the server). */
+kc_code kc_remote_refused_error(kc_remote *r, const char *url, kc_err *err);
 /* The envelope to upload: env itself, or (with a signer) a signed copy in
  * *owned that the caller frees. */
 kc_code kc_remote_upload_body(kc_remote *r, const uint8_t *env, size_t len, const uint8_t **body,
@@ -159,7 +187,7 @@ void kc_remote_server_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *fa
                                   uint64_t *dropped);
 kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devices,
                               const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                              kc_bundle_stats *st, kc_err *err);
+                              kc_bundle_stats *st, kc_remote_pull_info *info, kc_err *err);
 kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                    const kc_bundle_sink *sink, kc_remote_progress_fn progress,
                                    void *pctx, kc_bundle_stats *st, kc_err *err);

@@ -22,6 +22,7 @@ typedef struct kc_remote_ops {
     /* The "offline for this process" error a call on an offline handle gets. */
     kc_code (*offline_error)(kc_remote *r, const char *method, kc_err *err);
     const char *(*url)(const kc_remote *r);
+    const kc_signer *(*signer)(const kc_remote *r);
     char *(*bundle_url)(kc_remote *r, const char *device, const kc_filter *f);
     kc_code (*get)(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
     kc_code (*has)(kc_remote *r, const char *key, kc_err *err);
@@ -30,9 +31,12 @@ typedef struct kc_remote_ops {
     void (*put_async)(kc_remote *r, const char *key, const uint8_t *env, size_t len);
     size_t (*flush)(kc_remote *r, long timeout_ms);
     void (*queue_stats)(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped);
+    void (*publish)(kc_remote *r, kc_remote_publish *st);
     kc_code (*missing)(kc_remote *r, const char *const *keys, size_t n, bool *missing, kc_err *err);
+    /* info is never NULL (kc_remote_api.c passes its own when the caller's is) */
     kc_code (*pull)(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
-                    kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st, kc_err *err);
+                    kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                    kc_remote_pull_info *info, kc_err *err);
     /* keys[0..n) (n > 0, valid) into s as one bundle, or as the implementation sees fit;
      * sink (may be NULL) as kc_remote_pull_keys says. */
     kc_code (*pull_keys)(kc_remote *r, kc_store *s, const char *const *keys, size_t n,

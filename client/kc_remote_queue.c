@@ -50,6 +50,8 @@ static void *worker(void *arg)
         pthread_mutex_lock(&r->q_mu);
         if (rc == KC_OK)
             r->q_done++;
+        else if (rc == KC_ERR_AUTH)
+            r->q_refused++; /* refused, or not sent since an earlier upload was */
         else
             r->q_failed++;
         r->q_busy--;
@@ -64,8 +66,17 @@ static void *worker(void *arg)
 
 void kc_remote_server_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len)
 {
-    if (atomic_load(&r->offline) || atomic_load(&r->no_write))
+    bool refused = kc_remote_writes_refused(r);
+    if (refused || atomic_load(&r->offline)) {
+        /* not attempted, but counted: the program says what was not published */
+        pthread_mutex_lock(&r->q_mu);
+        if (refused)
+            r->q_refused++;
+        else
+            r->q_dropped++;
+        pthread_mutex_unlock(&r->q_mu);
         return;
+    }
     pthread_mutex_lock(&r->q_mu);
     if (r->q_stop || r->q_items >= KC_REMOTE_QUEUE_MAX_ITEMS ||
         r->q_bytes + len > KC_REMOTE_QUEUE_MAX_BYTES) {
@@ -135,7 +146,7 @@ void kc_remote_server_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *fa
     if (uploaded)
         *uploaded = r->q_done;
     if (failed)
-        *failed = r->q_failed;
+        *failed = r->q_failed + r->q_refused;
     if (dropped)
         *dropped = r->q_dropped;
     pthread_mutex_unlock(&r->q_mu);

@@ -123,6 +123,12 @@ static const char *shard_url(const kc_remote *r)
     return S(r)->base;
 }
 
+/* Every child was opened with the same options. */
+static const kc_signer *shard_signer(const kc_remote *r)
+{
+    return kc_remote_signer(S(r)->child[0]);
+}
+
 /* Several servers: a bundle URL names the first one. */
 static char *shard_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
@@ -221,6 +227,21 @@ static void shard_queue_stats(kc_remote *rr, uint64_t *uploaded, uint64_t *faile
         *failed = f;
     if (dropped)
         *dropped = d;
+}
+
+static void shard_publish(kc_remote *rr, kc_remote_publish *st)
+{
+    sharded *r = S(rr);
+    for (size_t i = 0; i < r->nchild; i++) {
+        kc_remote_publish c;
+        kc_remote_publish_stats(r->child[i], &c);
+        if (c.creds > st->creds) /* the enum is ordered from best to worst */
+            st->creds = c.creds;
+        st->reader = st->reader || c.reader;
+        st->uploaded += c.uploaded;
+        st->refused += c.refused;
+        st->failed += c.failed;
+    }
 }
 
 /* ---------------------------------------------------- keys split by owner -- */
@@ -401,9 +422,30 @@ static void pull_progress_fn(uint64_t done, uint64_t total, uint64_t bytes, void
     pp->fn(pp->done + done, total ? pp->total + total : 0, pp->bytes + bytes, pp->ctx);
 }
 
+/* Adds the comma-separated ids of more to *list (malloc'd), each once. */
+static void join_ids(char **list, const char *more)
+{
+    for (const char *p = more; p && *p;) {
+        size_t n = strcspn(p, ",");
+        bool have = false;
+        for (const char *q = *list; q && *q && !have;) {
+            size_t m = strcspn(q, ",");
+            have = m == n && strncmp(p, q, n) == 0;
+            q += m + (q[m] == ',');
+        }
+        size_t old = *list ? strlen(*list) : 0;
+        char *grown = have ? NULL : realloc(*list, old + n + 2);
+        if (grown) {
+            snprintf(grown + old, n + 2, "%s%.*s", old ? "," : "", (int)n, p);
+            *list = grown;
+        }
+        p += n + (p[n] == ',');
+    }
+}
+
 static kc_code shard_pull(kc_remote *rr, kc_store *s, const char *const *devices,
                           const kc_filter *f, kc_remote_progress_fn progress, void *pctx,
-                          kc_bundle_stats *st, kc_err *err)
+                          kc_bundle_stats *st, kc_remote_pull_info *info, kc_err *err)
 {
     sharded *r = S(rr);
     /* Every server holds a disjoint share (and, after failovers, maybe a few
@@ -416,16 +458,21 @@ static kc_code shard_pull(kc_remote *rr, kc_store *s, const char *const *devices
         kc_remote *ch = r->child[c];
         kc_err e = {0};
         kc_bundle_stats bs = {0};
+        kc_remote_pull_info ci = {0};
         kc_code crc;
         if (!child_online(ch))
             crc = kc_remote_ops_of(ch)->offline_error(ch, "GET", &e);
         else
-            crc =
-                kc_remote_pull(ch, s, devices, f, progress ? pull_progress_fn : NULL, &pp, &bs, &e);
+            crc = kc_remote_pull_ex(ch, s, devices, f, progress ? pull_progress_fn : NULL, &pp, &bs,
+                                    &ci, &e);
         sum.artifacts += bs.artifacts;
         sum.imported += bs.imported;
         sum.present += bs.present;
+        sum.refused += bs.refused;
         sum.bytes += bs.bytes;
+        info->announced += ci.announced;
+        join_ids(&info->other_devices, ci.other_devices);
+        kc_remote_pull_info_free(&ci);
         pp.done += bs.artifacts;
         pp.total += bs.artifacts;
         pp.bytes += bs.bytes;
@@ -434,8 +481,7 @@ static kc_code shard_pull(kc_remote *rr, kc_store *s, const char *const *devices
         else if (first.code == KC_OK)
             first = e;
     }
-    if (st)
-        *st = sum;
+    *st = sum;
     if (first.code != KC_OK) {
         if (err) {
             *err = first;
@@ -484,6 +530,9 @@ static kc_code shard_push_keys(kc_remote *rr, kc_store *s, char (*keys)[KC_KEY_H
                      .total = total,
                      .ps = ps};
     kc_code rc;
+    /* a part a dead server left goes on to the next: what is not published is counted
+     * once, at the end, not by each server that tried */
+    kc_remote_push_stats before = *ps;
     if (!ptrs || !pp.part) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "push to %s: out of memory", S(rr)->base);
     } else {
@@ -493,6 +542,11 @@ static kc_code shard_push_keys(kc_remote *rr, kc_store *s, char (*keys)[KC_KEY_H
     }
     free(ptrs);
     free(pp.part);
+    uint64_t settled = ps->uploaded + ps->skipped - before.uploaded - before.skipped;
+    ps->refused = before.refused;
+    ps->failed = before.failed;
+    if (rc != KC_OK && settled < n)
+        *(rc == KC_ERR_AUTH ? &ps->refused : &ps->failed) += n - settled;
     return rc;
 }
 
@@ -514,6 +568,7 @@ static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .offline = shard_offline,
                                         .offline_error = shard_offline_error,
                                         .url = shard_url,
+                                        .signer = shard_signer,
                                         .bundle_url = shard_bundle_url,
                                         .get = shard_get,
                                         .has = shard_has,
@@ -521,6 +576,7 @@ static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .put_async = shard_put_async,
                                         .flush = shard_flush,
                                         .queue_stats = shard_queue_stats,
+                                        .publish = shard_publish,
                                         .missing = shard_missing,
                                         .pull = shard_pull,
                                         .pull_keys = shard_pull_keys,

@@ -33,6 +33,14 @@ static kc_code begin(const kc_snap_opts *o, const char *what, unsigned needs,
     return KC_OK;
 }
 
+/* How o's root is opened (kc_snap_dir_open): the same rules for every
+ * call, plus create for a pull. */
+static unsigned dir_flags(const kc_snap_opts *o, bool create)
+{
+    return (create ? KC_SNAP_DIR_CREATE : 0u) | (o->trust_shared_dir ? KC_SNAP_DIR_SHARED : 0u) |
+           (o->allow_shared_write ? KC_SNAP_DIR_SHARED_WRITE : 0u);
+}
+
 /* The handle for file artifacts (kc_snap.h: no trust policy, no size limit). */
 static kc_code open_files_store(const kc_snap_opts *o, kc_store **s, kc_err *err)
 {
@@ -65,10 +73,66 @@ static kc_code close_files_store(kc_store *s, kc_code c, kc_err *err)
 
 /* ---- push --------------------------------------------------------------- */
 
-/* Uploads the manifest's files the server lacks, then the manifest. */
+/* Whether a manifest artifact's copy on a server is signed as this push
+ * would sign it: always, for a push that does not sign; else when its
+ * metadata says the push that stored it here signed it with the same key
+ * ("signer"), or it was pulled with that key's signature ("sig"). */
+static bool signed_alike(const char *meta, const kc_signer *signer)
+{
+    if (!signer)
+        return true;
+    const char *id = kc_signer_keyid(signer);
+    json_t *j = json_loads(meta ? meta : "{}", 0, NULL);
+    const char *by = json_string_value(json_object_get(j, "signer"));
+    const char *sig = json_string_value(json_object_get(j, "sig"));
+    bool alike = (by && strcmp(by, id) == 0) ||
+                 (sig && strncmp(sig, "ed25519:", 8) == 0 &&
+                  strncmp(sig + 8, id, KC_SIG_KEYID_HEX) == 0 && sig[8 + KC_SIG_KEYID_HEX] == ':');
+    json_decref(j);
+    return alike;
+}
+
+/* The manifest of a push: when the slot's newest manifest here lists
+ * exactly the scanned tree (and is signed alike), that one again (same
+ * creation time, same key), so the server can be asked about that one key
+ * first; otherwise a new one, created now. */
+static kc_code make_manifest(kc_store *s, kc_snap_manifest *m, const kc_signer *signer,
+                             kc_snap_push_result *res, kc_err *err)
+{
+    kc_snap_manifest prev = {0};
+    char prev_key[KC_KEY_HEX_LEN + 1];
+    kc_err ignore = {0};
+    kc_artifact a = {0};
+    if (kc_snap_manifest_find(s, res->slot, &prev, prev_key, &ignore) == KC_OK &&
+        kc_snap_manifest_same(&prev, m) && kc_store_get(s, prev_key, &a, &ignore) == KC_OK &&
+        signed_alike(a.meta, signer)) {
+        m->created_us = prev.created_us;
+        memcpy(res->manifest, prev_key, sizeof res->manifest);
+        res->unchanged = true;
+    }
+    kc_artifact_free(&a);
+    kc_snap_manifest_free(&prev);
+    if (res->unchanged)
+        return KC_OK;
+    m->created_us = now_us();
+    return kc_snap_manifest_store(s, m, signer ? kc_signer_keyid(signer) : NULL, res->manifest,
+                                  NULL, err);
+}
+
+/* Uploads the manifest's files the server lacks, then the manifest. An
+ * unchanged tree asks about its manifest's key alone first: present, the
+ * server has the snapshot and nothing more is sent (o->recheck asks about
+ * every file anyway, for a server that evicted some). */
 static kc_code send(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *m,
                     kc_snap_push_result *res, kc_err *err)
 {
+    const char *mk = res->manifest;
+    if (res->unchanged && !o->recheck) {
+        bool missing = true;
+        kc_code c = kc_remote_missing(o->remote, &mk, 1, &missing, err);
+        if (c != KC_OK || !missing)
+            return c;
+    }
     const char **keys = malloc((m->nfiles + 1) * sizeof *keys);
     if (!keys)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
@@ -76,7 +140,6 @@ static kc_code send(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *
     for (size_t i = 0; i < m->n; i++)
         if (m->e[i].type == KC_SNAP_FILE)
             keys[nk++] = m->e[i].key;
-    const char *mk = res->manifest;
     kc_code c =
         kc_remote_push_list(o->remote, s, keys, nk, o->progress, o->progress_ctx, &res->sent, err);
     kc_remote_push_stats mps = {0};
@@ -96,18 +159,23 @@ kc_code kc_snap_push(const kc_snap_opts *o, kc_snap_push_result *res, kc_err *er
     kc_code c = begin(o, "push", NEED_DIR, res->slot, err);
     if (c != KC_OK)
         return c;
-    kc_store *s;
-    if ((c = open_files_store(o, &s, err)) != KC_OK)
+    kc_snap_dir d;
+    if ((c = kc_snap_dir_open(o->dir, dir_flags(o, false), &d, err)) != KC_OK)
         return c;
+    kc_store *s;
+    if ((c = open_files_store(o, &s, err)) != KC_OK) {
+        kc_snap_dir_close(&d);
+        return c;
+    }
     kc_snap_manifest m = {0};
-    c = kc_snap_scan(s, o->dir, kc_snap_skip, (void *)o->preset, &m, &res->scan, err);
+    c = kc_snap_scan(s, &d, kc_snap_skip, (void *)o->preset, &m, &res->scan, err);
+    kc_snap_dir_close(&d);
     if (c == KC_OK) {
         m.name = strdup(o->name);
         m.device = strdup(o->device_key);
         m.version = strdup(o->version_key);
-        m.created_us = now_us();
         c = (m.name && m.device && m.version)
-                ? kc_snap_manifest_store(s, &m, res->manifest, NULL, err)
+                ? make_manifest(s, &m, o->remote ? kc_remote_signer(o->remote) : NULL, res, err)
                 : kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
     if (c == KC_OK && o->remote)
@@ -136,12 +204,13 @@ static kc_code fetch_manifests(kc_remote *r, kc_store *st, const char *name, con
 
 /* Compares dir with m: reports each file that is missing or differs; *bad
  * receives how many. */
-static kc_code check_dir(const kc_snap_opts *o, const kc_snap_manifest *m, size_t *bad, kc_err *err)
+static kc_code check_dir(const kc_snap_opts *o, const kc_snap_dir *d, const kc_snap_manifest *m,
+                         size_t *bad, kc_err *err)
 {
     uint8_t *state = malloc(m->n ? m->n : 1);
     if (!state)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    kc_code rc = kc_snap_plan(NULL, m, o->dir, state, bad, err);
+    kc_code rc = kc_snap_plan(NULL, m, d, state, bad, err);
     for (size_t i = 0; rc == KC_OK && o->report && i < m->n; i++)
         if (m->e[i].type == KC_SNAP_FILE && !(state[i] & KC_SNAP_HAVE_DIR))
             o->report(m->e[i].path, o->report_ctx);
@@ -156,10 +225,10 @@ static kc_code check_dir(const kc_snap_opts *o, const kc_snap_manifest *m, size_
  * the store. No restore thread waits on the fetch: on a busy machine every
  * hand-over between threads costs a wait for a CPU. A broken fetch leaves
  * every file whole; the error says how far the restore got. */
-static kc_code fetch_and_restore(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *m,
-                                 const uint8_t *state, size_t need, const kc_snap_restore_opts *ro,
-                                 kc_bundle_stats *fs, kc_snap_restore_stats *rs, double *t_fetched,
-                                 kc_err *err)
+static kc_code fetch_and_restore(const kc_snap_opts *o, const kc_snap_dir *d, kc_store *s,
+                                 const kc_snap_manifest *m, const uint8_t *state, size_t need,
+                                 const kc_snap_restore_opts *ro, kc_bundle_stats *fs,
+                                 kc_snap_restore_stats *rs, double *t_fetched, kc_err *err)
 {
     const char **keys = malloc(need * sizeof *keys);
     kc_snap_gate *gate = keys ? kc_snap_gate_new(m, state) : NULL;
@@ -172,7 +241,7 @@ static kc_code fetch_and_restore(const kc_snap_opts *o, kc_store *s, const kc_sn
         if (m->e[i].type == KC_SNAP_FILE && !state[i])
             keys[nk++] = m->e[i].key;
     kc_bundle_sink sink;
-    kc_code c = kc_snap_gate_sink(gate, o->dir, &sink, err);
+    kc_code c = kc_snap_gate_sink(gate, d, &sink, err);
     if (c == KC_OK) {
         c = kc_remote_pull_keys(o->remote, s, keys, nk, &sink, o->progress, o->progress_ctx, fs,
                                 err);
@@ -182,13 +251,19 @@ static kc_code fetch_and_restore(const kc_snap_opts *o, kc_store *s, const kc_sn
         kc_snap_restore_opts gro = *ro;
         gro.gate = gate;
         kc_err rerr = {0};
-        kc_code rc = kc_snap_restore(s, m, o->dir, state, &gro, rs, &rerr);
-        if (c != KC_OK && rc != KC_OK)
+        kc_code rc = kc_snap_restore(s, m, d, state, &gro, rs, &rerr);
+        if (c != KC_OK && rc != KC_OK) {
             kc_err_prefix(err, "%s", rerr.msg);
-        else if (c == KC_OK && rc != KC_OK) {
+        } else if (c == KC_OK && rc != KC_OK) {
             c = rc;
             if (err)
                 *err = rerr;
+            if (rc == KC_ERR_NOT_FOUND && fs->imported + fs->present < nk)
+                kc_err_prefix(err,
+                              "%s lacks %llu of the %zu files this pull asked for (evicted?); "
+                              "push the directory again with --recheck",
+                              kc_remote_url(o->remote),
+                              (unsigned long long)(nk - (fs->imported + fs->present)), nk);
         }
     }
     kc_snap_gate_free(gate);
@@ -201,25 +276,32 @@ static kc_code fetch_and_restore(const kc_snap_opts *o, kc_store *s, const kc_sn
 static kc_code restore(const kc_snap_opts *o, kc_store *s, const kc_snap_manifest *m,
                        kc_snap_pull_result *res, double t0, kc_err *err)
 {
-    uint8_t *state = malloc(m->n ? m->n : 1);
-    if (!state)
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    kc_code c = kc_snap_plan(s, m, o->dir, state, &res->fetched, err);
+    kc_snap_dir d;
+    kc_code c = kc_snap_dir_open(o->dir, dir_flags(o, true), &d, err);
+    uint8_t *state = c == KC_OK ? malloc(m->n ? m->n : 1) : NULL;
+    if (c == KC_OK && !state)
+        c = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    if (c != KC_OK) {
+        kc_snap_dir_close(&d);
+        return c;
+    }
+    c = kc_snap_plan(s, m, &d, state, &res->fetched, err);
     double t_plan = kc_now(), t_fetch = t_plan;
     res->plan_s = t_plan - t0;
     kc_snap_restore_opts ro = {
         .exact = o->exact, .keep = kc_snap_skip, .keep_ctx = (void *)o->preset};
     kc_bundle_stats fs = {0};
     if (c == KC_OK && res->fetched && o->remote) {
-        c = fetch_and_restore(o, s, m, state, res->fetched, &ro, &fs, &res->restore, &t_fetch, err);
+        c = fetch_and_restore(o, &d, s, m, state, res->fetched, &ro, &fs, &res->restore, &t_fetch,
+                              err);
         res->bytes_received += fs.bytes;
         res->files_received = fs.imported + fs.present;
     } else if (c == KC_OK) {
-        c = kc_snap_restore(s, m, o->dir, state, &ro, &res->restore, err);
+        c = kc_snap_restore(s, m, &d, state, &ro, &res->restore, err);
     }
     res->fetch_s = t_fetch - t_plan;
     if (c == KC_OK && o->verify) {
-        c = check_dir(o, m, &res->missing, err);
+        c = check_dir(o, &d, m, &res->missing, err);
         if (c == KC_OK && res->missing)
             c = kc_err_set(err, KC_ERR_MISS,
                            "--verify: %zu of %zu files of snapshot '%s' are "
@@ -228,6 +310,7 @@ static kc_code restore(const kc_snap_opts *o, kc_store *s, const kc_snap_manifes
     }
     res->restore_s = kc_now() - t_fetch;
     free(state);
+    kc_snap_dir_close(&d);
     return c;
 }
 
@@ -250,10 +333,14 @@ kc_code kc_snap_pull(const kc_snap_opts *o, kc_snap_pull_result *res, kc_err *er
     if (c == KC_OK) {
         c = kc_snap_manifest_find(o->store, res->slot, &m, res->manifest, err);
         if (c == KC_ERR_NOT_FOUND) {
+            /* the find's reason, when there is more to it than none at all */
+            const char *why = strstr(err->msg, "dated ahead") ? strstr(err->msg, ": ") : NULL;
+            char reason[KC_ERR_MSG_MAX / 2];
+            snprintf(reason, sizeof reason, "%s", why ? why + 2 : "");
             kc_err_set(err, KC_ERR_NOT_FOUND,
-                       "no snapshot '%s' for device '%s' and version '%s'%s%s", o->name,
+                       "no snapshot '%s' for device '%s' and version '%s'%s%s%s%s", o->name,
                        o->device_key, o->version_key, o->remote ? " on " : "",
-                       o->remote ? kc_remote_url(o->remote) : "");
+                       o->remote ? kc_remote_url(o->remote) : "", reason[0] ? ": " : "", reason);
             kc_err ignore;
             if (o->remote) /* so that kc_snap_nearest sees what the server has */
                 fetch_manifests(o->remote, o->store, o->name, NULL, &res->bytes_received,
@@ -294,8 +381,15 @@ kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err)
         return c;
     kc_snap_manifest m = {0};
     c = find(o, info, &m, err);
+    kc_snap_dir d = {.fd = -1};
+    if (c == KC_OK) {
+        c = kc_snap_dir_open(o->dir, dir_flags(o, false), &d, err);
+        if (c == KC_ERR_NOT_FOUND) /* every file is missing */
+            c = KC_OK;
+    }
     if (c == KC_OK)
-        c = check_dir(o, &m, &info->missing, err);
+        c = check_dir(o, &d, &m, &info->missing, err);
+    kc_snap_dir_close(&d);
     kc_snap_manifest_free(&m);
     return c;
 }

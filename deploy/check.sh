@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deploy/check.sh - checks in CI what can be checked of deploy/ without a
-# real host: install tree and pkg-config, --help and man pages, the example
+# real host: install tree and pkg-config, --help, man pages (kcache.1 against
+# the option tables, both ways) and shell completion, the example
 # config through kcached --check-config, the systemd unit (systemd-analyze),
 # the nginx example (nginx -t, then a live TLS proxy to a real kcached), and
 # the Dockerfile's package names. Usage: deploy/check.sh [BUILD_DIR]
@@ -36,14 +37,15 @@ for f in bin/kcache bin/kcached include/kcache/kc_store.h include/kcache/kc_remo
          include/kcache/kc_envelope.h include/kcache/kc_error.h include/kcache/kc_onnx.h \
          include/kcache/kc_kernel.h share/man/man1/kcache.1 \
          share/man/man8/kcached.8 lib/systemd/system/kcached.service \
-         share/doc/kcache/examples/kcached.conf; do
+         share/doc/kcache/examples/kcached.conf share/bash-completion/completions/kcache \
+         share/zsh/site-functions/_kcache; do
   [ -e "$P/$f" ] || fail "cmake --install did not install $f"
 done
 for l in libkccore.a libkcremote.a libkccompiler.a libkconnx.a libkcache.so; do
   [ -f "$LIBDIR/$l" ] || fail "cmake --install did not install $l"
 done
 if find "$P/include" -name '*_internal.h' | grep -q .; then fail "internal headers installed"; fi
-pass "cmake --install puts binaries, libraries, headers, kcache.pc, man pages, unit in place"
+pass "cmake --install puts binaries, libraries, headers, kcache.pc, man pages, completion, unit in place"
 
 # --- 2. pkg-config: compile, link and run a program against the install ----
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
@@ -144,26 +146,89 @@ grep -q '^got hello back$' "$T/example.out" && grep -q '^pulled 1 new artifacts 
   { cat "$T/example.out"; fail "the GUIDE's example printed something else"; }
 pass "the GUIDE's example builds against libkcache.so ($soname) and puts, gets and pulls"
 
-# --- 3. --help and man pages ----------------------------------------------
+# --- 3. --help, man pages and completion --------------------------------------
 "$P/bin/kcached" --help >"$T/kcached.help" || fail "kcached --help"
-"$P/bin/kcache" --help >"$T/kcache.help" || fail "kcache --help"
 for opt in $(grep -o '^  --[a-z-]*' "$T/kcached.help" | tr -d ' '); do
   grep -q -- "${opt//-/\\\\-}" deploy/man/kcached.8 || fail "kcached.8 does not document $opt"
 done
-for opt in $(grep -o '^  --[a-z-]*' "$T/kcache.help" | tr -d ' '); do
-  grep -q -- "${opt//-/\\\\-}" deploy/man/kcache.1 || fail "kcache.1 does not document $opt"
+# kcache.1 against the option tables, both ways: every option of `kcache --help` and
+# of each `kcache COMMAND --help` and `kcache help COMMAND SUB` (the tables that parse them) has an entry in the man
+# page (a .TP entry naming it), and every option entry there is in a table; the same
+# for the environment variables (--help's settings and environment sections against
+# ENVIRONMENT's entries) and the configuration keys (kcache config against
+# CONFIGURATION).
+export XDG_CONFIG_HOME=$T/no-config
+K=$P/bin/kcache
+"$K" --help >"$T/kcache.help" || fail "kcache --help"
+cmds=$(sed -n '/^commands:/,/^$/p' "$T/kcache.help" | awk 'NF>1 {print $1}')
+[ -n "$cmds" ] || fail "kcache --help lists no commands"
+{
+  sed -n '/^global options/,/^$/p' "$T/kcache.help"
+  for cmd in $cmds; do
+    "$K" "$cmd" --help >"$T/cmd.help" || fail "kcache $cmd --help"
+    cat "$T/cmd.help"
+    # a command with subcommands (dir): each one's table
+    for sub in $(sed -n 's/^subcommands: \([a-z ]*\) (.*/\1/p' "$T/cmd.help"); do
+      "$K" help "$cmd" "$sub" || fail "kcache help $cmd $sub"
+    done
+  done
+} >"$T/all.help"
+table_opts=$(grep -o '^  \(-[a-z], \)\?--[a-z][a-z-]*' "$T/all.help" | grep -o -- '--[a-z-]*' | sort -u)
+table_short=$(grep -o '^  -[a-z],' "$T/all.help" | tr -d ' ,' | sort -u)
+man_entries=$(awk '/^\.TP/ {getline; print}' deploy/man/kcache.1 | sed 's/\\-/-/g')
+man_opts=$(grep -o -- '--[a-z][a-z-]*' <<<"$man_entries" | sort -u)
+for o in $table_opts; do
+  grep -qx -- "$o" <<<"$man_opts" || fail "kcache.1 has no entry for $o (kcache --help or a command's)"
 done
-for cmd in $(sed -n '/^commands:/,/^$/p' "$T/kcache.help" | awk 'NF>1 {print $1}'); do
+for o in $man_opts; do
+  grep -qx -- "$o" <<<"$table_opts" || fail "kcache.1 documents $o, which no option table has"
+done
+for o in $table_short; do
+  grep -q -- "${o//-/\\\\-}" deploy/man/kcache.1 || fail "kcache.1 does not document $o"
+done
+for cmd in $cmds; do
   grep -q "$cmd" deploy/man/kcache.1 || fail "kcache.1 does not document the $cmd command"
 done
+help_env=$(sed -n '/^settings:/,/^kcache help/p' "$T/kcache.help" | awk '$1 ~ /^[A-Z][A-Z0-9_]+$/ {print $1}' | sort -u)
+man_env=$(sed -n '/^\.SH ENVIRONMENT/,/^\.SH [A-DF-Z]/p' deploy/man/kcache.1 |
+          awk '/^\.TP/ {getline; print $2}' | sort -u)
+[ -n "$help_env" ] || fail "kcache --help lists no environment variables"
+for v in $help_env; do
+  grep -qx "$v" <<<"$man_env" || fail "kcache.1's ENVIRONMENT has no entry for $v"
+done
+for v in $man_env; do
+  grep -qx "$v" <<<"$help_env" || fail "kcache.1 documents $v, which kcache --help does not list"
+done
+keys=$(HOME=$T "$K" --cache-dir "$T/cfg-cache" config | sed -n 's/^([^)]*) \([a-z-]*\) =.*/\1/p')
+[ "$(wc -w <<<"$keys")" -ge 11 ] || fail "kcache config printed too few settings: $keys"
+conf_section=$(sed -n '/^\.SH CONFIGURATION/,/^\.SH /p' deploy/man/kcache.1)
+for k in $keys; do
+  grep -q -- "$k" <<<"$conf_section" || fail "kcache.1's CONFIGURATION does not name the key $k"
+done
+for section in EXAMPLES FILES CONFIGURATION ENVIRONMENT; do
+  grep -q "^\.SH $section" deploy/man/kcache.1 || fail "kcache.1 has no $section section"
+done
+unset XDG_CONFIG_HOME
 if command -v groff >/dev/null; then
   for m in deploy/man/kcache.1 deploy/man/kcached.8; do
     w=$(LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z "$m" 2>&1)
     [ -z "$w" ] || fail "groff warnings in $m: $w"
   done
-  pass "man pages cover every option of --help and render without warnings"
+  pass "kcache.1 and the option tables name the same $(wc -w <<<"$table_opts") options and $(wc -w <<<"$help_env") variables; man pages render without warnings"
 else
-  pass "man pages cover every option of --help (groff missing: rendering not checked)"
+  pass "kcache.1 and the option tables name the same options and variables (groff missing: rendering not checked)"
+fi
+# the installed completion is what the tool prints, and loads
+BC=$P/share/bash-completion/completions/kcache
+cmp -s "$BC" <("$K" completion bash) || fail "installed bash completion differs from kcache completion bash"
+bash -n "$BC" || fail "bash -n $BC"
+[ "$(bash --norc -c "source '$BC' && complete -p kcache")" = "complete -F _kcache kcache" ] ||
+  fail "sourcing $BC does not register the completion"
+if command -v zsh >/dev/null; then
+  zsh -n "$P/share/zsh/site-functions/_kcache" || fail "zsh -n _kcache"
+  pass "bash and zsh completion installed, generated by kcache completion, and parse"
+else
+  pass "bash completion installed and parses (zsh missing: _kcache not parsed)"
 fi
 
 # --- 4. the example config through kcached's own parser --------------------

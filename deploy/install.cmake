@@ -1,6 +1,7 @@
 # deploy/install.cmake - `cmake --install` rules, included by the top-level
 # CMakeLists.txt after every target exists: binaries, static libraries, public
-# headers, libkcache.so, kcache.pc, man pages, the systemd unit and the deploy examples.
+# headers, libkcache.so, kcache.pc, man pages, the bash and zsh completion, the systemd
+# unit and the deploy examples.
 include(GNUInstallDirs)
 
 install(TARGETS kcache kcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -33,6 +34,17 @@ configure_file(${PROJECT_SOURCE_DIR}/deploy/kcache.pc.in ${PROJECT_BINARY_DIR}/k
 install(FILES ${PROJECT_BINARY_DIR}/kcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/man/kcache.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+
+# Shell completion, generated at build time by `kcache completion bash|zsh`
+# (client/CMakeLists.txt): bash-completion loads completions/kcache on demand; zsh
+# finds _kcache on its fpath (Debian's zsh looks in /usr/local/share/zsh/site-functions;
+# a /usr package sets KC_ZSH_COMPLETION_DIR to share/zsh/vendor-completions).
+set(KC_ZSH_COMPLETION_DIR "${CMAKE_INSTALL_DATADIR}/zsh/site-functions"
+    CACHE STRING "where cmake --install puts the zsh completion (relative to the prefix)")
+install(FILES ${PROJECT_BINARY_DIR}/client/completion/kcache
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
+install(FILES ${PROJECT_BINARY_DIR}/client/completion/_kcache
+        DESTINATION ${KC_ZSH_COMPLETION_DIR})
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/man/kcached.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 
 # The systemd unit, pointing at the installed kcached. The path is fixed at

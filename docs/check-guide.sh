@@ -55,9 +55,11 @@ check "2.2 pull" env KCACHE_REMOTE="$URL" KCACHE_TOKEN="$R" kcache --cache-dir "
 check "2.2 compile --require-hit" kcache --cache-dir "$T/ci" compile "$ROOT/examples/mlp.json" --require-hit
 check "2.2 run --check" kcache --cache-dir "$T/ci" run "$ROOT/examples/mlp.json" --check
 check "2.2 pull --tag/--since/--kind" kcache --cache-dir "$T/ci" --remote "$URL" --token "$R" pull --since 7d --kind graph
+check "2.2 pull --device cpu (this machine's CPU ids)" kcache --cache-dir "$T/ci" --remote "$URL" --token "$R" pull --device cpu
+check "2.2 pull --require-match exits 3 on nothing" bash -c "kcache --cache-dir '$T/ci' --remote '$URL' --token '$R' pull --device-id cpu-none-native-gcc0-00000000 --require-match 2>'$T/nomatch.err'; [ \$? = 3 ] && grep -q 'exists: device' '$T/nomatch.err'"
 # Journey 3: benchmark run from a bundle.
 dev=$(kcache fingerprint | head -1)
-check "2.3 export --device $dev" kcache --cache-dir "$T/host" export "$T/zoo.kcb" --device "$dev"
+check "2.3 export --device-id $dev" kcache --cache-dir "$T/host" export "$T/zoo.kcb" --device-id "$dev"
 check "2.3 import" kcache --cache-dir "$T/bench" import "$T/zoo.kcb"
 check "2.3 compile --offline --require-hit (hit)" kcache --cache-dir "$T/bench" compile "$ROOT/examples/attention.json" --offline --require-hit
 check "2.3 compile --offline --require-hit (miss exits 1)" bash -c "kcache --cache-dir '$T/bench' compile '$ROOT/examples/convnet.json' --offline --require-hit; [ \$? = 1 ]"
@@ -204,6 +206,10 @@ check "9 dir pull --verify --exact" env TRITON_CACHE_DIR="$T/triton-ci" kcache -
 check "9 the temp dir was left out" test ! -e "$T/triton-ci/ABC/tmp.pid_1_2"
 check "9 dir status" kcache --cache-dir "$T/dB" dir status triton "$T/triton-ci" --version-key triton=3.3.0 --device-key h100
 check "9 a miss names the differing part" bash -c "kcache --cache-dir '$T/dC' --remote '$DURL' dir pull triton '$T/x' --version-key triton=3.4.0 --device-key h100 2>&1 | grep -q 'differs: version'"
+check "9 dir pull NAME takes the preset's directory" bash -c "TRITON_CACHE_DIR='$T/triton-ci2' kcache --cache-dir '$T/dD' --remote '$DURL' dir pull triton --version-key triton=3.3.0 --device-key h100 && test -e '$T/triton-ci2/ABC/k.cubin'"
+check "9 an unchanged re-push asks about its manifest only" bash -c "TRITON_CACHE_DIR='$T/triton' kcache --cache-dir '$T/dA' --remote '$DURL' --json dir push --preset triton --version-key triton=3.3.0 --device-key h100 | grep -q '\"unchanged\":true'"
+mkdir -p "$T/open" && chmod 777 "$T/open"
+check "9 a DIR every user can write is refused" bash -c "out=\$(kcache --cache-dir '$T/dA' --remote '$DURL' dir push '$T/open' --name open --version-key v --device-key h100 2>&1); [[ \$? = 1 ]] && grep -q 'lets every user write into it' <<<\"\$out\""
 
 # Section 12: the Python package, as the build leaves it in $BUILD/python.
 start pysrv --data "$T/pysrv"
@@ -221,6 +227,12 @@ try:
     raise SystemExit('no NotFound')
 except kcache.NotFound as e:
     assert e.code == 'not-found'"
+check "12.1 kcache.snapshot push and pull" "${PYENV[@]}" /usr/bin/python3 -c "
+import kcache.snapshot as snap
+r = snap.push('$T/triton', 'triton', 'triton=3.3.0', device_key='h100-cuda12.4')
+assert r['files'] == 2 and r['excluded'] == 1, r
+r = snap.pull('triton', '$T/py-triton', 'triton=3.3.0', device_key='h100-cuda12.4', verify=True)
+assert r['written'] == 2 and r['missing'] == 0, r"
 check "12.3 kcache.torch names a torch without Mega Cache" "${PYENV[@]}" /usr/bin/python3 -c "
 import kcache, kcache.torch
 try:

@@ -11,7 +11,7 @@ PACKAGES=(
   libdnnl-dev libze-dev libze1
   clang-14 llvm-spirv-14 spirv-tools libclang-rt-14-dev clang-format pocl-opencl-icd
   opencl-c-headers ocl-icd-opencl-dev
-  ccache nginx-light wrk procps iproute2 python3 time
+  ccache nginx-light wrk procps iproute2 python3 time zsh
   libonnx-dev libonnx-testdata libprotobuf-c-dev protobuf-c-compiler
   python3-onnx python3-numpy python3-redis redis-server redis-tools
   # the Python package: its build, its tests, an offline `pip install ./python`

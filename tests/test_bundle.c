@@ -188,6 +188,37 @@ Test(bundle, export_honours_filters_and_names_devices_in_its_header)
     kc_store_close(dst);
 }
 
+Test(bundle, header_announces_its_count_and_what_else_exists)
+{
+    membuf m = export_all(&(kc_filter){.device = "xpu-0x56a0"});
+    uint64_t count = 99;
+    size_t need = 0;
+    char *others = NULL;
+    kc_err e = {0};
+    /* the first bytes are not enough: it says how many it takes */
+    cr_assert_eq(kc_bundle_header_info(m.p, 10, &need, &count, &others, &e), KC_ERR_TRUNCATED);
+    cr_assert_eq(kc_bundle_header_info(m.p, 16, &need, &count, &others, &e), KC_ERR_TRUNCATED);
+    cr_assert_gt(need, 16);
+    cr_assert_eq(kc_bundle_header_info(m.p, need, &need, &count, &others, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(count, NART / 2, "the count before the first record");
+    cr_expect_null(others, "the filter matched: nothing else to name");
+    free(m.p);
+
+    /* a device filter that matches nothing names the devices the rest of the filter
+     * matches */
+    m = export_all(&(kc_filter){.device = "cpu-x86_64-native", .kind = "spirv"});
+    cr_assert_eq(kc_bundle_header_info(m.p, m.n, &need, &count, &others, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(count, 0);
+    cr_assert_not_null(others);
+    cr_expect_str_eq(others, "xpu-0x56a0", "spirv entries are n%%4==1: all odd, all XPU");
+    free(others);
+    free(m.p);
+
+    cr_assert_eq(
+        kc_bundle_header_info((const uint8_t *)"NOTABUNDLE123456", 16, &need, &count, NULL, &e),
+        KC_ERR_INVALID);
+}
+
 Test(bundle, cursor_in_tiny_reads_yields_an_importable_bundle)
 {
     kc_bundle_cursor *c;

@@ -190,8 +190,13 @@ Test(cli_opts, bad_ages_sizes_and_numbers_name_the_value)
     USAGE(ARGS("run", "g.json", "--iters", "0"), "--iters", "'0'");
     USAGE(ARGS("run", "g.json", "--seed", "abc"), "--seed", "'abc'");
 
+    /* a bad setting is refused before any command runs (no command usage line) */
     setenv("KCACHE_MAX_SIZE", "lots", 1);
-    USAGE(ARGS("gc"), "KCACHE_MAX_SIZE", "'lots'");
+    kc_test_result r;
+    KC(&r, "gc");
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "$KCACHE_MAX_SIZE: bad size 'lots'"), "%s", r.err);
+    kc_test_result_free(&r);
     unsetenv("KCACHE_MAX_SIZE");
     USAGE(ARGS("gc"), "--max-size");
 }

@@ -191,7 +191,7 @@ Test(cli_store, ls_stats_verify_gc_with_json)
     json_decref(j);
     kc_test_result_free(&r);
 
-    KC(&r, "ls", "--device", "xpu-b");
+    KC(&r, "ls", "--device-id", "xpu-b");
     cr_assert_eq(r.exit_code, 0);
     cr_assert(strstr(r.out, "spirv"), "%s", r.out);
     cr_assert_null(strstr(r.out, "cpu-so"));

@@ -37,6 +37,7 @@ static kc_testserver ts;
 
 static void setup(void)
 {
+    umask(022); /* the modes below assume it (a pull masks modes with it) */
     tmp = kc_test_mkdtemp("dirsnap");
     cr_assert_not_null(tmp);
     unsetenv("KCACHE_DIR");
@@ -478,8 +479,10 @@ static void put_artifact(const char *key, const char *kind, const char *meta, co
     kc_artifact_free(&a);
 }
 
-/* Serves a manifest with these entries (a JSON array) as snapshot name. */
-static void serve_manifest(const char *name, const char *entries)
+/* Serves a manifest with these entries (a JSON array) as snapshot name
+ * (device "dev", version "v"), created at created_us, unsigned: what any
+ * write token can put on a server without signing. */
+static void serve_manifest_at(const char *name, const char *entries, long long created_us)
 {
     char sha[65], fkey[65];
     kc_sha256_hex(CONTENT, 5, sha);
@@ -488,8 +491,8 @@ static void serve_manifest(const char *name, const char *entries)
     char text[8192];
     int n = snprintf(text, sizeof text,
                      "{\"format\":\"kcache-dir/1\",\"name\":\"%s\",\"device\":\"dev\","
-                     "\"version\":\"v\",\"created_us\":1,\"entries\":%s}",
-                     name, entries);
+                     "\"version\":\"v\",\"created_us\":%lld,\"entries\":%s}",
+                     name, created_us, entries);
     cr_assert_lt(n, (int)sizeof text);
     char slot[65], mkey[65], meta[256];
     kc_snapshot_key(name, "dev", "v", slot);
@@ -498,6 +501,11 @@ static void serve_manifest(const char *name, const char *entries)
     kc_snapshot_manifest_key(slot, d, mkey);
     snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:%s\"}", slot, name);
     put_artifact(mkey, KC_SNAP_KIND_MANIFEST, meta, text, (size_t)n);
+}
+
+static void serve_manifest(const char *name, const char *entries)
+{
+    serve_manifest_at(name, entries, 1);
 }
 
 /* One file entry of the served content at path (JSON-escaped already). */
@@ -512,6 +520,16 @@ static char *file_entry(const char *path, const char *type, int mode)
              "\"key\":\"%s\"}",
              path, type, mode, sha, key);
     return s;
+}
+
+/* Serves snapshot name with the one file entry path (mode 0644) at created_us. */
+static void serve_one_at(const char *name, const char *path, long long created_us)
+{
+    char *e = file_entry(path, "file", 0644);
+    char entries[4200];
+    snprintf(entries, sizeof entries, "[%s]", e);
+    free(e);
+    serve_manifest_at(name, entries, created_us);
 }
 
 /* Pulls snapshot name into tmp/jail/dir (seeded with keep.txt); asserts a
@@ -615,11 +633,7 @@ Test(dir_snapshot, hostile_manifests_are_refused_before_anything_is_written)
 
 Test(dir_snapshot, a_symlink_in_dir_is_never_written_through)
 {
-    char *e = file_entry("link/payload", "file", 0644);
-    char entries[4200];
-    snprintf(entries, sizeof entries, "[%s]", e);
-    free(e);
-    serve_manifest("through", entries);
+    serve_one_at("through", "link/payload", 1);
     char *dir = P("dir"), *outside = P("outside"), *link = P("dir/link");
     mkdir(dir, 0755);
     mkdir(outside, 0755);
@@ -1184,7 +1198,9 @@ static kc_code import_direct(const uint8_t *bundle, size_t blen, const char *sha
     uint8_t state[2] = {0, 0};
     kc_snap_gate *g = kc_snap_gate_new(&m, state);
     kc_bundle_sink sink;
-    cr_assert_eq(kc_snap_gate_sink(g, out, &sink, &err), KC_OK, "%s", err.msg);
+    kc_snap_dir d;
+    cr_assert_eq(kc_snap_dir_open(out, KC_SNAP_DIR_CREATE, &d, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_snap_gate_sink(g, &d, &sink, &err), KC_OK, "%s", err.msg);
     kc_store *s;
     cr_assert_eq(kc_store_open(sdir, NULL, &s, &err), KC_OK, "%s", err.msg);
     kc_bundle_import *im;
@@ -1196,6 +1212,7 @@ static kc_code import_direct(const uint8_t *bundle, size_t blen, const char *sha
     kc_bundle_import_free(im);
     kc_store_close(s);
     kc_snap_gate_free(g);
+    kc_snap_dir_close(&d);
     kc_snap_manifest_free(&m);
     char *k = P("out/k");
     struct stat st;
@@ -1235,4 +1252,551 @@ Test(dir_snapshot, a_fetched_file_is_renamed_into_place_only_once_its_bytes_are_
     cr_assert_not(present, "a file that failed its SHA-256 was renamed into place");
     free(bundle);
     free(payload);
+}
+
+/* ---- issue 25: the root, slots, modes, dates --------------------------------- */
+
+/* Pushes a one-file snapshot NAME (version v, device dev) from tmp/SRCNAME
+ * through cache CACHE; extra args (NULL-ended) go after the push's. */
+static void push_one(const char *cache, const char *src_name, const char *name, const char *file,
+                     const char *content, const char *const *extra)
+{
+    char *src = P(src_name);
+    mkdir(src, 0755);
+    write_at(src, file, content, strlen(content), 0644);
+    const char *args[24] = {"dir", "push",         src,  "--name", name, "--version-key",
+                            "v",   "--device-key", "dev"};
+    int n = 9;
+    for (int i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    kc_test_result r;
+    kc_run(&r, cache, ts.url, args);
+    cr_assert_eq(r.exit_code, 0, "push %s: %s", name, r.err);
+    kc_test_result_free(&r);
+    free(src);
+}
+
+/* Gives path (not followed) to uid 65534, as another local user would own
+ * it; skips the test where that is not possible (not root). */
+static void give_away(const char *path)
+{
+    if (geteuid() != 0 || lchown(path, 65534, 65534) != 0)
+        cr_skip_test("cannot give %s to another user here (needs root)", path);
+}
+
+Test(dir_snapshot, dir_pull_exact_refuses_a_root_symlink_another_user_planted)
+{
+    push_one("hostA", "src", "inductor", "fx/graph.bin", "graph", NULL);
+    /* the victim's home, and a shared directory where another user planted
+     * torchinductor_victim -> home (mode 0777 without the sticky bit: what a
+     * host with fs.protected_symlinks=0 lets a link in /tmp do) */
+    char *home = P("home"), *shared = P("shared"), *link = P("shared/torchinductor_victim");
+    mkdir(home, 0700);
+    write_at(home, "thesis.tex", "years of work", 13, 0600);
+    write_at(home, ".ssh/authorized_keys", "ssh-ed25519 AAAA", 16, 0600);
+    mkdir(shared, 0777);
+    chmod(shared, 0777);
+    cr_assert_eq(symlink(home, link), 0);
+    give_away(link);
+    kc_test_result r;
+    KC(&r, "victim", ts.url, "dir", "pull", "inductor", link, "--version-key", "v", "--device-key",
+       "dev", "--exact");
+    cr_expect_eq(r.exit_code, 1, "pulled through another user's link: %s", r.err);
+    cr_expect(strstr(r.err, "symbolic link owned by uid 65534"), "%s", r.err);
+    kc_test_result_free(&r);
+    cr_assert_eq(count_entries(home), 2, "--exact removed entries of the home directory");
+    char *t = kc_test_path(home, "thesis.tex");
+    char *c = kc_test_read_file(t, NULL);
+    cr_expect_str_eq(c, "years of work");
+    free(c);
+    free(t);
+
+    /* the user's own link is followed; --exact removes a link below the
+     * root as a link and never what it points to */
+    char *mine = P("mine"), *cache = P("cache-dir"), *outside = P("outside");
+    mkdir(cache, 0700);
+    mkdir(outside, 0755);
+    write_at(outside, "keep", "keep", 4, 0644);
+    cr_assert_eq(symlink(cache, mine), 0);
+    char *inner = kc_test_path(cache, "to-outside");
+    cr_assert_eq(symlink(outside, inner), 0);
+    KC(&r, "victim", ts.url, "dir", "pull", "inductor", mine, "--version-key", "v", "--device-key",
+       "dev", "--exact");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    struct stat st;
+    cr_expect_neq(lstat(inner, &st), 0, "--exact kept a link the snapshot lacks");
+    cr_expect_eq(count_entries(outside), 1, "--exact removed what a link points to");
+    char *g = kc_test_path(cache, "fx/graph.bin");
+    cr_expect_eq(stat(g, &st), 0, "the snapshot was not restored through the user's own link");
+    free(g);
+    free(inner);
+    free(mine);
+    free(cache);
+    free(outside);
+    free(home);
+    free(shared);
+    free(link);
+}
+
+Test(dir_snapshot, dir_push_refuses_a_root_another_user_made_before_signing_anything)
+{
+    char *key = P("sign.pem"), *pub = P("trusted.pem");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    /* another local user made the build host's default directory first,
+     * 0777, with a file of theirs in it */
+    char *shared = P("shared"), *dir = P("shared/torchinductor_build");
+    mkdir(shared, 0777);
+    chmod(shared, 0777);
+    mkdir(dir, 0777);
+    chmod(dir, 0777);
+    write_at(dir, "evil/__init__.py", "import os; os.system('id')", 26, 0644);
+    give_away(dir);
+    kc_test_result r;
+    KC(&r, "build", ts.url, "--sign-key", key, "dir", "push", dir, "--name", "inductor",
+       "--version-key", "v", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 1, "pushed and signed another user's directory: %s", r.err);
+    cr_expect(strstr(r.err, "belongs to uid 65534"), "%s", r.err);
+    kc_test_result_free(&r);
+    /* nothing reached the server: a trusting client finds no snapshot */
+    KC(&r, "client", ts.url, "--trusted-keys", pub, "--json", "dir", "explain", "inductor",
+       "--version-key", "v", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 1, "a snapshot of the planted directory exists: %s", r.out);
+    kc_test_result_free(&r);
+
+    /* this user's own directory, writable by everyone: refused as well */
+    cr_assert_eq(lchown(dir, 0, 0), 0);
+    KC(&r, "build", ts.url, "--sign-key", key, "dir", "push", dir, "--name", "inductor",
+       "--version-key", "v", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "lets every user write into it"), "%s", r.err);
+    kc_test_result_free(&r);
+
+    /* a team's shared directory, on purpose */
+    give_away(dir);
+    KC(&r, "build", ts.url, "--sign-key", key, "dir", "push", dir, "--name", "inductor",
+       "--version-key", "v", "--device-key", "dev", "--trust-shared-dir");
+    cr_expect_eq(r.exit_code, 0, "--trust-shared-dir: %s", r.err);
+    kc_test_result_free(&r);
+
+    /* a pull creates a missing root 0700 */
+    char *fresh = P("fresh/torchinductor_ci");
+    KC(&r, "client", ts.url, "--trusted-keys", pub, "dir", "pull", "inductor", fresh,
+       "--version-key", "v", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    struct stat st;
+    cr_assert_eq(stat(fresh, &st), 0);
+    cr_expect_eq(st.st_mode & 07777, 0700, "a new root is 0%o", st.st_mode & 07777);
+    free(fresh);
+    free(key);
+    free(pub);
+    free(shared);
+    free(dir);
+}
+
+/* The envelope of artifact key on ts. */
+static uint8_t *get_envelope(const char *key, size_t *len)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&ts, "GET", path, NULL, NULL, 0, false, &h), 0);
+    cr_assert_eq(h.status, 200, "GET %s: %ld", key, h.status);
+    *len = h.len;
+    return h.body; /* kc_http_result_free would free it: handed over */
+}
+
+Test(dir_snapshot, dir_pull_refuses_a_signed_manifest_replayed_into_another_slot)
+{
+    char *key = P("sign.pem"), *pub = P("trusted.pem"), *dst = P("dst");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    /* version v1, signed; then a hostile server lists it as version v2 */
+    char *src = P("src");
+    mkdir(src, 0755);
+    write_at(src, "old-kernel.bin", "v1 code", 7, 0644);
+    kc_test_result r;
+    KC(&r, "build", ts.url, "--sign-key", key, "--json", "dir", "push", src, "--name", "triton",
+       "--version-key", "v1", "--device-key", "dev");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    char mkey[65];
+    snprintf(mkey, sizeof mkey, "%s", json_string_value(json_object_get(j, "manifest")));
+    json_decref(j);
+    kc_test_result_free(&r);
+
+    kc_testserver hostile;
+    memset(&hostile, 0, sizeof hostile);
+    cr_assert_eq(kc_testserver_start(&hostile, NULL, NULL), 0);
+    /* the files, as they are */
+    char *bcache = P("build");
+    kc_test_result pr;
+    cr_assert_eq(kc_test_kcache(&pr, KC_TEST_KCACHE, bcache, hostile.url,
+                                (const char *[]){"push", "--kind", "dir-file", NULL}),
+                 0);
+    cr_assert_eq(pr.exit_code, 0, "%s", pr.err);
+    kc_test_result_free(&pr);
+    /* the signed manifest, its unsigned metadata pointing at slot v2 */
+    size_t elen;
+    uint8_t *env = get_envelope(mkey, &elen);
+    kc_artifact a;
+    kc_err err = {0};
+    cr_assert_eq(kc_envelope_decode(env, elen, &a, &err), KC_OK, "%s", err.msg);
+    json_t *meta = json_loads(a.meta, 0, NULL);
+    char slot2[65];
+    kc_snapshot_key("triton", "dev", "v2", slot2);
+    json_object_set_new(meta, "device", json_string(slot2));
+    json_object_set_new(meta, "version", json_string("v2"));
+    char *mtext = json_dumps(meta, JSON_COMPACT);
+    kc_artifact b;
+    cr_assert_eq(kc_artifact_init(&b, a.key, a.kind, mtext, a.payload, a.payload_len, &err), KC_OK,
+                 "%s", err.msg);
+    uint8_t *env2;
+    size_t elen2;
+    cr_assert_eq(kc_envelope_encode(&b, &env2, &elen2, &err), KC_OK);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", a.key);
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&hostile, "PUT", path, NULL, env2, elen2, false, &h), 0);
+    cr_assert(h.status == 201, "PUT: %ld %s", h.status, h.body);
+    kc_http_result_free(&h);
+
+    KC(&r, "client", hostile.url, "--trusted-keys", pub, "dir", "pull", "triton", dst,
+       "--version-key", "v2", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 1, "restored version v1 as v2: %s", r.err);
+    cr_expect(strstr(r.err, "made for another snapshot"), "%s", r.err);
+    cr_expect_eq(count_entries(dst), 0, "files of the replayed manifest were written");
+    kc_test_result_free(&r);
+    /* in its own slot the same signed manifest is fine */
+    KC(&r, "client2", ts.url, "--trusted-keys", pub, "dir", "pull", "triton", dst, "--version-key",
+       "v1", "--device-key", "dev");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    kc_testserver_cleanup(&hostile);
+    json_decref(meta);
+    free(mtext);
+    free(env);
+    free(env2);
+    kc_artifact_free(&a);
+    kc_artifact_free(&b);
+    free(bcache);
+    free(key);
+    free(pub);
+    free(dst);
+    free(src);
+}
+
+/* Mode bits of tmp/rel. */
+static unsigned mode_of(const char *rel)
+{
+    char *p = P(rel);
+    struct stat st;
+    cr_assert_eq(lstat(p, &st), 0, "%s", p);
+    free(p);
+    return st.st_mode & 07777;
+}
+
+Test(dir_snapshot, dir_pull_masks_modes_with_the_umask_and_never_grants_group_write)
+{
+    char *src = P("src");
+    mkdir(src, 0755);
+    write_at(src, "shared/data.bin", "data", 4, 0666);
+    write_at(src, "shared/run.sh", "#!/bin/sh\n", 10, 0777);
+    char *sd = P("src/shared");
+    chmod(sd, 0777);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", src, "--name", "modes", "--version-key", "v",
+       "--device-key", "dev");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    /* umask 022 (the suite's): no group or other write */
+    char *dst = P("dst");
+    KC(&r, "hostB", ts.url, "dir", "pull", "modes", dst, "--version-key", "v", "--device-key",
+       "dev");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    cr_expect_eq(mode_of("dst/shared"), 0755, "directory 0%o", mode_of("dst/shared"));
+    cr_expect_eq(mode_of("dst/shared/data.bin"), 0644, "file 0%o", mode_of("dst/shared/data.bin"));
+    cr_expect_eq(mode_of("dst/shared/run.sh"), 0755, "file 0%o", mode_of("dst/shared/run.sh"));
+    /* status agrees: the masked modes are what a pull gives */
+    KC(&r, "hostB", ts.url, "dir", "status", "modes", dst, "--version-key", "v", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    /* umask 002 still gets no group write without --allow-shared-write */
+    umask(002);
+    char *dst2 = P("dst2");
+    KC(&r, "hostC", ts.url, "dir", "pull", "modes", dst2, "--version-key", "v", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    cr_expect_eq(mode_of("dst2/shared/data.bin"), 0644, "0%o", mode_of("dst2/shared/data.bin"));
+    char *dst3 = P("dst3");
+    KC(&r, "hostD", ts.url, "dir", "pull", "modes", dst3, "--version-key", "v", "--device-key",
+       "dev", "--allow-shared-write");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    umask(022);
+    cr_expect_eq(mode_of("dst3/shared"), 0775, "0%o", mode_of("dst3/shared"));
+    cr_expect_eq(mode_of("dst3/shared/data.bin"), 0664, "0%o", mode_of("dst3/shared/data.bin"));
+    cr_expect_eq(mode_of("dst3/shared/run.sh"), 0775, "0%o", mode_of("dst3/shared/run.sh"));
+    free(sd);
+    free(src);
+    free(dst);
+    free(dst2);
+    free(dst3);
+}
+
+Test(dir_snapshot, a_manifest_dated_in_the_future_does_not_shadow_later_pushes)
+{
+    /* 2096-01-01: planted first, then the build host pushes as usual */
+    const int64_t y2096 = 3976214400LL * 1000000;
+    serve_one_at("vllm", "planted.bin", y2096);
+    push_one("hostA", "src", "vllm", "real.bin", "real kernel", NULL);
+    char *dst = P("dst");
+    kc_test_result r;
+    KC(&r, "hostB", ts.url, "dir", "pull", "vllm", dst, "--version-key", "v", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    char *real = P("dst/real.bin"), *planted = P("dst/planted.bin");
+    struct stat st;
+    cr_expect_eq(stat(real, &st), 0, "the latest push was shadowed by a manifest from 2096");
+    cr_expect_neq(stat(planted, &st), 0, "the manifest from 2096 was restored");
+
+    /* a slot holding only a future manifest has no snapshot, and says why */
+    serve_one_at("jax", "planted.bin", y2096);
+    char *dst2 = P("dst2");
+    KC(&r, "hostC", ts.url, "dir", "pull", "jax", dst2, "--version-key", "v", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "dated ahead of this machine's clock (up to 2096-01-01"), "%s", r.err);
+    kc_test_result_free(&r);
+    free(real);
+    free(planted);
+    free(dst);
+    free(dst2);
+}
+
+/* ---- issue 26: presets where the frameworks write, the dir command line ------- */
+
+/* Sets (value non-NULL) or unsets each NAME=VALUE pair of a NULL-ended list. */
+static void env_set(const char *const *kv)
+{
+    for (int i = 0; kv[i]; i += 2)
+        if (kv[i + 1])
+            setenv(kv[i], kv[i + 1], 1);
+        else
+            unsetenv(kv[i]);
+}
+
+static void expect_preset_dir(const char *preset, const char *want)
+{
+    char got[4096];
+    cr_assert(kc_snap_preset_dir(kc_snap_preset_find(preset), got, sizeof got), "%s: no dir",
+              preset);
+    cr_expect_str_eq(got, want, "%s", preset);
+}
+
+Test(dir_snapshot, presets_find_the_directory_the_framework_writes)
+{
+    const char *saved[] = {"HOME",
+                           "TMPDIR",
+                           "TEMP",
+                           "TMP",
+                           "LOGNAME",
+                           "USER",
+                           "XDG_CACHE_HOME",
+                           "TORCHINDUCTOR_CACHE_DIR",
+                           "TRITON_CACHE_DIR",
+                           "TRITON_HOME",
+                           "VLLM_CACHE_ROOT",
+                           "NEO_CACHE_DIR"};
+    char *old[sizeof saved / sizeof saved[0]];
+    for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
+        old[i] = getenv(saved[i]) ? strdup(getenv(saved[i])) : NULL;
+    char *t = P("t"), *home = P("h"), want[4096];
+    mkdir(t, 0755);
+    mkdir(home, 0755);
+
+    /* Inductor: tempfile.gettempdir() (TMPDIR first) + torchinductor_ +
+     * getpass.getuser() (LOGNAME first), with / and : made _ */
+    env_set((const char *[]){"TORCHINDUCTOR_CACHE_DIR", NULL, "TMPDIR", t, "TEMP", NULL, "TMP",
+                             NULL, "LOGNAME", "ci/bot:1", "USER", "other", NULL});
+    snprintf(want, sizeof want, "%s/torchinductor_ci_bot_1", t);
+    expect_preset_dir("inductor", want);
+    /* a TMPDIR that is not there: the next candidate, then /tmp */
+    env_set((const char *[]){"TMPDIR", "/nonexistent/kcache", "TEMP", t, "LOGNAME", NULL, NULL});
+    snprintf(want, sizeof want, "%s/torchinductor_other", t);
+    expect_preset_dir("inductor", want);
+    env_set((const char *[]){"TEMP", NULL, NULL});
+    expect_preset_dir("inductor", "/tmp/torchinductor_other");
+    env_set((const char *[]){"TORCHINDUCTOR_CACHE_DIR", "/srv/ind", NULL});
+    expect_preset_dir("inductor", "/srv/ind");
+
+    /* Triton: TRITON_CACHE_DIR, else TRITON_HOME or ~, + /.triton/cache */
+    env_set((const char *[]){"HOME", home, "TRITON_CACHE_DIR", NULL, "TRITON_HOME", NULL, NULL});
+    snprintf(want, sizeof want, "%s/.triton/cache", home);
+    expect_preset_dir("triton", want);
+    env_set((const char *[]){"TRITON_HOME", t, NULL});
+    snprintf(want, sizeof want, "%s/.triton/cache", t);
+    expect_preset_dir("triton", want);
+
+    /* vLLM: VLLM_CACHE_ROOT with ~ expanded, else XDG_CACHE_HOME or ~/.cache */
+    env_set((const char *[]){"VLLM_CACHE_ROOT", "~/vl", "XDG_CACHE_HOME", NULL, NULL});
+    snprintf(want, sizeof want, "%s/vl/torch_compile_cache", home);
+    expect_preset_dir("vllm", want);
+    env_set((const char *[]){"VLLM_CACHE_ROOT", NULL, NULL});
+    snprintf(want, sizeof want, "%s/.cache/vllm/torch_compile_cache", home);
+    expect_preset_dir("vllm", want);
+    /* NEO: XDG_CACHE_HOME, else ~/.cache */
+    env_set((const char *[]){"NEO_CACHE_DIR", NULL, "XDG_CACHE_HOME", t, NULL});
+    snprintf(want, sizeof want, "%s/neo_compiler_cache", t);
+    expect_preset_dir("neo", want);
+
+    for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++) {
+        env_set((const char *[]){saved[i], old[i], NULL});
+        free(old[i]);
+    }
+    free(t);
+    free(home);
+}
+
+Test(dir_snapshot, dir_pull_of_a_preset_name_takes_its_directory_and_refuses_name)
+{
+    char *src = P("src"), *dst = P("dst");
+    mkdir(src, 0755);
+    write_at(src, "ABC/k.cubin", "cubin", 5, 0644);
+    setenv("TRITON_CACHE_DIR", src, 1);
+    kc_test_result r;
+    KC(&r, "hostA", ts.url, "dir", "push", "--preset", "triton", "--version-key", "t=3",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    setenv("TRITON_CACHE_DIR", dst, 1);
+    KC(&r, "hostB", ts.url, "dir", "pull", "triton", "--version-key", "t=3", "--device-key", "g");
+    cr_expect_eq(r.exit_code, 0, "NAME=triton did not take $TRITON_CACHE_DIR: %s", r.err);
+    kc_test_result_free(&r);
+    char *k = P("dst/ABC/k.cubin");
+    struct stat st;
+    cr_expect_eq(stat(k, &st), 0);
+    free(k);
+
+    /* --name to pull: refused, not ignored */
+    KC(&r, "hostB", ts.url, "dir", "pull", "triton", "--name", "other", "--version-key", "t=3",
+       "--device-key", "g");
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "--name is for dir push"), "%s", r.err);
+    kc_test_result_free(&r);
+    unsetenv("TRITON_CACHE_DIR");
+
+    /* the usage line is the subcommand's own */
+    KC(&r, "hostB", ts.url, "dir", "pull", "--version-key", "t=3");
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "usage: kcache dir pull NAME [DIR]"), "%s", r.err);
+    cr_expect_null(strstr(r.err, "pull push"), "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", ts.url, "dir", "push", "--exact", src, "--name", "x", "--version-key", "v");
+    cr_expect_eq(r.exit_code, 2, "--exact is pull's: %s", r.err);
+    kc_test_result_free(&r);
+    free(src);
+    free(dst);
+}
+
+/* Request body bytes kcached has received so far (GET /v1/stats). */
+static json_int_t server_bytes_in(void)
+{
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/v1/stats", NULL, NULL, 0, false, &h), 0);
+    json_t *j = json_loads((const char *)h.body, 0, NULL);
+    json_t *v = json_object_get(json_object_get(j, "server"), "bytes_in");
+    cr_assert(json_is_integer(v), "no server.bytes_in: %s", h.body);
+    json_int_t n = json_integer_value(v);
+    json_decref(j);
+    kc_http_result_free(&h);
+    return n;
+}
+
+Test(dir_snapshot, an_unchanged_repush_sends_less_than_one_kib)
+{
+    char *src = P("src");
+    mkdir(src, 0755);
+    for (int i = 0; i < 1200; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "%02d/%04d.bin", i % 40, i);
+        write_random(src, rel, 1500, (uint64_t)i + 7);
+    }
+    const char *push[] = {"--json",        "dir", "push",         src,   "--name", "inductor",
+                          "--version-key", "v",   "--device-key", "dev", NULL};
+    kc_test_result r;
+    json_int_t b0 = server_bytes_in();
+    kc_run(&r, "build", ts.url, push);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    json_int_t b1 = server_bytes_in();
+    kc_run(&r, "build", ts.url, push);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_expect(json_is_true(json_object_get(j, "unchanged")), "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    json_int_t b2 = server_bytes_in();
+    cr_log_info("1,200 files of 1.5 KB: first push %lld request body bytes, unchanged re-push %lld",
+                (long long)(b1 - b0), (long long)(b2 - b1));
+    cr_expect_lt(b2 - b1, 1024, "an unchanged re-push sent %lld bytes", (long long)(b2 - b1));
+
+    /* one file changes: a new manifest, and only that file */
+    write_random(src, "00/0000.bin", 1500, 99999);
+    kc_run(&r, "build", ts.url, push);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    j = out_json(&r);
+    cr_expect(json_is_false(json_object_get(j, "unchanged")), "%s", r.out);
+    cr_expect_eq(jint(j, "files_sent"), 1, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    free(src);
+}
+
+Test(dir_snapshot, a_hostile_servers_paths_and_keys_reach_the_terminal_escaped)
+{
+    /* a path with escape codes: refused, and shown escaped */
+    serve_one_at("esc", "x\\u001b[2J\\u001b[Hy", 1);
+    char *dst = P("dst");
+    kc_test_result r;
+    KC(&r, "victim", ts.url, "dir", "pull", "esc", dst, "--version-key", "v", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "x\\x1b[2J\\x1b[Hy"), "%s", r.err);
+    cr_expect_null(strchr(r.err, 0x1b), "a raw ESC reached the terminal: %s", r.err);
+    kc_test_result_free(&r);
+
+    /* what exists of a name, from the server's (unsigned) metadata */
+    char text[512];
+    int n = snprintf(text, sizeof text,
+                     "{\"format\":\"kcache-dir/1\",\"name\":\"near\",\"device\":\"d\","
+                     "\"version\":\"w\",\"created_us\":1,\"entries\":[]}");
+    char slot[65], mkey[65], meta[512];
+    kc_snapshot_key("near", "d", "w", slot);
+    uint8_t d[32];
+    kc_sha256(text, (size_t)n, d);
+    kc_snapshot_manifest_key(slot, d, mkey);
+    snprintf(meta, sizeof meta,
+             "{\"device\":\"%s\",\"tag\":\"dir:near\",\"device_key\":\"\\u001b[2Jgpu\","
+             "\"version\":\"\\u009b31mv\\nkcache: pulled 9 files\"}",
+             slot);
+    put_artifact(mkey, KC_SNAP_KIND_MANIFEST, meta, text, (size_t)n);
+    KC(&r, "victim", ts.url, "dir", "pull", "near", dst, "--version-key", "other", "--device-key",
+       "dev");
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "exists: device '\\x1b[2Jgpu', version '\\u009b31mv\\x0akcache: "),
+              "%s", r.err);
+    cr_expect_null(strchr(r.err, 0x1b), "%s", r.err);
+    cr_expect_null(strstr(r.err, "\xc2\x9b"), "%s", r.err);
+    cr_expect_null(strstr(r.err, "\nkcache: pulled 9"), "a forged line: %s", r.err);
+    kc_test_result_free(&r);
+    free(dst);
 }

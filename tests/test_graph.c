@@ -11,6 +11,8 @@
 
 #include <kcache/kc_graph.h>
 #include <kcache/kc_lower.h>
+#include <kcache/kc_manifest.h>
+#include "kc_testutil.h"
 
 static kc_graph *parse_ok(const char *text)
 {
@@ -422,4 +424,107 @@ Test(graph_lowering, fuses_chains_epilogues_and_prologues)
     free(j2);
     free(ks);
     kc_graph_free(g);
+}
+
+/* ---- unknown keys: a typo is an error naming the key it most likely meant ---------- */
+
+Test(graph_validation, unknown_keys_name_the_nearest_known_one)
+{
+    /* the top level */
+    char *g = graph(N_MM, "h");
+    char *bad = malloc(strlen(g) + 32);
+    sprintf(bad, "{\"ouptuts\":[],%s", g + 1);
+    parse_fails(bad, KC_ERR_INVALID, "unknown key 'ouptuts' (did you mean 'outputs'?)");
+    /* a node */
+    char *n = graph("{\"op\":\"matmul\",\"in\":[\"x\",\"w\"],\"out\":\"h\",\"atrs\":{}}", "h");
+    parse_fails(n, KC_ERR_INVALID, "node 0: unknown key 'atrs' (did you mean 'attrs'?)");
+    /* a declaration */
+    const char *decl = "{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtpye\":"
+                       "\"f32\",\"shape\":[4]}],\"nodes\":[{\"op\":\"relu\",\"in\":[\"x\"],"
+                       "\"out\":\"y\"}],\"outputs\":[\"y\"]}";
+    parse_fails(decl, KC_ERR_INVALID, "inputs[0]: unknown key 'dtpye' (did you mean 'dtype'?)");
+    /* an output object */
+    const char *out = "{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],"
+                      "\"nodes\":[{\"op\":\"relu\",\"in\":[\"x\"],\"out\":\"y\"}],"
+                      "\"outputs\":[{\"name\":\"y\",\"nmae\":\"z\"}]}";
+    parse_fails(out, KC_ERR_INVALID, "outputs[0]: unknown key 'nmae' (did you mean 'name'?)");
+    /* a key far from every known one lists them */
+    sprintf(bad, "{\"comment\":1,%s", g + 1);
+    parse_fails(bad, KC_ERR_INVALID, "unknown key 'comment' (known: format, name");
+    free(bad);
+    free(n);
+    free(g);
+}
+
+Test(graph_validation, unknown_attributes_name_the_nearest_known_one)
+{
+    char *g = graph("{\"op\":\"matmul\",\"in\":[\"x\",\"w\"],\"out\":\"h\",\"attrs\":"
+                    "{\"transpose_a\":true}}",
+                    "h");
+    parse_fails(g, KC_ERR_INVALID,
+                "unknown attribute 'transpose_a' for matmul (did you mean "
+                "'transpose_b'?)");
+    free(g);
+    g = graph("{\"op\":\"relu\",\"in\":[\"x\"],\"out\":\"r\",\"attrs\":{\"alpha\":1}}", "r");
+    parse_fails(g, KC_ERR_INVALID, "unknown attribute 'alpha' for relu (it takes none)");
+    free(g);
+}
+
+Test(graph_validation, a_prewarm_manifest_is_pointed_to_prewarm)
+{
+    const char *m = "{\"format\":\"kcache-manifest/1\",\"graphs\":[\"a.json\"],\"targets\":[]}";
+    parse_fails(m, KC_ERR_INVALID, "a prewarm manifest, not a graph");
+    parse_fails(m, KC_ERR_INVALID, "kcache prewarm <test>");
+}
+
+/* Writes text to a manifest file and loads it: the code, the message in msg. */
+static kc_code load_manifest(const char *text, char *msg, size_t cap)
+{
+    char *dir = kc_test_mkdtemp("manifest");
+    char *p = kc_test_path(dir, "m.json");
+    cr_assert_eq(kc_test_write_file(p, text, strlen(text)), 0);
+    kc_manifest *m = NULL;
+    kc_err err = {0};
+    kc_code rc = kc_manifest_load(p, &m, &err);
+    snprintf(msg, cap, "%s", err.msg);
+    kc_manifest_free(m);
+    kc_test_rmtree(dir);
+    free(p);
+    free(dir);
+    return rc;
+}
+
+Test(manifest, unknown_keys_name_the_nearest_known_one)
+{
+    char msg[KC_ERR_MSG_MAX];
+    /* the observed typo: prewarmed the default target, exit 0 */
+    cr_assert_eq(load_manifest("{\"format\":\"kcache-manifest/1\",\"graphs\":[\"a.json\"],"
+                               "\"targets\":[{\"device\":\"cpu\",\"taget\":\"native\"}]}",
+                               msg, sizeof msg),
+                 KC_ERR_INVALID);
+    cr_assert(strstr(msg, "targets[0]: unknown key 'taget' (did you mean 'target'?)"), "%s", msg);
+    cr_assert_eq(load_manifest("{\"format\":\"kcache-manifest/1\",\"graphs\":[\"a.json\"],"
+                               "\"targets\":[],\"autotnue\":true}",
+                               msg, sizeof msg),
+                 KC_ERR_INVALID);
+    cr_assert(strstr(msg, "unknown key 'autotnue' (did you mean 'autotune'?)"), "%s", msg);
+    cr_assert_eq(load_manifest("{\"format\":\"kcache-manifest/1\",\"graphs\":[{\"graph\":"
+                               "\"m.onnx\",\"shapes\":[\"N=1\"]}],\"targets\":[]}",
+                               msg, sizeof msg),
+                 KC_ERR_INVALID);
+    cr_assert(strstr(msg, "graphs[0]: unknown key 'shapes' (did you mean 'shape'?)"), "%s", msg);
+    /* a value of the wrong type is no longer "not given" either */
+    cr_assert_eq(load_manifest("{\"format\":\"kcache-manifest/1\",\"graphs\":[\"a.json\"],"
+                               "\"targets\":[{\"target\":3}]}",
+                               msg, sizeof msg),
+                 KC_ERR_INVALID);
+    cr_assert(strstr(msg, "\"target\" must be a string"), "%s", msg);
+    /* the example manifest still loads */
+    char *ex = kc_test_path(KC_TEST_SOURCE_DIR, "examples/manifest.json");
+    kc_manifest *m = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_manifest_load(ex, &m, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(m->n_targets, 2);
+    kc_manifest_free(m);
+    free(ex);
 }

@@ -112,6 +112,31 @@ Test(util, format_size_is_readable)
     cr_assert_str_eq(kc_format_size(10ull << 30, b, sizeof b), "10.0 GiB");
 }
 
+Test(util, edit_distance_counts_swaps_as_one)
+{
+    cr_expect_eq(kc_edit_distance("target", "target"), 0);
+    cr_expect_eq(kc_edit_distance("taget", "target"), 1, "a dropped letter");
+    cr_expect_eq(kc_edit_distance("tagret", "target"), 1, "two neighbours swapped");
+    cr_expect_eq(kc_edit_distance("", "abc"), 3);
+    cr_expect_eq(kc_edit_distance("kitten", "sitting"), 3);
+    cr_expect_eq(kc_edit_distance("Target", "target"), 1, "case matters");
+}
+
+Test(util, nearest_names_the_likely_word_or_nothing)
+{
+    const char *const keys[] = {"device", "target", "cflags"};
+    cr_expect_str_eq(kc_nearest("taget", keys, 3, sizeof keys[0], 0), "target");
+    cr_expect_str_eq(kc_nearest("cflag", keys, 3, sizeof keys[0], 0), "cflags");
+    cr_expect_str_eq(kc_nearest("devcie", keys, 3, sizeof keys[0], 0), "device");
+    cr_expect_null(kc_nearest("shape", keys, 3, sizeof keys[0], 0), "too far to be a typo");
+    cr_expect_null(kc_nearest("x", keys, 3, sizeof keys[0], 0));
+    cr_expect_str_eq(kc_nearest("xyz", keys, 3, sizeof keys[0], 6), "device", "an explicit limit");
+    const char *const sparse[] = {NULL, "graph", NULL};
+    cr_expect_str_eq(kc_nearest("grahp", sparse, 3, sizeof sparse[0], 0), "graph",
+                     "NULL entries skipped");
+    cr_expect_null(kc_nearest("graph", NULL, 0, sizeof(char *), 0));
+}
+
 Test(error, messages_are_set_prefixed_and_cleared)
 {
     kc_err e;

@@ -548,6 +548,22 @@ Test(onnx, unsupported_nodes_past_the_message_are_named_in_warnings)
     free(p);
 }
 
+Test(onnx, unknown_operator_under_json_prints_a_json_failure)
+{
+    char *p =
+        chain_model("uj.onnx", 11, "x", (int64_t[]){2, 3}, 2, "Relu", "FancyOp", "my_fancy_node");
+    kc_test_result r = run_kcache("--json", "compile", p, NULL, NULL);
+    cr_assert_eq(r.exit_code, 1);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert(j, "JSON on stdout on failure too: '%s' / %s", r.out, r.err);
+    cr_expect(json_is_false(json_object_get(j, "ok")), "%s", r.out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "code")), "unsupported", "%s", r.out);
+    cr_expect(strstr(json_string_value(json_object_get(j, "error")), "FancyOp"), "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    free(p);
+}
+
 Test(onnx, opset_outside_6_to_17_is_refused)
 {
     char *p = chain_model("o.onnx", 21, "x", (int64_t[]){2, 3}, 2, "Relu", NULL, NULL);

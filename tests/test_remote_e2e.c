@@ -124,14 +124,14 @@ Test(remote_e2e, push_then_pull_on_another_machine_gives_identical_entries)
 
     /* a filtered pull first: only the "odd" half */
     kcache(&res, b, ts.url,
-           (const char *[]){"pull", "--device", DEVICE, "--tag", "odd", "--json", NULL});
+           (const char *[]){"pull", "--device-id", DEVICE, "--tag", "odd", "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull --tag: %s", res.err);
     cr_assert_eq(json_field(&res, "imported"), N / 2);
     kc_test_result_free(&res);
     cr_assert_eq(count_entries(b), N / 2);
 
     /* then everything for this device */
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", DEVICE, "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", DEVICE, "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull: %s", res.err);
     cr_assert_eq(json_field(&res, "artifacts"), N);
     cr_assert_eq(json_field(&res, "imported"), N / 2);
@@ -139,7 +139,7 @@ Test(remote_e2e, push_then_pull_on_another_machine_gives_identical_entries)
     kc_test_result_free(&res);
 
     /* a device nobody has: nothing */
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", "xpu-none", "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", "xpu-none", "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull other device: %s", res.err);
     cr_assert_eq(json_field(&res, "artifacts"), 0);
     kc_test_result_free(&res);
@@ -308,7 +308,7 @@ Test(remote_e2e, server_killed_mid_pull_leaves_only_complete_artifacts)
     /* the server comes back: pulling again completes, idempotently */
     cr_assert_eq(kc_testserver_restart(&ts), 0);
     kc_test_result res;
-    kcache(&res, b, ts.url, (const char *[]){"pull", "--device", DEVICE, "--json", NULL});
+    kcache(&res, b, ts.url, (const char *[]){"pull", "--device-id", DEVICE, "--json", NULL});
     cr_assert_eq(res.exit_code, 0, "pull after restart: %s", res.err);
     cr_assert_eq(json_field(&res, "present"), (json_int_t)n);
     cr_assert_eq(json_field(&res, "imported"), (json_int_t)(N - n));
@@ -631,7 +631,7 @@ Test(remote_e2e, cli_usage_errors_and_missing_remote)
     cr_assert_eq(res.exit_code, 2, "%s", res.err);
     kc_test_result_free(&res);
     kcache(&res, tmp, "ftp://x", (const char *[]){"pull", NULL});
-    cr_assert_eq(res.exit_code, 1);
+    cr_assert_eq(res.exit_code, 2, "a malformed --remote is a usage error: %s", res.err);
     cr_assert(strstr(res.err, "ftp://x"), "names the bad URL: %s", res.err);
     kc_test_result_free(&res);
     /* no --remote and no $KCACHE_REMOTE */
@@ -683,5 +683,54 @@ Test(remote_e2e, push_filters_and_pull_since)
     free(a);
     free(b);
     kc_test_rmtree(tmp);
+    free(tmp);
+}
+
+typedef struct first_call {
+    int calls;
+    uint64_t done, total;
+} first_call;
+
+static void note_first(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
+{
+    (void)bytes;
+    first_call *f = ctx;
+    if (f->calls++ == 0) {
+        f->done = done;
+        f->total = total;
+    }
+}
+
+Test(remote_e2e, pull_progress_knows_its_total_from_the_first_call)
+{
+    char *tmp = kc_test_mkdtemp("re2e-total");
+    char *a = kc_test_path(tmp, "a"), *b = kc_test_path(tmp, "b");
+    enum { N = 25 };
+    fill_store(a, N, 3000, 7, NULL);
+    kc_testserver ts = {0};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, NULL), 0);
+    kc_test_result res;
+    kcache(&res, a, ts.url, (const char *[]){"push", NULL});
+    cr_assert_eq(res.exit_code, 0, "%s", res.err);
+    kc_test_result_free(&res);
+
+    kc_remote *r;
+    kc_store *s;
+    kc_err err = {0};
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_store_open(b, NULL, &s, &err), KC_OK, "%s", err.msg);
+    first_call f = {0};
+    kc_bundle_stats st;
+    cr_assert_eq(kc_remote_pull(r, s, NULL, NULL, note_first, &f, &st, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(st.artifacts, N);
+    cr_assert_gt(f.calls, 0);
+    cr_expect_eq(f.total, N, "the first report (done %llu) already knows the total",
+                 (unsigned long long)f.done);
+    kc_store_close(s);
+    kc_remote_close(r);
+    kc_testserver_cleanup(&ts);
+    kc_test_rmtree(tmp);
+    free(a);
+    free(b);
     free(tmp);
 }

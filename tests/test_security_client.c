@@ -4,22 +4,31 @@
  * part): remote write-backs loaded later under --trusted-keys, a planted
  * huge artifact, a manifest whose cflags run a shell, symlinks at output
  * paths, a cache readable by other users, a tag that rewrites metadata, and
- * credentials leaking from a --remote URL or a command line.
+ * credentials leaking from a --remote URL or a command line; and from issue
+ * 25, a kernel planted within the old 512 MiB limit and a hostile server's
+ * words written to the terminal as they came.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <kcache/kc_cflags.h>
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include <kcache/kc_remote.h>
 #include <kcache/kc_sign.h>
+#include <kcache/kc_text.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include <kcache/kc_util.h>
@@ -668,4 +677,240 @@ Test(security_client, a_token_for_plain_http_elsewhere_is_warned_about_once)
     cr_expect(!strstr(text, "some-token"), "%s", text);
     free(text);
     free(log);
+}
+
+/* ---- issue 25 item 10: a kernel of up to 512 MiB was taken ---------------- */
+
+Test(security_client, a_kernel_over_its_kind_limit_is_refused_by_get_and_by_pull)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *sargs[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    char big[65];
+    plant(&ts, "cpu-so", 40ull << 20, big); /* a CPU kernel is KiB to a few MiB */
+    kc_remote *r;
+    kc_err e = {0};
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &e), KC_OK, "%s", e.msg);
+    kc_artifact a;
+    cr_expect_eq(kc_remote_get(r, big, &a, &e), KC_ERR_TOO_LARGE, "a 40 MiB cpu-so was taken");
+    cr_expect(strstr(e.msg, "cpu-so artifact of 41943040 bytes"), "%s", e.msg);
+    kc_remote_close(r);
+
+    /* a pull's bundle is held to the same limits, from each record's header */
+    char *dir = kc_test_path(root, "puller");
+    kc_test_result res;
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 1, "pull took a 40 MiB cpu-so: %s", res.err);
+    cr_expect(strstr(res.err, "kind cpu-so") && strstr(res.err, "KCACHE_MAX_ARTIFACT"), "%s",
+              res.err);
+    kc_test_result_free(&res);
+    kcache(&res, dir, NULL, (const char *[]){"has", big, NULL});
+    cr_expect_eq(res.exit_code, 1, "the refused kernel was stored");
+    kc_test_result_free(&res);
+
+    /* overridable per kind; a bad setting names itself */
+    setenv("KCACHE_MAX_ARTIFACT", "cpu-so=64M", 1);
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 0, "cpu-so=64M: %s", res.err);
+    kc_test_result_free(&res);
+    kc_remote_opts o = {.kind_limits = "cpu-so=64M"};
+    cr_assert_eq(kc_remote_open(ts.url, &o, &r, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_remote_get(r, big, &a, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    kc_remote_close(r);
+    setenv("KCACHE_MAX_ARTIFACT", "cpu-so=lots", 1);
+    kcache(&res, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(res.exit_code, 2, "a bad setting is a usage error (kc_config): %s", res.err);
+    cr_expect(strstr(res.err, "KCACHE_MAX_ARTIFACT") && strstr(res.err, "lots"), "%s", res.err);
+    kc_test_result_free(&res);
+    unsetenv("KCACHE_MAX_ARTIFACT");
+    o.kind_limits = "no such kind!=1M";
+    cr_expect_eq(kc_remote_open(ts.url, &o, &r, &e), KC_ERR_INVALID);
+    cr_expect(strstr(e.msg, "is not a kind"), "%s", e.msg);
+    free(dir);
+    kc_testserver_cleanup(&ts);
+}
+
+/* ---- issue 25 item 9: a hostile server writes to the puller's terminal ------ */
+
+/* A server that answers every request with one fixed response. */
+typedef struct liar {
+    int fd, port;
+    const char *response;
+    pthread_t th;
+} liar;
+
+static void *liar_main(void *arg)
+{
+    liar *l = arg;
+    for (;;) {
+        int c = accept(l->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char buf[8192];
+        size_t got = 0;
+        ssize_t n;
+        while (got < sizeof buf - 1 && (n = read(c, buf + got, sizeof buf - 1 - got)) > 0) {
+            got += (size_t)n;
+            buf[got] = '\0';
+            if (strstr(buf, "\r\n\r\n"))
+                break;
+        }
+        size_t len = strlen(l->response);
+        if (write(c, l->response, len) != (ssize_t)len)
+            cr_log_warn("short write");
+        close(c);
+    }
+}
+
+static void liar_start(liar *l, const char *response)
+{
+    l->response = response;
+    l->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(l->fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(l->fd, 8), 0);
+    getsockname(l->fd, (struct sockaddr *)&a, &al);
+    l->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&l->th, NULL, liar_main, l), 0);
+}
+
+static void liar_stop(liar *l)
+{
+    shutdown(l->fd, SHUT_RDWR);
+    close(l->fd);
+    pthread_join(l->th, NULL);
+}
+
+/* Nothing in text that a terminal acts on: no ESC (7-bit or as the C1 CSI
+ * U+009B), no carriage return, and no line that starts with what the
+ * server wrote after its newline. */
+static void expect_inert(const char *text, const char *forged_line)
+{
+    cr_expect_null(strchr(text, 0x1b), "a raw ESC reached the terminal: %s", text);
+    cr_expect_null(strstr(text, "\xc2\x9b"), "a raw CSI reached the terminal: %s", text);
+    cr_expect_null(strchr(text, '\r'), "a carriage return reached the terminal: %s", text);
+    char line[128];
+    snprintf(line, sizeof line, "\n%s", forged_line);
+    cr_expect_null(strstr(text, line), "the server forged a line: %s", text);
+    cr_expect(strncmp(text, forged_line, strlen(forged_line)) != 0, "%s", text);
+}
+
+Test(security_client, a_hostile_servers_words_reach_the_terminal_escaped)
+{
+    static const char body[] = "{\"error\":\"\\u001b[2J\\u001b[Hall good\\r\\nkcache: pulled 999 "
+                               "artifact(s)\\n\\u009b31mred\"}";
+    char resp[512];
+    snprintf(resp, sizeof resp,
+             "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    liar l;
+    liar_start(&l, resp);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", l.port);
+    char *dir = kc_test_path(root, "victim");
+    kc_test_result r;
+    kcache(&r, dir, url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "\\x1b[2J"), "the escape is shown, not obeyed: %s", r.err);
+    expect_inert(r.err, "kcache: pulled 999");
+    expect_inert(r.out, "kcache: pulled 999");
+    kc_test_result_free(&r);
+    /* the same words in a plain-text body */
+    liar_stop(&l);
+    static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                               "Connection: close\r\n\r\n\x1b]0;owned\x07\x1b[1Aok\r\n";
+    liar_start(&l, text);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", l.port);
+    kcache(&r, dir, url, (const char *[]){"--json", "pull", "--device", "all", NULL});
+    cr_expect_neq(r.exit_code, 0);
+    expect_inert(r.err, "ok");
+    expect_inert(r.out, "ok");
+    kc_test_result_free(&r);
+    liar_stop(&l);
+
+    /* metadata a server wrote, listed by `kcache ls` after a pull */
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *sargs[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, sargs), 0, "kcached did not start");
+    kc_artifact a;
+    kc_err e = {0};
+    char key[65];
+    kc_sha256_hex("painted", 7, key);
+    cr_assert_eq(kc_artifact_init(&a, key, "blob",
+                                  "{\"device\":\"\\u009b2Jcpu\",\"tag\":\"\\u001b[2Jt\\nkcache: "
+                                  "ok\"}",
+                                  "painted", 7, &e),
+                 KC_OK, "%s", e.msg);
+    uint8_t *env;
+    size_t elen;
+    cr_assert_eq(kc_envelope_encode(&a, &env, &elen, &e), KC_OK);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", key);
+    kc_http_result h;
+    cr_assert_eq(kc_testserver_http(&ts, "PUT", path, NULL, env, elen, false, &h), 0);
+    cr_assert_eq(h.status, 201, "%ld %s", h.status, h.body);
+    kc_http_result_free(&h);
+    kcache(&r, dir, ts.url, (const char *[]){"pull", "--device", "all", NULL});
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    kcache(&r, dir, NULL, (const char *[]){"ls", NULL});
+    cr_expect(strstr(r.out, "\\u009b2Jcpu") && strstr(r.out, "tag=\\x1b[2Jt\\x0akcache: ok"), "%s",
+              r.out);
+    expect_inert(r.out, "kcache: ok");
+    kc_test_result_free(&r);
+    free(env);
+    kc_artifact_free(&a);
+    kc_testserver_cleanup(&ts);
+    free(dir);
+}
+
+/* The one escaping function itself: what it shows, what it keeps. */
+Test(security_client, kc_escape_text_shows_what_would_steer_a_terminal_and_keeps_text)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"ab\x1b[2Jc", "ab\\x1b[2Jc"},       /* C0: ESC */
+        {"x\ry\bz\a", "x\\x0dy\\x08z\\x07"}, /* CR, backspace, bell */
+        {"d\x7f", "d\\x7f"},                 /* DEL */
+        {"\xc2\x9b"
+         "31m",
+         "\\u009b31m"}, /* C1 CSI as UTF-8 */
+        {"a\xe2\x80\xae"
+         "b",
+         "a\\u202eb"},                       /* right-to-left override */
+        {"\xff\xfe", "\\xff\\xfe"},          /* not UTF-8 */
+        {"\xc0\xaf", "\\xc0\\xaf"},          /* overlong '/' */
+        {"\xed\xa0\x80", "\\xed\\xa0\\x80"}, /* a surrogate */
+        {"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82", "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"},
+        {"C:\\path\\x1b", "C:\\path\\x1b"}, /* a backslash stays */
+        {"one\ntwo\t", "one\\x0atwo\\x09"},
+    };
+    char out[256], twice[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kc_escape_text(cases[i].in, 0, out, sizeof out);
+        cr_expect_str_eq(out, cases[i].out, "case %zu", i);
+        cr_expect_eq(kc_text_needs_escape(cases[i].in, 0), strcmp(cases[i].in, cases[i].out) != 0,
+                     "case %zu", i);
+        kc_escape_text(out, 0, twice, sizeof twice);
+        cr_expect_str_eq(twice, out, "escaping twice changed case %zu", i);
+    }
+    kc_escape_text("one\ntwo\t\x1b", KC_ESC_KEEP_LINES, out, sizeof out);
+    cr_expect_str_eq(out, "one\ntwo\t\\x1b");
+    /* cut at a whole escape */
+    kc_escape_text("\x1b\x1b", 0, out, 6);
+    cr_expect_str_eq(out, "\\x1b");
+    kc_escape_text(NULL, 0, out, sizeof out);
+    cr_expect_str_eq(out, "");
+    /* every kc_err message passes through it, lines kept */
+    kc_err e = {0};
+    kc_err_set(&e, KC_ERR_REMOTE, "server says %s", "\x1b[2Jok\nline two");
+    cr_expect_str_eq(e.msg, "server says \\x1b[2Jok\nline two");
+    kc_err_prefix(&e, "pull \x1b]0;t\x07");
+    cr_expect_str_eq(e.msg, "pull \\x1b]0;t\\x07: server says \\x1b[2Jok\nline two");
 }

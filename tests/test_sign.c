@@ -278,7 +278,7 @@ Test(sign, push_signed_then_pull_only_what_a_trusted_key_signed)
     kc_test_result_free(&r);
 
     kcache(&r, b, ts.url,
-           (const char *[]){"--trusted-keys", pub_pem, "--json", "pull", "--device", "cpu-sign",
+           (const char *[]){"--trusted-keys", pub_pem, "--json", "pull", "--device-id", "cpu-sign",
                             NULL});
     cr_assert_eq(r.exit_code, 0, "%s%s", r.out, r.err);
     json_t *j = json_loads(r.out, 0, NULL);
@@ -288,15 +288,16 @@ Test(sign, push_signed_then_pull_only_what_a_trusted_key_signed)
     kc_test_result_free(&r);
 
     /* another trusted key: everything refused, exit 1, said plainly */
-    kcache(&r, c, ts.url,
-           (const char *[]){"--trusted-keys", other_pub_pem, "pull", "--device", "cpu-sign", NULL});
+    kcache(
+        &r, c, ts.url,
+        (const char *[]){"--trusted-keys", other_pub_pem, "pull", "--device-id", "cpu-sign", NULL});
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert(strstr(r.err, "refused 8 artifact(s) not signed by a trusted key"), "%s", r.err);
     kc_test_result_free(&r);
 
     /* the environment variables do the same as the options */
     setenv("KCACHE_TRUSTED_KEYS", other_pub_pem, 1);
-    kcache(&r, c, ts.url, (const char *[]){"pull", "--device", "cpu-sign", NULL});
+    kcache(&r, c, ts.url, (const char *[]){"pull", "--device-id", "cpu-sign", NULL});
     unsetenv("KCACHE_TRUSTED_KEYS");
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
     kc_test_result_free(&r);

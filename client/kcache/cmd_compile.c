@@ -22,6 +22,7 @@
 #include <kcache/kc_cflags.h>
 #include "kc_cli_opts.h"
 #include <kcache/kc_compile.h>
+#include <kcache/kc_config.h>
 #include <kcache/kc_graph.h>
 #include <kcache/kc_lower.h>
 #include <kcache/kc_manifest.h>
@@ -63,6 +64,9 @@ typedef struct session {
     char work[4096];
     char state[3072];
     bool keep_work;
+    bool published;            /* session_publish has run */
+    kc_cli_progress progress;  /* kernels done / total on a terminal */
+    const char *progress_what; /* the graph being compiled, for the progress line */
 } session;
 
 /* Parses the options every compile-family command understands; the
@@ -75,28 +79,55 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
     o->device = "cpu";
     o->iters = 1;
     o->seed = 42;
-    const kc_opt opts[] = {{"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0},
-                           {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0},
-                           {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0},
-                           {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0},
-                           {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0},
-                           {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0},
-                           {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0},
-                           {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0},
-                           {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0},
-                           {"--templates", NULL, KC_OPT_STRING, &o->templates, 0, 0},
-                           {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0},
-                           {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256},
-                           {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX},
-                           {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0},
-                           {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0},
-                           {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0},
-                           {0}};
+    /* one table for the compile family; "only" says which command takes what */
+    const kc_opt opts[] = {
+        {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0, "cpu|xpu|xpu-spirv|auto",
+         "the backend to compile for (auto: xpu when there is one)", "cpu",
+         "compile,run,explain,fingerprint"},
+        {"--target", NULL, KC_OPT_STRING, &o->target, 0, 0, "native|x86-64-v2|x86-64-v3|x86-64-v4",
+         "the CPU instruction-set level to compile for", "native",
+         "compile,run,explain,fingerprint"},
+        {"--autotune", NULL, KC_OPT_FLAG, &o->autotune, 0, 0, NULL,
+         "time the kernel variants and keep the fastest (the choice is cached too)", NULL,
+         "compile,run,explain,prewarm"},
+        {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0, NULL,
+         "fail (exit 1) when a kernel is not in the cache, for a CI machine that must stay warm",
+         NULL, "compile,run,prewarm"},
+        {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0, NULL,
+         "use the local cache only, not the server", NULL, "compile,run,explain,prewarm"},
+        {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0, NULL,
+         "compare the outputs with the reference implementation", NULL, "run"},
+        {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0, NULL,
+         "upload what the manifest's devices have to the server afterwards", NULL, "prewarm"},
+        {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0, NULL,
+         "pass on compiler flags the allow-list refuses (only for flags and manifests you wrote)",
+         NULL, NULL},
+        {"--cflags", NULL, KC_OPT_STRING, &o->cflags, 0, 0, "FLAGS",
+         "extra compiler flags, checked against an allow-list (part of the key)", NULL, NULL},
+        {"--templates", NULL, KC_OPT_STRING, &o->templates, 0, 0, "DIR",
+         "read the kernel templates from DIR, for template development", "the built-in copy", NULL},
+        {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0, "T",
+         "label what is stored, for pull --tag and export --tag", NULL, "compile,run,prewarm"},
+        {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256, "N", "compile this many kernels at once",
+         "one per CPU", "compile,run,prewarm"},
+        {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX, "N",
+         "run the graph N times and report the time of one", "1", "run"},
+        {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0, "N", "seed of the random inputs", "42", "run"},
+        {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0, "NAME=D1xD2...",
+         "bind a symbolic input dimension of an ONNX model (repeatable)", NULL,
+         "compile,run,explain,prewarm"},
+        {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0, "DIR",
+         "take the inputs from an ONNX test-data directory and check the outputs against it", NULL,
+         "run"},
+        {0}};
     bool several = strcmp(argv[0], "compile") == 0;
     int n = kc_opts_parse(cli, argc, argv, opts, need_graph ? 1 : 0, several ? KC_MAX_GRAPHS : 1);
     if (n < 0)
         return -1;
     kc_err err = {0};
+    /* a malformed device or target is a usage error, named with the nearest */
+    if (kc_backend_check(o->device, o->target, &err) != KC_OK)
+        return kc_opts_error(cli, argv[0], "%s", err.msg), -1;
     /* flags and tags may come from scripts, CI variables or manifests:
      * refused before anything runs */
     if (!o->allow_cflags && kc_cflags_check(o->cflags, "--cflags", &err) != KC_OK)
@@ -168,7 +199,7 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (cli->remote && !o->offline) {
         const kc_cli_conn tier = {.tier = true};
         if (kc_cli_remote_open(cli, &tier, &s->remote, &err) != KC_OK) {
-            fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
+            kc_cli_info(cli, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
         }
     }
@@ -197,27 +228,72 @@ static void rm_tree_shallow(const char *dir)
     rmdir(dir);
 }
 
-static void session_close(session *s)
+/* Waits for the background uploads and says what became of the artifacts the session
+ * handed to the server for publishing: credentials given and refused (401) fail the
+ * command (the error printed, and in msg); a valid read-only token (403) and a client
+ * without credentials (a reader) get one info line. Once per session (a second call
+ * returns KC_EXIT_OK). Returns the exit code. */
+static int session_publish(session *s, char *msg, size_t cap)
 {
+    kc_cli *cli = s->cli;
+    msg[0] = '\0';
+    if (!s->remote || s->published)
+        return KC_EXIT_OK;
+    s->published = true;
+    size_t left = kc_cache_flush(s->cache, 10000);
+    if (left)
+        fprintf(stderr, "kcache: warning: %zu upload(s) to %s not finished\n", left,
+                cli->remote_shown);
+    kc_remote_publish p;
+    kc_remote_publish_stats(s->remote, &p);
+    const char *src = cli->token_from, *cert = NULL;
+    if (!(cli->token && *cli->token))
+        src = kc_config_origin(cli->config, KC_SET_CLIENT_CERT, &cert) ? cert : "the --remote URL";
+    if (p.creds == KC_CREDS_REFUSED) {
+        snprintf(msg, cap,
+                 "%llu artifact(s) not published: the server %s refused the token from %s "
+                 "(HTTP 401)",
+                 (unsigned long long)p.refused, cli->remote_shown, src);
+        fprintf(stderr, "kcache: %s\n", msg);
+        kc_cli_note_error(msg, "auth");
+        return KC_EXIT_FAIL;
+    }
+    if (p.refused && p.creds == KC_CREDS_READ_ONLY)
+        kc_cli_info(cli,
+                    "kcache: %llu artifact(s) not published: the token from %s may only read "
+                    "(HTTP 403)\n",
+                    (unsigned long long)p.refused, src);
+    else if (p.refused && p.reader)
+        kc_cli_info(cli,
+                    "kcache: %llu artifact(s) not published: no token given, and %s wants one to "
+                    "upload (reading only)\n",
+                    (unsigned long long)p.refused, cli->remote_shown);
+    return KC_EXIT_OK;
+}
+
+/* Closes the session; the exit code of publishing what was compiled (report_publish). */
+static int session_close(session *s)
+{
+    int rc = KC_EXIT_OK;
+    kc_cli_progress_clear(&s->progress);
     kc_cache_stats st;
     kc_cache_stats_get(s->cache, &st);
+    /* warnings, not errors: the compile went on (so not under -q) */
     if (st.damaged)
-        fprintf(stderr,
-                "kcache: warning: %llu cached artifact(s) in %s failed their integrity check: "
-                "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
-                (unsigned long long)st.damaged, s->cli->cache_dir);
+        kc_cli_info(s->cli,
+                    "kcache: warning: %llu cached artifact(s) in %s failed their integrity check: "
+                    "quarantined and counted as misses (`kcache verify` checks the whole cache)\n",
+                    (unsigned long long)st.damaged, s->cli->cache_dir);
     if (st.untrusted)
-        fprintf(stderr,
-                "kcache: warning: %llu artifact(s) from %s refused: not signed by a trusted key "
-                "(--trusted-keys); compiled here instead\n",
-                (unsigned long long)st.untrusted,
-                s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
-    if (s->remote) {
-        size_t left = kc_cache_flush(s->cache, 10000);
-        if (left)
-            fprintf(stderr, "kcache: warning: %zu upload(s) to %s not finished\n", left,
-                    s->cli->remote_shown);
-    }
+        kc_cli_info(s->cli,
+                    "kcache: warning: %llu artifact(s) from %s refused: not signed by a trusted "
+                    "key (--trusted-keys); compiled here instead\n",
+                    (unsigned long long)st.untrusted,
+                    s->cli->remote ? s->cli->remote_shown : "earlier write-backs or imports");
+    char msg[KC_ERR_MSG_MAX];
+    rc = session_publish(s, msg, sizeof msg);
+    if (rc != KC_EXIT_OK && s->cli->json) /* after the command's own JSON lines */
+        kc_cli_json_print(stdout, kc_cli_json_error(msg, "auth"), JSON_COMPACT);
     kc_cache_close(s->cache);
     kc_remote_close(s->remote);
     if (s->work[0]) {
@@ -227,6 +303,7 @@ static void session_close(session *s)
             rm_tree_shallow(s->work);
     }
     kc_store_close(s->store);
+    return rc;
 }
 
 /* The backend options of the session: scratch and state directories, and the
@@ -250,26 +327,43 @@ static kc_code open_backend(const copts *o, const session *s, const char *target
     return kc_backend_open(o->device, &bo, out, err);
 }
 
+/* Prints o (taken) as one line with sorted keys. */
 static void summary_json(json_t *o)
 {
-    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-    if (s)
-        puts(s);
-    free(s);
+    kc_cli_json_print(stdout, o, JSON_COMPACT | JSON_SORT_KEYS);
 }
 
 static json_t *program_json(const char *path, const kc_program *p)
 {
-    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "graph", path,
-                     "graph_fp", p->graph->fp, "graph_key", p->graph_key, "device", p->device.id,
-                     "backend", p->backend->ops->name, "graph_hit", p->graph_hit, "kernels",
-                     p->n_kernels, "hits", p->hits, "misses", p->misses, "compiled", p->compiled,
-                     "remote_hits", p->remote_hits, "autotuned", p->autotuned, "seconds",
-                     p->seconds);
+    return json_pack("{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:o}", "ok", 1, "graph",
+                     path, "graph_fp", p->graph->fp, "graph_key", p->graph_key, "device",
+                     p->device.id, "backend", p->backend->ops->name, "graph_hit", p->graph_hit,
+                     "kernels", p->n_kernels, "hits", p->hits, "misses", p->misses, "compiled",
+                     p->compiled, "remote_hits", p->remote_hits, "autotuned", p->autotuned,
+                     "seconds", kc_cli_json_seconds(p->seconds));
 }
 
-static void print_program(const kc_cli *cli, const char *path, const kc_program *p)
+/* A graph that failed, as compile's and prewarm's JSON lines say it. */
+static json_t *failure_json(const char *path, const kc_err *err)
 {
+    json_t *j = kc_cli_json_error(err->msg, kc_code_name(err->code));
+    if (j)
+        json_object_set_new(j, "graph", json_string(path));
+    return j;
+}
+
+/* kc_compile_opts.progress: "compile mlp.json: 3/4 kernels". */
+static void kernels_progress(int done, int total, void *ctx)
+{
+    session *s = ctx;
+    kc_cli_progress_show(&s->progress, done == total, "%s: %d/%d kernels", s->progress_what, done,
+                         total);
+}
+
+static void print_program(session *s, const char *path, const kc_program *p)
+{
+    const kc_cli *cli = s->cli;
+    kc_cli_progress_clear(&s->progress);
     if (cli->verbosity < 0)
         return;
     printf("%s: %s on %s: graph record %s, %d kernel%s: %d hit%s (%d remote), %d miss%s, "
@@ -297,33 +391,36 @@ static void compiled_free(compiled_graph *c)
 }
 
 /* Loads the graph, opens a backend and compiles into *out (all NULL after a
- * failure, which is printed). */
-static int compile_one(session *s, const copts *o, const char *path, const char *target, bool load,
-                       compiled_graph *out)
+ * failure, which *err says; nothing is printed). */
+static kc_code compile_one(session *s, const copts *o, const char *path, const char *target,
+                           bool load, compiled_graph *out, kc_err *err)
 {
-    kc_err err = {0};
     memset(out, 0, sizeof *out);
     kc_onnx_opts oo = {.binds = o->binds, .n_binds = o->n_binds, .skip_weights = !load};
-    if (kc_model_load(path, &oo, &out->g, &err) != KC_OK ||
-        open_backend(o, s, target, &out->b, &err) != KC_OK) {
+    kc_code rc = kc_model_load(path, &oo, &out->g, err);
+    if (rc == KC_OK)
+        rc = open_backend(o, s, target, &out->b, err);
+    if (rc != KC_OK) {
         compiled_free(out);
-        return kc_cli_fail(s->cli, &err);
+        return rc;
     }
+    s->progress_what = path;
     kc_compile_opts co = {.autotune = o->autotune,
                           .require_hit = o->require_hit,
                           .load = load,
                           .jobs = o->jobs,
                           .tag = o->tag,
-                          .verbosity = s->cli->verbosity};
-    kc_code rc = kc_compile(out->b, s->cache, out->g, &co, &out->p, &err);
+                          .verbosity = s->cli->verbosity,
+                          .progress = s->progress.on ? kernels_progress : NULL,
+                          .progress_ctx = s};
+    rc = kc_compile(out->b, s->cache, out->g, &co, &out->p, err);
     if (rc != KC_OK) {
         if (rc == KC_ERR_COMPILE)
             s->keep_work = true;
         out->p = NULL;
         compiled_free(out);
-        return kc_cli_fail(s->cli, &err);
     }
-    return KC_EXIT_OK;
+    return rc;
 }
 
 int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
@@ -335,23 +432,37 @@ int kc_cmd_compile(kc_cli *cli, int argc, char **argv)
     int rc = session_open(cli, &o, &s);
     if (rc)
         return rc;
-    /* several graphs: one summary each (one JSON object per line with
-     * --json); the first failure stops the run */
-    for (int i = 0; i < o.n_graphs && rc == KC_EXIT_OK; i++) {
+    kc_cli_progress_start(&s.progress, cli, "compile", "kernels");
+    /* several graphs: one summary each (one JSON object per line with --json);
+     * a graph that fails is reported and the others are still compiled, then
+     * the run fails */
+    int failed = 0;
+    for (int i = 0; i < o.n_graphs; i++) {
         compiled_graph c;
-        rc = compile_one(&s, &o, o.graphs[i], o.target, false, &c);
-        if (rc != KC_EXIT_OK)
-            break;
-        if (cli->json) {
-            json_t *j = program_json(o.graphs[i], c.p);
-            summary_json(j);
-            json_decref(j);
-        } else {
-            print_program(cli, o.graphs[i], c.p);
+        kc_err err = {0};
+        if (compile_one(&s, &o, o.graphs[i], o.target, false, &c, &err) != KC_OK) {
+            failed++;
+            kc_cli_progress_clear(&s.progress);
+            kc_cli_fail(cli, &err);
+            if (cli->json)
+                summary_json(failure_json(o.graphs[i], &err));
+            continue;
         }
+        if (cli->json)
+            summary_json(program_json(o.graphs[i], c.p));
+        else
+            print_program(&s, o.graphs[i], c.p);
         compiled_free(&c);
     }
-    session_close(&s);
+    rc = session_close(&s);
+    if (failed) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%d of %d graph%s failed", failed, o.n_graphs,
+                 o.n_graphs == 1 ? "" : "s");
+        if (o.n_graphs > 1)
+            fprintf(stderr, "kcache: %s\n", msg);
+        rc = KC_EXIT_FAIL;
+    }
     return rc;
 }
 
@@ -395,11 +506,14 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     int rc = session_open(cli, &o, &s);
     if (rc)
         return rc;
+    kc_cli_progress_start(&s.progress, cli, "run", "kernels");
     compiled_graph c;
     if (o.data) /* symbolic input dims take the data's shapes */
         kc_onnx_data_binds(o.data, o.binds, &o.n_binds, KC_OPT_LIST_MAX);
-    rc = compile_one(&s, &o, o.graph, o.target, true, &c);
-    if (rc) {
+    kc_err cerr = {0};
+    if (compile_one(&s, &o, o.graph, o.target, true, &c, &cerr) != KC_OK) {
+        kc_cli_progress_clear(&s.progress);
+        rc = kc_cli_fail(cli, &cerr);
         session_close(&s);
         kc_shape_binds_free(o.binds, o.n_binds);
         return rc;
@@ -470,11 +584,10 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "ok", json_boolean(all_ok));
         json_object_set_new(j, "checked", json_boolean(o.check || o.data));
         json_object_set_new(j, "iters", json_integer(o.iters));
-        json_object_set_new(j, "ms_per_iter", json_real(ms));
+        json_object_set_new(j, "ms_per_iter", json_real(round(ms * 1e3) / 1e3)); /* to 1 us */
         summary_json(j);
-        json_decref(j);
     } else {
-        print_program(cli, o.graph, p);
+        print_program(&s, o.graph, p);
         printf("ran %d iteration%s: %.3f ms each\n", o.iters, o.iters == 1 ? "" : "s", ms);
     }
     if (!all_ok) {
@@ -487,9 +600,9 @@ done:
     kc_values_free(g, vals);
     kc_values_free(g, ref);
     compiled_free(&c);
-    session_close(&s);
+    int prc = session_close(&s);
     kc_shape_binds_free(o.binds, o.n_binds);
-    return rc;
+    return rc ? rc : prc;
 }
 
 /* ---- explain ---------------------------------------------------------------- */
@@ -549,7 +662,7 @@ static const char *device_field_words(const char *field)
 }
 
 /* Names the first node in which g differs from the graph of record key. */
-static void explain_graph_diff(kc_store *st, const char *key, const kc_graph *g)
+static void explain_graph_diff(FILE *out, kc_store *st, const char *key, const kc_graph *g)
 {
     kc_artifact a;
     kc_err e = {0};
@@ -560,13 +673,13 @@ static void explain_graph_diff(kc_store *st, const char *key, const kc_graph *g)
     const char *canon = json_string_value(json_object_get(r, "canon"));
     char buf[8192];
     if (!canon)
-        printf("  (that record predates per-node canonical lines: no node diff)\n");
+        fprintf(out, "  (that record predates per-node canonical lines: no node diff)\n");
     else if (kc_graph_canon_diff(g, canon, buf, sizeof buf))
-        fputs(buf, stdout);
+        fputs(buf, out);
     json_decref(r);
 }
 
-static void diff_device(const char *mine, json_t *theirs)
+static void diff_device(FILE *out, const char *mine, json_t *theirs)
 {
     json_t *a = json_loads(mine, 0, NULL);
     const char *k;
@@ -583,11 +696,11 @@ static void diff_device(const char *mine, json_t *theirs)
             char *s2 = w ? json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
             const char *what = device_field_words(k);
             if (what && json_is_string(v) && json_is_string(w))
-                printf("    %s differs: '%s' vs '%s' (here vs there)\n", what, json_string_value(v),
-                       json_string_value(w));
+                fprintf(out, "    %s differs: '%s' vs '%s' (here vs there)\n", what,
+                        json_string_value(v), json_string_value(w));
             else
-                printf("    device field %-16s here %s, there %s\n", k, s1 ? s1 : "?",
-                       s2 ? s2 : "(absent)");
+                fprintf(out, "    device field %-16s here %s, there %s\n", k, s1 ? s1 : "?",
+                        s2 ? s2 : "(absent)");
             free(s1);
             free(s2);
         }
@@ -595,7 +708,7 @@ static void diff_device(const char *mine, json_t *theirs)
     json_object_foreach(theirs, k, v)
     {
         if (!json_object_get(a, k))
-            printf("    device field %-16s here (absent), there present\n", k);
+            fprintf(out, "    device field %-16s here (absent), there present\n", k);
     }
     json_decref(a);
 }
@@ -614,6 +727,17 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_backend *b = NULL;
     kc_explain x = {0};
     nearest near = {0};
+    /* with --json the report is one object: the key ingredients as fields, and the
+     * text below as "report" */
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *out = cli->json ? open_memstream(&text, &text_len) : stdout;
+    json_t *j = cli->json ? json_object() : NULL, *differs = json_array();
+    if (!out) {
+        kc_err_errno(&err, KC_ERR_NOMEM, errno, "explain");
+        rc = kc_cli_fail(cli, &err);
+        goto done;
+    }
     kc_compile_opts co = {.autotune = o.autotune};
     kc_onnx_opts oo = {.binds = o.binds, .n_binds = o.n_binds, .skip_weights = true};
     if (kc_model_load(o.graph, &oo, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
@@ -625,30 +749,52 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     const char *cfp = x.compiler_fp, *gkey = x.graph_key, *opts = x.options;
     bool local = kc_store_has(s.store, gkey, &err) == KC_OK;
     bool remote = !local && s.remote && kc_remote_has(s.remote, gkey, &err) == KC_OK;
-    printf("graph record key   %s  [%s]\n", gkey,
-           local    ? "local hit"
-           : remote ? "remote hit"
-                    : "miss");
-    printf("  kind             graph\n");
-    printf("  graph            %s (%s): %d inputs, %d params, %d nodes, %d outputs\n", o.graph,
-           g->name[0] ? g->name : "unnamed", g->n_inputs, g->n_params, g->n_nodes, g->n_outputs);
-    printf("  graph fp         %s\n", g->fp);
-    printf("  device           %s (%s backend)\n", dev.id, b->ops->name);
-    printf("  device fp        %s\n", dev.hash);
-    printf("  device json      %s\n", dev.json);
-    printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
-    printf("  options          %s\n", opts);
+    fprintf(out, "graph record key   %s  [%s]\n", gkey,
+            local    ? "local hit"
+            : remote ? "remote hit"
+                     : "miss");
+    fprintf(out, "  kind             graph\n");
+    fprintf(out, "  graph            %s (%s): %d inputs, %d params, %d nodes, %d outputs\n",
+            o.graph, g->name[0] ? g->name : "unnamed", g->n_inputs, g->n_params, g->n_nodes,
+            g->n_outputs);
+    fprintf(out, "  graph fp         %s\n", g->fp);
+    fprintf(out, "  device           %s (%s backend)\n", dev.id, b->ops->name);
+    fprintf(out, "  device fp        %s\n", dev.hash);
+    fprintf(out, "  device json      %s\n", dev.json);
+    fprintf(out, "  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
+    fprintf(out, "  options          %s\n", opts);
+    json_t *kernels = json_array();
     if (x.n_kernels >= 0) {
-        printf("kernels (%d, before autotuning):\n", x.n_kernels);
+        fprintf(out, "kernels (%d, before autotuning):\n", x.n_kernels);
         for (int i = 0; i < x.n_kernels; i++) {
             const kc_kernel *k = &x.kernels[i];
             char sh[96];
             bool hit = kc_store_has(s.store, x.kernel_keys[i], &err) == KC_OK;
-            printf("  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
-                   kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
-                   k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
-                   hit ? "local hit" : "miss");
+            fprintf(out, "  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
+                    kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
+                    k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
+                    hit ? "local hit" : "miss");
+            json_array_append_new(kernels,
+                                  json_pack("{s:s,s:s,s:s,s:s,s:i,s:b}", "kind",
+                                            kc_kernel_kind_name(k->kind), "shape", sh, "kernel_fp",
+                                            x.kernel_fps[i], "key", x.kernel_keys[i], "fuses",
+                                            k->n_fused, "local_hit", hit));
         }
+    }
+    if (j) {
+        json_t *fields =
+            json_pack("{s:b,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:o,s:s,s:s,s:o}", "ok", 1, "graph",
+                      o.graph, "graph_key", gkey, "status",
+                      local    ? "local hit"
+                      : remote ? "remote hit"
+                               : "miss",
+                      "graph_fp", g->fp, "device", dev.id, "backend", b->ops->name, "device_fp",
+                      dev.hash, "device_json", json_loads(dev.json, 0, NULL), "compiler_fp", cfp,
+                      "options", opts, "kernels", kernels);
+        json_object_update(j, fields);
+        json_decref(fields);
+    } else {
+        json_decref(kernels);
     }
     if (!local && !remote) {
         near.graph_fp = g->fp;
@@ -660,38 +806,65 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
         kc_filter f = {.kind = "graph"};
         kc_store_list(s.store, &f, scan_graph, &near, &err);
         if (!near.best_meta) {
-            printf("miss: no graph record exists locally%s to compare with\n",
-                   s.remote ? " (and the server has none for this key)" : "");
+            fprintf(out, "miss: no graph record exists locally%s to compare with\n",
+                    s.remote ? " (and the server has none for this key)" : "");
         } else {
             json_t *m = near.best_meta;
-            printf("miss: nearest local graph record %s (device %s) differs in:\n", near.best_key,
-                   json_string_value(json_object_get(m, "device")));
+            fprintf(out, "miss: nearest local graph record %s (device %s) differs in:\n",
+                    near.best_key, json_string_value(json_object_get(m, "device")));
             const char *gf = json_string_value(json_object_get(m, "graph_fp"));
             const char *dh = json_string_value(json_object_get(m, "device_hash"));
             const char *cf = json_string_value(json_object_get(m, "compiler_fp"));
             const char *op = json_string_value(json_object_get(m, "options"));
+            if (j)
+                json_object_set_new(j, "nearest",
+                                    json_pack("{s:s,s:s?,s:o}", "graph_key", near.best_key,
+                                              "device",
+                                              json_string_value(json_object_get(m, "device")),
+                                              "differs", json_incref(differs)));
+            if (!gf || strcmp(gf, g->fp))
+                json_array_append_new(differs, json_string("graph"));
+            if (!dh || strcmp(dh, dev.hash))
+                json_array_append_new(differs, json_string("device"));
+            if (!cf || strcmp(cf, cfp))
+                json_array_append_new(differs, json_string("compiler"));
+            if (!op || strcmp(op, opts))
+                json_array_append_new(differs, json_string("options"));
             if (!gf || strcmp(gf, g->fp)) {
-                printf("  graph fp         there %s (the graph itself differs)\n", gf ? gf : "?");
-                explain_graph_diff(s.store, near.best_key, g);
+                fprintf(out, "  graph fp         there %s (the graph itself differs)\n",
+                        gf ? gf : "?");
+                explain_graph_diff(out, s.store, near.best_key, g);
             }
             if (!dh || strcmp(dh, dev.hash)) {
-                printf("  device fp        there %s\n", dh ? dh : "?");
-                diff_device(dev.json, json_object_get(m, "device_json"));
+                fprintf(out, "  device fp        there %s\n", dh ? dh : "?");
+                diff_device(out, dev.json, json_object_get(m, "device_json"));
             }
             if (!cf || strcmp(cf, cfp))
-                printf("  compiler fp      there %s (kcache version or kernel templates changed)\n",
-                       cf ? cf : "?");
+                fprintf(
+                    out,
+                    "  compiler fp      there %s (kcache version or kernel templates changed)\n",
+                    cf ? cf : "?");
             if (!op || strcmp(op, opts))
-                printf("  options          there %s\n", op ? op : "?");
+                fprintf(out, "  options          there %s\n", op ? op : "?");
         }
     }
 done:
+    if (out && out != stdout) {
+        fclose(out);
+        if (j && rc == KC_EXIT_OK) {
+            json_object_set_new(j, "report", json_string(text ? text : ""));
+            kc_cli_json_print(stdout, json_incref(j), JSON_COMPACT);
+        }
+        free(text);
+    }
+    json_decref(j);
+    json_decref(differs);
     json_decref(near.best_meta);
     kc_explain_free(&x);
     kc_backend_close(b);
     kc_graph_free(g);
-    session_close(&s);
-    return rc;
+    int prc = session_close(&s);
+    return rc ? rc : prc;
 }
 
 /* ---- fingerprint -------------------------------------------------------------- */
@@ -737,26 +910,47 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
         }
     }
     if (cli->json)
-        summary_json(all);
-    json_decref(all);
+        summary_json(all); /* takes it */
+    else
+        json_decref(all);
     kc_fingerprints_free(fps, n);
     return KC_EXIT_OK;
 }
 
 /* ---- prewarm ------------------------------------------------------------------- */
 
+/* prewarm --push of the entries matching f, added to *ps. */
+static kc_code push_device(session *s, const kc_filter *f, kc_remote_push_stats *ps, kc_err *err)
+{
+    kc_remote_push_stats one = {0};
+    kc_code rc = kc_remote_push_ex(s->remote, s->store, f, NULL, NULL, &one, err);
+    ps->considered += one.considered;
+    ps->uploaded += one.uploaded;
+    ps->skipped += one.skipped;
+    ps->bytes += one.bytes;
+    ps->refused += one.refused;
+    ps->failed += one.failed;
+    return rc;
+}
+
 /* What kc_prewarm's loader and report share with the command. */
 typedef struct prewarm_ctx {
     session *s;
     const copts *o;
-    json_t *results; /* one program_json per pair that compiled */
+    json_t *results; /* one program_json per pair that compiled, a failure_json per other */
+    int pair, pairs; /* the pair being compiled (1-based), of how many */
+    char what[4200]; /* "3/20 path" for the progress line */
 } prewarm_ctx;
 
 /* The manifest's graphs load as compile's do: ONNX models with the --shape
  * bindings plus the entry's own. */
 static kc_code prewarm_load(const kc_manifest *m, int gi, void *ctx, kc_graph **out, kc_err *err)
 {
-    const prewarm_ctx *x = ctx;
+    prewarm_ctx *x = ctx;
+    /* each pair starts with its graph's load: the progress line names it */
+    snprintf(x->what, sizeof x->what, "%d/%d %s", ++x->pair, x->pairs, m->graphs[gi]);
+    x->s->progress_what = x->what;
+    kc_cli_progress_show(&x->s->progress, true, "%s: loading", x->what);
     kc_shape_bind binds[KC_OPT_LIST_MAX];
     int n = x->o->n_binds;
     memcpy(binds, x->o->binds, (size_t)n * sizeof *binds);
@@ -774,17 +968,24 @@ static kc_code prewarm_load(const kc_manifest *m, int gi, void *ctx, kc_graph **
 static void prewarm_done(const kc_manifest *m, int ti, int gi, const kc_program *p,
                          const kc_err *err, void *ctx)
 {
-    (void)ti;
     prewarm_ctx *x = ctx;
     kc_cli *cli = x->s->cli;
     if (!p) {
         if (err->code == KC_ERR_COMPILE)
             x->s->keep_work = true; /* the failed source stays for inspection */
+        kc_cli_progress_clear(&x->s->progress);
         kc_cli_fail(cli, err);
+        json_t *j = failure_json(m->graphs[gi], err);
+        if (j) {
+            json_object_set_new(j, "device", json_string(m->targets[ti].device));
+            if (m->targets[ti].target)
+                json_object_set_new(j, "target", json_string(m->targets[ti].target));
+        }
+        json_array_append_new(x->results, j);
         return;
     }
     if (!cli->json)
-        print_program(cli, m->graphs[gi], p);
+        print_program(x->s, m->graphs[gi], p);
     json_array_append_new(x->results, program_json(m->graphs[gi], p));
 }
 
@@ -819,9 +1020,14 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
         return rc;
     }
     json_t *devices = json_array(), *results = json_array();
-    prewarm_ctx x = {&s, &o, results};
+    prewarm_ctx x = {&s, &o, results, 0, m->n_graphs * m->n_targets, ""};
     po.backend = backend_opts(&o, &s, NULL);
     po.load_ctx = po.done_ctx = &x;
+    kc_cli_progress_start(&s.progress, cli, "prewarm", "kernels");
+    if (s.progress.on) {
+        po.compile.progress = kernels_progress;
+        po.compile.progress_ctx = &s;
+    }
     kc_prewarm_stats st;
     if (kc_prewarm(m, s.cache, &po, &st, &err) != KC_OK && st.failed == 0) {
         kc_cli_fail(cli, &err); /* stopped before a pair could fail on its own */
@@ -833,49 +1039,60 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
         failed = st.failed;
     double secs = st.seconds;
     kc_prewarm_stats_free(&st);
-    uint64_t up = 0, skipped = 0;
+    kc_cli_progress_clear(&s.progress);
+    /* the compiles' own write-backs first: a refused token fails the run */
+    char perr[KC_ERR_MSG_MAX] = "";
+    int publish_rc = session_publish(&s, perr, sizeof perr);
+    kc_remote_push_stats ps = {0};
+    char push_err[KC_ERR_MSG_MAX] = "";
     if (o.push) {
         if (!s.remote) {
             kc_err_set(&err, KC_ERR_INVALID,
                        "--push needs a server: --remote URL or $KCACHE_REMOTE");
             kc_cli_fail(cli, &err);
-            failed++;
+            snprintf(push_err, sizeof push_err, "%s", err.msg);
         } else {
-            kc_cache_flush(s.cache, 30000);
+            /* whatever the write-backs did not deliver; anything refused or not sent
+             * fails the run, with or without credentials */
             size_t di;
             json_t *d;
             json_array_foreach(devices, di, d)
             {
                 kc_filter f = {.device = json_string_value(d)};
-                uint64_t u = 0, k = 0;
-                if (kc_remote_push(s.remote, s.store, &f, NULL, NULL, &u, &k, &err) != KC_OK) {
+                if (push_device(&s, &f, &ps, &err) != KC_OK) {
                     kc_cli_fail(cli, &err);
-                    failed++;
+                    if (!push_err[0])
+                        snprintf(push_err, sizeof push_err, "%s", err.msg);
                 }
-                up += u;
-                skipped += k;
             }
+            if (ps.refused + ps.failed)
+                fprintf(stderr, "kcache: prewarm --push: %llu artifact(s) not published\n",
+                        (unsigned long long)(ps.refused + ps.failed));
         }
     }
+    bool ok = failed == 0 && publish_rc == KC_EXIT_OK && !push_err[0];
     if (cli->json) {
-        json_t *j = json_pack("{s:i,s:i,s:i,s:i,s:i,s:f,s:o,s:o,s:I,s:I}", "graphs", total,
-                              "failed", failed, "kernels", kernels, "hits", hits, "compiled",
-                              compiled, "seconds", secs, "devices", devices, "results", results,
-                              "uploaded", (json_int_t)up, "already_on_server", (json_int_t)skipped);
+        json_t *j = json_pack("{s:b,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:I,s:I,s:I}", "ok", ok,
+                              "graphs", total, "failed", failed, "kernels", kernels, "hits", hits,
+                              "compiled", compiled, "seconds", kc_cli_json_seconds(secs), "devices",
+                              devices, "results", results, "uploaded", (json_int_t)ps.uploaded,
+                              "already_on_server", (json_int_t)ps.skipped, "not_published",
+                              (json_int_t)(ps.refused + ps.failed));
+        if (j && !ok)
+            json_object_set_new(j, "error", json_string(perr[0] ? perr : push_err));
         summary_json(j);
-        json_decref(j);
     } else {
         kc_cli_info(cli,
                     "prewarm: %d graph x target pairs, %d kernels, %d hits, %d compiled, "
                     "%d failed, %.2f s%s",
                     total, kernels, hits, compiled, failed, secs, o.push ? "" : "\n");
         if (o.push)
-            kc_cli_info(cli, "; pushed %llu, %llu already on the server\n", (unsigned long long)up,
-                        (unsigned long long)skipped);
+            kc_cli_info(cli, "; pushed %llu, %llu already on the server\n",
+                        (unsigned long long)ps.uploaded, (unsigned long long)ps.skipped);
         json_decref(devices);
         json_decref(results);
     }
     session_close(&s);
     kc_manifest_free(m);
-    return failed ? KC_EXIT_FAIL : KC_EXIT_OK;
+    return ok ? KC_EXIT_OK : KC_EXIT_FAIL;
 }

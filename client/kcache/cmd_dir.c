@@ -17,41 +17,107 @@
 #include "kc_cli_opts.h"
 #include <kcache/kc_remote.h>
 #include <kcache/kc_snap.h>
+#include <kcache/kc_text.h>
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* ---- options ------------------------------------------------------------ */
 
+typedef enum dir_sub { SUB_PUSH, SUB_PULL, SUB_STATUS, SUB_EXPLAIN } dir_sub;
+#define ON(sub) (1u << (sub))
+#define ON_ALL (ON(SUB_PUSH) | ON(SUB_PULL) | ON(SUB_STATUS) | ON(SUB_EXPLAIN))
+
 typedef struct dir_args {
     const char *name, *version, *device, *preset_name, *dir;
     const kc_snap_preset *preset;
-    bool exact, verify;
+    bool exact, verify, trust_shared_dir, allow_shared_write, recheck;
     kc_cli_conn conn; /* --jobs, --ca-file, --connect-timeout */
     char dirbuf[PATH_MAX];
     char devbuf[512];
 } dir_args;
 
-/* Parses a subcommand's line: push [DIR]; pull|status|explain NAME [DIR].
- * Returns -1 after a usage error. */
-static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
+/* Each subcommand's arguments (its options come from parse's table). */
+static const char *const synopses[] = {
+    [SUB_PUSH] = "[DIR]",
+    [SUB_PULL] = "NAME [DIR]",
+    [SUB_STATUS] = "NAME [DIR]",
+    [SUB_EXPLAIN] = "NAME",
+};
+
+/* Parses a subcommand's line: push [DIR]; pull|status NAME [DIR]; explain
+ * NAME. A NAME (or --name) that is a preset's name and no --preset means
+ * that preset: its directory is the default DIR. Returns -1 after a usage
+ * error. */
+static int parse(kc_cli *cli, int argc, char **argv, dir_sub sub, dir_args *a)
 {
     memset(a, 0, sizeof *a);
-    const kc_opt opts[] = {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0},
-                           {"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0},
-                           {"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0},
-                           {"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0},
-                           {"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0},
-                           {"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0},
-                           KC_OPTS_CONN(&a->conn),
-                           {0}};
-    int n = kc_opts_parse(cli, argc, argv, opts, name_arg ? 1 : 0, name_arg ? 2 : 1);
+    bool takes_name = sub != SUB_PUSH;
+    const struct {
+        kc_opt opt;
+        unsigned subs;
+    } all[] = {
+        {{"--name", NULL, KC_OPT_STRING, &a->name, 0, 0, "NAME",
+          "the snapshot's name (push; pull, status and explain take it as their argument)",
+          "the preset's name", NULL},
+         ON_ALL},
+        {{"--version-key", NULL, KC_OPT_STRING, &a->version, 0, 0, "V",
+          "the framework versions the files belong to, e.g. 'torch=2.7.0 triton=3.3.0'", NULL,
+          NULL},
+         ON_ALL},
+        {{"--device-key", NULL, KC_OPT_STRING, &a->device, 0, 0, "D",
+          "the device the files are for", "this machine's CPU fingerprint id", NULL},
+         ON_ALL},
+        {{"--preset", NULL, KC_OPT_STRING, &a->preset_name, 0, 0, "triton|inductor|vllm|jax|neo",
+          "a framework's cache directory and name; its lock and temporary files are skipped", NULL,
+          NULL},
+         ON_ALL},
+        {{"--exact", NULL, KC_OPT_FLAG, &a->exact, 0, 0, NULL,
+          "make DIR hold exactly the snapshot (remove other files, below DIR only)", NULL, NULL},
+         ON(SUB_PULL)},
+        {{"--verify", NULL, KC_OPT_FLAG, &a->verify, 0, 0, NULL,
+          "check every file against the snapshot after restoring it", NULL, NULL},
+         ON(SUB_PULL)},
+        {{"--trust-shared-dir", NULL, KC_OPT_FLAG, &a->trust_shared_dir, 0, 0, NULL,
+          "accept a DIR another user owns or that group or others may write", NULL, NULL},
+         ON(SUB_PUSH) | ON(SUB_PULL) | ON(SUB_STATUS)},
+        {{"--allow-shared-write", NULL, KC_OPT_FLAG, &a->allow_shared_write, 0, 0, NULL,
+          "let the manifest's modes give group or others write (the umask still applies)", NULL,
+          NULL},
+         ON(SUB_PULL)},
+        {{"--recheck", NULL, KC_OPT_FLAG, &a->recheck, 0, 0, NULL,
+          "ask about every file even when the server holds this manifest", NULL, NULL},
+         ON(SUB_PUSH)},
+    };
+    /* where the subcommand talks to the server (status does not) */
+    const kc_opt conn[] = {KC_OPTS_CONN(&a->conn)};
+    kc_opt opts[sizeof all / sizeof all[0] + sizeof conn / sizeof conn[0] + 1];
+    size_t no = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i].subs & ON(sub))
+            opts[no++] = all[i].opt;
+    for (size_t i = 0; sub != SUB_STATUS && i < sizeof conn / sizeof conn[0]; i++)
+        opts[no++] = conn[i];
+    opts[no] = (kc_opt){0};
+    cli->synopsis = synopses[sub];
+    int max_args = (takes_name ? 1 : 0) + (sub == SUB_EXPLAIN ? 0 : 1);
+    int n = kc_opts_parse(cli, argc, argv, opts, takes_name ? 1 : 0, max_args);
     if (n < 0)
         return -1;
+    if (takes_name && a->name)
+        return kc_opts_error(cli, argv[0],
+                             "--name is for dir push; the snapshot to %s is NAME, the first "
+                             "argument",
+                             sub == SUB_PULL     ? "pull"
+                             : sub == SUB_STATUS ? "check"
+                                                 : "explain"),
+               -1;
     int i = 1;
-    if (name_arg)
+    if (takes_name)
         a->name = argv[i++];
     if (i <= n)
         a->dir = argv[i];
+    if (!a->preset_name && a->name && kc_snap_preset_find(a->name))
+        a->preset_name = a->name;
     if (a->preset_name) {
         if (!(a->preset = kc_snap_preset_find(a->preset_name)))
             return kc_opts_error(cli, argv[0], "unknown preset '%s' (%s)", a->preset_name,
@@ -59,7 +125,8 @@ static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
                    -1;
         if (!a->name)
             a->name = kc_snap_preset_name(a->preset);
-        if (!a->dir && kc_snap_preset_dir(a->preset, a->dirbuf, sizeof a->dirbuf))
+        if (!a->dir && sub != SUB_EXPLAIN &&
+            kc_snap_preset_dir(a->preset, a->dirbuf, sizeof a->dirbuf))
             a->dir = a->dirbuf;
     }
     if (!a->name)
@@ -68,10 +135,12 @@ static int parse(kc_cli *cli, int argc, char **argv, bool name_arg, dir_args *a)
         return kc_opts_error(cli, argv[0],
                              "give --version-key V (e.g. 'torch=2.7.0 triton=3.3.0')"),
                -1;
-    if (!a->dir && strcmp(argv[0], "dir explain") != 0)
-        return kc_opts_error(cli, argv[0], "give DIR%s", a->preset ? " or set $" : ""), -1;
+    if (!a->dir && sub != SUB_EXPLAIN)
+        return kc_opts_error(cli, argv[0], "give DIR%s%s", a->preset ? " or set $" : "",
+                             a->preset ? kc_snap_preset_env(a->preset) : ""),
+               -1;
     kc_err err = {0};
-    if (kc_snapshot_check_ident("--name", a->name, true, &err) != KC_OK ||
+    if (kc_snapshot_check_ident(takes_name ? "NAME" : "--name", a->name, true, &err) != KC_OK ||
         kc_snapshot_check_ident("--version-key", a->version, false, &err) != KC_OK ||
         (a->device && kc_snapshot_check_ident("--device-key", a->device, false, &err) != KC_OK))
         return kc_opts_error(cli, argv[0], "%s", err.msg), -1;
@@ -126,17 +195,16 @@ static kc_snap_opts snap_opts(const kc_cli *cli, const dir_args *a, kc_store *ts
                           .version_key = a->version,
                           .dir = a->dir,
                           .preset = a->preset,
+                          .trust_shared_dir = a->trust_shared_dir,
+                          .allow_shared_write = a->allow_shared_write,
+                          .recheck = a->recheck,
                           .exact = a->exact,
                           .verify = a->verify};
 }
 
 static void print_json(json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (s)
-        puts(s);
-    free(s);
-    json_decref(o);
+    kc_cli_json_print(stdout, o, JSON_COMPACT);
 }
 
 static int fail_json(kc_cli *cli, const kc_err *err)
@@ -167,6 +235,7 @@ static void explain_miss(kc_cli *cli, const kc_snap_opts *o, json_t *out)
     }
     fprintf(stderr, "  wanted: name '%s', device '%s', version '%s'\n", o->name, o->device_key,
             o->version_key);
+    char dk[2 * KC_SNAP_IDENT_MAX], vk[2 * KC_SNAP_IDENT_MAX];
     if (n == 0)
         fprintf(stderr, "  no snapshot named '%s' exists%s\n", o->name,
                 cli->remote ? " on the server" : " here");
@@ -175,8 +244,10 @@ static void explain_miss(kc_cli *cli, const kc_snap_opts *o, json_t *out)
             fprintf(stderr, "  ... and %zu more\n", n - 8);
             break;
         }
-        fprintf(stderr, "  exists: device '%s', version '%s' (differs: %s)\n", near[i].device_key,
-                near[i].version_key, near[i].differs);
+        /* the server's metadata: escaped (kc_text.h) */
+        fprintf(stderr, "  exists: device '%s', version '%s' (differs: %s)\n",
+                kc_escape_text(near[i].device_key, 0, dk, sizeof dk),
+                kc_escape_text(near[i].version_key, 0, vk, sizeof vk), near[i].differs);
     }
     free(near);
 }
@@ -193,7 +264,9 @@ static void report_file(const char *path, void *ctx)
     report_ctx *x = ctx;
     if (x->cli->json || x->shown == 10)
         return;
-    fprintf(stderr, "  missing or different: %s/%s\n", x->dir, path);
+    char shown[2 * KC_SNAP_PATH_MAX]; /* a manifest's path: escaped (kc_text.h) */
+    fprintf(stderr, "  missing or different: %s/%s\n", x->dir,
+            kc_escape_text(path, 0, shown, sizeof shown));
     x->shown++;
 }
 
@@ -202,7 +275,7 @@ static void report_file(const char *path, void *ctx)
 static int dir_push(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
-    if (parse(cli, argc, argv, false, &a) < 0)
+    if (parse(cli, argc, argv, SUB_PUSH, &a) < 0)
         return KC_EXIT_USAGE;
     int rc = resolve_device(cli, &a);
     if (rc != KC_EXIT_OK)
@@ -212,25 +285,49 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
     if (cli->remote && !(r = open_remote(cli, &a)))
         return KC_EXIT_FAIL;
     kc_snap_opts o = snap_opts(cli, &a, NULL, r);
+    kc_cli_progress prog;
+    kc_cli_progress_start(&prog, cli, "dir push", "files");
+    if (prog.on) {
+        o.progress = kc_cli_progress_transfer;
+        o.progress_ctx = &prog;
+    }
     kc_snap_push_result res;
     kc_err err = {0};
     kc_code c = kc_snap_push(&o, &res, &err);
     double secs = kc_now() - t0;
+    kc_cli_progress_clear(&prog);
     if (c != KC_OK) {
         kc_remote_close(r);
+        /* whatever was not sent fails the push, refused or not, with or without
+         * credentials */
+        uint64_t not_sent = res.sent.refused + res.sent.failed;
+        if (not_sent) {
+            char more[64];
+            snprintf(more, sizeof more, " (%llu file(s) not published)",
+                     (unsigned long long)not_sent);
+            strncat(err.msg, more, sizeof err.msg - strlen(err.msg) - 1);
+        }
         return fail_json(cli, &err);
     }
     const kc_snap_scan_stats *ss = &res.scan;
     const kc_remote_push_stats *ps = &res.sent;
     if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "ok", 1,
+            "{s:b,s:s,s:s,s:s,s:s,s:s,s:b,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "ok", 1,
             "name", a.name, "device_key", a.device, "version_key", a.version, "snapshot", res.slot,
-            "manifest", res.manifest, "manifest_sent", res.manifest_sent, "dir", a.dir, "files",
-            (json_int_t)ss->files, "dirs", (json_int_t)ss->dirs, "bytes", (json_int_t)ss->bytes,
-            "excluded", (json_int_t)ss->excluded, "special", (json_int_t)ss->special, "files_sent",
+            "manifest", res.manifest, "manifest_sent", res.manifest_sent, "unchanged",
+            res.unchanged, "dir", a.dir, "files", (json_int_t)ss->files, "dirs",
+            (json_int_t)ss->dirs, "bytes", (json_int_t)ss->bytes, "excluded",
+            (json_int_t)ss->excluded, "special", (json_int_t)ss->special, "files_sent",
             (json_int_t)ps->uploaded, "files_skipped", (json_int_t)ps->skipped, "bytes_sent",
-            (json_int_t)ps->bytes, "seconds", secs));
+            (json_int_t)ps->bytes, "seconds", kc_cli_json_seconds(secs)));
+    } else if (r && res.unchanged && !res.manifest_sent && ps->considered == 0) {
+        char sz[32];
+        kc_cli_info(cli,
+                    "snapshot '%s' of %s: %llu files, %s, unchanged since the last push; the "
+                    "server has its manifest %.16s, so nothing was sent (%.2fs)\n",
+                    a.name, a.dir, (unsigned long long)ss->files,
+                    kc_format_size(ss->bytes, sz, sizeof sz), res.manifest, secs);
     } else {
         char sz[32], sent[32];
         kc_cli_info(
@@ -253,9 +350,9 @@ static int dir_push(kc_cli *cli, int argc, char **argv)
 /* What pull, status and explain share: the options (NAME first), the
  * device key and the store with the trust policy. -1 after a usage error,
  * else an exit code (KC_EXIT_OK: *ts is open). */
-static int begin(kc_cli *cli, int argc, char **argv, dir_args *a, kc_store **ts)
+static int begin(kc_cli *cli, int argc, char **argv, dir_sub sub, dir_args *a, kc_store **ts)
 {
-    if (parse(cli, argc, argv, true, a) < 0)
+    if (parse(cli, argc, argv, sub, a) < 0)
         return KC_EXIT_USAGE;
     int rc = resolve_device(cli, a);
     if (rc != KC_EXIT_OK)
@@ -269,7 +366,7 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     double t0 = kc_now();
     kc_store *ts = NULL;
     kc_remote *r = NULL;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_PULL, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     if (cli->remote && !(r = open_remote(cli, &a))) {
@@ -280,10 +377,17 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
     kc_snap_opts o = snap_opts(cli, &a, ts, r);
     o.report = report_file;
     o.report_ctx = &rep;
+    kc_cli_progress prog;
+    kc_cli_progress_start(&prog, cli, "dir pull", "files");
+    if (prog.on) {
+        o.progress = kc_cli_progress_transfer;
+        o.progress_ctx = &prog;
+    }
     kc_snap_pull_result res;
     kc_err err = {0};
     kc_code c = kc_snap_pull(&o, &res, &err);
     double secs = kc_now() - t0;
+    kc_cli_progress_clear(&prog);
     if (cli->verbosity > 0)
         kc_cli_info(cli,
                     "dir pull: manifests and plan %.2fs, fetching %zu file(s) and writing "
@@ -305,13 +409,14 @@ static int dir_pull(kc_cli *cli, int argc, char **argv)
         rc = KC_EXIT_FAIL;
     } else if (cli->json) {
         print_json(json_pack(
-            "{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "ok", 1, "name", a.name,
+            "{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:o}", "ok", 1, "name", a.name,
             "manifest", res.manifest, "dir", a.dir, "files", (json_int_t)res.files, "bytes",
             (json_int_t)res.bytes, "files_received", (json_int_t)res.files_received,
             "bytes_received", (json_int_t)res.bytes_received, "written",
             (json_int_t)res.restore.written, "unchanged", (json_int_t)res.restore.unchanged,
             "removed", (json_int_t)res.restore.removed, "bytes_written",
-            (json_int_t)res.restore.bytes, "verified", a.verify, "seconds", secs));
+            (json_int_t)res.restore.bytes, "verified", a.verify, "seconds",
+            kc_cli_json_seconds(secs)));
     } else {
         char sz[32], got[32];
         kc_cli_info(cli,
@@ -332,7 +437,7 @@ static int dir_status(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
     kc_store *ts;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_STATUS, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     report_ctx rep = {cli, a.dir, 0};
@@ -364,7 +469,7 @@ static int dir_explain(kc_cli *cli, int argc, char **argv)
 {
     dir_args a;
     kc_store *ts;
-    int rc = begin(cli, argc, argv, &a, &ts);
+    int rc = begin(cli, argc, argv, SUB_EXPLAIN, &a, &ts);
     if (rc != KC_EXIT_OK)
         return rc;
     kc_remote *r = NULL;

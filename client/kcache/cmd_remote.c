@@ -1,178 +1,60 @@
 /*
  * cmd_remote.c - `kcache pull` and `kcache push`: the server tier of the
- * command line. Thin wrappers over kc_remote_pull / kc_remote_push_ex that
- * add option parsing, a progress line on a terminal and a --json summary.
+ * command line. Thin wrappers over kc_remote_pull_ex / kc_remote_push_ex that
+ * add option parsing, a progress line on a terminal, what a pull that matched
+ * nothing could have matched, and a --json summary.
  */
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
-#include <kcache/kc_backend.h>
+#include "kc_cli_device.h"
 #include "kc_cli_opts.h"
 #include <kcache/kc_remote.h>
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
-typedef struct progress_state {
-    const char *verb;
-    double start;
-    double last;
-    bool shown;
-} progress_state;
-
-static void progress_line(uint64_t done, uint64_t total, uint64_t bytes, void *ctx)
-{
-    progress_state *ps = ctx;
-    double now = kc_now();
-    if (now - ps->last < 0.1 && !(total && done == total))
-        return; /* 10 updates a second at most */
-    ps->last = now;
-    double el = now - ps->start;
-    char sz[32], rate[32];
-    kc_format_size(bytes, sz, sizeof sz);
-    kc_format_size(el > 0 ? (uint64_t)(bytes / el) : 0, rate, sizeof rate);
-    if (total)
-        fprintf(stderr, "\r%s: %llu/%llu artifacts  %s  %s/s   ", ps->verb,
-                (unsigned long long)done, (unsigned long long)total, sz, rate);
-    else
-        fprintf(stderr, "\r%s: %llu artifacts  %s  %s/s   ", ps->verb, (unsigned long long)done, sz,
-                rate);
-    fflush(stderr);
-    ps->shown = true;
-}
-
-static void progress_end(progress_state *ps)
-{
-    if (ps->shown)
-        fputc('\n', stderr);
-    ps->shown = false;
-}
-
 typedef struct remote_args {
     kc_filter f;
-    const char *devices[65];
-    int ndevices;
-    char *owned[65]; /* strdup'd --device values the ids point into */
-    int nowned;
-    bool device_auto; /* --device auto: add this machine's ids */
-    bool device_all;  /* --device all: no device filter */
-    kc_cli_conn conn; /* --jobs, --ca-file, --connect-timeout */
+    kc_cli_devices d;   /* --device BACKEND|all, --device-id ID... */
+    bool require_match; /* pull --require-match: exit 3 when nothing matched */
+    kc_cli_conn conn;   /* --jobs, --ca-file, --connect-timeout */
 } remote_args;
 
-/* One --device value (or, for pull, an argument after --device ID): auto,
- * all, or ids; pull splits a comma list. -1 after a usage error. */
-static int take_device(kc_cli *cli, const char *cmd, bool pull, remote_args *a, const char *v)
-{
-    if (strcmp(v, "auto") == 0) {
-        a->device_auto = true;
-        return 0;
-    }
-    if (strcmp(v, "all") == 0) {
-        a->device_all = true;
-        return 0;
-    }
-    if (!pull) {
-        a->f.device = v;
-        return 0;
-    }
-    char *copy = strdup(v);
-    if (!copy || a->nowned == 64) {
-        free(copy);
-        return kc_opts_error(cli, cmd, "too many --device values"), -1;
-    }
-    a->owned[a->nowned++] = copy;
-    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (a->ndevices == 64)
-            return kc_opts_error(cli, cmd, "at most 64 devices"), -1;
-        a->devices[a->ndevices++] = t;
-    }
-    return 0;
-}
-
-/* Parses the options shared by pull and push. Returns -1 on a usage error. */
+/* Parses the options shared by pull and push. An exit code: KC_EXIT_OK to go on. */
 static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a)
 {
     memset(a, 0, sizeof *a);
-    kc_opt_list devices = {0};
-    const kc_opt opts[] = {{"--device", NULL, KC_OPT_LIST, &devices, 0, 0},
-                           {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0},
-                           {"--kind", NULL, KC_OPT_KIND, &a->f.kind, 0, 0},
-                           {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0},
+    const kc_opt opts[] = {KC_OPTS_FILTER(&a->f),
+                           KC_OPTS_DEVICES(&a->d),
                            KC_OPTS_CONN(&a->conn),
+                           {"--require-match", NULL, KC_OPT_FLAG, &a->require_match, 0, 0, NULL,
+                            "exit 3 when nothing on the server matched", NULL, "pull"},
                            {0}};
     int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
     if (nargs < 0)
-        return -1;
+        return KC_EXIT_USAGE;
     kc_err terr = {0};
     if (a->f.tag && kc_tag_check(a->f.tag, &terr) != KC_OK)
-        return kc_opts_error(cli, argv[0], "--tag: %s", terr.msg), -1;
-    for (int i = 0; i < devices.n; i++)
-        if (take_device(cli, argv[0], pull, a, devices.v[i]) < 0)
-            return -1;
-    /* pull --device ID ID...: the arguments are more ids */
-    if (nargs > 0 && a->ndevices == 0)
-        return kc_opts_error(cli, argv[0], "unexpected argument '%s'", argv[1]), -1;
-    for (int i = 1; i <= nargs; i++)
-        if (take_device(cli, argv[0], pull, a, argv[i]) < 0)
-            return -1;
-    return 0;
+        return kc_opts_error(cli, argv[0], "--tag: %s", terr.msg);
+    /* pull --device-id A B C: the arguments are more ids */
+    if (nargs > 0 && a->d.ids.n == 0)
+        return kc_opts_error(cli, argv[0], "unexpected argument '%s' (ids go after --device-id)",
+                             argv[1]);
+    if (kc_cli_devices_add_ids(cli, argv[0], &a->d, (const char *const *)argv + 1, nargs) < 0)
+        return KC_EXIT_USAGE;
+    return kc_cli_devices_check(cli, argv[0], &a->d);
 }
 
-static bool add_device(remote_args *a, const char *id)
+/* After the server and the store opened: the devices (pull: this machine's by default;
+ * push: every device), into a->f.device. An exit code. */
+static int resolve_devices(kc_cli *cli, const char *cmd, bool pull, remote_args *a)
 {
-    for (int i = 0; i < a->ndevices; i++)
-        if (strcmp(a->devices[i], id) == 0)
-            return true;
-    if (a->ndevices == 64 || a->nowned == 64)
-        return false;
-    char *copy = strdup(id);
-    if (!copy)
-        return false;
-    a->owned[a->nowned++] = copy;
-    a->devices[a->ndevices++] = copy;
-    return true;
-}
-
-typedef struct auto_ctx {
-    kc_cli *cli;
-    remote_args *a;
-    int found;
-} auto_ctx;
-
-static void auto_device(const char *id, const char *what, const char *why, void *ctx)
-{
-    auto_ctx *x = ctx;
-    if (id && add_device(x->a, id))
-        x->found++;
-    else if (!id && x->cli->verbosity > 0)
-        kc_cli_info(x->cli, "kcache pull: no %s: %s\n", what, why);
-}
-
-/* "auto": this machine's device fingerprint ids (kc_backend_local_devices). Returns how
- * many were found. */
-static int auto_devices(kc_cli *cli, remote_args *a)
-{
-    /* the state directory `kcache compile` uses caches `cc --version` */
-    char state[4096];
-    snprintf(state, sizeof state, "%s/state", cli->cache_dir);
-    kc_err ignore;
-    const char *state_dir = kc_mkdirs(state, &ignore) == KC_OK ? state : NULL;
-    auto_ctx x = {cli, a, 0};
-    kc_backend_local_devices(state_dir, auto_device, &x);
-    return x.found;
-}
-
-static void free_args(remote_args *a)
-{
-    for (int i = 0; i < a->nowned; i++)
-        free(a->owned[i]);
-    a->nowned = 0;
+    int rc = kc_cli_devices_resolve(cli, cmd, &a->d, pull);
+    a->f.device = a->d.filter;
+    return rc;
 }
 
 /* Opens the server(s) of --remote, then the local store; on failure prints
@@ -181,7 +63,8 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
 {
     kc_err err = {0};
     *s = NULL;
-    if (kc_cli_remote_open(cli, &a->conn, r, &err) != KC_OK)
+    kc_cli_conn conn = a->conn;
+    if (kc_cli_remote_open(cli, &conn, r, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
     if (kc_cli_open_store(cli, NULL, s) != KC_OK) {
         kc_remote_close(*r);
@@ -191,54 +74,154 @@ static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_stor
     return KC_EXIT_OK;
 }
 
-static void print_json(json_t *o)
+/* What pull and push share: the options, the server and the store, then the devices.
+ * On KC_EXIT_OK *r and *s are open and a->d owns the ids; otherwise everything is
+ * closed and freed and the exit code returned. */
+static int begin(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a, kc_remote **r,
+                 kc_store **s)
 {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (s) {
-        puts(s);
-        free(s);
+    *r = NULL;
+    *s = NULL;
+    int rc = parse_args(cli, argc, argv, pull, a);
+    if (rc == KC_EXIT_OK)
+        rc = open_remote(cli, a, r, s);
+    if (rc == KC_EXIT_OK && (rc = resolve_devices(cli, argv[0], pull, a)) != KC_EXIT_OK) {
+        kc_store_close(*s);
+        kc_remote_close(*r);
     }
-    json_decref(o);
+    if (rc != KC_EXIT_OK)
+        kc_cli_devices_free(&a->d);
+    return rc;
 }
 
-static int pull_with(kc_cli *cli, remote_args *ap);
+/* ---- pull --------------------------------------------------------------------- */
+
+/* Which parts of two CPU fingerprint ids differ, in words; NULL when either is not a
+ * CPU id. cpu-ARCH-TARGET-COMPILER-HASH: the hash covers the CPU's features, the
+ * compiler's command and bytes, so equal words with another hash differ in those. */
+static const char *cpu_id_differs(const char *want, const char *have, char *buf, size_t cap)
+{
+    const char *p[2] = {want, have};
+    struct {
+        char arch[32], target[32], cc[32], hash[32];
+    } w[2];
+    for (int i = 0; i < 2; i++) {
+        const char *s = p[i];
+        if (strncmp(s, "cpu-", 4) != 0)
+            return NULL;
+        s += 4;
+        const char *a = strchr(s, '-'), *h = strrchr(s, '-');
+        if (!a || !h || h <= a)
+            return NULL;
+        const char *c = h - 1;
+        while (c > a && *c != '-')
+            c--;
+        if (c <= a)
+            return NULL;
+        snprintf(w[i].arch, sizeof w[i].arch, "%.*s", (int)(a - s), s);
+        snprintf(w[i].target, sizeof w[i].target, "%.*s", (int)(c - a - 1), a + 1);
+        snprintf(w[i].cc, sizeof w[i].cc, "%.*s", (int)(h - c - 1), c + 1);
+        snprintf(w[i].hash, sizeof w[i].hash, "%s", h + 1);
+    }
+    buf[0] = '\0';
+    size_t n = 0;
+#define DIFFER(field, words)                                                                       \
+    if (strcmp(w[0].field, w[1].field) != 0 && n < cap)                                            \
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s (%s here, %s there)", n ? "; " : "", words,  \
+                              w[0].field, w[1].field);
+    DIFFER(arch, "architecture")
+    DIFFER(target, "target")
+    DIFFER(cc, "compiler")
+#undef DIFFER
+    if (n == 0)
+        snprintf(buf, cap,
+                 "fingerprint (the CPU's features, the compiler's command or "
+                 "executable: `kcache explain GRAPH` shows the fields)");
+    return buf;
+}
+
+/* Of the ids asked for, the one nearest to have (by edit distance). */
+static const char *nearest_wanted(const remote_args *a, const char *have)
+{
+    const char *best = a->d.n ? a->d.id[0] : NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < a->d.n; i++) {
+        size_t d = kc_edit_distance(a->d.id[i], have);
+        if (d < best_d) {
+            best_d = d;
+            best = a->d.id[i];
+        }
+    }
+    return best;
+}
+
+/* A pull that matched nothing: what was asked for, and the device ids the server holds
+ * for the rest of the filter (from the bundle's header), each with what differs from
+ * the nearest id asked for; as dir pull says which snapshots exist. To stderr, or into
+ * out (--json). */
+static void explain_no_match(kc_cli *cli, const remote_args *a, const char *others, json_t *out)
+{
+    json_t *wanted = json_array(), *near = json_array();
+    for (int i = 0; i < a->d.n; i++)
+        json_array_append_new(wanted, json_string(a->d.id[i]));
+    if (!out) {
+        fprintf(stderr, "kcache pull: nothing on %s matched\n  wanted: device ", cli->remote_shown);
+        for (int i = 0; i < a->d.n; i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", a->d.id[i]);
+        fprintf(stderr, "%s%s%s%s%s\n", a->d.n ? "" : "(any)", a->f.kind ? ", kind " : "",
+                a->f.kind ? a->f.kind : "", a->f.tag ? ", tag " : "", a->f.tag ? a->f.tag : "");
+    }
+    int shown = 0;
+    for (const char *p = others; p && *p;) {
+        size_t n = strcspn(p, ",");
+        char have[256], why[512];
+        snprintf(have, sizeof have, "%.*s", (int)n, p);
+        p += n + (p[n] == ',');
+        const char *want = nearest_wanted(a, have);
+        const char *differs = want ? cpu_id_differs(want, have, why, sizeof why) : NULL;
+        if (!differs)
+            differs = "device id";
+        json_array_append_new(near, json_pack("{s:s,s:s?,s:s}", "device", have, "nearest_wanted",
+                                              want, "differs", differs));
+        if (out || shown++ >= 8)
+            continue;
+        fprintf(stderr, "  exists: device %s (differs from %s: %s)\n", have, want ? want : "-",
+                differs);
+    }
+    if (!out && shown > 8)
+        fprintf(stderr, "  ... and %d more\n", shown - 8);
+    if (!out && !others)
+        fprintf(stderr, "  the server named no other device ids for that filter\n");
+    if (!out && others)
+        fprintf(stderr, "  pull one of them with --device-id ID, or every device with "
+                        "--device all\n");
+    if (out) {
+        json_object_set_new(out, "wanted", wanted);
+        json_object_set_new(out, "exists", near);
+    } else {
+        json_decref(wanted);
+        json_decref(near);
+    }
+}
 
 int kc_cmd_pull(kc_cli *cli, int argc, char **argv)
 {
     remote_args a;
-    if (parse_args(cli, argc, argv, true, &a) < 0) {
-        free_args(&a);
-        return KC_EXIT_USAGE;
-    }
-    int rc = pull_with(cli, &a);
-    free_args(&a);
-    return rc;
-}
-
-static int pull_with(kc_cli *cli, remote_args *ap)
-{
-    /* No --device means auto; "all" means every device on the server. */
-    if (ap->device_auto || (ap->ndevices == 0 && !ap->device_all)) {
-        if (auto_devices(cli, ap) == 0)
-            kc_cli_info(cli, "kcache pull: could not fingerprint this machine's devices; "
-                             "pulling every device\n");
-    }
-    if (ap->device_all)
-        ap->ndevices = 0;
-    ap->devices[ap->ndevices] = NULL;
-    const char *const *devices = ap->ndevices ? ap->devices : NULL;
     kc_remote *r;
     kc_store *s;
-    int rc = open_remote(cli, ap, &r, &s);
+    int rc = begin(cli, argc, argv, true, &a, &r, &s);
     if (rc != KC_EXIT_OK)
         return rc;
-    progress_state ps = {.verb = "pull", .start = kc_now()};
-    bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
+    const char *const *devices = a.d.all || a.d.n == 0 ? NULL : a.d.id;
+    kc_cli_progress ps;
+    kc_cli_progress_start(&ps, cli, "pull", "artifacts");
     kc_bundle_stats st = {0};
+    kc_remote_pull_info info = {0};
     kc_err err = {0};
-    kc_code c = kc_remote_pull(r, s, devices, &ap->f, bar ? progress_line : NULL, &ps, &st, &err);
+    kc_code c = kc_remote_pull_ex(r, s, devices, &a.f, ps.on ? kc_cli_progress_transfer : NULL, &ps,
+                                  &st, &info, &err);
     double secs = kc_now() - ps.start;
-    progress_end(&ps);
+    kc_cli_progress_clear(&ps);
     kc_err ferr = {0};
     if (kc_store_flush(s, &ferr) != KC_OK && c == KC_OK) {
         err = ferr;
@@ -246,31 +229,30 @@ static int pull_with(kc_cli *cli, remote_args *ap)
     }
     kc_store_close(s);
     if (c != KC_OK) {
-        kc_remote_close(r);
-        if (cli->json) {
-            json_t *o = json_pack("{s:b,s:s,s:s}", "ok", 0, "error", err.msg, "code",
-                                  kc_code_name(err.code));
-            if (o)
-                print_json(o);
-        }
-        return kc_cli_fail(cli, &err);
+        rc = kc_cli_fail(cli, &err);
+        goto done;
     }
+    bool matched = st.artifacts > 0;
     double rate = secs > 0 ? (double)st.bytes / secs : 0;
     if (cli->json) {
-        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "ok", st.refused == 0,
-                              "remote", kc_remote_url(r), "artifacts", (json_int_t)st.artifacts,
-                              "imported", (json_int_t)st.imported, "present",
-                              (json_int_t)st.present, "refused", (json_int_t)st.refused, "bytes",
-                              (json_int_t)st.bytes, "seconds", secs, "bytes_per_sec", rate);
+        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:f}", "ok",
+                              st.refused == 0 && (matched || !a.require_match), "remote",
+                              kc_remote_url(r), "artifacts", (json_int_t)st.artifacts, "announced",
+                              (json_int_t)info.announced, "imported", (json_int_t)st.imported,
+                              "present", (json_int_t)st.present, "refused", (json_int_t)st.refused,
+                              "bytes", (json_int_t)st.bytes, "seconds", kc_cli_json_seconds(secs),
+                              "bytes_per_sec", rate);
         json_t *dv = json_array();
-        for (int k = 0; k < ap->ndevices; k++)
-            json_array_append_new(dv, json_string(ap->devices[k]));
-        if (o)
+        for (int k = 0; k < a.d.n && !a.d.all; k++)
+            json_array_append_new(dv, json_string(a.d.id[k]));
+        if (o) {
             json_object_set_new(o, "devices", dv);
-        else
+            if (!matched)
+                explain_no_match(cli, &a, info.other_devices, o);
+        } else {
             json_decref(dv);
-        if (o)
-            print_json(o);
+        }
+        kc_cli_json_print(stdout, o, JSON_COMPACT);
     } else {
         char sz[32], rs[32];
         kc_cli_info(cli,
@@ -279,53 +261,79 @@ static int pull_with(kc_cli *cli, remote_args *ap)
                     (unsigned long long)st.artifacts, (unsigned long long)st.imported,
                     (unsigned long long)st.present, kc_format_size(st.bytes, sz, sizeof sz), secs,
                     kc_format_size((uint64_t)rate, rs, sizeof rs), kc_remote_url(r));
-        if (st.artifacts == 0 || cli->verbosity > 0) {
-            kc_cli_info(cli, "  device ids asked for:%s", ap->ndevices ? "" : " (all)");
-            for (int k = 0; k < ap->ndevices; k++)
-                kc_cli_info(cli, " %s", ap->devices[k]);
+        if (!matched && cli->verbosity >= 0)
+            explain_no_match(cli, &a, info.other_devices, NULL);
+        else if (cli->verbosity > 0) {
+            kc_cli_info(cli, "  device ids asked for:%s", a.d.n && !a.d.all ? "" : " (all)");
+            for (int k = 0; k < a.d.n && !a.d.all; k++)
+                kc_cli_info(cli, " %s", a.d.id[k]);
             kc_cli_info(cli, "\n");
         }
     }
+    rc = kc_cli_refused(st.refused, NULL);
+    if (rc == KC_EXIT_OK && !matched && a.require_match) {
+        kc_cli_note_error("--require-match: nothing on the server matched", "no-match");
+        fprintf(stderr, "kcache pull: --require-match: nothing matched (exit %d)\n",
+                KC_EXIT_NO_MATCH);
+        rc = KC_EXIT_NO_MATCH;
+    }
+done:
+    kc_remote_pull_info_free(&info);
     kc_remote_close(r);
-    return kc_cli_refused(st.refused, NULL);
+    kc_cli_devices_free(&a.d);
+    return rc;
 }
+
+/* ---- push --------------------------------------------------------------------- */
 
 int kc_cmd_push(kc_cli *cli, int argc, char **argv)
 {
     remote_args a;
-    if (parse_args(cli, argc, argv, false, &a) < 0)
-        return KC_EXIT_USAGE;
     kc_remote *r;
     kc_store *s;
-    int rc = open_remote(cli, &a, &r, &s);
+    int rc = begin(cli, argc, argv, false, &a, &r, &s);
     if (rc != KC_EXIT_OK)
         return rc;
-    progress_state ps = {.verb = "push", .start = kc_now()};
-    bool bar = isatty(STDERR_FILENO) && cli->verbosity >= 0;
+    kc_cli_progress ps;
+    kc_cli_progress_start(&ps, cli, "push", "artifacts");
     kc_remote_push_stats st = {0};
     kc_err err = {0};
-    kc_code c = kc_remote_push_ex(r, s, &a.f, bar ? progress_line : NULL, &ps, &st, &err);
+    kc_code c =
+        kc_remote_push_ex(r, s, &a.f, ps.on ? kc_cli_progress_transfer : NULL, &ps, &st, &err);
     double secs = kc_now() - ps.start;
-    progress_end(&ps);
+    kc_cli_progress_clear(&ps);
     kc_store_close(s);
-    if (cli->json) {
-        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:f}", "ok", c == KC_OK, "remote",
-                              kc_remote_url(r), "considered", (json_int_t)st.considered, "uploaded",
-                              (json_int_t)st.uploaded, "skipped", (json_int_t)st.skipped, "bytes",
-                              (json_int_t)st.bytes, "seconds", secs);
-        if (o && c != KC_OK)
-            json_object_set_new(o, "error", json_string(err.msg));
-        if (o)
-            print_json(o);
-    }
-    kc_remote_close(r);
+    /* everything asked for that is not on the server fails the push, refused or not
+     * sent, with or without credentials */
+    uint64_t not_published = st.refused + st.failed;
+    if (c != KC_OK && not_published == 0)
+        not_published = st.considered - st.uploaded - st.skipped;
     if (c != KC_OK)
-        return kc_cli_fail(cli, &err);
-    if (!cli->json) {
+        kc_cli_fail(cli, &err);
+    if (not_published) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%llu of %llu artifact(s) not published",
+                 (unsigned long long)not_published, (unsigned long long)st.considered);
+        fprintf(stderr, "kcache: %s\n", msg);
+    }
+    if (cli->json) {
+        json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "ok", c == KC_OK, "remote",
+                              kc_remote_url(r), "considered", (json_int_t)st.considered, "uploaded",
+                              (json_int_t)st.uploaded, "skipped", (json_int_t)st.skipped, "refused",
+                              (json_int_t)st.refused, "failed", (json_int_t)st.failed, "bytes",
+                              (json_int_t)st.bytes, "seconds", kc_cli_json_seconds(secs));
+        if (o && c != KC_OK) {
+            json_object_set_new(o, "error", json_string(err.msg));
+            json_object_set_new(o, "code", json_string(kc_code_name(err.code)));
+        }
+        kc_cli_json_print(stdout, o, JSON_COMPACT);
+    } else if (c == KC_OK) {
         char sz[32];
         kc_cli_info(cli, "pushed %llu artifact(s), %llu already on the server, %s in %.2fs\n",
                     (unsigned long long)st.uploaded, (unsigned long long)st.skipped,
                     kc_format_size(st.bytes, sz, sizeof sz), secs);
     }
-    return KC_EXIT_OK;
+    kc_remote_close(r);
+    kc_cli_devices_free(&a.d);
+    return c == KC_OK ? KC_EXIT_OK : KC_EXIT_FAIL;
 }

@@ -20,18 +20,17 @@
 
 #include <kcache/kc_bundle.h>
 #include <kcache/kc_hash.h>
+#include "kc_cli_device.h"
+#include <kcache/kc_text.h>
 #include "kc_cli_opts.h"
 #include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 static int print_json_to(FILE *out, json_t *j)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(j);
-    if (!s)
+    if (!j)
         return KC_EXIT_FAIL;
-    fprintf(out, "%s\n", s);
-    free(s);
+    kc_cli_json_print(out, j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     return KC_EXIT_OK;
 }
 
@@ -68,10 +67,16 @@ static json_t *filter_json(const kc_filter *f)
 int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 {
     const char *kind = NULL, *key = NULL, *meta = NULL;
-    const kc_opt opts[] = {{"--kind", NULL, KC_OPT_KIND, &kind, 0, 0},
-                           {"--key", NULL, KC_OPT_STRING, &key, 0, 0},
-                           {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0},
-                           {0}};
+    const kc_opt opts[] = {
+        {"--kind", NULL, KC_OPT_KIND, &kind, 0, 0, "K",
+         "the artifact's kind (required): a built-in kind or your own, "
+         "[a-z0-9][a-z0-9._-]{0,31}",
+         NULL, NULL},
+        {"--key", NULL, KC_OPT_STRING, &key, 0, 0, "KEY", "store under this key (64 hex digits)",
+         "the SHA-256 of the file", NULL},
+        {"--meta", NULL, KC_OPT_STRING, &meta, 0, 0, "JSON",
+         "metadata stored with it, a JSON object (\"tag\" is what --tag filters on)", NULL, NULL},
+        {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
         return KC_EXIT_USAGE;
     const char *file = argv[1];
@@ -128,7 +133,9 @@ int kc_cmd_put(kc_cli *cli, int argc, char **argv)
 int kc_cmd_get(kc_cli *cli, int argc, char **argv)
 {
     const char *outp = NULL;
-    const kc_opt opts[] = {{"--output", "-o", KC_OPT_STRING, &outp, 0, 0}, {0}};
+    const kc_opt opts[] = {{"--output", "-o", KC_OPT_STRING, &outp, 0, 0, "FILE",
+                            "write the payload to FILE (atomically)", "standard output", NULL},
+                           {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
         return KC_EXIT_USAGE;
     const char *key = argv[1];
@@ -219,14 +226,27 @@ int kc_cmd_rm(kc_cli *cli, int argc, char **argv)
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
         return KC_EXIT_FAIL;
     int code = KC_EXIT_OK;
+    json_t *removed = json_array(), *failed = json_array();
     for (int i = 1; i <= nkeys; i++) {
         kc_err err = {0};
-        if (kc_store_delete(s, argv[i], &err) != KC_OK)
+        if (kc_store_delete(s, argv[i], &err) != KC_OK) {
             code = kc_cli_fail(cli, &err);
-        else if (cli->verbosity > 0)
-            kc_cli_info(cli, "removed %s\n", argv[i]);
+            json_array_append_new(failed, json_pack("{s:s,s:s,s:s}", "key", argv[i], "error",
+                                                    err.msg, "code", kc_code_name(err.code)));
+        } else {
+            json_array_append_new(removed, json_string(argv[i]));
+            if (cli->verbosity > 0)
+                kc_cli_info(cli, "removed %s\n", argv[i]);
+        }
     }
     kc_store_close(s);
+    if (cli->json)
+        print_json(json_pack("{s:b,s:o,s:o}", "ok", code == KC_EXIT_OK, "removed", removed,
+                             "failed", failed));
+    else {
+        json_decref(removed);
+        json_decref(failed);
+    }
     return code;
 }
 
@@ -267,25 +287,47 @@ static int ls_one(const kc_entry_info *e, void *ctx)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* device and tag are metadata, which a server wrote for what was pulled */
+    char dev[512], tag[512];
+    kc_escape_text(e->device && *e->device ? e->device : "-", 0, dev, sizeof dev);
+    kc_escape_text(e->tag ? e->tag : "", 0, tag, sizeof tag);
     printf("%s  %-11s %10s  %s  %s%s%s\n", e->key, e->kind, kc_format_size(e->size, sz, sizeof sz),
-           when, e->device && *e->device ? e->device : "-", e->tag && *e->tag ? "  tag=" : "",
-           e->tag && *e->tag ? e->tag : "");
+           when, dev, tag[0] ? "  tag=" : "", tag);
     return 0;
+}
+
+/* Parses the filter options of ls and export (the devices resolved into f->device,
+ * owned by d). An exit code; KC_EXIT_OK when the command goes on. */
+static int parse_filter(kc_cli *cli, int argc, char **argv, int nargs, kc_filter *f,
+                        kc_cli_devices *d)
+{
+    memset(f, 0, sizeof *f);
+    memset(d, 0, sizeof *d);
+    const kc_opt opts[] = {KC_OPTS_FILTER(f), KC_OPTS_DEVICES(d), {0}};
+    if (kc_opts_parse(cli, argc, argv, opts, nargs, nargs) < 0)
+        return KC_EXIT_USAGE;
+    int rc = kc_cli_devices_check(cli, argv[0], d);
+    if (rc == KC_EXIT_OK)
+        rc = kc_cli_devices_resolve(cli, argv[0], d, false);
+    f->device = d->filter;
+    return rc;
 }
 
 int kc_cmd_ls(kc_cli *cli, int argc, char **argv)
 {
-    kc_filter f = {0};
-    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
-    if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
-        return KC_EXIT_USAGE;
+    kc_filter f;
+    kc_cli_devices d;
+    int prc = parse_filter(cli, argc, argv, 0, &f, &d);
     kc_err err = {0};
-    kc_store *s;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
-        return KC_EXIT_FAIL;
+    kc_store *s = NULL;
+    if (prc != KC_EXIT_OK || kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_cli_devices_free(&d);
+        return prc != KC_EXIT_OK ? prc : KC_EXIT_FAIL;
+    }
     ls_ctx c = {.json = cli->json, .arr = cli->json ? json_array() : NULL};
     kc_code rc = kc_store_list(s, &f, ls_one, &c, &err);
     kc_store_close(s);
+    kc_cli_devices_free(&d);
     if (rc != KC_OK) {
         json_decref(c.arr);
         return kc_cli_fail(cli, &err);
@@ -349,18 +391,20 @@ int kc_cmd_stats(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_gc(kc_cli *cli, int argc, char **argv)
 {
-    uint64_t max = UINT64_MAX; /* not given: $KCACHE_MAX_SIZE */
-    const kc_opt opts[] = {{"--max-size", NULL, KC_OPT_SIZE, &max, 0, 0}, {0}};
+    uint64_t max = UINT64_MAX; /* not given: the max-size setting */
+    const kc_opt opts[] = {{"--max-size", NULL, KC_OPT_SIZE, &max, 0, 0, "SIZE",
+                            "evict until the stored bytes fit in SIZE (512M, 10G)",
+                            "the max-size setting ($KCACHE_MAX_SIZE)", NULL},
+                           {0}};
     if (kc_opts_parse(cli, argc, argv, opts, 0, 0) < 0)
         return KC_EXIT_USAGE;
     kc_err err = {0};
     if (max == UINT64_MAX) {
-        const char *env = getenv("KCACHE_MAX_SIZE");
-        if (!env || !*env)
-            return kc_opts_error(cli, argv[0], "--max-size is required (or set KCACHE_MAX_SIZE)");
-        if (kc_parse_size(env, &max, &err) != KC_OK)
-            return kc_opts_error(cli, argv[0], "bad value '%s' for KCACHE_MAX_SIZE: %s", env,
-                                 err.msg);
+        if (!cli->max_size)
+            return kc_opts_error(cli, argv[0],
+                                 "--max-size is required (or the max-size setting: "
+                                 "$KCACHE_MAX_SIZE or the configuration file)");
+        max = cli->max_size;
     }
     kc_store *s;
     if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
@@ -407,9 +451,12 @@ static int verify_untrusted(const kc_entry_info *e, void *ctx)
         json_array_append_new(v->untrusted, json_pack("{s:s,s:s,s:s,s:s,s:s}", "key", e->key,
                                                       "kind", e->kind, "origin", e->origin, "sig",
                                                       e->sig, "why", e->note ? e->note : ""));
-    else
+    else {
+        char note[KC_ERR_MSG_MAX]; /* names what the signature metadata says */
         printf("%s  %-11s origin=%s  %s%s\n", e->key, e->kind, e->origin,
-               unknown ? "(stored before origins were recorded) " : "", e->note ? e->note : "");
+               unknown ? "(stored before origins were recorded) " : "",
+               kc_escape_text(e->note, 0, note, sizeof note));
+    }
     return 0;
 }
 
@@ -476,33 +523,38 @@ int kc_cmd_verify(kc_cli *cli, int argc, char **argv)
 
 int kc_cmd_export(kc_cli *cli, int argc, char **argv)
 {
-    kc_filter f = {0};
-    const kc_opt opts[] = {KC_OPTS_FILTER(&f), {0}};
-    if (kc_opts_parse(cli, argc, argv, opts, 1, 1) < 0)
-        return KC_EXIT_USAGE;
+    kc_filter f;
+    kc_cli_devices d;
+    int prc = parse_filter(cli, argc, argv, 1, &f, &d);
+    kc_store *s = NULL;
+    if (prc != KC_EXIT_OK || kc_cli_open_store(cli, NULL, &s) != KC_OK) {
+        kc_cli_devices_free(&d);
+        return prc != KC_EXIT_OK ? prc : KC_EXIT_FAIL;
+    }
     const char *path = strcmp(argv[1], "-") ? argv[1] : "/dev/stdout";
     /* a bundle written to standard output gets its report on stderr */
     FILE *report = is_stdout(path) ? stderr : stdout;
     kc_err err = {0};
-    kc_store *s;
-    if (kc_cli_open_store(cli, NULL, &s) != KC_OK)
-        return KC_EXIT_FAIL;
     kc_bundle_stats st;
     double t0 = kc_now();
     kc_code rc = kc_bundle_export_file_signed(s, &f, cli->signer, path, &st, &err);
     double dt = kc_now() - t0;
     kc_store_close(s);
-    if (rc != KC_OK)
+    if (rc != KC_OK) {
+        kc_cli_devices_free(&d);
         return kc_cli_fail(cli, &err);
+    }
     if (cli->json) {
         json_t *j = json_object();
         json_object_set_new(j, "bundle", json_string(path));
         json_object_set_new(j, "artifacts", json_integer((json_int_t)st.artifacts));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
         json_object_set_new(j, "filter", filter_json(&f));
-        json_object_set_new(j, "seconds", json_real(dt));
+        json_object_set_new(j, "seconds", kc_cli_json_seconds(dt));
+        kc_cli_devices_free(&d);
         return print_json_to(report, j);
     }
+    kc_cli_devices_free(&d);
     char b[32];
     fprintf(report, "exported %" PRIu64 " artifacts to %s (%s) in %.2f s\n", st.artifacts, path,
             kc_format_size(st.bytes, b, sizeof b), dt);
@@ -531,7 +583,7 @@ int kc_cmd_import(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "present", json_integer((json_int_t)st.present));
         json_object_set_new(j, "refused", json_integer((json_int_t)st.refused));
         json_object_set_new(j, "bytes", json_integer((json_int_t)st.bytes));
-        json_object_set_new(j, "seconds", json_real(dt));
+        json_object_set_new(j, "seconds", kc_cli_json_seconds(dt));
         json_object_set_new(j, "ok", json_boolean(rc == KC_OK && st.refused == 0));
         if (rc != KC_OK)
             json_object_set_new(j, "error", json_string(err.msg));

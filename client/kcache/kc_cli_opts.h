@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <kcache/kc_error.h>
 #include "kcache_cli.h"
@@ -18,6 +19,7 @@
 typedef enum kc_opt_kind {
     KC_OPT_END = 0, /* terminates a table */
     KC_OPT_FLAG,    /* no value; bool * set to true */
+    KC_OPT_COUNT,   /* no value; int * counts how often it was given (-v -v) */
     KC_OPT_STRING,  /* const char * (points into argv); the last one given wins */
     KC_OPT_KIND,    /* const char *: an artifact kind, checked with kc_kind_valid */
     KC_OPT_LIST,    /* kc_opt_list *: every value given, in order */
@@ -36,36 +38,81 @@ typedef struct kc_opt_list {
     int n;
 } kc_opt_list;
 
-/* One option. name is the long form with its dashes ("--since"); alias an
+/* One option: how it is parsed and how --help, the usage line and the shell
+ * completion (kcache completion) describe it, so that they cannot drift
+ * apart. name is the long form with its dashes ("--since"); alias an
  * optional short form ("-j"). Values come as "--name VALUE" or
- * "--name=VALUE"; an empty value is refused. min/max bound KC_OPT_INT. */
+ * "--name=VALUE"; an empty value is refused. min/max bound KC_OPT_INT.
+ * placeholder names the value in help ("N", "cpu|xpu|auto": words with '|'
+ * are the choices the completion offers; DIR completes directories, FILE,
+ * PEM, GRAPH, BUNDLE and MANIFEST files); help is one sentence; def the
+ * default in words (NULL: none worth saying). only lists, comma-separated,
+ * the commands that take the option when several share a table
+ * ("run,prewarm"); NULL: every command that parses the table. */
 typedef struct kc_opt {
     const char *name;
     const char *alias;
     kc_opt_kind kind;
     void *out;
     int min, max;
+    const char *placeholder;
+    const char *help;
+    const char *def;
+    const char *only;
 } kc_opt;
 
-/* The filter options of ls, export and push, writing into a kc_filter *f:
- * --kind K, --device D, --tag T, --since SECONDS|AGE. */
+/* The filter options of ls, export, pull and push, writing into a kc_filter *f:
+ * --kind K, --tag T, --since SECONDS|AGE (the devices: KC_OPTS_DEVICES,
+ * kc_cli_device.h). */
 #define KC_OPTS_FILTER(f)                                                                          \
-    {"--kind", NULL, KC_OPT_KIND, &(f)->kind, 0, 0},                                               \
-        {"--device", NULL, KC_OPT_STRING, &(f)->device, 0, 0},                                     \
-        {"--tag", NULL, KC_OPT_STRING, &(f)->tag, 0, 0},                                           \
     {                                                                                              \
-        "--since", NULL, KC_OPT_AGE, &(f)->since, 0, 0                                             \
+        "--kind", NULL, KC_OPT_KIND, &(f)->kind, 0, 0, "K", "only artifacts of this kind",         \
+        NULL,     NULL},                                                                           \
+        {"--tag", NULL, KC_OPT_STRING, &(f)->tag,                                                  \
+         0,       0,    "T",           "only artifacts stored with this tag (compile --tag)",      \
+         NULL,    NULL},                                                                           \
+    {                                                                                              \
+        "--since", NULL, KC_OPT_AGE, &(f)->since, 0, 0, "SECONDS|AGE",                             \
+            "only artifacts created since then: unix seconds or an age (90s, 30m, 12h, 7d, 2w)",   \
+            NULL, NULL                                                                             \
     }
 
 /* The connection options of the commands that move artifacts (pull, push,
  * dir), writing into a kc_cli_conn *c: --jobs N (parallel transfers),
  * --ca-file F, --connect-timeout MS. */
 #define KC_OPTS_CONN(c)                                                                            \
-    {"--jobs", "-j", KC_OPT_INT, &(c)->jobs, 1, 64},                                               \
-        {"--ca-file", NULL, KC_OPT_STRING, &(c)->ca_file, 0, 0},                                   \
     {                                                                                              \
-        "--connect-timeout", NULL, KC_OPT_INT, &(c)->connect_ms, 1, INT_MAX                        \
+        "--jobs", "-j", KC_OPT_INT, &(c)->jobs, 1, 64, "N", "parallel transfers, 1 to 64",         \
+        "8",      NULL},                                                                           \
+        {"--ca-file",                                                                              \
+         NULL,                                                                                     \
+         KC_OPT_STRING,                                                                            \
+         &(c)->ca_file,                                                                            \
+         0,                                                                                        \
+         0,                                                                                        \
+         "PEM",                                                                                    \
+         "extra certificate authorities for an https:// server",                                   \
+         "$KCACHE_CA_FILE",                                                                        \
+         NULL},                                                                                    \
+    {                                                                                              \
+        "--connect-timeout", NULL, KC_OPT_INT, &(c)->connect_ms, 1, INT_MAX, "MS",                 \
+            "give up connecting to the server after this many milliseconds", "2000", NULL          \
     }
+
+/* What kc_opts_parse saw of a command's table: copies of the rows that apply
+ * to the command (out pointers cleared), for --help, usage lines and the
+ * completion scripts. */
+#define KC_OPTS_SEEN_MAX 64
+typedef struct kc_opts_seen {
+    char cmd[64]; /* the command the table was parsed for: "compile", "dir push" */
+    kc_opt rows[KC_OPTS_SEEN_MAX];
+    int n;
+} kc_opts_seen;
+
+/* True when o applies to command cmd (o->only). */
+bool kc_opt_applies(const kc_opt *o, const char *cmd);
+/* True when word is one of the entries of list, separated by sep. */
+bool kc_opts_in_list(const char *list, char sep, const char *word);
 
 /* Parses the command line argv[0..argc) of one command (argv[0] is the
  * command name) against table (ended by a KC_OPT_END entry). Options may
@@ -73,11 +120,31 @@ typedef struct kc_opt {
  * that are not options are moved, in order, to argv[1..n] and n is
  * returned; fewer than min_args or more than max_args is a usage error.
  * On a usage error it prints "kcache CMD: <what is wrong>" and the command's
- * usage line (cli->synopsis) to stderr and returns -1; the caller returns
- * KC_EXIT_USAGE. Messages: "--since needs a value", "unknown option --x",
- * "bad value 'yesterday' for --since: ...", "unexpected argument 'b'". */
+ * usage line (kc_cli_usage) to stderr and returns -1; the caller returns
+ * KC_EXIT_USAGE. Messages: "--since needs a value", "unknown option --x
+ * (did you mean --y?)", "--since: bad age 'yesterday' ...", "unexpected
+ * argument 'b'". The rows that apply to the command are copied to
+ * cli->seen (when set). With cli->describe it only does that and returns -1
+ * without a word: main asks a command for its table that way (--help,
+ * completion), so a command calls kc_opts_parse before it does anything. */
 int kc_opts_parse(const kc_cli *cli, int argc, char **argv, const kc_opt *table, int min_args,
                   int max_args);
+
+/* Takes the options of table out of argv[1..argc) wherever they stand, up to
+ * a "--" (kept, with what follows), and leaves everything else in order:
+ * main's global options. Returns the new argc (argv[argc] = NULL), or -1
+ * after printing "kcache: <what is wrong>" (a missing or bad value). */
+int kc_opts_take(int argc, char **argv, const kc_opt *table);
+
+/* Prints a usage line, "usage: kcache CMD ARGS [--opt VALUE]...", built
+ * from the command's arguments (cli->synopsis) and the rows in seen (NULL:
+ * cli->seen when it was parsed for cmd), to out. */
+void kc_opts_print_usage(FILE *out, const kc_cli *cli, const char *cmd, const kc_opts_seen *seen);
+
+/* Prints one line per row of table (or of seen when table is NULL) to out:
+ * "  -j, --jobs N   parallel transfers, 1 to 64 (default: 8)", the help
+ * wrapped at 100 columns under its column. */
+void kc_opts_print_help(FILE *out, const kc_opt *rows, int n);
 
 /* Prints "kcache CMD: <message>" and the usage line as kc_opts_parse does;
  * returns KC_EXIT_USAGE. For checks a command makes after parsing. */

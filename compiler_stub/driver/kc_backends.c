@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include <kcache/kc_backend.h>
+#include <kcache/kc_util.h>
 #include "kc_cpu.h"
 #include <kcache/kc_xpu.h>
 
@@ -73,6 +74,46 @@ void kc_device_fp_free(kc_device_fp *fp)
         free(fp->json);
         fp->json = NULL;
     }
+}
+
+static const char *const cpu_targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4",
+                                          "v2",     "v3",        "v4"};
+
+bool kc_backend_known(const char *name)
+{
+    if (!name)
+        return false;
+    if (strcmp(name, "auto") == 0)
+        return true;
+    for (size_t i = 0; i < N_REGISTRY; i++)
+        if (strcmp(name, registry[i].device) == 0)
+            return true;
+    return false;
+}
+
+kc_code kc_backend_check(const char *device, const char *target, kc_err *err)
+{
+    if (device && !kc_backend_known(device)) {
+        const char *names[N_REGISTRY + 1];
+        for (size_t i = 0; i < N_REGISTRY; i++)
+            names[i] = registry[i].device;
+        names[N_REGISTRY] = "auto";
+        const char *near = kc_nearest(device, names, N_REGISTRY + 1, sizeof names[0], 0);
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "unknown device '%s' (cpu, xpu, xpu-spirv or auto)%s%s%s", device,
+                          near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    }
+    bool known = !target;
+    for (size_t i = 0; !known && i < sizeof cpu_targets / sizeof cpu_targets[0]; i++)
+        known = strcmp(target, cpu_targets[i]) == 0;
+    if (!known) {
+        const char *near = kc_nearest(target, cpu_targets, 4, sizeof cpu_targets[0], 0);
+        return kc_err_set(
+            err, KC_ERR_INVALID,
+            "unknown CPU target '%s' (native, x86-64-v2, x86-64-v3 or x86-64-v4)%s%s%s", target,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    }
+    return KC_OK;
 }
 
 bool kc_backend_target_runs_here(const char *device, const char *target)

@@ -65,8 +65,9 @@ typedef struct job {
     size_t len;
     double secs;
     int ran;
-    bool hit;  /* stored by another process while we waited for its claim */
-    bool done; /* compiled here (compile_claimed) */
+    int weight; /* kernels of the graph with this key (progress) */
+    bool hit;   /* stored by another process while we waited for its claim */
+    bool done;  /* compiled here (compile_claimed) */
     kc_code rc;
     kc_err err;
 } job;
@@ -77,6 +78,8 @@ typedef struct pool {
     int n;
     int next;
     pthread_mutex_t mu;
+    const kc_compile_opts *o; /* its progress callback */
+    int *settled, total;      /* kernels settled so far, of total; NULL: no progress */
 } pool;
 
 static void *worker(void *arg)
@@ -97,6 +100,12 @@ static void *worker(void *arg)
                                         &j->err);
         free(src);
         j->secs = kc_now() - t0;
+        if (pl->o->progress && pl->settled) {
+            pthread_mutex_lock(&pl->mu);
+            *pl->settled += j->weight;
+            pl->o->progress(*pl->settled, pl->total, pl->o->progress_ctx);
+            pthread_mutex_unlock(&pl->mu);
+        }
     }
 }
 
@@ -108,14 +117,15 @@ static int online_cpus(void)
 
 /* Compiles jobs in parallel, stores the results through the tiers. */
 static kc_code run_jobs(kc_program *p, kc_cache *t, job *jobs, int n, const kc_compile_opts *o,
-                        kc_err *err)
+                        int *settled, kc_err *err)
 {
     if (n == 0)
         return KC_OK;
     int nt = o->jobs > 0 ? o->jobs : online_cpus();
     if (nt > n)
         nt = n;
-    pool pl = {.b = p->backend, .jobs = jobs, .n = n};
+    pool pl = {
+        .b = p->backend, .jobs = jobs, .n = n, .o = o, .settled = settled, .total = p->n_kernels};
     pthread_mutex_init(&pl.mu, NULL);
     pthread_t th[64];
     if (nt > 64)
@@ -211,7 +221,7 @@ static bool stored_now(kc_cache *t, const char *key)
  * compiling are waited for once ours are done, then found stored, or
  * compiled here if their holder failed or the wait timed out. */
 static kc_code compile_claimed(kc_program *p, kc_cache *t, job *jobs, int nj,
-                               const kc_compile_opts *o, kc_err *err)
+                               const kc_compile_opts *o, int *settled, kc_err *err)
 {
     if (nj == 0)
         return KC_OK;
@@ -258,7 +268,7 @@ static kc_code compile_claimed(kc_program *p, kc_cache *t, job *jobs, int nj,
             run[nr++] = *j;
         }
         if (rc == KC_OK)
-            rc = run_jobs(p, t, run, nr, o, err);
+            rc = run_jobs(p, t, run, nr, o, settled, err);
         for (int r = 0; r < nr; r++) { /* results back into the caller's jobs */
             jobs[from[r]].payload = run[r].payload;
             jobs[from[r]].len = run[r].len;
@@ -414,7 +424,7 @@ static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc
                 nj++;
         }
     }
-    if ((rc = run_jobs(p, t, jobs, nj, o, err)))
+    if ((rc = run_jobs(p, t, jobs, nj, o, NULL, err))) /* candidates: no progress */
         goto out;
     for (int i = 0; i < n; i++) {
         if (!need[i])
@@ -757,8 +767,16 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     kc_cache_burst(t, false);
     if (o->verbosity > 0 && nj)
         kc_log(KC_LOG_INFO, "compiling %d kernel%s", nj, nj == 1 ? "" : "s");
+    int settled = n;
+    for (int x = 0; x < nj; x++) {
+        for (int i = 0; i < n; i++)
+            jobs[x].weight += strcmp(p->keys[i], jobs[x].key) == 0;
+        settled -= jobs[x].weight;
+    }
+    if (o->progress)
+        o->progress(settled, n, o->progress_ctx);
     double tc = kc_now();
-    if ((rc = compile_claimed(p, t, jobs, nj, o, err)))
+    if ((rc = compile_claimed(p, t, jobs, nj, o, &settled, err)))
         goto fail;
     if (o->load) {
         for (int x = 0; x < nj; x++) {
@@ -774,6 +792,8 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     for (int x = 0; x < nj; x++)
         free(jobs[x].payload);
     free(jobs);
+    if (o->progress && nj) /* with nothing to compile, the first call said it all */
+        o->progress(n, n, o->progress_ctx);
     p->seconds = kc_now() - t0;
     *out = p;
     return KC_OK;

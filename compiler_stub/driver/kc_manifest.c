@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_json_keys.h"
+
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -55,6 +57,15 @@ kc_code kc_manifest_load(const char *path, kc_manifest **out, kc_err *err)
                           "and \"targets\" arrays",
                           path);
     }
+    static const char *const root_keys[] = {"format", "graphs", "targets", "autotune"};
+    kc_code krc = kc_json_check_keys(j, root_keys, 4, path, NULL, err);
+    json_t *at = json_object_get(j, "autotune");
+    if (krc == KC_OK && at && !json_is_boolean(at))
+        krc = kc_err_set(err, KC_ERR_INVALID, "%s: \"autotune\" must be true or false", path);
+    if (krc != KC_OK) {
+        json_decref(j);
+        return krc;
+    }
     kc_manifest *m = calloc(1, sizeof *m);
     char *copy = strdup(path);
     kc_code rc = KC_OK;
@@ -75,6 +86,11 @@ kc_code kc_manifest_load(const char *path, kc_manifest **out, kc_err *err)
     {
         const char *rel = json_string_value(v);
         json_t *shape = json_object_get(v, "shape");
+        static const char *const entry_keys[] = {"graph", "shape"};
+        char where[48];
+        snprintf(where, sizeof where, "graphs[%zu]", i);
+        if ((rc = kc_json_check_keys(v, entry_keys, 2, path, where, err)) != KC_OK)
+            goto out;
         if (json_is_object(v))
             rel = json_string_value(json_object_get(v, "graph"));
         if (!rel || (shape && !json_is_array(shape))) {
@@ -121,6 +137,26 @@ kc_code kc_manifest_load(const char *path, kc_manifest **out, kc_err *err)
     }
     json_array_foreach(targets, i, v)
     {
+        static const char *const target_keys[] = {"device", "target", "cflags"};
+        char where[48];
+        snprintf(where, sizeof where, "targets[%zu]", i);
+        if (!json_is_object(v)) {
+            rc = kc_err_set(err, KC_ERR_INVALID,
+                            "%s: %s: a target is an object {\"device\": \"cpu\", \"target\": "
+                            "\"native\", \"cflags\": \"...\"}",
+                            path, where);
+            goto out;
+        }
+        if ((rc = kc_json_check_keys(v, target_keys, 3, path, where, err)) != KC_OK)
+            goto out;
+        for (size_t k = 0; k < 3; k++) {
+            json_t *tv = json_object_get(v, target_keys[k]);
+            if (tv && !json_is_string(tv)) {
+                rc = kc_err_set(err, KC_ERR_INVALID, "%s: %s: \"%s\" must be a string", path, where,
+                                target_keys[k]);
+                goto out;
+            }
+        }
         const char *dev = json_string_value(json_object_get(v, "device"));
         kc_manifest_target *t = &m->targets[m->n_targets++];
         t->device = strdup(dev ? dev : "cpu");

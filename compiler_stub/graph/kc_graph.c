@@ -26,6 +26,7 @@
 #include <kcache/kc_buf.h>
 #include <kcache/kc_ops.h>
 #include <kcache/kc_util.h>
+#include "kc_json_keys.h"
 
 const char *kc_dtype_name(kc_dtype dt)
 {
@@ -221,6 +222,10 @@ static kc_code parse_decls(parse_ctx *c, kc_graph *g, json_t *names, json_t *arr
         snprintf(what, sizeof what, "%s[%zu]", key, i);
         if (!json_is_object(e))
             return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s must be an object", c->origin, what);
+        static const char *const decl_keys[] = {"name", "dtype", "shape"};
+        kc_code krc = kc_json_check_keys(e, decl_keys, 3, c->origin, what, c->err);
+        if (krc)
+            return krc;
         const char *name = json_string_value(json_object_get(e, "name"));
         int id;
         kc_code rc = add_value(c, g, names, name, what, &id);
@@ -259,9 +264,18 @@ static kc_code parse_xattrs(parse_ctx *c, const char *label, kc_node *n, json_t 
     json_object_foreach(attrs, k, v)
     {
         int f = kc_op_field(n->op, k);
-        if (f < 0)
-            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s",
-                              c->origin, label, k, kc_op_name(n->op));
+        if (f < 0) {
+            const char *names[KC_XA_FIELDS];
+            for (int x = 0; x < nf && x < KC_XA_FIELDS; x++)
+                names[x] = fs[x].name;
+            char hint[256];
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s%s",
+                              c->origin, label, k, kc_op_name(n->op),
+                              nf ? kc_json_hint(k, names,
+                                                (size_t)(nf < KC_XA_FIELDS ? nf : KC_XA_FIELDS),
+                                                hint, sizeof hint)
+                                 : " (it takes none)");
+        }
         bool ok = true;
         seen[f] = true;
         if (fs[f].kind == KC_XA_FLOAT) {
@@ -288,6 +302,32 @@ static kc_code parse_xattrs(parse_ctx *c, const char *label, kc_node *n, json_t 
             return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: missing attribute '%s' for %s",
                               c->origin, label, fs[f].name, kc_op_name(n->op));
     return KC_OK;
+}
+
+/* The attribute names a core op takes (parse_attrs below reads them), for hints. */
+static const char *const *core_attrs(kc_op op, size_t *n)
+{
+    static const char *const matmul[] = {"transpose_b"}, *const norm[] = {"eps"},
+                             *const sdpa[] = {"heads", "causal", "scale"},
+                             *const conv[] = {"stride", "padding"};
+    switch (op) {
+    case KC_OP_MATMUL:
+        *n = 1;
+        return matmul;
+    case KC_OP_LAYERNORM:
+    case KC_OP_RMSNORM:
+        *n = 1;
+        return norm;
+    case KC_OP_SDPA:
+        *n = 3;
+        return sdpa;
+    case KC_OP_CONV2D:
+        *n = 2;
+        return conv;
+    default:
+        *n = 0;
+        return NULL;
+    }
 }
 
 /* Parses attrs into n->attrs (defaults first); unknown keys are errors. */
@@ -335,9 +375,15 @@ static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *
         } else {
             known = false;
         }
-        if (!known)
-            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s",
-                              c->origin, label, k, kc_op_name(n->op));
+        if (!known) {
+            size_t nk;
+            const char *const *names = core_attrs(n->op, &nk);
+            char hint[256];
+            return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: unknown attribute '%s' for %s%s",
+                              c->origin, label, k, kc_op_name(n->op),
+                              nk ? kc_json_hint(k, names, nk, hint, sizeof hint)
+                                 : " (it takes none)");
+        }
         if (!ok)
             return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: bad value for attribute '%s'",
                               c->origin, label, k);
@@ -935,11 +981,22 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         goto fail;
     }
     const char *fmt = json_string_value(json_object_get(root, "format"));
+    if (fmt && strcmp(fmt, "kcache-manifest/1") == 0) {
+        rc = kc_err_set(err, KC_ERR_INVALID,
+                        "%s: this is a prewarm manifest, not a graph: compile every graph x "
+                        "target it lists with `kcache prewarm %s`",
+                        c.origin, c.origin);
+        goto fail;
+    }
     if (!fmt || strcmp(fmt, KC_GRAPH_FORMAT) != 0) {
         rc = kc_err_set(err, KC_ERR_VERSION, "%s: \"format\" must be \"%s\", got %s%s%s", c.origin,
                         KC_GRAPH_FORMAT, fmt ? "\"" : "", fmt ? fmt : "none", fmt ? "\"" : "");
         goto fail;
     }
+    static const char *const root_keys[] = {"format", "name",  "inputs",
+                                            "params", "nodes", "outputs"};
+    if ((rc = kc_json_check_keys(root, root_keys, 6, c.origin, NULL, err)))
+        goto fail;
     const char *gname = json_string_value(json_object_get(root, "name"));
     g->name = strdup(gname ? gname : "");
     json_t *jin = json_object_get(root, "inputs"), *jpar = json_object_get(root, "params");
@@ -975,6 +1032,13 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         char label[160]; /* formatted only when needed: most graphs are valid */
         if (!json_is_object(jn)) {
             rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu must be an object", c.origin, i);
+            goto fail;
+        }
+        static const char *const node_keys[] = {"op", "in", "out", "attrs"};
+        const char *bad = kc_json_unknown_key(jn, node_keys, 4);
+        if (bad) {
+            snprintf(label, sizeof label, "node %zu", i);
+            rc = kc_json_key_error(bad, node_keys, 4, c.origin, label, err);
             goto fail;
         }
         json_t *jo = json_object_get(jn, "out");
@@ -1045,8 +1109,14 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
     json_array_foreach(jout, i, jo)
     {
         const char *oname = json_string_value(jo);
-        if (!oname && json_is_object(jo))
+        if (!oname && json_is_object(jo)) {
+            static const char *const out_keys[] = {"name"};
+            char where[48];
+            snprintf(where, sizeof where, "outputs[%zu]", i);
+            if ((rc = kc_json_check_keys(jo, out_keys, 1, c.origin, where, err)))
+                goto fail;
             oname = json_string_value(json_object_get(jo, "name"));
+        }
         json_t *id = oname ? json_object_get(names, oname) : NULL;
         if (!id) {
             rc = kc_err_set(err, KC_ERR_INVALID, "%s: outputs[%zu]: undefined tensor '%s'",

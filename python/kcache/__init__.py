@@ -16,7 +16,9 @@ ServerError, ...) carrying kcache's message. Calls that do I/O release the GIL.
 Nothing is printed: the libraries' notes go to logging.getLogger("kcache").
 
 Adapters for the frameworks' own cache hooks live in kcache.triton and
-kcache.torch; importing them does not import the framework.
+kcache.torch; importing them does not import the framework. kcache.snapshot
+carries a framework's whole cache directory (push, pull, status, explain), as
+`kcache dir` does.
 """
 
 import logging as _logging
@@ -42,6 +44,8 @@ from kcache._kcache import (  # noqa: F401  (the public names)
     default_dir,
 )
 
+from kcache import snapshot  # noqa: E402,F401  (kcache.snapshot.push, ...)
+
 # A library's logger stays silent until the application configures logging.
 _logging.getLogger("kcache").addHandler(_logging.NullHandler())
 
@@ -63,4 +67,5 @@ __all__ = [
     "UnsupportedError",
     "compile",
     "default_dir",
+    "snapshot",
 ]

@@ -191,3 +191,19 @@ def compile(
     cflags: str | None = None,
 ) -> CompileSummary: ...
 def default_dir() -> str: ...
+
+# kcache.snapshot (python/kcache/snapshot.py documents them)
+def snapshot_push(dir: _Path | None, name: str, version_key: str, *, device_key: str | None = ...,
+                  preset: str | None = ..., remote: Remote | str | None = ...,
+                  store: Store | _Path | None = ..., trust_shared_dir: bool = ...,
+                  recheck: bool = ...) -> dict[str, Any]: ...
+def snapshot_pull(name: str, dir: _Path | None, version_key: str, *, device_key: str | None = ...,
+                  preset: str | None = ..., remote: Remote | str | None = ...,
+                  store: Store | _Path | None = ..., exact: bool = ..., verify: bool = ...,
+                  trust_shared_dir: bool = ..., allow_shared_write: bool = ...) -> dict[str, Any]: ...
+def snapshot_status(name: str, dir: _Path | None, version_key: str, *,
+                    device_key: str | None = ..., preset: str | None = ...,
+                    store: Store | _Path | None = ..., trust_shared_dir: bool = ...) -> dict[str, Any]: ...
+def snapshot_explain(name: str, version_key: str, *, device_key: str | None = ...,
+                     preset: str | None = ..., remote: Remote | str | None = ...,
+                     store: Store | _Path | None = ...) -> dict[str, Any]: ...

@@ -26,7 +26,7 @@ const char kcpy_compile_doc[] =
     "compile(graph, *, device='cpu', target=None, remote=None, store=None, offline=False, "
     "require_hit=False, autotune=False, jobs=0, shape=None, tag=None, cflags=None) -> dict\n\n"
     "Compiles graph (a kcache-graph/1 JSON file or an ONNX model) through the cache, as "
-    "`kcache compile --json`, and returns the same summary: graph, graph_fp, graph_key, "
+    "`kcache compile --json`, and returns the same summary: ok, graph, graph_fp, graph_key, "
     "device, backend, graph_hit, kernels, hits, misses, compiled, remote_hits, autotuned, "
     "seconds. device is cpu, xpu, xpu-spirv or auto; target a CPU ISA level (native, "
     "x86-64-v2/v3/v4). store is a Store or path (default: the default cache directory); "
@@ -194,9 +194,16 @@ static int remote_of(PyObject *arg, bool offline, kcpy_remote **out)
         *out = (kcpy_remote *)arg;
         return 0;
     }
-    if (!arg || arg == Py_None) { /* as the tool: $KCACHE_REMOTE when set */
-        const char *env = getenv("KCACHE_REMOTE");
-        if (!env || !*env)
+    if (!arg || arg == Py_None) { /* as the tool: the remote setting when there is one */
+        kc_config *cfg;
+        kc_err err = {0};
+        if (kcpy_settings(NULL, 0, &cfg, &err) != KC_OK) {
+            kcpy_raise(&err);
+            return -1;
+        }
+        bool none = !kc_config_get(cfg, KC_SET_REMOTE);
+        kc_config_free(cfg);
+        if (none)
             return 0;
         arg = Py_None;
     }
@@ -254,12 +261,14 @@ PyObject *kcpy_compile(PyObject *module, PyObject *args, PyObject *kwargs)
         goto done;
     }
     kcpy_flush_log();
-    out = Py_BuildValue("{s:N,s:s,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:d}", "graph",
-                        PyUnicode_DecodeFSDefault(j.graph), "graph_fp", sum.graph_fp, "graph_key",
-                        sum.graph_key, "device", sum.device, "backend", sum.backend, "graph_hit",
-                        sum.graph_hit ? Py_True : Py_False, "kernels", sum.kernels, "hits",
-                        sum.hits, "misses", sum.misses, "compiled", sum.compiled, "remote_hits",
-                        sum.remote_hits, "autotuned", sum.autotuned, "seconds", sum.seconds);
+    /* "ok" as the tool's line for a graph that compiled (a failure raises here) */
+    out = Py_BuildValue("{s:O,s:N,s:s,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i,s:i,s:i,s:d}", "ok", Py_True,
+                        "graph", PyUnicode_DecodeFSDefault(j.graph), "graph_fp", sum.graph_fp,
+                        "graph_key", sum.graph_key, "device", sum.device, "backend", sum.backend,
+                        "graph_hit", sum.graph_hit ? Py_True : Py_False, "kernels", sum.kernels,
+                        "hits", sum.hits, "misses", sum.misses, "compiled", sum.compiled,
+                        "remote_hits", sum.remote_hits, "autotuned", sum.autotuned, "seconds",
+                        sum.seconds);
 done:
     kc_shape_binds_free(j.binds, j.n_binds);
     Py_XDECREF(graphb);

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include <kcache/kc_config.h>
 #include <kcache/kc_error.h>
 #include <kcache/kc_remote.h>
 #include <kcache/kc_sign.h>
@@ -133,19 +134,34 @@ kcpy_store *kcpy_store_from(PyObject *arg);
 
 /* ---- Remote (remote.c, remote_env.c) ---- */
 
-/* What a Remote is opened with: arguments first, then the environment the
+/* A setting given as an argument (NULL value: not given), named as the
+ * argument for messages ("url="). */
+typedef struct kcpy_given {
+    kc_setting setting;
+    const char *value;
+    const char *as;
+} kcpy_given;
+
+/* The settings as the kcache tool resolves them (kc_config.h), with the n
+ * given ones above every other source; the token file is not read yet. On
+ * failure *out is NULL and err says what is wrong (a bad configuration file
+ * line, a bad variable). Without the GIL. */
+kc_code kcpy_settings(const kcpy_given *given, size_t n, kc_config **out, kc_err *err);
+
+/* What a Remote is opened with: arguments first, then the settings the
  * kcache tool reads (remote_env.c). Every string is owned. */
 typedef struct kcpy_remote_conf {
     char *url, *token, *ca_file, *client_cert, *client_key, *trusted_keys, *sign_key;
     uint64_t max_artifact;
+    char *kind_limits; /* the KIND=SIZE list of $KCACHE_MAX_ARTIFACT, or NULL */
     long connect_timeout_ms, timeout_ms;
     int concurrency;
 } kcpy_remote_conf;
 
-/* Fills c from the explicit values (NULL = not given) and the environment;
- * KC_ERR_INVALID with a message naming the variable or file otherwise. */
-kc_code kcpy_remote_conf_fill(kcpy_remote_conf *c, const char *url, const char *token,
-                              const char *token_file, kc_err *err);
+/* Fills c from the n given arguments and the settings, reading the token
+ * file; KC_ERR_INVALID with a message naming the argument, variable or
+ * FILE:LINE otherwise (no server at all among them). Without the GIL. */
+kc_code kcpy_remote_conf_fill(kcpy_remote_conf *c, const kcpy_given *given, size_t n, kc_err *err);
 void kcpy_remote_conf_free(kcpy_remote_conf *c);
 
 typedef struct kcpy_remote {
@@ -165,5 +181,12 @@ void kcpy_remote_return(kcpy_remote *rm, kc_remote *r);
 
 PyObject *kcpy_compile(PyObject *module, PyObject *args, PyObject *kwargs);
 extern const char kcpy_compile_doc[];
+
+/* ---- directory snapshots (snapshot.c; kcache.snapshot) ---- */
+
+PyObject *kcpy_snapshot_push(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_pull(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_status(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *kcpy_snapshot_explain(PyObject *module, PyObject *args, PyObject *kwargs);
 
 #endif

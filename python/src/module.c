@@ -283,20 +283,34 @@ static PyObject *default_dir(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    char *d = kc_store_default_dir();
-    if (!d)
-        return kcpy_raise_msg(KC_ERR_INVALID, "no cache directory: set $KCACHE_DIR or $HOME");
-    PyObject *r = PyUnicode_DecodeFSDefault(d);
-    free(d);
+    kc_config *cfg;
+    kc_err err = {0};
+    if (kcpy_settings(NULL, 0, &cfg, &err) != KC_OK)
+        return kcpy_raise(&err);
+    const char *d = kc_config_get(cfg, KC_SET_CACHE_DIR);
+    PyObject *r =
+        d ? PyUnicode_DecodeFSDefault(d)
+          : kcpy_raise_msg(KC_ERR_INVALID, "no cache directory: set $KCACHE_DIR or $HOME");
+    kc_config_free(cfg);
     return r;
 }
 
 static PyMethodDef module_methods[] = {
     {"default_dir", default_dir, METH_NOARGS,
      "default_dir() -> str\n\nThe cache directory the kcache tool uses without --cache-dir: "
-     "$KCACHE_DIR, else $XDG_CACHE_HOME/kcache, else ~/.cache/kcache."},
+     "$KCACHE_DIR, else cache-dir in the configuration file, else $XDG_CACHE_HOME/kcache, "
+     "else ~/.cache/kcache."},
     {"compile", (PyCFunction)(void (*)(void))kcpy_compile, METH_VARARGS | METH_KEYWORDS,
      kcpy_compile_doc},
+    /* kcache.snapshot's functions (python/kcache/snapshot.py documents them) */
+    {"snapshot_push", (PyCFunction)(void (*)(void))kcpy_snapshot_push, METH_VARARGS | METH_KEYWORDS,
+     "kcache.snapshot.push"},
+    {"snapshot_pull", (PyCFunction)(void (*)(void))kcpy_snapshot_pull, METH_VARARGS | METH_KEYWORDS,
+     "kcache.snapshot.pull"},
+    {"snapshot_status", (PyCFunction)(void (*)(void))kcpy_snapshot_status,
+     METH_VARARGS | METH_KEYWORDS, "kcache.snapshot.status"},
+    {"snapshot_explain", (PyCFunction)(void (*)(void))kcpy_snapshot_explain,
+     METH_VARARGS | METH_KEYWORDS, "kcache.snapshot.explain"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

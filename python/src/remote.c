@@ -69,19 +69,29 @@ static int remote_init(kcpy_remote *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     kcpy_pool_init(&self->pool);
-    char *token_path = NULL;
+    /* paths as the file system names them (str, bytes or os.PathLike) */
+    char *paths[6] = {NULL};
+    PyObject *args_in[6] = {token_file, ca, cert, key, trusted, sign};
+    for (int i = 0; i < 6; i++)
+        if (opt_path(args_in[i], &paths[i]) < 0) {
+            for (int k = 0; k < 6; k++)
+                free(paths[k]);
+            return -1;
+        }
+    const kcpy_given given[] = {{KC_SET_REMOTE, url, "url="},
+                                {KC_SET_TOKEN, token, "token="},
+                                {KC_SET_TOKEN_FILE, paths[0], "token_file="},
+                                {KC_SET_CA_FILE, paths[1], "ca_file="},
+                                {KC_SET_CLIENT_CERT, paths[2], "client_cert="},
+                                {KC_SET_CLIENT_KEY, paths[3], "client_key="},
+                                {KC_SET_TRUSTED_KEYS, paths[4], "trusted_keys="},
+                                {KC_SET_SIGN_KEY, paths[5], "sign_key="}};
     kcpy_remote_conf *c = &self->conf;
-    if (opt_path(token_file, &token_path) < 0 || opt_path(ca, &c->ca_file) < 0 ||
-        opt_path(cert, &c->client_cert) < 0 || opt_path(key, &c->client_key) < 0 ||
-        opt_path(trusted, &c->trusted_keys) < 0 || opt_path(sign, &c->sign_key) < 0) {
-        free(token_path);
-        return -1;
-    }
     kc_err err = {0};
     kc_code rc;
     kc_remote *probe = NULL;
     Py_BEGIN_ALLOW_THREADS;
-    rc = kcpy_remote_conf_fill(c, url, token, token_path, &err);
+    rc = kcpy_remote_conf_fill(c, given, sizeof given / sizeof given[0], &err);
     if (rc == KC_OK && c->trusted_keys)
         rc = kc_trust_load(c->trusted_keys, &self->trust, &err);
     if (rc == KC_OK && c->sign_key)
@@ -96,12 +106,14 @@ static int remote_init(kcpy_remote *self, PyObject *args, PyObject *kwargs)
                                   .quiet = false, /* its notes reach logging, never the terminal */
                                   .trust = self->trust,
                                   .max_artifact = c->max_artifact,
+                                  .kind_limits = c->kind_limits,
                                   .signer = self->signer};
     /* a bad URL or token fails here, not at the first call (no traffic yet) */
     if (rc == KC_OK && (rc = kc_remote_open(c->url, &self->opts, &probe, &err)) == KC_OK)
         kcpy_pool_opened(&self->pool);
     Py_END_ALLOW_THREADS;
-    free(token_path);
+    for (int k = 0; k < 6; k++)
+        free(paths[k]);
     self->shown_url = kc_remote_redact_url(c->url ? c->url : "");
     if (rc != KC_OK) {
         kcpy_raise(&err);

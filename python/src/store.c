@@ -72,50 +72,55 @@ static int store_init(kcpy_store *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     kcpy_pool_init(&self->pool);
-    PyObject *pathb = NULL;
-    if (path == Py_None) {
-        self->path = kc_store_default_dir();
-        if (!self->path) {
-            kcpy_raise_msg(KC_ERR_INVALID, "no cache directory: set $KCACHE_DIR or $HOME");
-            return -1;
-        }
-    } else {
-        if (!PyUnicode_FSConverter(path, &pathb))
-            return -1;
-        self->path = strdup(PyBytes_AS_STRING(pathb));
-        Py_DECREF(pathb);
-    }
-    /* as the kcache tool: $KCACHE_MAX_SIZE and $KCACHE_TRUSTED_KEYS unless given */
-    if (max_size == Py_None && getenv("KCACHE_MAX_SIZE") && *getenv("KCACHE_MAX_SIZE")) {
-        kc_err err = {0};
-        if (kc_parse_size(getenv("KCACHE_MAX_SIZE"), &self->opts.max_size, &err) != KC_OK) {
-            kc_err_prefix(&err, "KCACHE_MAX_SIZE");
-            kcpy_raise(&err);
-            return -1;
-        }
-    } else if (size_arg(max_size, "max_size", &self->opts.max_size) < 0) {
+    /* as the kcache tool: the cache-dir, max-size and trusted-keys settings
+     * (variable, configuration file, default) for what was not given */
+    PyObject *pathb = NULL, *trustb = NULL;
+    uint64_t size = 0;
+    if ((path != Py_None && !PyUnicode_FSConverter(path, &pathb)) ||
+        (trusted != Py_None && !PyUnicode_FSConverter(trusted, &trustb)) ||
+        (max_size != Py_None && size_arg(max_size, "max_size", &size) < 0)) {
+        Py_XDECREF(pathb);
+        Py_XDECREF(trustb);
         return -1;
     }
-    const char *trust_path = getenv("KCACHE_TRUSTED_KEYS");
-    PyObject *trustb = NULL;
-    if (trusted != Py_None) {
-        if (!PyUnicode_FSConverter(trusted, &trustb))
-            return -1;
-        trust_path = PyBytes_AS_STRING(trustb);
-    }
+    const kcpy_given given[] = {
+        {KC_SET_CACHE_DIR, pathb ? PyBytes_AS_STRING(pathb) : NULL, "path="},
+        {KC_SET_TRUSTED_KEYS, trustb ? PyBytes_AS_STRING(trustb) : NULL, "trusted_keys="}};
+    kc_config *cfg = NULL;
     kc_err err = {0};
-    kc_code rc = KC_OK;
+    kc_code rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = kcpy_settings(given, sizeof given / sizeof given[0], &cfg, &err);
+    Py_END_ALLOW_THREADS;
+    Py_XDECREF(pathb);
+    Py_XDECREF(trustb);
+    if (rc != KC_OK) {
+        kcpy_raise(&err);
+        return -1;
+    }
+    const char *dir = kc_config_get(cfg, KC_SET_CACHE_DIR),
+               *trust = kc_config_get(cfg, KC_SET_TRUSTED_KEYS);
+    self->path = dir ? strdup(dir) : NULL;
+    char *trust_path = trust ? strdup(trust) : NULL;
+    self->opts.max_size = max_size != Py_None ? size : kc_config_size(cfg, KC_SET_MAX_SIZE);
+    kc_config_free(cfg);
+    if (!self->path || (trust && !trust_path)) {
+        free(trust_path);
+        kcpy_raise_msg(dir ? KC_ERR_NOMEM : KC_ERR_INVALID,
+                       dir ? "out of memory" : "no cache directory: set $KCACHE_DIR or $HOME");
+        return -1;
+    }
     kc_store *s = NULL;
     self->opts.read_only = read_only;
     self->opts.recover_corrupt = !read_only; /* a damaged client cache starts again empty */
     Py_BEGIN_ALLOW_THREADS;
-    if (trust_path && *trust_path)
+    if (trust_path)
         rc = kc_trust_load(trust_path, &self->trust, &err);
     self->opts.trust = self->trust;
     if (rc == KC_OK)
         rc = kc_store_open(self->path, &self->opts, &s, &err);
     Py_END_ALLOW_THREADS;
-    Py_XDECREF(trustb);
+    free(trust_path);
     if (rc != KC_OK) {
         kcpy_raise(&err);
         return -1;

@@ -20,12 +20,14 @@ SANITIZED = os.environ.get("KC_TEST_SANITIZED") == "1"
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch, tmp_path):
-    """No KCACHE_* or framework cache variable from outside; the default cache
+    """No KCACHE_* or framework cache variable from outside and no kcache
+    configuration file of the person running the tests; the default cache
     directory is a fresh one under tmp_path."""
     for name in list(os.environ):
         if name.startswith(("KCACHE_", "KCACHED_", "TRITON_", "TORCHINDUCTOR_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("KCACHE_DIR", str(tmp_path / "default-cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 class Server:

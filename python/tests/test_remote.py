@@ -56,6 +56,35 @@ def test_remote_defaults_come_from_the_cli_environment(kcached, monkeypatch, tmp
         kcache.Remote("ftp://example.invalid/")
 
 
+def test_remote_defaults_come_from_the_cli_configuration_file(kcached, monkeypatch, tmp_path):
+    """The same file as `kcache config`: remote and token-file from it, the
+    environment above it, an argument above both; a bad line names FILE:LINE."""
+    srv = kcached(tokens=True)
+    conf = tmp_path / "config" / "kcache" / "config"
+    conf.parent.mkdir(parents=True)
+    tf = tmp_path / "token"
+    tf.write_text(srv.tokens["rw"] + "\n")
+    tf.chmod(0o600)
+    conf.write_text("# as the CLI reads it\nremote = %s\ntoken-file = %s\n" % (srv.url, tf))
+    key = kcache.Remote().put(b"from the file")
+    assert kcache.Remote().url == srv.url
+    # the variable wins over the file, the argument over both
+    monkeypatch.setenv("KCACHE_TOKEN", srv.tokens["read"])
+    with pytest.raises(kcache.AuthError):
+        kcache.Remote().put(b"read token from the environment")
+    assert kcache.Remote(token=srv.tokens["rw"]).put(b"argument") is not None
+    assert kcache.Remote().get(key) == b"from the file"
+    # the CLI sees the same server and token
+    cli = subprocess.run([os.environ["KC_TEST_KCACHE"], "--cache-dir", str(tmp_path / "c"), "config"],
+                         capture_output=True, text=True, check=True)
+    assert "(%s:2) remote = %s" % (conf, srv.url) in cli.stdout
+    assert "($KCACHE_TOKEN) token = (hidden)" in cli.stdout
+    conf.write_text("remote = %s\ntoken_flie = %s\n" % (srv.url, tf))
+    with pytest.raises(kcache.InvalidError, match=r"config:2: unknown setting 'token_flie' "
+                       r"\(did you mean 'token-file'\?\)"):
+        kcache.Remote()
+
+
 def test_tokens_and_scopes_map_to_auth_and_not_found(kcached):
     srv = kcached(tokens=True)
     key = kcache.Remote(srv.url, token=srv.tokens["rw"]).put(b"secret kernel")

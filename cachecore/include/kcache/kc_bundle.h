@@ -4,7 +4,10 @@
  *
  * Stream format, version 2 (integers little-endian):
  *   "KCBUNDLE" (8) | u16 version | u16 flags | u32 H | H bytes header JSON
- *     (created, producer, filter, device ids the bundle applies to)
+ *     (created, producer, filter, device ids the bundle applies to, and from
+ *     this version's writers on "artifacts": how many matched when it began,
+ *     and "other_devices": with a device filter that matched nothing, the ids
+ *     the rest of the filter matches; readers ignore keys they do not know)
  *   records, each: u8 type | u64 length | body
  *     type 1: an artifact envelope (self-checking, see kc_envelope.h)
  *     type 2: a compressed artifact: the envelope's header (self-checking,
@@ -101,6 +104,14 @@ kc_code kc_bundle_import_feed(kc_bundle_import *im, const void *data, size_t len
  * decompressed. 0 (the default) means KC_PAYLOAD_MAX. Call before the first
  * feed. */
 void kc_bundle_import_set_max_payload(kc_bundle_import *im, uint64_t max_payload);
+/* A limit per kind on top of max_payload: limit(kind, ctx) is asked for
+ * every artifact once its envelope header is read, before anything is
+ * decompressed; a payload over it is refused like one over max_payload
+ * (KC_ERR_TOO_LARGE naming the kind and the limit). NULL (the default):
+ * none. Call before the first feed. */
+typedef uint64_t (*kc_bundle_kind_limit_fn)(const char *kind, void *ctx);
+void kc_bundle_import_set_kind_limit(kc_bundle_import *im, kc_bundle_kind_limit_fn limit,
+                                     void *ctx);
 /* A receiver of the payloads an import checks, so a caller can write them
  * somewhere besides the store while they are decompressed for their check
  * (decompressed once, not again from the store). Called from the import's
@@ -134,6 +145,17 @@ void kc_bundle_import_free(kc_bundle_import *im);
 /* The counts so far: artifacts committed to the store by earlier feeds
  * (for progress displays). */
 void kc_bundle_import_progress(const kc_bundle_import *im, kc_bundle_stats *st);
+
+/* What a bundle's header announces, read from the stream's first bytes p[0..n), for a
+ * reader that wants it before the import has got there (a progress display):
+ * *artifacts, how many artifacts the producer counted when it began (0: not said; the
+ * stream may hold fewer, entries evicted meanwhile); *other_devices (may be NULL;
+ * malloc'd, the caller frees; NULL when not said): with a device filter that matched
+ * nothing, the device ids (at most 64) the producer holds for the rest of the filter,
+ * comma-separated. KC_ERR_TRUNCATED while n is short of the header (*need: how many
+ * bytes it takes); KC_ERR_INVALID when p does not start a bundle. */
+kc_code kc_bundle_header_info(const uint8_t *p, size_t n, size_t *need, uint64_t *artifacts,
+                              char **other_devices, kc_err *err);
 
 /* Imports a bundle file (streaming, bounded memory). */
 kc_code kc_bundle_import_file(kc_store *s, const char *path, kc_bundle_stats *st, kc_err *err);

@@ -44,6 +44,10 @@
 #define KC_SNAP_NAME_MAX 255  /* bytes of one path component */
 #define KC_SNAP_ENTRIES_MAX 1000000
 #define KC_SNAP_IDENT_MAX 200 /* name, device key, version key */
+/* A manifest created further ahead of this machine's clock than this is
+ * left out of "newest" (it would shadow every later push): clock skew
+ * between a build host and its pullers, not more. */
+#define KC_SNAP_FUTURE_MAX_S 300
 
 /* ---- key recipes ---- */
 void kc_snapshot_key(const char *name, const char *device, const char *version,
@@ -104,21 +108,79 @@ typedef struct kc_snap_scan_stats {
     uint64_t special;  /* symlinks, FIFOs, sockets, devices: left out */
 } kc_snap_scan_stats;
 
-/* Walks dir (never following a symlink below it), stores each regular file
+/* ---- the directory a snapshot is taken from or restored into ----
+ *
+ * A framework's default cache directory may lie in a directory every user
+ * can write (/tmp/torchinductor_$USER), where another user can plant a
+ * symlink or the directory itself before the owner's first run. So every
+ * push, pull and status opens its directory (the root) once, through
+ * kc_snap_dir_open, and works from that descriptor:
+ *   - a root that is a symlink is followed only when this user (the
+ *     effective uid) owns the link; another user's link is refused;
+ *   - the directory must be this user's (or root's) and writable by nobody
+ *     else: not by others, and by its group only when that is this user's
+ *     own private group (umask 002 setups); KC_SNAP_DIR_SHARED accepts
+ *     another owner and group/other write, for a team's shared directory;
+ *   - a missing root is created (KC_SNAP_DIR_CREATE) 0700.
+ * Refusals are KC_ERR_UNTRUSTED naming the directory, its owner and mode. */
+enum {
+    KC_SNAP_DIR_CREATE = 1, /* create a missing root (0700; missing parents 0755 less umask) */
+    KC_SNAP_DIR_SHARED = 2, /* accept a root owned by another user or writable by others */
+    /* a restore may give group and other write where the manifest says so
+     * (the umask still applies); without it modes never grant them */
+    KC_SNAP_DIR_SHARED_WRITE = 4,
+};
+
+typedef struct kc_snap_dir {
+    int fd;             /* the root (O_DIRECTORY); -1 when it does not exist */
+    const char *path;   /* as given, for messages (borrowed) */
+    unsigned mode_mask; /* the permission bits a restore may set: those the umask
+                           leaves, less 022 without KC_SNAP_DIR_SHARED_WRITE */
+} kc_snap_dir;
+
+/* Opens path as a snapshot root under the rules above; *d is always
+ * filled (fd -1 on failure) and closed with kc_snap_dir_close. Errors:
+ * KC_ERR_NOT_FOUND when it does not exist and flags lack CREATE (d is
+ * then a usable empty root: plan and status treat every file as
+ * missing); KC_ERR_UNTRUSTED for a refused root; KC_ERR_INVALID when it
+ * is not a directory; KC_ERR_IO. */
+kc_code kc_snap_dir_open(const char *path, unsigned flags, kc_snap_dir *d, kc_err *err);
+void kc_snap_dir_close(kc_snap_dir *d);
+
+/* The mode a restore gives an entry of manifest mode mode in d. */
+unsigned kc_snap_dir_mode(const kc_snap_dir *d, unsigned mode);
+
+/* Walks d (never following a symlink below it), stores each regular file
  * as a KC_SNAP_KIND_FILE artifact in s (unless present) and fills m's
  * entries (m->name etc. are left to the caller; m must be zeroed).
  * Errors name the file. skip may be NULL. */
-kc_code kc_snap_scan(kc_store *s, const char *dir, kc_snap_skip_fn skip, void *skip_ctx,
+kc_code kc_snap_scan(kc_store *s, const kc_snap_dir *d, kc_snap_skip_fn skip, void *skip_ctx,
                      kc_snap_manifest *m, kc_snap_scan_stats *st, kc_err *err);
 
 /* Stores m (encoded) as its manifest artifact; *key receives its key.
- * *created (may be NULL) as kc_store_put. */
-kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[KC_KEY_HEX_LEN + 1],
-                               bool *created, kc_err *err);
+ * signer_keyid (may be NULL): the key a push is about to sign it with,
+ * kept in its metadata as "signer" so a later push of the same tree knows
+ * how the server's copy was signed. *created (may be NULL) as
+ * kc_store_put. */
+kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, const char *signer_keyid,
+                               char key[KC_KEY_HEX_LEN + 1], bool *created, kc_err *err);
+
+/* True when a and b list the same entries (paths, types, modes, sizes,
+ * contents) for the same name, device and version. */
+bool kc_snap_manifest_same(const kc_snap_manifest *a, const kc_snap_manifest *b);
 
 /* Finds the newest manifest of slot in s (by created_us, then key) and
- * loads it; KC_ERR_NOT_FOUND when s has none. A manifest that fails to
- * parse is an error naming its key. key may be NULL. */
+ * loads it. Only manifests that s trusts count, and only those whose own
+ * bytes name slot: the key (which a signature covers) must be
+ * kc_snapshot_manifest_key(slot, SHA-256 of the payload) and the payload's
+ * name, device and version must make slot; one listed under slot by its
+ * (unsigned) metadata that names another is refused. A manifest created
+ * more than KC_SNAP_FUTURE_MAX_S ahead of this machine's clock is left
+ * out (with a kc_log warning when another is taken). Errors:
+ * KC_ERR_NOT_FOUND when none is left (saying when some were dated in the
+ * future); KC_ERR_UNTRUSTED when the slot has only manifests no trusted
+ * key signed or made for another slot; a manifest that fails to parse,
+ * naming its key. key may be NULL. */
 kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m,
                               char key[KC_KEY_HEX_LEN + 1], kc_err *err);
 
@@ -129,9 +191,11 @@ enum {
 };
 
 /* For every entry i of m, state[i] gets the KC_SNAP_HAVE_* bits (dirs: 0).
- * s may be NULL (check DIR only). A file of DIR is compared by size, then
- * SHA-256. *need (may be NULL) counts files found in neither place. */
-kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const char *dir, uint8_t *state,
+ * s may be NULL (check DIR only); d->fd -1 is an empty DIR. A file of DIR
+ * counts when its mode is the one a restore gives (kc_snap_dir_mode) and
+ * its size, then SHA-256, match. *need (may be NULL) counts files found in
+ * neither place. */
+kc_code kc_snap_plan(kc_store *s, const kc_snap_manifest *m, const kc_snap_dir *d, uint8_t *state,
                      size_t *need, kc_err *err);
 
 /* A restore that overlaps the fetch: the files neither in DIR nor in the
@@ -148,17 +212,17 @@ void kc_snap_gate_advance(kc_snap_gate *g, uint64_t committed);
  * wait for (KC_ERR_REMOTE) and every file in DIR stays whole. */
 void kc_snap_gate_finish(kc_snap_gate *g, bool ok);
 void kc_snap_gate_free(kc_snap_gate *g);
-/* Makes the gate write each fetched file straight into dir (created if
- * missing) while the import decompresses it for its check: *sink is for
+/* Makes the gate write each fetched file straight into d (open) while the
+ * import decompresses it for its check: *sink is for
  * kc_bundle_import_set_sink (via kc_remote_pull_keys). A file is written
  * to a temporary name beside its target (walked to with O_NOFOLLOW, as the
  * restore does) and renamed into place only once the import has proved the
  * whole payload against the SHA-256 and size the manifest names (and the
  * store's trust policy); anything else removes the temporary file. The
- * restore (same gate, same dir) then skips the files written so and takes
+ * restore (same gate, same d) then skips the files written so and takes
  * any other from the store as before. The store still gets every artifact.
- * Call once, before the fetch. */
-kc_code kc_snap_gate_sink(kc_snap_gate *g, const char *dir, kc_bundle_sink *sink, kc_err *err);
+ * Call once, before the fetch; d must outlive the gate. */
+kc_code kc_snap_gate_sink(kc_snap_gate *g, const kc_snap_dir *d, kc_bundle_sink *sink, kc_err *err);
 
 typedef struct kc_snap_restore_opts {
     bool exact;           /* remove files and empty dirs of DIR the manifest lacks */
@@ -177,16 +241,19 @@ typedef struct kc_snap_restore_stats {
     uint64_t removed;   /* --exact removals */
 } kc_snap_restore_stats;
 
-/* Restores m into dir (created if missing) from the file artifacts of s.
- * Each file is written to a random temporary name in its own directory
- * (O_CREAT|O_EXCL|O_NOFOLLOW) and renamed over its target, so a reader sees
- * the old file or the whole new one. The walk opens every directory with
- * O_NOFOLLOW from a descriptor of dir, so an existing symlink in DIR on a
- * path is an error, never followed. A file artifact whose hash is not the
- * manifest's is KC_ERR_CORRUPT. state (from kc_snap_plan, may be NULL)
- * skips files already right. A failure (disk full: KC_ERR_FULL) leaves
- * every file whole and says how many of how many were restored. */
-kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const char *dir,
+/* Restores m into d (open: kc_snap_dir_open with KC_SNAP_DIR_CREATE) from
+ * the file artifacts of s. Each file is written to a random temporary name
+ * in its own directory (O_CREAT|O_EXCL|O_NOFOLLOW) and renamed over its
+ * target, so a reader sees the old file or the whole new one. The walk
+ * opens every directory with O_NOFOLLOW from d's descriptor, so an existing
+ * symlink in DIR on a path is an error, never followed, and exact removes
+ * only below d (a symlink is removed as a link). Modes are the manifest's
+ * masked by kc_snap_dir_mode (never setuid/setgid: the parse refuses
+ * them). A file artifact whose hash is not the manifest's is
+ * KC_ERR_CORRUPT. state (from kc_snap_plan, may be NULL) skips files
+ * already right. A failure (disk full: KC_ERR_FULL) leaves every file
+ * whole and says how many of how many were restored. */
+kc_code kc_snap_restore(kc_store *s, const kc_snap_manifest *m, const kc_snap_dir *d,
                         const uint8_t *state, const kc_snap_restore_opts *o,
                         kc_snap_restore_stats *st, kc_err *err);
 

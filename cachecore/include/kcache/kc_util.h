@@ -1,5 +1,6 @@
 /*
- * kc_util.h - small helpers every tool needs: sizes ("512M"), clocks, files.
+ * kc_util.h - small helpers every tool needs: sizes ("512M"), clocks, files, and the
+ * nearest word to a typo ("did you mean ...?").
  */
 #ifndef KC_UTIL_H
 #define KC_UTIL_H
@@ -89,5 +90,28 @@ kc_code kc_mkdirs(const char *path, kc_err *err);
  * (e.g. 0700 for a cache: set with chmod, whatever the umask); parents
  * are made as by kc_mkdirs. An existing directory keeps its mode. */
 kc_code kc_mkdirs_mode(const char *path, unsigned mode, kc_err *err);
+
+/* ---- did you mean ----
+ *
+ * For messages about a word that is not one of a known set (an unknown key in a JSON
+ * input, an unknown option or command): the known word a typo most likely meant. */
+
+/* The optimal-string-alignment distance from a to b: how many insertions, deletions,
+ * substitutions or swaps of two adjacent bytes turn one into the other ("taget" and
+ * "target": 1; "tagret" and "target": 1). Bytes are compared as they are (case
+ * matters). Strings longer than 1024 bytes are not compared: the result is then the
+ * larger length. */
+size_t kc_edit_distance(const char *a, const char *b);
+
+/* The name in a table that word most likely misspells, for "did you mean": table
+ * holds n entries of stride bytes, each starting with a `const char *` name (an array
+ * of strings: stride sizeof(char *); NULL names are skipped). In this order: the
+ * nearest name by kc_edit_distance when it is one edit away; else the one name that
+ * word (3 characters or more) begins ("complet" for "completion"); else the nearest
+ * name within max_distance edits (of equally near ones, the first); else NULL.
+ * max_distance 0 means a third of word's length, rounded up, at least 1 and at most
+ * 3: near enough to be a typo, not another word. The result points into table. */
+const char *kc_nearest(const char *word, const void *table, size_t n, size_t stride,
+                       size_t max_distance);
 
 #endif

@@ -17,8 +17,19 @@
  * server costs about one connect timeout, not timeout_ms. A pull stream has
  * no overall limit: it may wait about one connect timeout for its first
  * byte, then timeout_ms/2 between bytes.
- * A 401 (wrong token) also switches the handle offline after its
- * one warning; a 403 on upload stops uploads only (reads may still work).
+ * Refused credentials are not an outage: reads go on wherever they work.
+ * - A 401 to a request that carried a token or URL password (wrong or
+ *   expired credentials): uploads stop for the process, and reads go on
+ *   without the credentials (the request is sent again without them once);
+ *   only when the server refuses those anonymous reads too does the handle
+ *   go offline (one warning, naming where the token came from).
+ * - A 401 to an upload without any credentials: the client is a reader; no
+ *   more uploads are sent, reads go on.
+ * - A 403 to an upload (a valid token without the write scope): uploads stop,
+ *   reads go on.
+ * Uploads stopped this way fail at once with KC_ERR_AUTH, and background ones
+ * are counted (kc_remote_publish_stats); "offline" is said only of a server
+ * that cannot be reached or keeps failing.
  *
  * Several servers (client-side sharding): a base_url with commas
  * ("http://a:7070,http://b:7070,http://c:7070", as --remote or
@@ -76,10 +87,18 @@ typedef struct kc_remote_opts {
                                  from its header, before its body is taken
                                  (KC_ERR_UNTRUSTED). Not owned. */
     uint64_t max_artifact;    /* largest payload accepted from the server for any
-                                 kind; 0 = kc_remote_kind_limit's defaults */
+                                 kind not in kind_limits; 0 = kc_remote_kind_limit's
+                                 defaults */
+    const char *kind_limits;  /* "KIND=SIZE[,KIND=SIZE...]" (sizes as kc_parse_size):
+                                 the largest payload taken for those kinds, before
+                                 max_artifact and the defaults; NULL = none. A bad
+                                 list fails kc_remote_open (KC_ERR_INVALID) */
     const kc_signer *signer;  /* signs every artifact this handle uploads (push,
                                  put, background queue; kc_sign.h); NULL = as
                                  stored. Not owned: it must outlive the handle */
+    const char *token_source; /* where token came from, named when the server refuses
+                                 it ("$KCACHE_TOKEN", "--token-file /etc/t"); NULL:
+                                 "the token". Copied */
 } kc_remote_opts;
 
 /* Creates a client for base_url (e.g. "http://127.0.0.1:7070"; http:// or
@@ -102,6 +121,13 @@ char *kc_remote_redact_url(const char *url);
  * http:// to a host other than 127.0.0.0/8, localhost or [::1]. */
 bool kc_remote_token_exposed(const char *url, const char *token);
 
+/* True when url's host is this machine: a loopback address (127.0.0.0/8,
+ * ::1, ::ffff:127.x), or a name all of whose addresses are loopback ones
+ * (such as the machine's own name in /etc/hosts). Resolves the name
+ * (getaddrinfo: /etc/hosts, then perhaps DNS), so unlike kc_remote_open it
+ * may cause traffic; false when it cannot be resolved. */
+bool kc_remote_host_loopback(const char *url);
+
 /* True once the handle has given up on the server for this process. */
 bool kc_remote_offline(const kc_remote *r);
 
@@ -113,12 +139,23 @@ bool kc_remote_offline(const kc_remote *r);
  * the URL and the HTTP status with the server's text). Caller frees *a. */
 kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
 
-/* The largest payload a client takes from a server for kind when
- * kc_remote_opts.max_artifact is 0: graph 64 MiB, autotune 1 MiB, cpu-so,
- * spirv, ze-native and onednn-blob 512 MiB, anything else 1 GiB. A larger
- * payload is refused from its envelope header (KC_ERR_TOO_LARGE) before
- * its body is downloaded or decompressed. */
+/* The largest payload a client takes from a server for kind by default,
+ * sized to what each kind is (a CPU kernel .so is kilobytes to a few MiB):
+ * autotune 1 MiB; cpu-so and spirv 32 MiB; ze-native, onednn-blob, triton
+ * and graph 64 MiB; dir-manifest 128 MiB; anything else (dir-file,
+ * megacache, blob, ...) 1 GiB. kc_remote_opts.kind_limits, then
+ * max_artifact, override it. A larger payload is refused from its envelope
+ * header (KC_ERR_TOO_LARGE) before its body is downloaded or decompressed,
+ * by a GET and in every bundle a pull imports. */
 uint64_t kc_remote_kind_limit(const char *kind);
+
+/* Reads the KCACHE_MAX_ARTIFACT form of a limit: "SIZE" (every kind: into
+ * *all) or a comma-separated list of KIND=SIZE items with at most one bare
+ * SIZE for the kinds not listed ("cpu-so=128M,ze-native=256M" or
+ * "cpu-so=128M,2G"): *kinds then points at text, for
+ * kc_remote_opts.kind_limits. *all is 0 and *kinds NULL for what is not
+ * given. KC_ERR_INVALID names the item that is not a kind or a size. */
+kc_code kc_remote_parse_limits(const char *text, uint64_t *all, const char **kinds, kc_err *err);
 
 /* HEAD /v1/artifacts/{key}: KC_OK present, KC_ERR_NOT_FOUND absent. */
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err);
@@ -132,8 +169,9 @@ kc_code kc_remote_put(kc_remote *r, const char *key, const uint8_t *env, size_t 
 
 /* Queues an upload for a background thread (the queue is bounded, 1024
  * artifacts or 256 MiB: when full the artifact is dropped and counted, see
- * kc_remote_queue_stats, never blocking a compile). Copies env. Offline or
- * after a 403: dropped. */
+ * kc_remote_queue_stats, never blocking a compile). Copies env. Offline, or
+ * once uploads are off (a 401 or 403, see the top of this file): not sent,
+ * and counted (kc_remote_publish_stats). */
 void kc_remote_put_async(kc_remote *r, const char *key, const uint8_t *env, size_t len);
 
 /* Waits up to timeout_ms for queued uploads; returns how many were left. */
@@ -145,7 +183,9 @@ kc_code kc_remote_missing(kc_remote *r, const char *const *keys, size_t n, bool 
 
 /* Progress callback for pull/push: done/total artifacts (total 0 if unknown)
  * and bytes so far. Called at every completed artifact and at least every
- * 100 ms while bytes flow; a display should throttle itself. */
+ * 100 ms while bytes flow; a display should throttle itself. A pull knows its
+ * total once the bundle's header has arrived (the count the server announced
+ * there), that is from its first bytes. */
 typedef void (*kc_remote_progress_fn)(uint64_t done, uint64_t total, uint64_t bytes, void *ctx);
 
 /* GET /v1/bundle?device=...&kind=...&tag=...&since=..., imported into s as it
@@ -158,6 +198,22 @@ kc_code kc_remote_pull(kc_remote *r, kc_store *s, const char *const *devices, co
                        kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
                        kc_err *err);
 
+/* What a pull learnt besides its counts, from the bundle's header. */
+typedef struct kc_remote_pull_info {
+    uint64_t announced;  /* artifacts the server counted for the request when it began
+                            (0: it did not say) */
+    char *other_devices; /* when the device filter matched nothing: the device ids the
+                            server holds for the rest of the filter, comma-separated
+                            (malloc'd; NULL: none, or the server did not say) */
+} kc_remote_pull_info;
+
+/* kc_remote_pull, also filling *info (may be NULL; kc_remote_pull_info_free). With
+ * several servers, announced is summed and other_devices joined. */
+kc_code kc_remote_pull_ex(kc_remote *r, kc_store *s, const char *const *devices, const kc_filter *f,
+                          kc_remote_progress_fn progress, void *pctx, kc_bundle_stats *st,
+                          kc_remote_pull_info *info, kc_err *err);
+void kc_remote_pull_info_free(kc_remote_pull_info *info);
+
 /* Uploads every entry of s matching f that the server lacks, in parallel.
  * *uploaded and *skipped may be NULL. */
 kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
@@ -169,6 +225,9 @@ kc_code kc_remote_push(kc_remote *r, kc_store *s, const kc_filter *f,
 /* The base URL the handle talks to, without a trailing slash (owned by r). */
 const char *kc_remote_url(const kc_remote *r);
 
+/* The signer every upload of the handle is signed with (kc_remote_opts.signer), or NULL. */
+const kc_signer *kc_remote_signer(const kc_remote *r);
+
 /* The URL kc_remote_pull GETs for a device filter (one id or a
  * comma-separated list; NULL: f->device, or every device) and filter f (may
  * be NULL). malloc'd, caller frees; NULL when out of memory. */
@@ -179,6 +238,9 @@ typedef struct kc_remote_push_stats {
     uint64_t uploaded;   /* PUT answered 201 */
     uint64_t skipped;    /* the server had them already (missing query or 200) */
     uint64_t bytes;      /* envelope bytes sent */
+    uint64_t refused;    /* not published: the server refused the credentials (401)
+                            or their scope (403), or an earlier upload was refused */
+    uint64_t failed;     /* not published for any other reason (unreachable, errors) */
 } kc_remote_push_stats;
 
 /* kc_remote_push with the full counts (ps may be NULL). */
@@ -214,9 +276,34 @@ kc_code kc_remote_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, 
                             const kc_bundle_sink *sink, kc_remote_progress_fn progress, void *pctx,
                             kc_bundle_stats *st, kc_err *err);
 
+/* How the server has taken the handle's credentials so far. */
+typedef enum kc_remote_creds {
+    KC_CREDS_NONE = 0,  /* no token, URL password or client certificate was given */
+    KC_CREDS_GIVEN,     /* given, and not refused so far */
+    KC_CREDS_READ_ONLY, /* given; an upload was refused with 403 (no write scope) */
+    KC_CREDS_REFUSED,   /* given and refused with 401 (wrong or expired) */
+} kc_remote_creds;
+
+/* What became of the artifacts handed to kc_remote_put_async (the background
+ * write-back of a compile), for a program deciding its exit status. */
+typedef struct kc_remote_publish {
+    kc_remote_creds creds;
+    bool reader;       /* no credentials, and the server refused an upload (401):
+                          from then on no upload was attempted */
+    uint64_t uploaded; /* taken by the server */
+    uint64_t refused;  /* not published: refused (401, 403) or not sent because an
+                          earlier upload was */
+    uint64_t failed;   /* not published for any other reason: the server unreachable
+                          or failing, the queue full, cut off at close */
+} kc_remote_publish;
+
+/* Fills *st (with several servers: the counts summed, the worst creds, reader when
+ * any is). Call after kc_remote_flush for final counts. */
+void kc_remote_publish_stats(kc_remote *r, kc_remote_publish *st);
+
 /* Counters of the background push queue so far (any pointer may be NULL):
- * uploads that succeeded, that failed, and artifacts dropped (queue full,
- * offline, or abandoned at close). */
+ * uploads that succeeded, that failed or were refused, and artifacts dropped
+ * (queue full, offline, or abandoned at close). */
 void kc_remote_queue_stats(kc_remote *r, uint64_t *uploaded, uint64_t *failed, uint64_t *dropped);
 
 #endif

@@ -45,9 +45,18 @@ const kc_snap_preset *kc_snap_preset_find(const char *name);
 /* The names of every preset, for messages: "triton, inductor, vllm, jax, neo". */
 const char *kc_snap_preset_names(void);
 const char *kc_snap_preset_name(const kc_snap_preset *p);
-/* The framework's default cache directory into buf (cap bytes): its own environment
- * variable when set, else where the framework puts it by default. false when it has no
- * default (jax without $JAX_COMPILATION_CACHE_DIR; no $HOME). */
+/* The framework's own variable for its directory ("TRITON_CACHE_DIR", ...). */
+const char *kc_snap_preset_env(const kc_snap_preset *p);
+/* The framework's default cache directory into buf (cap bytes), worked out as the
+ * framework itself does (kc_snap_preset.c names the source it follows): its own
+ * environment variable when set, else its default. For inductor that is Python's
+ * tempfile.gettempdir() ($TMPDIR, $TEMP, $TMP, then /tmp, /var/tmp, /usr/tmp: the first
+ * this user can write) + "/torchinductor_" + the user name (getpass.getuser()); for
+ * triton $TRITON_HOME or ~, + "/.triton/cache"; for vllm $VLLM_CACHE_ROOT or
+ * ${XDG_CACHE_HOME:-~/.cache}/vllm, + "/torch_compile_cache"; for neo
+ * ${XDG_CACHE_HOME:-~/.cache}/neo_compiler_cache. false when it has none (jax without
+ * $JAX_COMPILATION_CACHE_DIR; no home directory). The directory may not be safe to
+ * use: kc_snap_dir_open judges it. */
 bool kc_snap_preset_dir(const kc_snap_preset *p, char *buf, size_t cap);
 
 /* ---- one snapshot ---- */
@@ -75,7 +84,22 @@ typedef struct kc_snap_opts {
     /* Its lock and temporary names are left out by push and kept by pull's exact;
      * NULL = none. */
     const kc_snap_preset *preset;
-    /* pull: remove the files and empty directories of dir that the manifest lacks. */
+    /* push, pull, status: accept a dir owned by another user or writable by
+     * group/others (a team's shared directory; kc_snap_dir_open's rules,
+     * kc_snapshot.h). Without it such a dir, or a symlink another user owns
+     * in its place, is refused (KC_ERR_UNTRUSTED) before anything is read,
+     * signed, sent or written. */
+    bool trust_shared_dir;
+    /* pull: let manifest modes grant group and other write (still masked by
+     * the umask). Without it a restored file or directory never gets them;
+     * setuid, setgid and sticky bits are refused whatever this says. */
+    bool allow_shared_write;
+    /* push: ask the server about every file even when it holds this exact
+     * manifest already (after it evicted some of the files). */
+    bool recheck;
+    /* pull: remove the files and empty directories of dir that the manifest
+     * lacks: only below dir, never through a symlink (a link is removed as a
+     * link). */
     bool exact;
     /* pull: compare dir with the manifest afterwards (KC_ERR_MISS when a file is
      * missing or differs). */
@@ -97,15 +121,22 @@ typedef struct kc_snap_push_result {
                                           considered; bytes: files and manifest. Zero without a
                                           remote */
     bool manifest_sent;                /* the server did not have this manifest before */
+    bool unchanged;                    /* dir is what the slot's newest manifest here lists:
+                                          that manifest was taken again (same key) */
 } kc_snap_push_result;
 
-/* Scans o->dir into the store (each file once, by content) with a new manifest, then,
- * with o->remote, uploads the files the server lacks and the manifest last, so a
- * manifest on a server always names files that are there. Without a remote the
- * snapshot is stored locally only. *res is filled as far as the push got. Errors:
- * KC_ERR_INVALID for a bad name or key (naming it) or no dir; the scan's errors naming
- * the file (kc_snap_scan); the server's (kc_remote_push_list: KC_ERR_AUTH,
- * KC_ERR_REMOTE naming the URL). */
+/* Opens o->dir (kc_snap_dir_open's rules: refused, KC_ERR_UNTRUSTED, when another
+ * user could have chosen what is in it) and scans it into the store (each file once,
+ * by content). When the slot's newest manifest in the store lists exactly that tree
+ * (and was signed with the same key, if the remote signs), it is taken again
+ * (res->unchanged) and the server is asked about its key alone: a server that has it
+ * gets nothing more (unless o->recheck). Otherwise a new manifest is made, and with
+ * o->remote the files the server lacks are uploaded and the manifest last, so a
+ * manifest on a server names files that were there. Without a remote the snapshot is
+ * stored locally only. *res is filled as far as the push got. Errors: KC_ERR_INVALID
+ * for a bad name or key (naming it) or no dir; KC_ERR_UNTRUSTED for a refused dir;
+ * the scan's errors naming the file (kc_snap_scan); the server's
+ * (kc_remote_push_list: KC_ERR_AUTH, KC_ERR_REMOTE naming the URL). */
 kc_code kc_snap_push(const kc_snap_opts *o, kc_snap_push_result *res, kc_err *err);
 
 typedef struct kc_snap_pull_result {
@@ -127,14 +158,19 @@ typedef struct kc_snap_pull_result {
 } kc_snap_pull_result;
 
 /* Takes the newest trusted manifest of the slot (fetching the slot's manifests from
- * o->remote first, when given) and restores it into o->dir: files dir already holds
+ * o->remote first, when given; kc_snap_manifest_find: one whose own bytes name another
+ * slot, or dated ahead of this clock, does not count) and restores it into o->dir
+ * (opened by kc_snap_dir_open's rules, created 0700 when missing; modes are the
+ * manifest's masked by the umask and, unless o->allow_shared_write, without group and
+ * other write): files dir already holds
  * are kept, files the store holds are copied from it, and the rest come from the server
  * in one streamed request, each written into place once its bytes are proved (and
  * stored). A reader of dir sees each file old or whole, never torn. *res is filled as
  * far as the pull got. Errors: KC_ERR_NOT_FOUND "no snapshot ..." when the slot has no
  * manifest (res->found false; the manifests of every device and version of the name
  * are then fetched too, so kc_snap_nearest can say what exists); KC_ERR_UNTRUSTED when
- * it has only manifests no trusted key signed (res->refused counts the server's);
+ * it has only manifests no trusted key signed (res->refused counts the server's) or
+ * made for another slot, or for a refused dir;
  * kc_snap_restore's errors (KC_ERR_CORRUPT, KC_ERR_FULL, a symlink in the way) saying
  * how far it got, with every file whole; the server's; KC_ERR_MISS with verify when
  * files are missing or different afterwards (res->missing, each one reported). */
@@ -152,9 +188,11 @@ typedef struct kc_snap_info {
 } kc_snap_info;
 
 /* Compares o->dir with the newest trusted manifest of the slot in the store (from the
- * last push or pull here; the server is not asked): each file missing or different is
- * reported and counted in info->missing. KC_OK when the comparison was made, whatever
- * it found; KC_ERR_NOT_FOUND when the store has no manifest of the slot. */
+ * last push or pull here; the server is not asked): each file missing or different
+ * (content, or a mode other than the one a pull gives) is reported and counted in
+ * info->missing; a missing dir lacks every file. KC_OK when the comparison was made,
+ * whatever it found; KC_ERR_NOT_FOUND when the store has no manifest of the slot;
+ * KC_ERR_UNTRUSTED for a refused dir. */
 kc_code kc_snap_status(const kc_snap_opts *o, kc_snap_info *info, kc_err *err);
 
 /* Whether the slot has a snapshot: fetches the manifests of every device and version of

@@ -106,6 +106,16 @@ kc_code kc_backend_open(const char *device, const kc_backend_opts *opts, kc_back
                         kc_err *err);
 void kc_backend_close(kc_backend *b);
 
+/* Checks names before anything is opened: device one that kc_backend_open takes (cpu,
+ * xpu, xpu-spirv, auto; NULL passes) and target a CPU ISA level (native, x86-64-v2,
+ * x86-64-v3, x86-64-v4, or v2/v3/v4; NULL passes). KC_ERR_INVALID names the value, the
+ * names accepted and, when one is near, the one it most likely meant. For programs that
+ * treat a bad name as a usage error. */
+kc_code kc_backend_check(const char *device, const char *target, kc_err *err);
+
+/* True when name is one of kc_backend_open's device names (cpu, xpu, xpu-spirv, auto). */
+bool kc_backend_known(const char *name);
+
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
 extern const kc_backend_ops kc_cpu_backend_ops;

@@ -28,6 +28,12 @@ typedef struct kc_compile_opts {
     double claim_wait_s; /* how long to wait for another process compiling the
                             same kernel (kc_cache_claim) before compiling it
                             here too; 0 = 120 s */
+    /* For progress displays: called with how many of the graph's kernels are
+     * settled (found in a cache tier or compiled) once the lookups are done, as
+     * each compile finishes (from the compiling threads, one call at a time) and
+     * at the end (done == total). NULL = none. */
+    void (*progress)(int done, int total, void *ctx);
+    void *progress_ctx;
 } kc_compile_opts;
 
 /* A compiled graph. */

@@ -112,8 +112,11 @@ typedef struct kc_graph {
  * (a path or "<string>"). On success *out owns a graph (kc_graph_free).
  * Errors (KC_ERR_INVALID unless noted) name the origin and the node
  * ("node 3 'h1' (matmul)"): bad JSON with line:column, wrong/missing format
- * (KC_ERR_VERSION), unknown op, wrong arity, unknown attribute, dtype or shape
- * mismatch, undefined input, duplicate name, cycle, undefined output. */
+ * (KC_ERR_VERSION; a prewarm manifest is KC_ERR_INVALID saying to use `kcache
+ * prewarm`), a key the format does not have (with the known key it most likely
+ * meant, as for an unknown attribute), unknown op, wrong arity, unknown
+ * attribute, dtype or shape mismatch, undefined input, duplicate name, cycle,
+ * undefined output. */
 kc_code kc_graph_parse(const char *json_text, size_t len, const char *origin, kc_graph **out,
                        kc_err *err);
 /* Finishes a graph built in memory (the ONNX importer): values are inputs,

@@ -39,7 +39,9 @@ typedef struct kc_manifest {
 
 /* Reads the manifest at path. A graph entry is a path or {"graph": path, "shape":
  * [strings]}. KC_ERR_INVALID names the file (and line/column for bad JSON, or what is
- * missing or malformed, with the entry's index). *out: kc_manifest_free. */
+ * missing or malformed, with the entry's index); a key the format does not have
+ * ("taget") is such an error too, naming the known key it most likely meant.
+ * *out: kc_manifest_free. */
 kc_code kc_manifest_load(const char *path, kc_manifest **out, kc_err *err);
 void kc_manifest_free(kc_manifest *m);
 
