@@ -186,14 +186,22 @@ static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, 
     return MHD_YES;
 }
 
-/* Why the request's body framing is ambiguous, or NULL. Two Content-Length
- * headers let a proxy and kcached disagree on where a request ends (request
- * smuggling, RFC 9112 section 6.3). */
+/* Why the request's body framing is ambiguous or unreadable, or NULL. Two
+ * Content-Length headers let a proxy and kcached disagree on where a
+ * request ends (request smuggling, RFC 9112 section 6.3). */
 static const char *framing_error(struct MHD_Connection *c)
 {
     unsigned n = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_content_length, &n);
-    return n > 1 ? "more than one Content-Length header" : NULL;
+    if (n > 1)
+        return "more than one Content-Length header";
+    /* libmicrohttpd decodes chunked only; any other coding leaves it
+     * waiting for a body whose end it cannot find */
+    const char *te =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te && strcasecmp(te, "chunked") != 0)
+        return "unsupported Transfer-Encoding (only chunked is understood)";
+    return NULL;
 }
 
 /* True when the request announces a body (Content-Length > 0 or chunked). */
@@ -365,6 +373,13 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, const kcd
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_ENCODING, r->content_encoding);
     if (r->www_authenticate)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE, r->www_authenticate);
+    if (r->offer_basic) /* a second challenge: browsers prompt for Basic, not Bearer */
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Basic realm=\"kcached\", charset=\"UTF-8\"");
+    if (r->csp)
+        MHD_add_response_header(mr, "Content-Security-Policy", r->csp);
+    /* no response of kcached is meant to be read as anything but its type */
+    MHD_add_response_header(mr, "X-Content-Type-Options", "nosniff");
     if (r->allow)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->vary)
@@ -566,23 +581,24 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     if (cfg->redis_listen && *cfg->redis_listen &&
         (rc = kcd_redis_start(cfg, srv->ctx, &srv->redis, err)) != KC_OK)
         goto fail;
-    if (cfg->port_file) {
-        char line[16];
-        int n = snprintf(line, sizeof line, "%u\n", srv->port);
-        if ((rc = kc_write_file_atomic(cfg->port_file, line, (size_t)n, err)) != KC_OK)
-            goto fail;
-    }
     kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
             threads,
             srv->tls_client_ca ? ", TLS with client certificates"
             : tls              ? ", TLS"
                                : "",
             cfg->tokens ? "" : ", authentication disabled (no --tokens)");
-    char warnings[2048];
+    char warnings[4096];
     kcd_config_warnings(cfg, warnings, sizeof warnings);
     for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
         *nl = 0;
         kcd_log(KCD_LOG_WARN, "%s", line);
+    }
+    /* the port file last: whoever waits for it finds the warnings logged */
+    if (cfg->port_file) {
+        char line[16];
+        int n = snprintf(line, sizeof line, "%u\n", srv->port);
+        if ((rc = kc_write_file_atomic(cfg->port_file, line, (size_t)n, err)) != KC_OK)
+            goto fail;
     }
     *out = srv;
     return KC_OK;

@@ -320,6 +320,13 @@ int main(int argc, char **argv)
         }
         cli.token = file_token;
     }
+    struct stat key_st; /* a private key others can read is as exposed as a token file */
+    if (cli.client_key && *cli.client_key && stat(cli.client_key, &key_st) == 0 &&
+        (key_st.st_mode & 077))
+        fprintf(stderr,
+                "kcache: warning: client key %s can be read by other users (mode %03o); "
+                "chmod 600 it\n",
+                cli.client_key, (unsigned)(key_st.st_mode & 0777));
     const char *max_art = getenv("KCACHE_MAX_ARTIFACT");
     if (max_art && *max_art) {
         kc_err merr = {0};
