@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <kcache/kc_util.h>
+#include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_net.h"
@@ -605,6 +606,28 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
 fail:
     kcd_server_stop(srv);
     return rc;
+}
+
+void kcd_server_reload(kcd_server *srv)
+{
+    /* the tokens set is thread-safe: checks already running keep the table
+     * they loaded, later ones see the new one */
+    kcd_auth *auth = (kcd_auth *)kcd_ctx_auth(srv->ctx);
+    if (kcd_auth_count(auth) > 0) {
+        char summary[1024], warnings[4096];
+        kc_err e = {0};
+        if (kcd_auth_reload(auth, summary, sizeof summary, &e) != KC_OK) {
+            kcd_log(KCD_LOG_ERROR, "tokens not reloaded, the old set stays in force: %s", e.msg);
+        } else {
+            kcd_log(KCD_LOG_INFO, "tokens reloaded: %s", summary);
+            kcd_auth_warnings(auth, warnings, sizeof warnings);
+            for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+                *nl = 0;
+                kcd_log(KCD_LOG_WARN, "%s", line);
+            }
+        }
+    } else
+        kcd_log(KCD_LOG_INFO, "SIGHUP: no --tokens file to reload");
 }
 
 unsigned kcd_server_port(const kcd_server *srv)

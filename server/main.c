@@ -1,6 +1,6 @@
 /*
- * main.c - the kcached daemon: load settings, start the server, wait for
- * SIGTERM/SIGINT, shut down gracefully. Everything else is in kcdcore.
+ * main.c - the kcached daemon: load settings, start the server, reload the
+ * tokens on SIGHUP, wait for SIGTERM/SIGINT, shut down gracefully. Everything else is in kcdcore.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -111,6 +111,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -136,7 +137,8 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int sig = 0;
-    sigwait(&set, &sig);
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+        kcd_server_reload(srv); /* connections stay up; see kcd_server.h */
     kcd_log(KCD_LOG_INFO, "received %s: finishing in-flight requests", strsignal(sig));
     kcd_server_stop(srv);
     kcd_log(KCD_LOG_INFO, "stopped");

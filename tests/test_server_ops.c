@@ -82,9 +82,9 @@ static char *chromium_dom(const char *url)
     char dir_arg[512];
     snprintf(dir_arg, sizeof dir_arg, "--user-data-dir=%s", profile);
     free(profile);
-    char *const argv[] = {"chromium",      "--headless", "--no-sandbox", "--disable-gpu",
-                          "--no-first-run", dir_arg,      "--dump-dom",   (char *)url,
-                          NULL};
+    char *const argv[] = {"chromium",      "--headless",     "--no-sandbox",
+                          "--disable-gpu", "--no-first-run", dir_arg,
+                          "--dump-dom",    (char *)url,      NULL};
     kc_test_result r;
     cr_assert_eq(kc_test_run(argv, NULL, 0, 120, &r), 0, "chromium could not be started");
     cr_assert_eq(r.exit_code, 0, "chromium: %s", r.err);
@@ -137,8 +137,8 @@ Test(server_ops, status_page_offers_basic_so_a_browser_logs_in, .timeout = 300)
                  NULL);
     cr_expect_str_eq(c.out, "200");
     kc_test_result_free(&c);
-    kc_test_runl(&c, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u",
-                 "someone:" TOK_R, url, NULL);
+    kc_test_runl(&c, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u", "someone:" TOK_R,
+                 url, NULL);
     cr_expect_str_eq(c.out, "401");
     kc_test_result_free(&c);
     finish(&ts);
@@ -231,10 +231,11 @@ Test(server_ops, bundle_allow_lists_head)
 
 Test(server_ops, duplicate_tokens_and_names_are_warned)
 {
-    char *tok = write_private("tokens", TOK_R " read reader\n"       /* 1 */
-                                        TOK_W " write ci\n"          /* 2 */
-                                        TOK_R " admin again\n"       /* 3: same token */
-                                        "tok-other-55aa66bb77cc read ci\n"); /* 4: same name */
+    char *tok =
+        write_private("tokens", TOK_R " read reader\n"                     /* 1 */
+                      TOK_W " write ci\n"                                  /* 2 */
+                      TOK_R " admin again\n"                               /* 3: same token */
+                                      "tok-other-55aa66bb77cc read ci\n"); /* 4: same name */
     const char *args[] = {"--tokens", tok, NULL};
     kc_test_result r = check_config(args);
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
@@ -341,15 +342,15 @@ Test(server_ops, check_config_prints_the_bind_addresses)
 {
     char *tok = write_private("tokens", TOK_R " read reader\n");
     char *data = kc_test_path(root, "data");
-    const char *args[] = {"--data",         data,          "--listen", "localhost:7070",
-                          "--redis-listen", "0.0.0.0:6390", "--tokens", tok, NULL};
+    const char *args[] = {
+        "--data",   data, "--listen", "localhost:7070", "--redis-listen", "0.0.0.0:6390",
+        "--tokens", tok,  NULL};
     kc_test_result r = check_config(args);
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
     cr_expect(strstr(r.out, "# --listen binds 127.0.0.1:7070 (loopback only)") ||
                   strstr(r.out, "# --listen binds [::1]:7070 (loopback only)"),
               "%s", r.out);
-    cr_expect(strstr(r.out, "# --redis-listen binds 0.0.0.0:6390 (every interface)"), "%s",
-              r.out);
+    cr_expect(strstr(r.out, "# --redis-listen binds 0.0.0.0:6390 (every interface)"), "%s", r.out);
     kc_test_result_free(&r);
     struct stat st;
     cr_expect_neq(stat(data, &st), 0, "--check-config created the data directory");
@@ -401,15 +402,30 @@ Test(server_ops, help_shows_every_option_with_its_placeholder_and_default)
     kc_test_result r;
     kc_test_runl(&r, KC_TEST_KCACHED, "--help", NULL);
     cr_assert_eq(r.exit_code, 0);
-    const char *want[] = {
-        "--listen HOST:PORT", "(default 127.0.0.1:7070)",   "--data DIR",
-        "(default kcached-data)", "--max-blob SIZE",         "(default 1G)",
-        "--upload-memory SIZE", "(default 2G)",              "--memory-cache SIZE",
-        "(default 128M)",       "--tokens FILE",             "--timeout SECONDS",
-        "(default 60)",         "--max-connections N",       "(default 4096)",
-        "--send-mode MODE",     "(default auto)",            "--log-level LEVEL",
-        "(default info)",       "--redis-timeout SECONDS",   "(default 300)",
-        "--tls-priorities STRING", "(default TLS 1.2 and 1.3 only)", "--anonymous-read"};
+    const char *want[] = {"--listen HOST:PORT",
+                          "(default 127.0.0.1:7070)",
+                          "--data DIR",
+                          "(default kcached-data)",
+                          "--max-blob SIZE",
+                          "(default 1G)",
+                          "--upload-memory SIZE",
+                          "(default 2G)",
+                          "--memory-cache SIZE",
+                          "(default 128M)",
+                          "--tokens FILE",
+                          "--timeout SECONDS",
+                          "(default 60)",
+                          "--max-connections N",
+                          "(default 4096)",
+                          "--send-mode MODE",
+                          "(default auto)",
+                          "--log-level LEVEL",
+                          "(default info)",
+                          "--redis-timeout SECONDS",
+                          "(default 300)",
+                          "--tls-priorities STRING",
+                          "(default TLS 1.2 and 1.3 only)",
+                          "--anonymous-read"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect(strstr(r.out, want[i]), "--help lacks '%s':\n%s", want[i], r.out);
     /* every option line of kcached's own section names a default */
@@ -431,4 +447,130 @@ Test(server_ops, help_shows_every_option_with_its_placeholder_and_default)
     cr_expect_geq(options, 25);
     cr_expect_eq(defaults, options, "%u of %u options show a default", defaults, options);
     kc_test_result_free(&r);
+}
+
+/* -------------------------------------------- 27.5: SIGHUP reloads tokens */
+
+#define TOK_OLD "tok-old-1a2b3c4d5e6f7a8b"
+#define TOK_NEW "tok-new-9f8e7d6c5b4a3928"
+#define TOK_KEEP "tok-keep-0123456789abcdef"
+
+typedef struct load_worker {
+    const kc_testserver *ts;
+    int id;
+    volatile int *stop;
+    unsigned done, failed;
+    char first_failure[160];
+} load_worker;
+
+/* PUTs and GETs with the token that stays, until *stop. */
+static void *load_main(void *arg)
+{
+    load_worker *w = arg;
+    const char *hs[] = {"Authorization: Bearer " TOK_KEEP, NULL};
+    for (unsigned i = 0; !*w->stop; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/ccache/load/%d/%u", w->id, i % 16);
+        kc_http_result r;
+        kc_testserver_http(w->ts, "PUT", path, hs, path, strlen(path), false, &r);
+        long put = r.status;
+        kc_http_result_free(&r);
+        kc_testserver_http(w->ts, "GET", path, hs, NULL, 0, false, &r);
+        long get = r.status;
+        bool same = r.len == strlen(path) && r.body && !memcmp(r.body, path, r.len);
+        if ((put != 201 && put != 200) || get != 200 || !same) {
+            if (!w->failed++)
+                snprintf(w->first_failure, sizeof w->first_failure, "PUT %ld, GET %ld%s (%.100s)",
+                         put, get, same ? "" : " with other bytes", r.curl_error);
+        }
+        kc_http_result_free(&r);
+        w->done++;
+    }
+    return NULL;
+}
+
+static long status_with(const kc_testserver *ts, const char *token)
+{
+    char h[128];
+    snprintf(h, sizeof h, "Authorization: Bearer %s", token);
+    const char *hs[] = {h, NULL};
+    kc_http_result r;
+    kc_testserver_http(ts, "GET", "/v1/stats", hs, NULL, 0, false, &r);
+    long st = r.status;
+    kc_http_result_free(&r);
+    return st;
+}
+
+/* Waits (up to 20 s) until the log holds what, n times at least. */
+static bool log_shows(const kc_testserver *ts, const char *what, int n)
+{
+    for (int tries = 0; tries < 200; tries++) {
+        char *log = kc_testserver_read_log(ts);
+        int seen = 0;
+        for (const char *p = log; p && (p = strstr(p, what)); p++)
+            seen++;
+        free(log);
+        if (seen >= n)
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* Replaces path atomically (as an editor or a config manager does). */
+static void replace_file(const char *path, const char *text)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    cr_assert_eq(kc_test_write_file(tmp, text, strlen(text)), 0);
+    chmod(tmp, 0600);
+    cr_assert_eq(rename(tmp, path), 0);
+}
+
+Test(server_ops, sighup_replaces_a_token_under_load_without_failing_a_request, .timeout = 300)
+{
+    char *tok = write_private("tokens", TOK_OLD " read old-ci\n" TOK_KEEP " read,write builder\n");
+    kc_testserver ts;
+    const char *args[] = {"--tokens", tok, "--log-level", "info", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    cr_assert_eq(status_with(&ts, TOK_OLD), 200);
+    cr_assert_eq(status_with(&ts, TOK_NEW), 401);
+
+    volatile int stop = 0;
+    load_worker w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (load_worker){.ts = &ts, .id = i, .stop = &stop};
+        cr_assert_eq(pthread_create(&th[i], NULL, load_main, &w[i]), 0);
+    }
+    usleep(500 * 1000);
+    replace_file(tok, TOK_NEW " read new-ci\n" TOK_KEEP " read,write builder\n");
+    cr_assert_eq(kill(ts.pid, SIGHUP), 0);
+    cr_expect(log_shows(&ts,
+                        "tokens reloaded: 2 tokens, 0 certificate subjects; added new-ci; "
+                        "removed old-ci",
+                        1),
+              "no reload logged");
+    cr_expect_eq(status_with(&ts, TOK_OLD), 401, "the replaced token still works");
+    cr_expect_eq(status_with(&ts, TOK_NEW), 200, "the new token does not work");
+
+    /* a broken file changes nothing: logged with FILE:LINE, the new set stays */
+    replace_file(tok, TOK_NEW " read new-ci\nshort read\n");
+    cr_assert_eq(kill(ts.pid, SIGHUP), 0);
+    cr_expect(log_shows(&ts, "tokens not reloaded, the old set stays in force: ", 1));
+    cr_expect(log_shows(&ts, "tokens:2: token of 5 characters is too short", 1));
+    cr_expect_eq(status_with(&ts, TOK_NEW), 200);
+    cr_expect_eq(status_with(&ts, TOK_OLD), 401);
+    usleep(300 * 1000);
+    stop = 1;
+    unsigned done = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        done += w[i].done;
+        cr_expect_eq(w[i].failed, 0, "worker %d: %u of %u requests failed, first: %s", i,
+                     w[i].failed, w[i].done, w[i].first_failure);
+    }
+    cr_expect_gt(done, 20, "too little load to mean anything (%u rounds)", done);
+    finish(&ts); /* still running, exits cleanly */
+    free(tok);
 }
