@@ -9,7 +9,7 @@
  * in RFC 4514 form as GnuTLS prints it (e.g. `CN=ci-runner,O=Example`), is
  * SUBJECT; a space inside SUBJECT is written `\20`. A certificate whose
  * subject no line names gets no scope of its own: its requests need a token.
- * Which certificates count as verified (signed directly by a CA of
+ * Which certificates count as verified (end-entity, signed directly by a CA of
  * --tls-client-ca, never by an intermediate below it) is kcd_server.c's
  * business.
  *

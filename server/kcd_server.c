@@ -53,7 +53,9 @@ struct kcd_server {
     kcd_send_mode send_mode; /* --send-mode */
     uint64_t active;         /* requests begun and not yet completed */
     char *tls_cert, *tls_key;
-    char *tls_client_ca; /* PEM, with --tls-client-ca: client certificates required */
+    char *tls_client_ca;           /* PEM, with --tls-client-ca: client certificates required */
+    gnutls_x509_crt_t *client_cas; /* its certificates, parsed: the only issuers accepted */
+    unsigned n_client_cas;
     /* store upkeep: a thread that compacts pack files every interval */
     unsigned compact_interval;
     pthread_t upkeep;
@@ -135,9 +137,14 @@ typedef struct conn_state {
 /* mTLS: libmicrohttpd asks for a client certificate (MHD_OPTION_HTTPS_MEM_TRUST
  * makes the request optional, so the handshake also completes without one);
  * here the peer's chain is checked against the CA with GnuTLS (signature,
- * validity dates, key usage) before any route runs. Returns NULL and the
- * subject (RFC 4514, malloc'd in *subject) when it verifies, else why not. */
-static const char *client_cert_check(struct MHD_Connection *c, char **subject)
+ * validity dates, key usage) before any route runs. Scopes are bound to a
+ * subject, so the certificate must also be an end-entity one (not CA:TRUE)
+ * issued directly by a CA of --tls-client-ca: an intermediate below it, or
+ * a CA certificate it signed, could otherwise mint any subject. Returns NULL
+ * and the subject (RFC 4514, malloc'd in *subject) when it verifies, else
+ * why not. */
+static const char *client_cert_check(const kcd_server *srv, struct MHD_Connection *c,
+                                     char **subject)
 {
     *subject = NULL;
     const union MHD_ConnectionInfo *ci =
@@ -157,10 +164,17 @@ static const char *client_cert_check(struct MHD_Connection *c, char **subject)
         return "out of memory";
     gnutls_datum_t dn = {NULL, 0};
     const char *why = NULL;
+    unsigned is_ca = 0, direct = 0;
     if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) < 0 ||
         gnutls_x509_crt_get_dn3(crt, &dn, 0) < 0)
         why = "unreadable subject";
-    else if (!(*subject = strndup((const char *)dn.data, dn.size)))
+    else if (gnutls_x509_crt_get_basic_constraints(crt, NULL, &is_ca, NULL) >= 0 && is_ca)
+        why = "is a CA certificate (CA:TRUE); only end-entity certificates are accepted";
+    else if (gnutls_x509_crt_verify(crt, srv->client_cas, srv->n_client_cas, 0, &direct) < 0 ||
+             direct != 0)
+        why = "not issued directly by a CA of this server's --tls-client-ca (certificates "
+              "issued by an intermediate below it are refused)";
+    if (!why && !(*subject = strndup((const char *)dn.data, dn.size)))
         why = "out of memory";
     gnutls_free(dn.data);
     gnutls_x509_crt_deinit(crt);
@@ -423,7 +437,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                            c,      remote, framing_error(c), NULL, NULL};
         char *subject = NULL;
         if (srv->tls_client_ca) {
-            req.client_cert_error = client_cert_check(c, &subject);
+            req.client_cert_error = client_cert_check(srv, c, &subject);
             req.client_subject = subject;
             if (req.client_cert_error)
                 kcd_log(KCD_LOG_WARN, "client %s refused: certificate %s", remote,
@@ -538,6 +552,13 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
              (rc = kc_read_file(cfg->tls_client_ca, (uint8_t **)&srv->tls_client_ca, &n, err)) !=
                  KC_OK))
             goto fail;
+        gnutls_datum_t pem = {(unsigned char *)srv->tls_client_ca, (unsigned)n};
+        if (srv->tls_client_ca && gnutls_x509_crt_list_import2(&srv->client_cas, &srv->n_client_cas,
+                                                               &pem, GNUTLS_X509_FMT_PEM, 0) < 0) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "--tls-client-ca %s: no PEM certificate in it",
+                            cfg->tls_client_ca);
+            goto fail;
+        }
     }
     if ((rc = kcd_ctx_new(cfg, &srv->ctx, err)) != KC_OK)
         goto fail;
@@ -671,5 +692,8 @@ void kcd_server_stop(kcd_server *srv)
     free(srv->tls_cert);
     free(srv->tls_key);
     free(srv->tls_client_ca);
+    for (unsigned i = 0; i < srv->n_client_cas; i++)
+        gnutls_x509_crt_deinit(srv->client_cas[i]);
+    gnutls_free(srv->client_cas);
     free(srv);
 }
