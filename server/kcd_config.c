@@ -104,7 +104,8 @@ static const opt_def kcd_opts[] = {
     OPT("insecure-short-tokens", OPT_BOOL, insecure_short_tokens, NULL,
         "accept tokens under 16 characters, with a warning\n"
         "(for a migration from a weaker password)"),
-    OPT("tls-cert", OPT_STR, tls_cert, "FILE", "PEM certificate: serve HTTPS"),
+    OPT("tls-cert", OPT_STR, tls_cert, "FILE",
+        "PEM certificate: serve HTTPS (SIGHUP reloads it and\n--tls-key)"),
     OPT("tls-key", OPT_STR, tls_key, "FILE", "PEM private key for --tls-cert"),
     {.name = "tls-priorities",
      .type = OPT_STR,

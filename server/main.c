@@ -1,6 +1,7 @@
 /*
  * main.c - the kcached daemon: load settings, start the server, reload the
- * tokens on SIGHUP, wait for SIGTERM/SIGINT, shut down gracefully. Everything else is in kcdcore.
+ * tokens and TLS pair on SIGHUP, wait for SIGTERM/SIGINT, shut down gracefully. Everything else is
+ * in kcdcore.
  */
 #include <pthread.h>
 #include <signal.h>

@@ -574,3 +574,69 @@ Test(server_ops, sighup_replaces_a_token_under_load_without_failing_a_request, .
     finish(&ts); /* still running, exits cleanly */
     free(tok);
 }
+
+/* ------------------------------- 27.5: SIGHUP reloads the TLS certificate */
+
+static void self_signed(const char *cert, const char *key, const char *cn)
+{
+    char subj[64];
+    snprintf(subj, sizeof subj, "/CN=%s", cn);
+    kc_test_result r;
+    kc_test_runl(&r, "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "2",
+                 "-subj", subj, "-addext", "subjectAltName=IP:127.0.0.1", NULL);
+    cr_assert_eq(r.exit_code, 0, "openssl req: %s", r.err);
+    kc_test_result_free(&r);
+}
+
+/* The subject line of the certificate a fresh handshake gets. */
+static char *served_subject(unsigned port)
+{
+    char connect[64];
+    snprintf(connect, sizeof connect, "127.0.0.1:%u", port);
+    char *const argv[] = {"openssl", "s_client", "-connect", connect, NULL};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run(argv, "Q\n", 2, 30, &r), 0);
+    char *line = strstr(r.out, "subject=");
+    char *out = strndup(line ? line : "(none)", line ? strcspn(line, "\n") : 6);
+    kc_test_result_free(&r);
+    return out;
+}
+
+Test(server_ops, sighup_reloads_the_tls_certificate_and_keeps_it_on_a_bad_pair)
+{
+    char *cert = kc_test_path(root, "cert.pem"), *key = kc_test_path(root, "key.pem");
+    char *cert2 = kc_test_path(root, "cert2.pem"), *key2 = kc_test_path(root, "key2.pem");
+    self_signed(cert, key, "first-cert");
+    self_signed(cert2, key2, "second-cert");
+    kc_testserver ts;
+    const char *args[] = {"--tls-cert", cert, "--tls-key", key, NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    snprintf(ts.cainfo, sizeof ts.cainfo, "%s", cert);
+    char *subj = served_subject(ts.port);
+    cr_expect(strstr(subj, "first-cert"), "%s", subj);
+    free(subj);
+
+    /* the new pair: later handshakes get it */
+    cr_assert_eq(rename(cert2, cert), 0);
+    cr_assert_eq(rename(key2, key), 0);
+    cr_assert_eq(kill(ts.pid, SIGHUP), 0);
+    cr_expect(log_shows(&ts, "TLS certificate reloaded: CN=second-cert, was CN=first-cert", 1));
+    subj = served_subject(ts.port);
+    cr_expect(strstr(subj, "second-cert"), "%s", subj);
+    free(subj);
+
+    /* a key that is not the certificate's: logged, the served pair stays */
+    self_signed(cert2, key2, "third-cert");
+    cr_assert_eq(rename(key2, key), 0); /* cert.pem is still second-cert's */
+    cr_assert_eq(kill(ts.pid, SIGHUP), 0);
+    cr_expect(log_shows(&ts, "TLS certificate not reloaded, the old one stays in use", 1));
+    subj = served_subject(ts.port);
+    cr_expect(strstr(subj, "second-cert"), "%s", subj);
+    free(subj);
+    finish(&ts);
+    free(cert);
+    free(key);
+    free(cert2);
+    free(key2);
+}
