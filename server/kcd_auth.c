@@ -2,13 +2,16 @@
  * kcd_auth.c - loads the tokens file and checks Authorization headers. Every
  * check hashes the presented token and compares it against all known digests
  * with kc_ct_equal, so timing reveals neither which token nor how much of it
- * matched.
+ * matched. The set is one immutable table behind an atomic pointer, so a
+ * reload (SIGHUP) swaps it under running checks without a lock.
  */
 #include "kcd_auth.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +24,26 @@
 typedef struct kcd_token {
     uint8_t digest[KC_SHA256_LEN];
     unsigned scopes;
+    unsigned line; /* in the tokens file, for warnings */
+    bool named;    /* NAME given (else the name is made from the line) */
+    size_t len;    /* the token's length in characters (0 for cert lines) */
     char name[64];
     char *subject; /* a `cert:SUBJECT` line (no digest), else NULL */
 } kcd_token;
 
+/* One loaded tokens file. Never changed once published. */
+typedef struct token_table {
+    kcd_token *tokens;
+    unsigned n, certs;
+    struct token_table *older; /* the table this one replaced: kept for the NAMEs handed out */
+} token_table;
+
 struct kcd_auth {
     bool enabled;
-    bool anonymous_read;
-    kcd_token *tokens;
-    unsigned n;
+    unsigned flags; /* KCD_AUTH_* */
+    char *path;
+    token_table *cur; /* atomic: the set checks use */
+    pthread_mutex_t reload_mu;
 };
 
 static kc_code parse_scopes(const char *text, unsigned *out)
@@ -56,21 +70,78 @@ static kc_code parse_scopes(const char *text, unsigned *out)
     return KC_OK;
 }
 
-kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_err *err)
+static void table_free(token_table *t)
+{
+    while (t) {
+        token_table *older = t->older;
+        for (unsigned i = 0; i < t->n; i++)
+            free(t->tokens[i].subject);
+        free(t->tokens);
+        free(t);
+        t = older;
+    }
+}
+
+/* One `TOKEN SCOPES [NAME]` or `cert:SUBJECT SCOPES [NAME]` line (already
+ * split into tok, scopes, name) into t's next slot. */
+static kc_code add_line(token_table *t, unsigned *cap, const char *path, unsigned lineno,
+                        const char *tok, unsigned scopes, const char *name, unsigned flags,
+                        kc_err *err)
+{
+    bool cert = !strncmp(tok, "cert:", 5);
+    if (!cert && strlen(tok) < KCD_TOKEN_MIN && !(flags & KCD_AUTH_SHORT_TOKENS))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "%s:%u: token of %zu characters is too short (at least %d; "
+                          "`openssl rand -hex 32` makes a good one; --insecure-short-tokens "
+                          "lets a migration through)",
+                          path, lineno, strlen(tok), KCD_TOKEN_MIN);
+    if (t->n == *cap) {
+        *cap = *cap ? *cap * 2 : 8;
+        kcd_token *grown = realloc(t->tokens, *cap * sizeof *grown);
+        if (!grown)
+            return kc_err_set(err, KC_ERR_NOMEM, "out of memory loading %s", path);
+        t->tokens = grown;
+    }
+    kcd_token *k = &t->tokens[t->n];
+    memset(k, 0, sizeof *k);
+    if (cert && (!tok[5] || !(k->subject = strdup(tok + 5))))
+        return kc_err_set(err, tok[5] ? KC_ERR_NOMEM : KC_ERR_INVALID,
+                          "%s:%u: expected `cert:SUBJECT SCOPES [NAME]`", path, lineno);
+    t->n++;
+    if (cert) { /* `\20` stands for a space inside the subject */
+        char *w = k->subject;
+        for (const char *r = k->subject; *r; r++, w++) {
+            *w = *r;
+            if (r[0] == '\\' && r[1] == '2' && r[2] == '0') {
+                *w = ' ';
+                r += 2;
+            }
+        }
+        *w = 0;
+        t->certs++;
+    } else {
+        k->len = strlen(tok);
+        kc_sha256(tok, k->len, k->digest);
+    }
+    k->scopes = scopes;
+    k->line = lineno;
+    k->named = name != NULL;
+    if (name)
+        snprintf(k->name, sizeof k->name, "%s", name);
+    else
+        snprintf(k->name, sizeof k->name, "%s%u", cert ? "cert" : "token", lineno);
+    return KC_OK;
+}
+
+static kc_code table_load(const char *path, unsigned flags, token_table **out, kc_err *err)
 {
     *out = NULL;
-    kcd_auth *a = calloc(1, sizeof *a);
-    if (!a)
+    token_table *t = calloc(1, sizeof *t);
+    if (!t)
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory loading tokens");
-    a->anonymous_read = anonymous_read;
-    if (!path) {
-        *out = a;
-        return KC_OK;
-    }
-    a->enabled = true;
     FILE *f = fopen(path, "r");
     if (!f) {
-        free(a);
+        free(t);
         return kc_err_errno(err, KC_ERR_IO, errno, "cannot open tokens file %s", path);
     }
     char *line = NULL;
@@ -78,7 +149,7 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
     ssize_t got;
     unsigned lineno = 0, cap = 0;
     kc_code rc = KC_OK;
-    while ((got = getline(&line, &linecap, f)) >= 0) {
+    while (rc == KC_OK && (got = getline(&line, &linecap, f)) >= 0) {
         lineno++;
         size_t len = (size_t)got;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -108,49 +179,7 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
                             path, lineno, extra ? " (and nothing after NAME)" : "");
             break;
         }
-        if (strncmp(tok, "cert:", 5) != 0 && strlen(tok) < KCD_TOKEN_MIN) {
-            rc = kc_err_set(err, KC_ERR_INVALID,
-                            "%s:%u: token of %zu characters is too short (at least %d; "
-                            "`openssl rand -hex 32` makes a good one)",
-                            path, lineno, strlen(tok), KCD_TOKEN_MIN);
-            break;
-        }
-        if (a->n == cap) {
-            cap = cap ? cap * 2 : 8;
-            kcd_token *t = realloc(a->tokens, cap * sizeof *t);
-            if (!t) {
-                rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory loading %s", path);
-                break;
-            }
-            a->tokens = t;
-        }
-        kcd_token *t = &a->tokens[a->n++];
-        memset(t, 0, sizeof *t);
-        bool cert = !strncmp(tok, "cert:", 5);
-        if (cert && (!tok[5] || !(t->subject = strdup(tok + 5)))) {
-            a->n--;
-            rc = kc_err_set(err, tok[5] ? KC_ERR_NOMEM : KC_ERR_INVALID,
-                            "%s:%u: expected `cert:SUBJECT SCOPES [NAME]`", path, lineno);
-            break;
-        }
-        if (cert) { /* `\20` stands for a space inside the subject */
-            char *w = t->subject;
-            for (const char *r = t->subject; *r; r++, w++) {
-                *w = *r;
-                if (r[0] == '\\' && r[1] == '2' && r[2] == '0') {
-                    *w = ' ';
-                    r += 2;
-                }
-            }
-            *w = 0;
-        } else {
-            kc_sha256(tok, strlen(tok), t->digest);
-        }
-        t->scopes = s;
-        if (name)
-            snprintf(t->name, sizeof t->name, "%s", name);
-        else
-            snprintf(t->name, sizeof t->name, "%s%u", cert ? "cert" : "token", lineno);
+        rc = add_line(t, &cap, path, lineno, tok, s, name, flags, err);
         explicit_bzero(line, linecap); /* do not leave the secret in memory */
     }
     if (line) {
@@ -158,14 +187,179 @@ kc_code kcd_auth_load(const char *path, bool anonymous_read, kcd_auth **out, kc_
         free(line);
     }
     fclose(f);
-    if (rc == KC_OK && a->n == 0)
+    if (rc == KC_OK && t->n == 0)
         rc = kc_err_set(err, KC_ERR_INVALID, "%s: no tokens", path);
+    if (rc != KC_OK) {
+        table_free(t);
+        return rc;
+    }
+    *out = t;
+    return KC_OK;
+}
+
+static const token_table *current(const kcd_auth *a)
+{
+    return __atomic_load_n(&a->cur, __ATOMIC_ACQUIRE);
+}
+
+kc_code kcd_auth_load(const char *path, unsigned flags, kcd_auth **out, kc_err *err)
+{
+    *out = NULL;
+    kcd_auth *a = calloc(1, sizeof *a);
+    if (!a)
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory loading tokens");
+    a->flags = flags;
+    pthread_mutex_init(&a->reload_mu, NULL);
+    if (!path) {
+        *out = a;
+        return KC_OK;
+    }
+    a->enabled = true;
+    kc_code rc = (a->path = strdup(path)) ? table_load(path, flags, &a->cur, err)
+                                          : kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     if (rc != KC_OK) {
         kcd_auth_free(a);
         return rc;
     }
     *out = a;
     return KC_OK;
+}
+
+void kcd_auth_free(kcd_auth *a)
+{
+    if (!a)
+        return;
+    table_free(a->cur);
+    pthread_mutex_destroy(&a->reload_mu);
+    free(a->path);
+    free(a);
+}
+
+/* Appends printf text to buf (cap bytes) at *used, truncating. */
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t at = *used < cap ? *used : cap;
+    int n = cap ? vsnprintf(buf + at, cap - at, fmt, ap) : 0;
+    va_end(ap);
+    *used += n > 0 ? (size_t)n : 0;
+}
+
+static const kcd_token *by_name(const token_table *t, const char *name)
+{
+    for (unsigned i = 0; i < t->n; i++)
+        if (!strcmp(t->tokens[i].name, name))
+            return &t->tokens[i];
+    return NULL;
+}
+
+static bool same_entry(const kcd_token *x, const kcd_token *y)
+{
+    return x->scopes == y->scopes && !x->subject == !y->subject &&
+           (x->subject ? !strcmp(x->subject, y->subject)
+                       : kc_ct_equal(x->digest, y->digest, KC_SHA256_LEN));
+}
+
+/* The names of was's entries that now's lacks ("removed"), or of now's that
+ * was lacks ("added"), or that both have with other secrets or scopes. */
+static void name_list(const token_table *now, const token_table *was, bool changed,
+                      const char *label, char *buf, size_t cap, size_t *used)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < now->n; i++) {
+        const kcd_token *other = by_name(was, now->tokens[i].name);
+        if (changed ? !other || same_entry(other, &now->tokens[i]) : other != NULL)
+            continue;
+        append(buf, cap, used, "%s%s", n++ ? ", " : label, now->tokens[i].name);
+    }
+}
+
+kc_code kcd_auth_reload(kcd_auth *a, char *summary, size_t cap, kc_err *err)
+{
+    if (cap)
+        summary[0] = 0;
+    if (!a || !a->enabled)
+        return kc_err_set(err, KC_ERR_INVALID, "no --tokens file to reload");
+    token_table *fresh;
+    kc_code rc = table_load(a->path, a->flags, &fresh, err);
+    if (rc != KC_OK)
+        return rc;
+    pthread_mutex_lock(&a->reload_mu);
+    token_table *was = a->cur;
+    fresh->older = was;
+    __atomic_store_n(&a->cur, fresh, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&a->reload_mu);
+    size_t used = 0;
+    unsigned tokens = fresh->n - fresh->certs;
+    append(summary, cap, &used, "%u token%s, %u certificate subject%s", tokens,
+           tokens == 1 ? "" : "s", fresh->certs, fresh->certs == 1 ? "" : "s");
+    size_t before = used;
+    name_list(fresh, was, false, "; added ", summary, cap, &used);
+    name_list(was, fresh, false, "; removed ", summary, cap, &used);
+    name_list(fresh, was, true, "; changed ", summary, cap, &used);
+    if (used == before)
+        append(summary, cap, &used, "; no change");
+    return KC_OK;
+}
+
+unsigned kcd_auth_warnings(const kcd_auth *a, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = 0;
+    if (!a || !a->enabled)
+        return 0;
+    const token_table *t = current(a);
+    unsigned n = 0, nshort = 0;
+    size_t used = 0;
+    for (unsigned i = 0; i < t->n; i++) {
+        const kcd_token *k = &t->tokens[i];
+        for (unsigned j = 0; j < i; j++) {
+            const kcd_token *first = &t->tokens[j];
+            if (!k->subject && !first->subject &&
+                kc_ct_equal(k->digest, first->digest, KC_SHA256_LEN)) {
+                append(buf, cap, &used,
+                       "%s:%u: the same token as line %u: only line %u's scopes and name (%s) "
+                       "count\n",
+                       a->path, k->line, first->line, first->line, first->name);
+                n++;
+                break;
+            }
+            if (k->subject && first->subject && !strcmp(k->subject, first->subject)) {
+                append(buf, cap, &used,
+                       "%s:%u: the same certificate subject as line %u: only line %u's scopes "
+                       "count\n",
+                       a->path, k->line, first->line, first->line);
+                n++;
+                break;
+            }
+            if (k->named && first->named && !strcmp(k->name, first->name)) {
+                append(buf, cap, &used,
+                       "%s:%u: the name '%s' is also line %u's: the access log cannot tell "
+                       "them apart\n",
+                       a->path, k->line, k->name, first->line);
+                n++;
+                break;
+            }
+        }
+        nshort += !k->subject && k->len < KCD_TOKEN_MIN;
+    }
+    if (nshort) {
+        append(buf, cap, &used,
+               "%s: %u token%s shorter than %d characters, allowed by --insecure-short-tokens "
+               "(lines",
+               a->path, nshort, nshort == 1 ? "" : "s", KCD_TOKEN_MIN);
+        for (unsigned i = 0; i < t->n; i++)
+            if (!t->tokens[i].subject && t->tokens[i].len < KCD_TOKEN_MIN)
+                append(buf, cap, &used, " %u", t->tokens[i].line);
+        append(buf, cap, &used, "): a short password can be guessed; replace them\n");
+        n++;
+    }
+    if (cap && used >= cap && cap > 1)
+        buf[cap - 2] = '\n';
+    return n;
 }
 
 bool kcd_auth_file_exposed(const char *path, const char **why)
@@ -180,19 +374,9 @@ bool kcd_auth_file_exposed(const char *path, const char **why)
     return true;
 }
 
-void kcd_auth_free(kcd_auth *a)
-{
-    if (!a)
-        return;
-    for (unsigned i = 0; i < a->n; i++)
-        free(a->tokens[i].subject);
-    free(a->tokens);
-    free(a);
-}
-
 unsigned kcd_auth_count(const kcd_auth *a)
 {
-    return a && a->enabled ? a->n : 0;
+    return a && a->enabled ? current(a)->n : 0;
 }
 
 /* Splits a Basic credential into buf: *user points at the user name (NULL
@@ -223,15 +407,15 @@ static int basic_token(const char *b64, char *buf, size_t cap, const char **user
     return (int)(colon - buf);
 }
 
-/* Index of the token whose digest matches, or -1. Scans every token; no
- * early exit. */
-static int find_token(const kcd_auth *a, const uint8_t digest[KC_SHA256_LEN])
+/* The token whose digest matches, or NULL. Scans every token; no early
+ * exit. */
+static const kcd_token *find_token(const token_table *t, const uint8_t digest[KC_SHA256_LEN])
 {
-    int found = -1;
-    for (unsigned i = 0; i < a->n; i++) {
+    const kcd_token *found = NULL;
+    for (unsigned i = 0; i < t->n; i++) {
         /* certificate lines have no digest: never a token (nor a password) */
-        int eq = !a->tokens[i].subject && kc_ct_equal(digest, a->tokens[i].digest, KC_SHA256_LEN);
-        found = eq && found < 0 ? (int)i : found;
+        int eq = !t->tokens[i].subject && kc_ct_equal(digest, t->tokens[i].digest, KC_SHA256_LEN);
+        found = eq && !found ? &t->tokens[i] : found;
     }
     return found;
 }
@@ -250,11 +434,11 @@ int kcd_auth_password(const kcd_auth *a, const char *user, const void *secret, s
     }
     uint8_t digest[KC_SHA256_LEN];
     kc_sha256(secret, len, digest);
-    int found = find_token(a, digest);
-    if (found < 0 || (user && *user && strcmp(user, a->tokens[found].name) != 0))
+    const kcd_token *found = find_token(current(a), digest);
+    if (!found || (user && *user && strcmp(user, found->name) != 0))
         return 401;
-    *who = a->tokens[found].name;
-    *scopes = a->tokens[found].scopes;
+    *who = found->name;
+    *scopes = found->scopes;
     return 0;
 }
 
@@ -269,7 +453,7 @@ int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, 
     while (authorization && isspace((unsigned char)*authorization))
         authorization++;
     if (!authorization || !*authorization) {
-        if (need == KCD_SCOPE_READ && a->anonymous_read) {
+        if (need == KCD_SCOPE_READ && (a->flags & KCD_AUTH_ANONYMOUS_READ)) {
             *who = "anonymous";
             return 0;
         }
@@ -299,15 +483,15 @@ int kcd_auth_check(const kcd_auth *a, const char *authorization, unsigned need, 
         const char *secret = user ? buf + strlen(user) + 1 : buf;
         unsigned scopes = 0;
         int st = kcd_auth_password(a, user, secret, strlen(secret), &scopes, who);
-        memset(buf, 0, sizeof buf);
+        explicit_bzero(buf, sizeof buf);
         return st ? st : (scopes & need) ? 0 : 403;
     } else
         return 401;
-    int found = find_token(a, digest);
-    if (found < 0)
+    const kcd_token *found = find_token(current(a), digest);
+    if (!found)
         return 401;
-    *who = a->tokens[found].name;
-    return (a->tokens[found].scopes & need) ? 0 : 403;
+    *who = found->name;
+    return (found->scopes & need) ? 0 : 403;
 }
 
 int kcd_auth_check_subject(const kcd_auth *a, const char *subject, unsigned need, const char **who)
@@ -318,10 +502,11 @@ int kcd_auth_check_subject(const kcd_auth *a, const char *subject, unsigned need
     *who = "-";
     if (!a || !a->enabled || need == KCD_SCOPE_NONE)
         return 0;
-    for (unsigned i = 0; subject && i < a->n; i++) {
-        if (a->tokens[i].subject && !strcmp(a->tokens[i].subject, subject)) {
-            *who = a->tokens[i].name;
-            return (a->tokens[i].scopes & need) ? 0 : 403;
+    const token_table *t = current(a);
+    for (unsigned i = 0; subject && i < t->n; i++) {
+        if (t->tokens[i].subject && !strcmp(t->tokens[i].subject, subject)) {
+            *who = t->tokens[i].name;
+            return (t->tokens[i].scopes & need) ? 0 : 403;
         }
     }
     return -1;

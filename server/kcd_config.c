@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <kcache/kc_sign.h>
@@ -46,13 +47,17 @@ typedef struct opt_def {
     opt_type type;
     size_t off;
     const char *help; /* a '\n' continues it on the next line of --help */
-    const char *arg;  /* the value's name in --help's S3 section ("URL") */
+    const char *arg;  /* the value's name in --help ("URL"); NULL for a boolean */
     unsigned flags;   /* OPT_F_* */
     uint64_t min, max;
     /* --check-config: what is used instead when the option is unset, printed
      * as a `# NAME: NOTE` comment */
     const char *(*unset_note)(const kcd_config *cfg);
     const char *const *choices; /* OPT_CHOICE: the values, NULL-terminated */
+    /* --help's "(default ...)" when the built-in value says it badly (a
+     * long string); NULL: the built-in value, as --check-config prints it.
+     * S3 rows say their defaults in their help text. */
+    const char *shown_default;
 } opt_def;
 
 static const char *const send_modes[] = {"auto", "sendfile", "copy", NULL};
@@ -63,10 +68,11 @@ static const char *s3_credentials_note(const kcd_config *cfg)
 }
 
 #define OFF(f) offsetof(kcd_config, f)
-/* An option of kcached itself; the S3 tier's rows name every field. */
-#define OPT(n, t, f, h)                                                                            \
+/* An option of kcached itself, its value named a in --help; the S3 tier's
+ * rows name every field. */
+#define OPT(n, t, f, a, h)                                                                         \
     {                                                                                              \
-        .name = n, .type = t, .off = OFF(f), .help = h                                             \
+        .name = n, .type = t, .off = OFF(f), .arg = a, .help = h                                   \
     }
 #define S3(f) OFF(s3.f)
 #define S3OPT(n, t, f, a, fl, h)                                                                   \
@@ -79,49 +85,64 @@ static const char *s3_credentials_note(const kcd_config *cfg)
         .help = h                                                                                  \
     }
 static const opt_def kcd_opts[] = {
-    OPT("listen", OPT_STR, listen, "HOST:PORT to listen on (port 0 = any free port)"),
-    OPT("data", OPT_STR, data, "store directory"),
-    OPT("max-size", OPT_SIZE, max_size, "store size limit, LRU eviction (0 = unlimited)"),
-    OPT("max-blob", OPT_SIZE, max_blob, "largest accepted upload and bundle artifact (413 above)"),
-    OPT("upload-memory", OPT_SIZE, upload_memory,
-        "request-body bytes buffered by all uploads at once (503 above)"),
-    OPT("memory-cache", OPT_SIZE, memory_cache, "memory for hot artifacts (0 = off)"),
-    OPT("tokens", OPT_STR, tokens, "tokens file: `TOKEN SCOPES [NAME]` per line"),
-    OPT("anonymous-read", OPT_BOOL, anonymous_read, "allow reads without a token"),
-    OPT("insecure-no-auth", OPT_BOOL, insecure_no_auth,
+    OPT("listen", OPT_STR, listen, "HOST:PORT",
+        "address to listen on (port 0 = any free port; a bare\n"
+        "port is refused: 127.0.0.1:PORT or 0.0.0.0:PORT)"),
+    OPT("data", OPT_STR, data, "DIR", "store directory"),
+    OPT("max-size", OPT_SIZE, max_size, "SIZE", "store size limit, LRU eviction (0 = unlimited)"),
+    OPT("max-blob", OPT_SIZE, max_blob, "SIZE",
+        "largest accepted upload and bundle artifact (413 above)"),
+    OPT("upload-memory", OPT_SIZE, upload_memory, "SIZE",
+        "request-body bytes buffered by all uploads at once\n(503 above)"),
+    OPT("memory-cache", OPT_SIZE, memory_cache, "SIZE", "memory for hot artifacts (0 = off)"),
+    OPT("tokens", OPT_STR, tokens, "FILE",
+        "tokens file: `TOKEN SCOPES [NAME]` per line (SIGHUP\nreloads it; unset = no "
+        "authentication)"),
+    OPT("anonymous-read", OPT_BOOL, anonymous_read, NULL, "allow reads without a token"),
+    OPT("insecure-no-auth", OPT_BOOL, insecure_no_auth, NULL,
         "allow a non-loopback --listen without --tokens"),
-    OPT("tls-cert", OPT_STR, tls_cert, "PEM certificate: serve HTTPS"),
-    OPT("tls-key", OPT_STR, tls_key, "PEM private key for --tls-cert"),
-    OPT("tls-priorities", OPT_STR, tls_priorities,
-        "GnuTLS priority string (default: TLS 1.2 and 1.3 only)"),
-    OPT("tls-client-ca", OPT_STR, tls_client_ca,
-        "PEM CA: require a client certificate it signed (mTLS; `cert:SUBJECT` lines in --tokens)"),
-    OPT("trusted-keys", OPT_STR, trusted_keys,
-        "PEM Ed25519 public keys: refuse uploads not signed by one (422)"),
-    OPT("threads", OPT_UINT, threads, "worker threads (0 = one per CPU)"),
-    OPT("timeout", OPT_UINT, timeout, "idle connection timeout, seconds"),
-    OPT("max-connections", OPT_UINT, max_connections, "concurrent connection limit"),
-    OPT("per-ip-connections", OPT_UINT, per_ip_connections,
+    OPT("insecure-short-tokens", OPT_BOOL, insecure_short_tokens, NULL,
+        "accept tokens under 16 characters, with a warning\n"
+        "(for a migration from a weaker password)"),
+    OPT("tls-cert", OPT_STR, tls_cert, "FILE",
+        "PEM certificate: serve HTTPS (SIGHUP reloads it and\n--tls-key)"),
+    OPT("tls-key", OPT_STR, tls_key, "FILE", "PEM private key for --tls-cert"),
+    {.name = "tls-priorities",
+     .type = OPT_STR,
+     .off = OFF(tls_priorities),
+     .arg = "STRING",
+     .shown_default = "TLS 1.2 and 1.3 only",
+     .help = "GnuTLS priority string"},
+    OPT("tls-client-ca", OPT_STR, tls_client_ca, "FILE",
+        "PEM CA: require a client certificate it signed\n"
+        "(mTLS; `cert:SUBJECT` lines in --tokens)"),
+    OPT("trusted-keys", OPT_STR, trusted_keys, "FILE",
+        "PEM Ed25519 public keys: refuse uploads not signed\nby one (422)"),
+    OPT("threads", OPT_UINT, threads, "N", "worker threads (0 = one per CPU)"),
+    OPT("timeout", OPT_UINT, timeout, "SECONDS", "idle connection timeout"),
+    OPT("max-connections", OPT_UINT, max_connections, "N", "concurrent connection limit"),
+    OPT("per-ip-connections", OPT_UINT, per_ip_connections, "N",
         "concurrent connections from one client address"),
-    OPT("header-timeout", OPT_UINT, header_timeout,
-        "seconds a new connection may stay idle before its request head is in"),
-    OPT("grace", OPT_UINT, grace, "seconds in-flight requests get on SIGTERM"),
+    OPT("header-timeout", OPT_UINT, header_timeout, "SECONDS",
+        "how long a new connection may stay idle before its\nrequest head is in"),
+    OPT("grace", OPT_UINT, grace, "SECONDS", "how long in-flight requests get on SIGTERM"),
     {.name = "send-mode",
      .type = OPT_CHOICE,
      .off = OFF(send_mode),
+     .arg = "MODE",
      .choices = send_modes,
      .help = "large bodies: sendfile, copy (from a mapping) or auto\n"
              "(copy to loopback peers, sendfile to others)"},
-    OPT("compact-interval", OPT_UINT, compact_interval,
-        "seconds between compactions of mostly-dead pack files (0 = never)"),
-    OPT("log-level", OPT_LEVEL, log_level, "error, warn, info (access log) or debug"),
-    OPT("port-file", OPT_STR, port_file, "write the bound port to FILE once listening"),
-    OPT("redis-listen", OPT_STR, redis_listen,
-        "HOST:PORT for the Redis protocol (RESP2/3; off when unset)"),
-    OPT("redis-port-file", OPT_STR, redis_port_file,
+    OPT("compact-interval", OPT_UINT, compact_interval, "SECONDS",
+        "time between compactions of mostly-dead pack files\n(0 = never)"),
+    OPT("log-level", OPT_LEVEL, log_level, "LEVEL", "error, warn, info (access log) or debug"),
+    OPT("port-file", OPT_STR, port_file, "FILE", "write the bound port to FILE once listening"),
+    OPT("redis-listen", OPT_STR, redis_listen, "HOST:PORT",
+        "address for the Redis protocol (RESP2/3; off when unset)"),
+    OPT("redis-port-file", OPT_STR, redis_port_file, "FILE",
         "write the bound Redis port to FILE (before --port-file)"),
-    OPT("redis-timeout", OPT_UINT, redis_timeout,
-        "seconds a Redis client may send nothing before it is closed (0 = never)"),
+    OPT("redis-timeout", OPT_UINT, redis_timeout, "SECONDS",
+        "how long a Redis client may send nothing before it\nis closed (0 = never)"),
     /* the S3 backing tier (kcd_s3.h), in --help order */
     S3OPT("s3-endpoint", OPT_STR, endpoint, "URL", OPT_F_NONEMPTY,
           "http(s)://host[:port] of the S3 service"),
@@ -512,6 +533,13 @@ kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *p
     const char *colon;
     const char *h = text;
     size_t hn;
+    /* a bare port would bind every interface: say which is meant */
+    const char *last = strrchr(text, ':');
+    if (!last || last == text)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "bad --listen address '%s': want HOST:PORT (127.0.0.1:%s for this "
+                          "machine only, 0.0.0.0:%s for every interface)",
+                          text, last ? last + 1 : text, last ? last + 1 : text);
     if (text[0] == '[') {
         const char *rb = strchr(text, ']');
         if (!rb || rb[1] != ':')
@@ -521,12 +549,8 @@ kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *p
         hn = (size_t)(rb - h);
         colon = rb + 1;
     } else {
-        colon = strrchr(text, ':');
-        if (!colon) {
-            hn = 0;
-            colon = text - 1; /* "PORT" alone */
-        } else
-            hn = (size_t)(colon - text);
+        colon = last;
+        hn = (size_t)(colon - text);
     }
     if (hn >= cap)
         return kc_err_set(err, KC_ERR_INVALID, "bad --listen address '%s'", text);
@@ -614,10 +638,53 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
     }
     if (cfg->tokens) {
         kcd_auth *a = NULL;
-        if ((rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &a, err)) != KC_OK)
+        if ((rc = kcd_auth_load(cfg->tokens, kcd_config_auth_flags(cfg), &a, err)) != KC_OK)
             return rc;
         kcd_auth_free(a);
     }
+    return KC_OK;
+}
+
+unsigned kcd_config_auth_flags(const kcd_config *cfg)
+{
+    return (cfg->anonymous_read ? KCD_AUTH_ANONYMOUS_READ : 0u) |
+           (cfg->insecure_short_tokens ? KCD_AUTH_SHORT_TOKENS : 0u);
+}
+
+kc_code kcd_config_check_data(const kcd_config *cfg, kc_err *err)
+{
+    /* the directory itself when it exists, else the nearest parent that
+     * does (where kcached would create it) */
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", cfg->data) >= (int)sizeof dir)
+        return kc_err_set(err, KC_ERR_INVALID, "--data %.64s...: path too long", cfg->data);
+    struct stat st;
+    bool exists = true;
+    while (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
+            return kc_err_errno(err, KC_ERR_IO, errno, "--data %s: cannot create it: %s", cfg->data,
+                                dir);
+        exists = false;
+        char *slash = strrchr(dir, '/');
+        while (slash && slash > dir && slash[1] == 0) { /* "a/b/" */
+            *slash = 0;
+            slash = strrchr(dir, '/');
+        }
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            slash == dir ? (void)(dir[1] = 0) : (void)(*slash = 0);
+    }
+    if (!S_ISDIR(st.st_mode))
+        return kc_err_set(err, KC_ERR_INVALID, "--data %s: %s %s not a directory", cfg->data,
+                          exists ? "it" : "cannot create it:", exists ? "is" : dir);
+    /* a real write, so a read-only mount or a root-owned 0555 counts */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.kcached-check-XXXXXX", dir);
+    if (!mkdtemp(probe))
+        return kc_err_errno(err, KC_ERR_IO, errno, "--data %s: %s %s", cfg->data,
+                            exists ? "cannot write into it:" : "cannot create it in", dir);
+    rmdir(probe);
     return KC_OK;
 }
 
@@ -671,6 +738,14 @@ unsigned kcd_config_warnings(const kcd_config *cfg, char *buf, size_t cap)
     if (cfg->tokens && kcd_auth_file_exposed(cfg->tokens, &why)) {
         warn_line(buf, cap, &used, "tokens file %s %s; chmod 600 it\n", cfg->tokens, why);
         n++;
+    }
+    kcd_auth *a = NULL;
+    kc_err e = {0};
+    if (cfg->tokens && kcd_auth_load(cfg->tokens, kcd_config_auth_flags(cfg), &a, &e) == KC_OK) {
+        size_t at = used < cap ? used : cap;
+        n += kcd_auth_warnings(a, buf + at, cap - at);
+        used = at + strlen(buf + at);
+        kcd_auth_free(a);
     }
     return n;
 }
@@ -730,33 +805,93 @@ void kcd_config_print(const kcd_config *cfg, void *fp)
     }
 }
 
+/* A byte count as --help shows a default: "1G", "128M", "64K" or bytes. */
+static void size_text(uint64_t v, char *buf, size_t cap)
+{
+    static const char units[] = "KMGT";
+    int u = -1;
+    while (v && v % 1024 == 0 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u < 0 ? "%llu" : "%llu%c", (unsigned long long)v, u < 0 ? 0 : units[u]);
+}
+
+/* o's built-in value as --help shows it, into buf (cap bytes). */
+static void default_text(const opt_def *o, const kcd_config *def, char *buf, size_t cap)
+{
+    const void *field = (const char *)def + o->off;
+    if (o->shown_default) {
+        snprintf(buf, cap, "%s", o->shown_default);
+        return;
+    }
+    switch (o->type) {
+    case OPT_STR:
+        snprintf(buf, cap, "%s", *(char *const *)field ? *(char *const *)field : "unset");
+        break;
+    case OPT_SIZE:
+        size_text(*(const uint64_t *)field, buf, cap);
+        break;
+    case OPT_UINT:
+        snprintf(buf, cap, "%u", *(const unsigned *)field);
+        break;
+    case OPT_MS:
+        snprintf(buf, cap, "%ld", *(const long *)field);
+        break;
+    case OPT_DURATION:
+        snprintf(buf, cap, "%llus", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case OPT_BOOL:
+        snprintf(buf, cap, "%s", *(const bool *)field ? "on" : "off");
+        break;
+    case OPT_LEVEL:
+        snprintf(buf, cap, "%s", kcd_log_level_name((kcd_log_level) * (const int *)field));
+        break;
+    case OPT_CHOICE:
+        snprintf(buf, cap, "%s", o->choices[*(const int *)field]);
+        break;
+    }
+}
+
 /* Appends the --help lines of the options whose OPT_F_S3 flag is s3 to
- * buf (cap bytes) at *n: the S3 section also names each value ("URL"). */
+ * buf (cap bytes) at *n: each with its value's name ("URL"); kcached's own
+ * options end with their built-in default (the S3 rows say theirs in their
+ * help text). */
 static void usage_options(char *buf, size_t cap, size_t *n, bool s3)
 {
-    int width = s3 ? 22 : 16; /* help text starts at column width + 5 */
+    const int width = 26; /* help text starts at column width + 5 */
+    kcd_config def;
+    kcd_config_defaults(&def);
     for (size_t i = 0; i < NOPTS && *n < cap; i++) {
         const opt_def *o = &kcd_opts[i];
         if (!!(o->flags & OPT_F_S3) != s3)
             continue;
-        char head[64];
-        snprintf(head, sizeof head, "%s%s%s", o->name, s3 && o->arg ? " " : "",
-                 s3 && o->arg ? o->arg : "");
+        char head[64], dflt[64] = "";
+        snprintf(head, sizeof head, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        if (!s3)
+            default_text(o, &def, dflt, sizeof dflt);
         *n += (size_t)snprintf(buf + *n, cap - *n, "  --%-*s ", width, head);
         for (const char *h = o->help; *n < cap;) {
             const char *nl = strchr(h, '\n');
             int len = nl ? (int)(nl - h) : (int)strlen(h);
-            *n += (size_t)snprintf(buf + *n, cap - *n, "%.*s\n%*s", len, h, nl ? width + 5 : 0, "");
+            /* the default ends the last line, or goes below it past 79 columns */
+            bool below = width + 5 + len + (int)strlen(dflt) + 11 > 79;
+            *n += (size_t)snprintf(
+                buf + *n, cap - *n, "%.*s%s%*s%s%s%s\n%*s", len, h,
+                !nl && dflt[0] && below ? "\n" : "", !nl && dflt[0] && below ? width + 5 : 0, "",
+                !nl && dflt[0] ? (below ? "(default " : " (default ") : "", nl ? "" : dflt,
+                !nl && dflt[0] ? ")" : "", nl ? width + 5 : 0, "");
             if (!nl)
                 break;
             h = nl + 1;
         }
     }
+    kcd_config_free(&def);
 }
 
 const char *kcd_config_usage(void)
 {
-    static char buf[8192];
+    static char buf[12288];
     if (buf[0])
         return buf;
     size_t n = (size_t)snprintf(
@@ -768,8 +903,9 @@ const char *kcd_config_usage(void)
     if (n < sizeof buf)
         n += (size_t)snprintf(
             buf + n, sizeof buf - n,
-            "  --config FILE      read `key = value` settings (also $KCACHED_CONFIG)\n"
-            "  --check-config     validate the settings, print them, exit\n"
+            "  --config FILE                read `key = value` settings (also $KCACHED_CONFIG)\n"
+            "  --check-config               validate the settings, print the resolved bind\n"
+            "                               addresses and the settings, exit\n"
             "  --help, --version\nPrecedence: flags > environment > config file > "
             "defaults.\n\nS3-compatible backing tier (off unless --s3-endpoint is given):\n");
     usage_options(buf, sizeof buf, &n, true);

@@ -25,18 +25,19 @@ typedef enum {
 } kcd_send_mode;
 
 typedef struct kcd_config {
-    char *listen;           /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
-    char *data;             /* store directory */
-    uint64_t max_size;      /* store size limit (LRU eviction); 0 = unlimited */
-    uint64_t max_blob;      /* largest accepted request body, and bundle record payload */
-    uint64_t upload_memory; /* request-body bytes buffered across all uploads (503 beyond) */
-    uint64_t memory_cache;  /* bytes of hot responses kept in memory; 0 = off */
-    char *tokens;           /* tokens file; NULL = authentication disabled */
-    bool anonymous_read;    /* reads without a token when tokens are configured */
-    bool insecure_no_auth;  /* allow a non-loopback --listen without --tokens */
-    char *tls_cert;         /* PEM certificate (chain) file; with tls_key enables HTTPS */
-    char *tls_priorities;   /* GnuTLS priority string (default: TLS 1.2 and 1.3 only) */
-    char *trusted_keys;     /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
+    char *listen;               /* "HOST:PORT" (IPv6 as "[::1]:PORT"); port 0 = any free port */
+    char *data;                 /* store directory */
+    uint64_t max_size;          /* store size limit (LRU eviction); 0 = unlimited */
+    uint64_t max_blob;          /* largest accepted request body, and bundle record payload */
+    uint64_t upload_memory;     /* request-body bytes buffered across all uploads (503 beyond) */
+    uint64_t memory_cache;      /* bytes of hot responses kept in memory; 0 = off */
+    char *tokens;               /* tokens file; NULL = authentication disabled */
+    bool anonymous_read;        /* reads without a token when tokens are configured */
+    bool insecure_no_auth;      /* allow a non-loopback --listen without --tokens */
+    bool insecure_short_tokens; /* tokens under KCD_TOKEN_MIN allowed, with a warning */
+    char *tls_cert;             /* PEM certificate (chain) file; with tls_key enables HTTPS */
+    char *tls_priorities;       /* GnuTLS priority string (default: TLS 1.2 and 1.3 only) */
+    char *trusted_keys; /* PEM Ed25519 public keys: uploads must be signed by one (kc_sign.h) */
     unsigned compact_interval; /* seconds between pack-file upkeep runs; 0 = never */
     char *tls_client_ca;       /* PEM CA(s): require client certificates they signed (mTLS) */
     char *tls_key;             /* PEM private key file */
@@ -89,17 +90,28 @@ kc_code kcd_config_load(kcd_config *cfg, int argc, char **argv, char **envp,
  * insecure_no_auth. Does not open the store. */
 kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err);
 
+/* --check-config: can kcached create and write the --data directory? A
+ * directory is made and removed again inside it (or inside the nearest
+ * existing parent when it does not exist yet), so a read-only mount counts
+ * whoever runs it. The error names the directory and why. */
+kc_code kcd_config_check_data(const kcd_config *cfg, kc_err *err);
+
 /* Warnings about a valid configuration (authentication off, a tokens file
- * others can read), one per line, each ending in '\n', written into buf
- * (cap bytes, always NUL-terminated). Returns how many. */
+ * others can read, kcd_auth_warnings' duplicate and short tokens), one per line, each ending in
+ * '\n', written into buf (cap bytes, always NUL-terminated). Returns how many. */
 unsigned kcd_config_warnings(const kcd_config *cfg, char *buf, size_t cap);
+
+/* The kcd_auth_load flags (KCD_AUTH_*) cfg asks for: --anonymous-read,
+ * --insecure-short-tokens. */
+unsigned kcd_config_auth_flags(const kcd_config *cfg);
 
 /* True when the --listen host is a loopback address (127.0.0.0/8, ::1,
  * localhost). "" (any address) is not. */
 bool kcd_listen_is_loopback(const char *host);
 
-/* Parses "HOST:PORT" / "[V6]:PORT" / ":PORT" / "PORT". host is written into
- * host (cap bytes); "" means any address. */
+/* Parses "HOST:PORT" / "[V6]:PORT" into host (cap bytes) and *port. A
+ * bare "PORT" or ":PORT" is refused (KC_ERR_INVALID, "want HOST:PORT"): it
+ * used to bind every interface, rarely what was meant. */
 kc_code kcd_parse_listen(const char *text, char *host, unsigned cap, unsigned *port, kc_err *err);
 
 /* Prints the effective configuration as `key = value` lines (the format

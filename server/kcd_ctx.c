@@ -106,7 +106,7 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
         per = per > (64u << 20) ? (64u << 20) : per;
         ctx->hot = kcd_hot_new(cfg->memory_cache, (size_t)per, KCD_HOT_REFRESH_S);
     }
-    kc_code rc = kcd_auth_load(cfg->tokens, cfg->anonymous_read, &ctx->auth, err);
+    kc_code rc = kcd_auth_load(cfg->tokens, kcd_config_auth_flags(cfg), &ctx->auth, err);
     if (rc == KC_OK && cfg->trusted_keys &&
         (rc = kc_trust_load(cfg->trusted_keys, &ctx->trust, err)) == KC_OK)
         ctx->sopts.trust = ctx->trust;

@@ -15,23 +15,56 @@
 
 #include "kcd_config.h"
 
-kc_code kcd_net_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err)
+/* The addresses listen_spec stands for, in the order they are tried. */
+static kc_code resolve(const char *listen_spec, struct addrinfo **res, kc_err *err)
 {
     char host[256];
     unsigned port;
     kc_code rc = kcd_parse_listen(listen_spec, host, sizeof host, &port, err);
     if (rc != KC_OK)
         return rc;
-    struct addrinfo hints = {0}, *res = NULL;
+    struct addrinfo hints = {0};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%u", port);
-    int gai = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
+    int gai = getaddrinfo(host[0] ? host : NULL, portstr, &hints, res);
     if (gai != 0)
         return kc_err_set(err, KC_ERR_INVALID, "cannot resolve %s: %s", listen_spec,
                           gai_strerror(gai));
+    return KC_OK;
+}
+
+kc_code kcd_net_resolve(const char *listen_spec, char *buf, size_t cap, kc_err *err)
+{
+    struct addrinfo *res = NULL;
+    kc_code rc = resolve(listen_spec, &res, err);
+    if (rc != KC_OK)
+        return rc;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (res->ai_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)res->ai_addr;
+        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+        port = ntohs(a->sin6_port);
+        snprintf(buf, cap, "[%s]:%u", ip, port);
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)res->ai_addr;
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        port = ntohs(a->sin_port);
+        snprintf(buf, cap, "%s:%u", ip, port);
+    }
+    freeaddrinfo(res);
+    return KC_OK;
+}
+
+kc_code kcd_net_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err)
+{
+    struct addrinfo *res = NULL;
+    kc_code rc = resolve(listen_spec, &res, err);
+    if (rc != KC_OK)
+        return rc;
     int fd = -1, saved = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);

@@ -5,6 +5,8 @@
 #ifndef KCD_NET_H
 #define KCD_NET_H
 
+#include <stddef.h>
+
 #include <kcache/kc_error.h>
 
 /* Binds and listens on a "HOST:PORT" address (kcd_parse_listen; port 0
@@ -13,5 +15,11 @@
  * port. KC_ERR_INVALID for an address that does not parse or resolve,
  * KC_ERR_IO when no socket can bind it; the message names the address. */
 kc_code kcd_net_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err);
+
+/* The address kcd_net_listen would bind for listen_spec, as text
+ * ("127.0.0.1:7070", "[::1]:7070") into buf (cap bytes): the first that
+ * getaddrinfo gives, which is the one tried first. Errors as kcd_net_listen's
+ * for an address that does not parse or resolve. */
+kc_code kcd_net_resolve(const char *listen_spec, char *buf, size_t cap, kc_err *err);
 
 #endif

@@ -17,7 +17,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <kcache/kc_hash.h>
 #include <kcache/kc_util.h>
+#include <openssl/evp.h>
 #include "kcd_auth.h"
 #include "kcd_log.h"
 #include "kcd_routes_int.h"
@@ -34,6 +36,7 @@ void kcd_response_free(kcd_response *r)
     else
         free(r->body);
     kcd_stream_free(r->stream);
+    free(r->csp);
     if (r->has_file)
         close(r->file_fd);
     free(r);
@@ -278,6 +281,47 @@ static void r_stats(kcd_exchange *x, const kcd_request *req, const char *rest)
     get_stats(x, false);
 }
 
+/* The Content-Security-Policy of an HTML page of ours: nothing from
+ * elsewhere, no framing, no forms, /v1/stats may be fetched. Only the
+ * inline <script> blocks of the page's <head> run, each named by its
+ * SHA-256: the body is where client-sent keys and names are shown, so
+ * markup that slipped in there could not run script. Malloc'd. */
+static char *html_policy(const char *html, size_t len)
+{
+    static const char head[] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'; script-src";
+    size_t cap = sizeof head + 8, n = 0;
+    char *p = malloc(cap);
+    if (!p)
+        return NULL;
+    n = (size_t)snprintf(p, cap, "%s", head);
+    unsigned scripts = 0;
+    const char *end = memmem(html, len, "</head>", 7);
+    for (const char *at = html; end && (at = memmem(at, (size_t)(end - at), "<script", 7));) {
+        const char *open = memchr(at, '>', (size_t)(end - at));
+        const char *close = open ? memmem(open, (size_t)(end - open), "</script>", 9) : NULL;
+        if (!close)
+            break;
+        uint8_t digest[KC_SHA256_LEN];
+        kc_sha256(open + 1, (size_t)(close - open - 1), digest);
+        char b64[4 * ((KC_SHA256_LEN + 2) / 3) + 1];
+        EVP_EncodeBlock((unsigned char *)b64, digest, KC_SHA256_LEN);
+        char *grown = realloc(p, cap += sizeof b64 + 12);
+        if (!grown) {
+            free(p);
+            return NULL;
+        }
+        p = grown;
+        n += (size_t)snprintf(p + n, cap - n, " 'sha256-%s'", b64);
+        scripts++;
+        at = close + 9;
+    }
+    if (!scripts)
+        snprintf(p + n, cap - n, " 'none'");
+    return p;
+}
+
 static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
 {
     (void)req, (void)rest;
@@ -295,6 +339,8 @@ static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
     if (!html)
         return kcd_answer_error(x, 500, "out of memory rendering the status page");
     kcd_answer_take(x, 200, CT_HTML, html, len);
+    if (x->resp && !(x->resp->csp = html_policy(html, len)))
+        kcd_answer_error(x, 500, "out of memory rendering the status page");
 }
 
 static void r_missing(kcd_exchange *x, const kcd_request *req, const char *rest)
@@ -377,9 +423,9 @@ static const struct route_row {
     {"DELETE", "/v1/artifacts/", KCD_R_ARTIFACT_DELETE, KCD_SCOPE_ADMIN, "GET, HEAD, PUT, DELETE",
      r_artifact},
     {"POST", "/v1/bundle/select", KCD_R_BUNDLE_SELECT, R_READ, "POST", r_bundle_select},
-    {"GET", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, POST", r_bundle_get},
-    {"HEAD", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, POST", r_bundle_get},
-    {"POST", "/v1/bundle", KCD_R_BUNDLE_POST, R_WRITE, "GET, POST", r_bundle_post},
+    {"GET", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, HEAD, POST", r_bundle_get},
+    {"HEAD", "/v1/bundle", KCD_R_BUNDLE_GET, R_READ, "GET, HEAD, POST", r_bundle_get},
+    {"POST", "/v1/bundle", KCD_R_BUNDLE_POST, R_WRITE, "GET, HEAD, POST", r_bundle_post},
     {"GET", "/ccache", KCD_R_CCACHE_GET, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
     {"HEAD", "/ccache", KCD_R_CCACHE_HEAD, R_READ, "GET, HEAD, PUT, DELETE", r_ccache},
     {"PUT", "/ccache", KCD_R_CCACHE_PUT, R_WRITE, "GET, HEAD, PUT, DELETE", r_ccache},
@@ -430,8 +476,12 @@ static void route(kcd_exchange *x, const kcd_request *req)
     for (size_t i = g; i < N_ROUTES && !strcmp(routes[i].path, routes[g].path); i++) {
         if (!strcmp(routes[i].method, m)) {
             x->route = routes[i].route;
-            if (routes[i].scope && !auth(x, req, routes[i].scope))
+            if (routes[i].scope && !auth(x, req, routes[i].scope)) {
+                /* a page a person opens: a browser prompts for Basic only */
+                if (routes[i].route == KCD_R_STATUS && x->resp && x->resp->status == 401)
+                    x->resp->offer_basic = true;
                 return;
+            }
             return routes[i].fn(x, req, rest);
         }
         if (routes[i].route != group_route)

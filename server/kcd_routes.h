@@ -68,11 +68,13 @@ typedef struct kcd_response {
     const char *content_type;     /* static string */
     const char *content_encoding; /* static string or NULL */
     const char *www_authenticate; /* static string or NULL (401 only) */
-    const char *allow;            /* static string or NULL (405 only) */
-    const char *vary;             /* static string or NULL */
-    uint8_t *body;                /* malloc'd, owned by the response; may be NULL */
-    void *blob;                   /* when non-NULL, body points into this kcd_blob (kcd_hot.h), of
-                                   * which the response holds one reference instead */
+    bool offer_basic;  /* 401 of an HTML route: a Basic challenge too, so a browser asks */
+    char *csp;         /* HTML: Content-Security-Policy (malloc'd, owned), else NULL */
+    const char *allow; /* static string or NULL (405 only) */
+    const char *vary;  /* static string or NULL */
+    uint8_t *body;     /* malloc'd, owned by the response; may be NULL */
+    void *blob;        /* when non-NULL, body points into this kcd_blob (kcd_hot.h), of
+                        * which the response holds one reference instead */
     size_t body_len;
     kcd_stream *stream;  /* non-NULL: the body is streamed instead */
     uint64_t stream_len; /* the streamed body's length; 0 = unknown (chunked) */

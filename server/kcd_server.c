@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/abstract.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <kcache/kc_util.h>
+#include "kcd_auth.h"
 #include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_net.h"
@@ -40,6 +42,111 @@
  * discarded bytes the connection is dropped instead. */
 #define KCD_DISCARD_MAX (64ull << 20)
 
+/* The certificate chain and key served, loaded from --tls-cert/--tls-key.
+ * GnuTLS asks for them at every handshake (cert_callback), so SIGHUP can
+ * swap in a new pair while connections run; a replaced pair is kept until
+ * shutdown (a handshake may still hold it). */
+#define KCD_TLS_CHAIN_MAX 16
+typedef struct tls_pair {
+    gnutls_pcert_st chain[KCD_TLS_CHAIN_MAX];
+    unsigned n;
+    gnutls_privkey_t key;
+    char subject[256];
+    struct tls_pair *older;
+} tls_pair;
+
+/* One server per process serves TLS: the callback has no closure. */
+static tls_pair *tls_served;
+
+static void tls_pair_free(tls_pair *p)
+{
+    while (p) {
+        tls_pair *older = p->older;
+        for (unsigned i = 0; i < p->n; i++)
+            gnutls_pcert_deinit(&p->chain[i]);
+        if (p->key)
+            gnutls_privkey_deinit(p->key);
+        free(p);
+        p = older;
+    }
+}
+
+/* Reads cert_path and key_path into a new pair, checking that the key
+ * belongs to the certificate. Errors name the file. */
+static kc_code tls_pair_load(const char *cert_path, const char *key_path, tls_pair **out,
+                             kc_err *err)
+{
+    *out = NULL;
+    uint8_t *cert = NULL, *key = NULL;
+    size_t cn = 0, kn = 0;
+    kc_code rc = kc_read_file(cert_path, &cert, &cn, err);
+    if (rc == KC_OK)
+        rc = kc_read_file(key_path, &key, &kn, err);
+    tls_pair *p = rc == KC_OK ? calloc(1, sizeof *p) : NULL;
+    if (rc == KC_OK && !p)
+        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+    gnutls_datum_t cd = {cert, (unsigned)cn}, kd = {key, (unsigned)kn};
+    int g = 0;
+    if (rc == KC_OK) {
+        p->n = KCD_TLS_CHAIN_MAX;
+        if ((g = gnutls_pcert_list_import_x509_raw(p->chain, &p->n, &cd, GNUTLS_X509_FMT_PEM, 0)) <
+            0) {
+            p->n = 0;
+            rc =
+                kc_err_set(err, KC_ERR_INVALID, "--tls-cert %s: %s", cert_path, gnutls_strerror(g));
+        }
+    }
+    if (rc == KC_OK &&
+        ((g = gnutls_privkey_init(&p->key)) < 0 ||
+         (g = gnutls_privkey_import_x509_raw(p->key, &kd, GNUTLS_X509_FMT_PEM, NULL, 0)) < 0))
+        rc = kc_err_set(err, KC_ERR_INVALID, "--tls-key %s: %s", key_path, gnutls_strerror(g));
+    if (rc == KC_OK) { /* GnuTLS checks that the key matches the certificate here */
+        gnutls_certificate_credentials_t probe;
+        if ((g = gnutls_certificate_allocate_credentials(&probe)) >= 0) {
+            g = gnutls_certificate_set_x509_key_mem2(probe, &cd, &kd, GNUTLS_X509_FMT_PEM, NULL, 0);
+            gnutls_certificate_free_credentials(probe);
+        }
+        if (g < 0)
+            rc = kc_err_set(err, KC_ERR_INVALID, "--tls-cert %s with --tls-key %s: %s", cert_path,
+                            key_path, gnutls_strerror(g));
+    }
+    if (rc == KC_OK) {
+        gnutls_x509_crt_t crt;
+        gnutls_datum_t dn = {NULL, 0};
+        if (gnutls_x509_crt_init(&crt) >= 0) {
+            if (gnutls_x509_crt_import(crt, &p->chain[0].cert, GNUTLS_X509_FMT_DER) >= 0 &&
+                gnutls_x509_crt_get_dn3(crt, &dn, 0) >= 0)
+                snprintf(p->subject, sizeof p->subject, "%.*s", (int)dn.size, dn.data);
+            gnutls_free(dn.data);
+            gnutls_x509_crt_deinit(crt);
+        }
+    }
+    if (key)
+        explicit_bzero(key, kn);
+    free(key);
+    free(cert);
+    if (rc != KC_OK) {
+        tls_pair_free(p);
+        return rc;
+    }
+    *out = p;
+    return KC_OK;
+}
+
+static int cert_callback(gnutls_session_t s, const gnutls_datum_t *req_ca_dn, int nreqs,
+                         const gnutls_pk_algorithm_t *algos, int nalgos, gnutls_pcert_st **chain,
+                         unsigned *n, gnutls_privkey_t *key)
+{
+    (void)s, (void)req_ca_dn, (void)nreqs, (void)algos, (void)nalgos;
+    tls_pair *p = __atomic_load_n(&tls_served, __ATOMIC_ACQUIRE);
+    if (!p)
+        return -1;
+    *chain = p->chain;
+    *n = p->n;
+    *key = p->key;
+    return 0;
+}
+
 struct kcd_server {
     struct MHD_Daemon *mhd;
     kcd_ctx *ctx;
@@ -49,10 +156,13 @@ struct kcd_server {
     unsigned grace;
     unsigned timeout; /* --timeout: idle limit once a request head is in */
     bool tls;
-    kcd_send_mode send_mode; /* --send-mode */
-    uint64_t active;         /* requests begun and not yet completed */
-    char *tls_cert, *tls_key;
-    char *tls_client_ca; /* PEM, with --tls-client-ca: client certificates required */
+    kcd_send_mode send_mode;            /* --send-mode */
+    uint64_t active;                    /* requests begun and not yet completed */
+    char *tls_cert_path, *tls_key_path; /* reread on SIGHUP */
+    tls_pair *tls_pair;                 /* what cert_callback serves (tls_served) */
+    char *tls_client_ca;           /* PEM, with --tls-client-ca: client certificates required */
+    gnutls_x509_crt_t *client_cas; /* its certificates, parsed: the only issuers accepted */
+    unsigned n_client_cas;
     /* store upkeep: a thread that compacts pack files every interval */
     unsigned compact_interval;
     pthread_t upkeep;
@@ -134,9 +244,14 @@ typedef struct conn_state {
 /* mTLS: libmicrohttpd asks for a client certificate (MHD_OPTION_HTTPS_MEM_TRUST
  * makes the request optional, so the handshake also completes without one);
  * here the peer's chain is checked against the CA with GnuTLS (signature,
- * validity dates, key usage) before any route runs. Returns NULL and the
- * subject (RFC 4514, malloc'd in *subject) when it verifies, else why not. */
-static const char *client_cert_check(struct MHD_Connection *c, char **subject)
+ * validity dates, key usage) before any route runs. Scopes are bound to a
+ * subject, so the certificate must also be an end-entity one (not CA:TRUE)
+ * issued directly by a CA of --tls-client-ca: an intermediate below it, or
+ * a CA certificate it signed, could otherwise mint any subject. Returns NULL
+ * and the subject (RFC 4514, malloc'd in *subject) when it verifies, else
+ * why not. */
+static const char *client_cert_check(const kcd_server *srv, struct MHD_Connection *c,
+                                     char **subject)
 {
     *subject = NULL;
     const union MHD_ConnectionInfo *ci =
@@ -156,10 +271,17 @@ static const char *client_cert_check(struct MHD_Connection *c, char **subject)
         return "out of memory";
     gnutls_datum_t dn = {NULL, 0};
     const char *why = NULL;
+    unsigned is_ca = 0, direct = 0;
     if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) < 0 ||
         gnutls_x509_crt_get_dn3(crt, &dn, 0) < 0)
         why = "unreadable subject";
-    else if (!(*subject = strndup((const char *)dn.data, dn.size)))
+    else if (gnutls_x509_crt_get_basic_constraints(crt, NULL, &is_ca, NULL) >= 0 && is_ca)
+        why = "is a CA certificate (CA:TRUE); only end-entity certificates are accepted";
+    else if (gnutls_x509_crt_verify(crt, srv->client_cas, srv->n_client_cas, 0, &direct) < 0 ||
+             direct != 0)
+        why = "not issued directly by a CA of this server's --tls-client-ca (certificates "
+              "issued by an intermediate below it are refused)";
+    if (!why && !(*subject = strndup((const char *)dn.data, dn.size)))
         why = "out of memory";
     gnutls_free(dn.data);
     gnutls_x509_crt_deinit(crt);
@@ -186,14 +308,22 @@ static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, 
     return MHD_YES;
 }
 
-/* Why the request's body framing is ambiguous, or NULL. Two Content-Length
- * headers let a proxy and kcached disagree on where a request ends (request
- * smuggling, RFC 9112 section 6.3). */
+/* Why the request's body framing is ambiguous or unreadable, or NULL. Two
+ * Content-Length headers let a proxy and kcached disagree on where a
+ * request ends (request smuggling, RFC 9112 section 6.3). */
 static const char *framing_error(struct MHD_Connection *c)
 {
     unsigned n = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_content_length, &n);
-    return n > 1 ? "more than one Content-Length header" : NULL;
+    if (n > 1)
+        return "more than one Content-Length header";
+    /* libmicrohttpd decodes chunked only; any other coding leaves it
+     * waiting for a body whose end it cannot find */
+    const char *te =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te && strcasecmp(te, "chunked") != 0)
+        return "unsupported Transfer-Encoding (only chunked is understood)";
+    return NULL;
 }
 
 /* True when the request announces a body (Content-Length > 0 or chunked). */
@@ -365,6 +495,13 @@ static enum MHD_Result queue(struct MHD_Connection *c, conn_state *cs, const kcd
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_ENCODING, r->content_encoding);
     if (r->www_authenticate)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE, r->www_authenticate);
+    if (r->offer_basic) /* a second challenge: browsers prompt for Basic, not Bearer */
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Basic realm=\"kcached\", charset=\"UTF-8\"");
+    if (r->csp)
+        MHD_add_response_header(mr, "Content-Security-Policy", r->csp);
+    /* no response of kcached is meant to be read as anything but its type */
+    MHD_add_response_header(mr, "X-Content-Type-Options", "nosniff");
     if (r->allow)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->vary)
@@ -407,7 +544,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                            c,      remote, framing_error(c), NULL, NULL};
         char *subject = NULL;
         if (srv->tls_client_ca) {
-            req.client_cert_error = client_cert_check(c, &subject);
+            req.client_cert_error = client_cert_check(srv, c, &subject);
             req.client_subject = subject;
             if (req.client_cert_error)
                 kcd_log(KCD_LOG_WARN, "client %s refused: certificate %s", remote,
@@ -516,12 +653,29 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
             rc = kc_err_set(err, KC_ERR_UNSUPPORTED, "this libmicrohttpd was built without TLS");
             goto fail;
         }
-        if ((rc = kc_read_file(cfg->tls_cert, (uint8_t **)&srv->tls_cert, &n, err)) != KC_OK ||
-            (rc = kc_read_file(cfg->tls_key, (uint8_t **)&srv->tls_key, &n, err)) != KC_OK ||
-            (cfg->tls_client_ca &&
+        if (__atomic_load_n(&tls_served, __ATOMIC_ACQUIRE)) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "one TLS server per process");
+            goto fail;
+        }
+        if (!(srv->tls_cert_path = strdup(cfg->tls_cert)) ||
+            !(srv->tls_key_path = strdup(cfg->tls_key))) {
+            rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if ((rc = tls_pair_load(cfg->tls_cert, cfg->tls_key, &srv->tls_pair, err)) != KC_OK)
+            goto fail;
+        __atomic_store_n(&tls_served, srv->tls_pair, __ATOMIC_RELEASE);
+        if ((cfg->tls_client_ca &&
              (rc = kc_read_file(cfg->tls_client_ca, (uint8_t **)&srv->tls_client_ca, &n, err)) !=
                  KC_OK))
             goto fail;
+        gnutls_datum_t pem = {(unsigned char *)srv->tls_client_ca, (unsigned)n};
+        if (srv->tls_client_ca && gnutls_x509_crt_list_import2(&srv->client_cas, &srv->n_client_cas,
+                                                               &pem, GNUTLS_X509_FMT_PEM, 0) < 0) {
+            rc = kc_err_set(err, KC_ERR_INVALID, "--tls-client-ca %s: no PEM certificate in it",
+                            cfg->tls_client_ca);
+            goto fail;
+        }
     }
     if ((rc = kcd_ctx_new(cfg, &srv->ctx, err)) != KC_OK)
         goto fail;
@@ -535,8 +689,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_TURBO |
                      MHD_USE_ERROR_LOG | (tls ? MHD_USE_TLS : 0);
     struct MHD_OptionItem tls_opts[] = {
-        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->tls_cert},
-        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->tls_key},
+        {tls ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, 0, (void *)cert_callback},
         {tls ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_END, 0,
          (void *)(cfg->tls_priorities ? cfg->tls_priorities : KCD_TLS_PRIORITIES_DEFAULT)},
         {srv->tls_client_ca ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, 0, srv->tls_client_ca},
@@ -566,29 +719,66 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     if (cfg->redis_listen && *cfg->redis_listen &&
         (rc = kcd_redis_start(cfg, srv->ctx, &srv->redis, err)) != KC_OK)
         goto fail;
-    if (cfg->port_file) {
-        char line[16];
-        int n = snprintf(line, sizeof line, "%u\n", srv->port);
-        if ((rc = kc_write_file_atomic(cfg->port_file, line, (size_t)n, err)) != KC_OK)
-            goto fail;
-    }
     kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
             threads,
             srv->tls_client_ca ? ", TLS with client certificates"
             : tls              ? ", TLS"
                                : "",
             cfg->tokens ? "" : ", authentication disabled (no --tokens)");
-    char warnings[2048];
+    char warnings[4096];
     kcd_config_warnings(cfg, warnings, sizeof warnings);
     for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
         *nl = 0;
         kcd_log(KCD_LOG_WARN, "%s", line);
+    }
+    /* the port file last: whoever waits for it finds the warnings logged */
+    if (cfg->port_file) {
+        char line[16];
+        int n = snprintf(line, sizeof line, "%u\n", srv->port);
+        if ((rc = kc_write_file_atomic(cfg->port_file, line, (size_t)n, err)) != KC_OK)
+            goto fail;
     }
     *out = srv;
     return KC_OK;
 fail:
     kcd_server_stop(srv);
     return rc;
+}
+
+void kcd_server_reload(kcd_server *srv)
+{
+    /* the tokens set is thread-safe: checks already running keep the table
+     * they loaded, later ones see the new one */
+    kcd_auth *auth = (kcd_auth *)kcd_ctx_auth(srv->ctx);
+    if (kcd_auth_count(auth) > 0) {
+        char summary[1024], warnings[4096];
+        kc_err e = {0};
+        if (kcd_auth_reload(auth, summary, sizeof summary, &e) != KC_OK) {
+            kcd_log(KCD_LOG_ERROR, "tokens not reloaded, the old set stays in force: %s", e.msg);
+        } else {
+            kcd_log(KCD_LOG_INFO, "tokens reloaded: %s", summary);
+            kcd_auth_warnings(auth, warnings, sizeof warnings);
+            for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+                *nl = 0;
+                kcd_log(KCD_LOG_WARN, "%s", line);
+            }
+        }
+    } else
+        kcd_log(KCD_LOG_INFO, "SIGHUP: no --tokens file to reload");
+    if (!srv->tls_pair)
+        return;
+    tls_pair *fresh;
+    kc_err e = {0};
+    if (tls_pair_load(srv->tls_cert_path, srv->tls_key_path, &fresh, &e) != KC_OK) {
+        kcd_log(KCD_LOG_ERROR, "TLS certificate not reloaded, the old one stays in use: %s", e.msg);
+        return;
+    }
+    fresh->older = srv->tls_pair;
+    srv->tls_pair = fresh;
+    __atomic_store_n(&tls_served, fresh, __ATOMIC_RELEASE);
+    kcd_log(KCD_LOG_INFO, "TLS certificate reloaded: %s%s%s (%u in the chain)", fresh->subject,
+            strcmp(fresh->subject, fresh->older->subject) ? ", was " : "",
+            strcmp(fresh->subject, fresh->older->subject) ? fresh->older->subject : "", fresh->n);
 }
 
 unsigned kcd_server_port(const kcd_server *srv)
@@ -629,8 +819,15 @@ void kcd_server_stop(kcd_server *srv)
     if (srv->listen_fd >= 0)
         close(srv->listen_fd);
     kcd_ctx_free(srv->ctx); /* closes every per-thread store handle */
-    free(srv->tls_cert);
-    free(srv->tls_key);
+    if (srv->tls_pair) {
+        __atomic_store_n(&tls_served, NULL, __ATOMIC_RELEASE);
+        tls_pair_free(srv->tls_pair);
+    }
+    free(srv->tls_cert_path);
+    free(srv->tls_key_path);
     free(srv->tls_client_ca);
+    for (unsigned i = 0; i < srv->n_client_cas; i++)
+        gnutls_x509_crt_deinit(srv->client_cas[i]);
+    gnutls_free(srv->client_cas);
     free(srv);
 }

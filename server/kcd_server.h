@@ -18,6 +18,15 @@ typedef struct kcd_server kcd_server;
 kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err);
 
 /* The bound TCP port (useful with port 0). */
+/* SIGHUP: reads the tokens file (kcd_auth_reload) and the --tls-cert /
+ * --tls-key pair again without touching a connection; what does not load
+ * leaves the old one in force. Logs what changed ("tokens reloaded: 3
+ * tokens, 1 certificate subject; added ci-new; removed ci-old", "TLS
+ * certificate reloaded: CN=new, was CN=old") or, at error level, why
+ * nothing did (FILE:LINE, the file).
+ * Call from one thread at a time (main's signal loop). */
+void kcd_server_reload(kcd_server *srv);
+
 unsigned kcd_server_port(const kcd_server *srv);
 
 /* The request context it serves (kcd_ctx.h): for in-process tests. */

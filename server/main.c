@@ -1,9 +1,11 @@
 /*
- * main.c - the kcached daemon: load settings, start the server, wait for
- * SIGTERM/SIGINT, shut down gracefully. Everything else is in kcdcore.
+ * main.c - the kcached daemon: load settings, start the server, reload the
+ * tokens and TLS pair on SIGHUP, wait for SIGTERM/SIGINT, shut down gracefully. Everything else is
+ * in kcdcore.
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <kcache/kc_log.h>
 #include "kcd_config.h"
 #include "kcd_log.h"
+#include "kcd_net.h"
 #include "kcd_server.h"
 
 extern char **environ;
@@ -22,6 +25,33 @@ static void log_to_kcd(kc_log_level level, const char *msg, void *ctx)
 {
     (void)ctx;
     kcd_log(level == KC_LOG_WARN ? KCD_LOG_WARN : KCD_LOG_INFO, "%s", msg);
+}
+
+/* --check-config: the addresses the listeners would bind, as comments
+ * (`# --listen binds 127.0.0.1:7070 (loopback only)`). 0, or 2 after saying
+ * why an address does not resolve. */
+static int print_binds(const kcd_config *cfg)
+{
+    const char *flags[] = {"--listen", "--redis-listen"};
+    const char *specs[] = {cfg->listen, cfg->redis_listen};
+    for (int i = 0; i < 2; i++) {
+        if (!specs[i] || !*specs[i])
+            continue;
+        char addr[128], host[256];
+        unsigned port;
+        kc_err err = {0};
+        if (kcd_net_resolve(specs[i], addr, sizeof addr, &err) != KC_OK) {
+            fprintf(stderr, "kcached: %s: %s\n", flags[i], err.msg);
+            return 2;
+        }
+        kcd_parse_listen(addr, host, sizeof host, &port, NULL);
+        bool any = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
+        printf("# %s binds %s (%s)\n", flags[i], addr,
+               kcd_listen_is_loopback(host) ? "loopback only"
+               : any                        ? "every interface"
+                                            : "this address only");
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -54,11 +84,20 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.check_config) {
-        char warnings[2048];
+        char warnings[4096];
         kcd_config_warnings(&cfg, warnings, sizeof warnings);
         for (char *line = warnings, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
             *nl = 0;
             fprintf(stderr, "kcached: warning: %s\n", line);
+        }
+        if (kcd_config_check_data(&cfg, &err) != KC_OK) {
+            fprintf(stderr, "kcached: %s\n", err.msg);
+            kcd_config_free(&cfg);
+            return 2;
+        }
+        if (print_binds(&cfg) != 0) {
+            kcd_config_free(&cfg);
+            return 2;
         }
         kcd_config_print(&cfg, stdout);
         printf("# configuration OK\n");
@@ -73,6 +112,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -98,7 +138,8 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int sig = 0;
-    sigwait(&set, &sig);
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+        kcd_server_reload(srv); /* connections stay up; see kcd_server.h */
     kcd_log(KCD_LOG_INFO, "received %s: finishing in-flight requests", strsignal(sig));
     kcd_server_stop(srv);
     kcd_log(KCD_LOG_INFO, "stopped");

@@ -319,3 +319,66 @@ Test(server_mtls, dir_push_and_pull_present_the_client_certificate, .timeout = 1
     kc_test_rmtree(dir);
     free(dir);
 }
+
+/* Issue 25.13: scopes are bound to a subject, so whoever can issue a
+ * certificate with that subject holds them. A CA:TRUE certificate the
+ * client CA issued (an intermediate) is refused itself, and so is a
+ * certificate such an intermediate minted, even with a mapped subject and
+ * the chain presented. */
+Test(server_mtls, intermediates_below_the_client_ca_cannot_mint_a_mapped_subject, .timeout = 180)
+{
+    dir = kc_test_mkdtemp("kcdmtls");
+    make_ca("ca");
+    make_cert("server", "ca", "/CN=127.0.0.1",
+              "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+    const char *client_ext = "extendedKeyUsage=clientAuth\n";
+    make_cert("writer", "ca", "/CN=ci-writer", client_ext);
+    make_cert("inter", "ca", "/CN=ci-writer",
+              "basicConstraints=critical,CA:TRUE\n"
+              "keyUsage=critical,keyCertSign,digitalSignature\nextendedKeyUsage=clientAuth\n");
+    /* an intermediate named like the root, so only its signature tells them apart */
+    make_cert(
+        "inter2", "ca", "/CN=ca",
+        "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,digitalSignature\n");
+    make_cert("minted", "inter2", "/CN=ci-writer", client_ext);
+    /* the minted leaf presented with its chain, as curl sends a bundle file */
+    char *mp = path("minted.pem"), *ip = path("inter2.pem"), *cp = path("minted-chain.pem"),
+         *kp = path("minted.key"), *ckp = path("minted-chain.key");
+    size_t ml, il, kl;
+    char *m = kc_test_read_file(mp, &ml), *i2 = kc_test_read_file(ip, &il),
+         *k = kc_test_read_file(kp, &kl);
+    char *chain = malloc(ml + il);
+    memcpy(chain, m, ml);
+    memcpy(chain + ml, i2, il);
+    cr_assert_eq(kc_test_write_file(cp, chain, ml + il), 0);
+    cr_assert_eq(kc_test_write_file(ckp, k, kl), 0);
+    kc_testserver ts;
+    start_mtls(&ts, "cert:CN=ci-writer read,write writer\n");
+
+    reply r = request(&ts, "PUT", "/ccache/mint/a", "writer", NULL, "data");
+    cr_expect_eq(r.status, 201, "the real writer writes: %s", r.body);
+    r = request(&ts, "PUT", "/ccache/mint/b", "inter", NULL, "data");
+    cr_expect(r.status == 403 || r.status == 0, "a CA:TRUE certificate was taken as writer (%ld)",
+              r.status);
+    if (r.status)
+        cr_expect(strstr(r.body, "CA:TRUE"), "says why: %s", r.body);
+    r = request(&ts, "PUT", "/ccache/mint/c", "minted-chain", NULL, "data");
+    cr_expect(r.status == 403 || r.status == 0,
+              "a certificate minted by an intermediate was taken as writer (%ld)", r.status);
+    if (r.status)
+        cr_expect(strstr(r.body, "not issued directly"), "says why: %s", r.body);
+    r = request(&ts, "GET", "/ccache/mint/c", "writer", NULL, NULL);
+    cr_expect_eq(r.status, 404, "the minted certificate stored something");
+    kc_testserver_cleanup(&ts);
+    free(m);
+    free(i2);
+    free(k);
+    free(chain);
+    free(mp);
+    free(ip);
+    free(cp);
+    free(kp);
+    free(ckp);
+    kc_test_rmtree(dir);
+    free(dir);
+}

@@ -291,6 +291,15 @@ static int settle(kc_cli *cli, const global_args *g, bool use)
     if (g->setting[KC_SET_TOKEN] && cli->verbosity >= 0)
         fprintf(stderr, "kcache: warning: --token on the command line can be read by every user "
                         "of this machine (ps, /proc); use --token-file or $KCACHE_TOKEN\n");
+    /* a private key others can read is as exposed as a token file */
+    const char *client_key = kc_config_get(cli->config, KC_SET_CLIENT_KEY);
+    struct stat key_st;
+    if (client_key && *client_key && cli->verbosity >= 0 && stat(client_key, &key_st) == 0 &&
+        (key_st.st_mode & 077))
+        fprintf(stderr,
+                "kcache: warning: client key %s can be read by other users (mode %03o); "
+                "chmod 600 it\n",
+                client_key, (unsigned)(key_st.st_mode & 0777));
     cli->cache_dir = kc_config_get(cli->config, KC_SET_CACHE_DIR);
     if (!cli->cache_dir) {
         return kc_cli_fail(

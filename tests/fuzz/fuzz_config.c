@@ -126,7 +126,7 @@ static void fuzz_tokens(const char *dir, const uint8_t *data, size_t len)
     write_file(path, known, sizeof known - 1, data, len);
     kcd_auth *a = NULL;
     kc_err err = {0};
-    kc_code rc = kcd_auth_load(path, false, &a, &err);
+    kc_code rc = kcd_auth_load(path, 0, &a, &err);
     if (rc != KC_OK) {
         KC_FUZZ_CHECK(err.msg[0] != '\0', "tokens error without a message");
         return;
