@@ -87,6 +87,92 @@ static void addr_release(kcd_redis *r, const uint8_t ip[16])
     pthread_mutex_unlock(&r->addr_mu);
 }
 
+/* ------------------------------------------------------------------ memory */
+
+/* Sets the buffer bytes c counts against --upload-memory (the budget it
+ * shares with HTTP request bodies) to n. Growing past the budget is
+ * refused (false, nothing changed) unless force: buffers that grew already
+ * (small replies) are counted as they are. */
+static bool conn_hold(rconn *c, uint64_t n, bool force)
+{
+    kcd_redis *r = c->w->r;
+    uint64_t *total = &r->m->upload_bytes;
+    if (n > c->held) {
+        uint64_t add = n - c->held;
+        uint64_t now = __atomic_add_fetch(total, add, __ATOMIC_RELAXED);
+        if (now > r->upload_memory && !force) {
+            __atomic_sub_fetch(total, add, __ATOMIC_RELAXED);
+            return false;
+        }
+    } else {
+        __atomic_sub_fetch(total, c->held - n, __ATOMIC_RELAXED);
+    }
+    c->held = n;
+    return true;
+}
+
+static void conn_hold_now(rconn *c)
+{
+    conn_hold(c, (uint64_t)c->in_cap + c->out.cap, true);
+}
+
+/* The error a connection gets when its buffers would pass the budget. */
+static void reply_oom(rconn *c, uint64_t want)
+{
+    kcd_redis *r = c->w->r;
+    char line[200];
+    snprintf(line, sizeof line,
+             "OOM command not allowed: buffered Redis requests, replies and uploads would hold "
+             "more than %" PRIu64 " bytes (--upload-memory)",
+             r->upload_memory);
+    kcd_redis_reply_error(c, line);
+    kcd_log(KCD_LOG_WARN, "redis %s: %" PRIu64 " more buffer bytes would pass --upload-memory",
+            c->remote, want);
+}
+
+bool kcd_redis_reply_paused(const rconn *c)
+{
+    return c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH;
+}
+
+bool kcd_redis_reply_room(rconn *c, size_t n)
+{
+    if (c->out.failed)
+        return false;
+    size_t want = c->out.len + n;
+    if (want <= c->out.cap)
+        return true;
+    /* doubling for small replies; a big value gets just its size */
+    size_t cap = c->out.cap ? c->out.cap * 2 : 4096;
+    if (cap < want)
+        cap = want;
+    if (!conn_hold(c, (uint64_t)c->in_cap + cap, false)) {
+        reply_oom(c, cap - c->out.cap);
+        return false;
+    }
+    uint8_t *p = realloc(c->out.p, cap);
+    if (!p) {
+        c->out.failed = true;
+        conn_hold_now(c);
+        return false;
+    }
+    c->out.p = p;
+    c->out.cap = cap;
+    return true;
+}
+
+/* The largest request c may send: one that may not write has no use for
+ * big arguments. */
+static uint64_t query_max(const rconn *c)
+{
+    const kcd_redis *r = c->w->r;
+    if (!(c->scopes & KCD_SCOPE_WRITE))
+        return KCD_REDIS_NOWRITE_QUERY;
+    return r->max_blob + KCD_REDIS_QUERY_SLACK;
+}
+
+/* ------------------------------------------------------------- connections */
+
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
@@ -103,6 +189,8 @@ static void conn_close(rconn *c)
     kcd_resp_parser_free(&c->p);
     kcd_rbuf_free(&c->out);
     free(c->in);
+    c->in_cap = 0;
+    conn_hold_now(c); /* gives back what it held */
     free(c->argv);
     free(c->argl);
     free(c);
@@ -134,7 +222,8 @@ static kcd_resp_status parse_next(rconn *c, size_t *used)
 {
     kcd_redis *r = c->w->r;
     bool limited = r->auth_on && !c->authed && !r->anonymous_read;
-    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
+    uint64_t bulk = c->scopes & KCD_SCOPE_WRITE ? r->max_blob : KCD_REDIS_NOWRITE_QUERY;
+    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : bulk,
                            limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
     return kcd_resp_parse(&c->p, c->in + c->in_off, c->in_len - c->in_off, &lim, used);
 }
@@ -146,17 +235,25 @@ static bool conn_process(rconn *c)
 {
     kcd_redis *r = c->w->r;
     for (;;) {
-        if (c->closing || c->in_off >= c->in_len)
+        if (c->closing)
             break;
-        if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
+        if (kcd_redis_reply_paused(c)) {
+            conn_hold_now(c);
             return true;
+        }
+        if (c->resume_next) {
+            kcd_redis_resume(c);
+            continue;
+        }
+        if (c->in_off >= c->in_len)
+            break;
         bool limited = r->auth_on && !c->authed && !r->anonymous_read;
         size_t used = 0;
         const uint8_t *base = c->in + c->in_off;
         kcd_resp_status st = parse_next(c, &used);
         if (st == KCD_RESP_MORE) {
             /* every part is within its limit, but the whole may not be */
-            uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
+            uint64_t qmax = query_max(c);
             if (c->in_len - c->in_off > qmax) {
                 char line[96];
                 snprintf(line, sizeof line,
@@ -175,6 +272,10 @@ static bool conn_process(rconn *c)
                 msg = "Protocol error: unauthenticated multibulk length";
             else if (limited && !strcmp(msg, "Protocol error: invalid bulk length"))
                 msg = "Protocol error: unauthenticated bulk length";
+            else if (!(c->scopes & KCD_SCOPE_WRITE) &&
+                     !strcmp(msg, "Protocol error: invalid bulk length"))
+                msg = "Protocol error: bulk length over what a client without write scope may "
+                      "send";
             char line[160];
             snprintf(line, sizeof line, "ERR %s", msg);
             kcd_redis_reply_error(c, line);
@@ -201,7 +302,7 @@ static bool conn_process(rconn *c)
             break;
         }
     }
-    if (c->in_off == c->in_len) {
+    if (c->in_off == c->in_len && !c->resume_next) {
         c->in_off = c->in_len = 0;
         if (c->in_cap > 4 * KCD_REDIS_READ_CHUNK) {
             free(c->in); /* a big command's buffer is not kept by an idle client */
@@ -209,6 +310,7 @@ static bool conn_process(rconn *c)
             c->in_cap = 0;
         }
     }
+    conn_hold_now(c);
     return false;
 }
 
@@ -244,6 +346,7 @@ static bool conn_flush(rconn *c)
     c->out.len = c->out_off = 0;
     if (c->out.cap > (1u << 20)) { /* do not keep a big reply's buffer per idle client */
         kcd_rbuf_free(&c->out);
+        conn_hold_now(c);
     }
     if (c->closing) {
         conn_close(c);
@@ -271,7 +374,11 @@ static void conn_run(rconn *c)
 static void conn_read(rconn *c)
 {
     kcd_redis *r = c->w->r;
-    uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
+    uint64_t qmax = query_max(c);
+    if (c->resume_next) { /* the paused MGET's arguments must stay where they are */
+        conn_run(c);
+        return;
+    }
     if (c->in_off > 0 && c->in_cap - c->in_len < KCD_REDIS_READ_CHUNK) {
         /* parser offsets are relative to the command start: moving is safe */
         memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
@@ -286,6 +393,20 @@ static void conn_read(rconn *c)
             cap = c->in_len + 2 * KCD_REDIS_READ_CHUNK > qmax + 2 * KCD_REDIS_READ_CHUNK
                       ? c->in_len + 2 * KCD_REDIS_READ_CHUNK
                       : qmax + 2 * KCD_REDIS_READ_CHUNK;
+        /* inside a bulk of announced length: room for that bulk and the
+         * next command's start rather than the next power of two, so a
+         * value of --max-blob fits an --upload-memory of --max-blob */
+        if (c->p.nargs > 0 && c->p.bulk >= 0) {
+            size_t need = c->in_off + c->p.pos + (size_t)c->p.bulk + 2 + KCD_REDIS_READ_CHUNK;
+            if (need > c->in_len + KCD_REDIS_READ_CHUNK && need < cap)
+                cap = need;
+        }
+        if (!conn_hold(c, (uint64_t)cap + c->out.cap, false)) {
+            reply_oom(c, cap - c->in_cap);
+            c->closing = true;
+            conn_flush(c); /* the error, then the close */
+            return;
+        }
         uint8_t *p = realloc(c->in, cap);
         if (!p) {
             conn_close(c);
@@ -293,6 +414,7 @@ static void conn_read(rconn *c)
         }
         c->in = p;
         c->in_cap = cap;
+        conn_hold_now(c);
     }
     ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -311,7 +433,7 @@ static void conn_writable(rconn *c)
 {
     if (!conn_flush(c))
         return;
-    if (!c->writing && c->in_off < c->in_len)
+    if (!c->writing && (c->in_off < c->in_len || c->resume_next))
         conn_run(c); /* commands left waiting while replies were pending */
 }
 
@@ -580,6 +702,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
     r->max_clients = cfg->max_connections;
+    r->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     r->per_addr = cfg->per_ip_connections;
     r->idle_timeout = cfg->redis_timeout;
     r->max_size = cfg->max_size;
