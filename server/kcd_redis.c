@@ -24,6 +24,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -177,7 +179,8 @@ static void conn_close(rconn *c)
 {
     rworker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
+    if (!c->local) /* first: a client that saw the close may connect again */
+        addr_release(w->r, c->ip);
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -556,17 +559,21 @@ static void take_done(rworker *w)
     }
 }
 
-static void accept_all(rworker *w)
+/* Takes every pending connection of listening socket lfd (TCP, or the Unix
+ * socket when local: reachable only as its mode allows, so no per-address
+ * count). */
+static void accept_all(rworker *w, int lfd, bool local)
 {
     kcd_redis *r = w->r;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(r->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!local)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         kcd_metrics_add(&r->m->redis.connections, 1);
         if (__atomic_load_n(&r->m->redis.clients, __ATOMIC_RELAXED) >= r->max_clients) {
             static const char full[] = "-ERR max number of clients reached\r\n";
@@ -582,7 +589,7 @@ static void accept_all(rworker *w)
         } else if (ss.ss_family == AF_INET6) {
             memcpy(ip, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
         }
-        if (!addr_take(r, ip)) {
+        if (!local && !addr_take(r, ip)) {
             static const char many[] = "-ERR too many connections from your address\r\n";
             ssize_t ignored = send(fd, many, sizeof many - 1, MSG_NOSIGNAL);
             (void)ignored;
@@ -593,11 +600,13 @@ static void accept_all(rworker *w)
         }
         rconn *c = calloc(1, sizeof *c);
         if (!c) {
-            addr_release(r, ip);
+            if (!local)
+                addr_release(r, ip);
             close(fd);
             continue;
         }
         memcpy(c->ip, ip, 16);
+        c->local = local;
         c->last_active = mono_now();
         c->w = w;
         c->fd = fd;
@@ -617,9 +626,16 @@ static void accept_all(rworker *w)
             port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
         }
         snprintf(c->remote, sizeof c->remote, "%s:%u", host, port);
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        if (local && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+            snprintf(c->remote, sizeof c->remote, "unix:uid=%u", (unsigned)cred.uid);
+        else if (local)
+            snprintf(c->remote, sizeof c->remote, "unix");
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            addr_release(r, ip);
+            if (!local)
+                addr_release(r, ip);
             close(fd);
             kcd_resp_parser_free(&c->p);
             free(c);
@@ -651,7 +667,8 @@ static void sweep_idle(rworker *w)
     }
 }
 
-static int listen_tag, stop_tag, done_tag; /* epoll data of the non-connection descriptors */
+/* epoll data of the non-connection descriptors */
+static int listen_tag, unix_tag, stop_tag, done_tag;
 
 static void *worker_main(void *arg)
 {
@@ -671,8 +688,8 @@ static void *worker_main(void *arg)
             void *p = evs[i].data.ptr;
             if (p == &stop_tag)
                 return NULL;
-            if (p == &listen_tag) {
-                accept_all(w);
+            if (p == &listen_tag || p == &unix_tag) {
+                accept_all(w, p == &unix_tag ? w->r->unix_fd : w->r->listen_fd, p == &unix_tag);
                 continue;
             }
             if (p == &done_tag) {
@@ -687,6 +704,46 @@ static void *worker_main(void *arg)
         }
     }
     return NULL;
+}
+
+/* Listens on the Unix socket path with the given permission bits. A stale
+ * socket there (nobody accepting) is replaced; anything else, or a socket
+ * someone is serving on, is refused. */
+static kc_code unix_listen(const char *path, int mode, int *fd_out, kc_err *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return kc_err_set(err, KC_ERR_INVALID, "--redis-unix %s: path longer than %zu bytes", path,
+                          sizeof sa.sun_path - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "--redis-unix %s: exists and is not a socket of this user; "
+                              "not replacing it",
+                              path);
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live)
+            return kc_err_set(err, KC_ERR_IO, "--redis-unix %s: another server listens there",
+                              path);
+        unlink(path); /* stale, from a server that was killed */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "--redis-unix %s: socket", path);
+    /* created under kcached's umask 077, then opened up only as far as asked */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || chmod(path, (mode_t)mode) != 0 ||
+        listen(fd, 511) != 0) {
+        int e = errno;
+        close(fd);
+        return kc_err_errno(err, KC_ERR_IO, e, "--redis-unix %s", path);
+    }
+    *fd_out = fd;
+    return KC_OK;
 }
 
 kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc_err *err)
@@ -708,16 +765,25 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->max_size = cfg->max_size;
     pthread_mutex_init(&r->addr_mu, NULL);
     r->started = kc_now();
-    r->listen_fd = r->stop_fd = -1;
+    r->listen_fd = r->stop_fd = r->unix_fd = -1;
     pthread_mutex_init(&r->q_mu, NULL);
     pthread_cond_init(&r->q_cv, NULL);
     r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
-    kc_code rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
-    if (rc != KC_OK) {
+    kc_code rc = KC_OK;
+    if (cfg->redis_listen && *cfg->redis_listen &&
+        (rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err)) != KC_OK) {
         kc_err_prefix(err, "--redis-listen");
         kcd_redis_stop(r);
         return rc;
+    }
+    if (cfg->redis_unix) {
+        if ((rc = unix_listen(cfg->redis_unix, kcd_config_unix_mode(cfg->redis_unix_mode),
+                              &r->unix_fd, err)) != KC_OK) {
+            kcd_redis_stop(r);
+            return rc;
+        }
+        r->unix_path = strdup(cfg->redis_unix);
     }
     r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     unsigned threads = cfg->threads;
@@ -747,11 +813,13 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         w->r = r;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &listen_tag};
+        struct epoll_event uev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &unix_tag};
         struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &stop_tag};
         struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &done_tag};
         w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (w->ep < 0 || w->done_fd < 0 ||
-            epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
+            (r->listen_fd >= 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0) ||
+            (r->unix_fd >= 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, r->unix_fd, &uev) != 0) ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, r->stop_fd, &sev) != 0 ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, w->done_fd, &dev) != 0 ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -761,7 +829,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         }
         w->started = true;
     }
-    if (cfg->redis_port_file) {
+    if (cfg->redis_port_file && r->listen_fd >= 0) {
         char line[16];
         int n = snprintf(line, sizeof line, "%u\n", r->port);
         if ((rc = kc_write_file_atomic(cfg->redis_port_file, line, (size_t)n, err)) != KC_OK) {
@@ -769,7 +837,14 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
             return rc;
         }
     }
-    kcd_log(KCD_LOG_INFO, "Redis protocol on port %u with %u threads%s", r->port, threads,
+    char where[160] = "";
+    if (r->listen_fd >= 0)
+        snprintf(where, sizeof where, "port %u", r->port);
+    if (r->unix_fd >= 0)
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s (mode %04o)",
+                 r->listen_fd >= 0 ? " and " : "", cfg->redis_unix,
+                 (unsigned)kcd_config_unix_mode(cfg->redis_unix_mode));
+    kcd_log(KCD_LOG_INFO, "Redis protocol on %s with %u threads%s", where, threads,
             r->auth_on ? "" : ", no AUTH required (no --tokens)");
     *out = r;
     return KC_OK;
@@ -819,6 +894,12 @@ void kcd_redis_stop(kcd_redis *r)
     }
     if (r->listen_fd >= 0)
         close(r->listen_fd);
+    if (r->unix_fd >= 0) {
+        close(r->unix_fd);
+        if (r->unix_path)
+            unlink(r->unix_path);
+    }
+    free(r->unix_path);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
     free(r);

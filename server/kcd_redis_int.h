@@ -60,7 +60,9 @@ struct kcd_redis {
     /* connections open per client address (chained by address hash) */
     pthread_mutex_t addr_mu;
     struct raddr *addrs[KCD_REDIS_ADDR_BUCKETS];
-    int listen_fd, stop_fd;
+    int listen_fd, stop_fd; /* listen_fd: -1 without --redis-listen */
+    int unix_fd;            /* --redis-unix; -1 without */
+    char *unix_path;        /* removed again at stop */
     unsigned port;
     unsigned nworkers;
     rworker *workers;
@@ -95,6 +97,7 @@ struct rconn {
     uint64_t id;
     char remote[64];
     uint8_t ip[16];     /* the client's address (raddr), counted while open */
+    bool local;         /* came through --redis-unix: no address to count */
     double last_active; /* monotonic seconds of the last bytes read or reply done */
     char name[64];
     uint8_t *in;

@@ -563,7 +563,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     }
     if ((rc = upkeep_start(srv, cfg->compact_interval, err)) != KC_OK)
         goto fail;
-    if (cfg->redis_listen && *cfg->redis_listen &&
+    if (((cfg->redis_listen && *cfg->redis_listen) || cfg->redis_unix) &&
         (rc = kcd_redis_start(cfg, srv->ctx, &srv->redis, err)) != KC_OK)
         goto fail;
     if (cfg->port_file) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,8 +42,8 @@ static void srv_start(rsrv *s, const char *const *extra)
     char *tok = kc_test_path(s->dir, "tokens");
     const char *text = TOK_R " read reader\n" TOK_W " write writer\n";
     kc_test_write_file(tok, text, strlen(text));
-    const char *args[24] = {"--redis-listen", "127.0.0.1:0", "--redis-port-file", rpf,
-                            "--tokens",       tok};
+    const char *args[24] = {
+        "--redis-listen", "127.0.0.1:0", "--redis-port-file", rpf, "--tokens", tok};
     int n = 6;
     for (int i = 0; extra && extra[i] && n < 22; i++)
         args[n++] = extra[i];
@@ -227,8 +228,7 @@ TestSuite(redis_conn, .timeout = 120);
 Test(redis_conn, request_buffers_stay_within_upload_memory)
 {
     rsrv s;
-    const char *extra[] = {"--max-blob", "40M", "--upload-memory", "48M", "--anonymous-read",
-                           NULL};
+    const char *extra[] = {"--max-blob", "40M", "--upload-memory", "48M", "--anonymous-read", NULL};
     srv_start(&s, extra);
     long long rss0 = rss_of(&s);
     size_t chunk_len = 30u * MIB;
@@ -367,4 +367,159 @@ Test(redis_conn, reply_past_upload_memory_is_refused_with_oom)
     close(a);
     close(b);
     srv_stop(&s);
+}
+
+/* redis-cli -s SOCKET ARGS...: its stdout without the trailing newline. */
+static char *cli_unix(const char *sock, const char *a1, const char *a2, const char *a3,
+                      const char *a4, const char *a5)
+{
+    kc_test_result r;
+    cr_assert_eq(
+        kc_test_runl(&r, "redis-cli", "-s", sock, "--no-auth-warning", a1, a2, a3, a4, a5, NULL),
+        0);
+    char *out = strdup(r.out ? r.out : "");
+    size_t n = strlen(out);
+    while (n && out[n - 1] == '\n')
+        out[--n] = 0;
+    kc_test_result_free(&r);
+    return out;
+}
+
+#define EXPECT_UNIX(want, sock, ...)                                                               \
+    do {                                                                                           \
+        char *got_ = cli_unix(sock, __VA_ARGS__);                                                  \
+        cr_expect_str_eq(got_, want, "redis-cli -s %s: %s", #__VA_ARGS__, got_);                   \
+        free(got_);                                                                                \
+    } while (0)
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+    cr_expect(S_ISSOCK(st.st_mode), "%s is not a socket", path);
+    return st.st_mode & 07777;
+}
+
+/* --redis-unix: redis-cli -s reaches it with the same tokens, the socket
+ * is its owner's only unless --redis-unix-mode says otherwise, a stale
+ * socket is replaced and anything else at the path is refused. */
+Test(redis_conn, unix_socket_serves_redis_cli_with_its_mode)
+{
+    char *dir = kc_test_mkdtemp("kcdrunix");
+    char *sock = kc_test_path(dir, "redis.sock");
+    rsrv s;
+    const char *extra[] = {"--redis-unix", sock, NULL};
+    srv_start(&s, extra);
+    cr_expect_eq(mode_of(sock), 0700);
+    EXPECT_UNIX("OK", sock, "-a", TOK_W, "SET", "unix-key", "v1");
+    EXPECT_UNIX("v1", sock, "-a", TOK_R, "GET", "unix-key", NULL);
+    EXPECT_UNIX("NOAUTH Authentication required.", sock, "GET", "unix-key", NULL, NULL, NULL);
+    /* the same store as the TCP port */
+    int fd = authed(&s, TOK_R, 0);
+    static const char get[] = "*2\r\n$3\r\nGET\r\n$8\r\nunix-key\r\n";
+    cr_assert(send_all(fd, get, sizeof get - 1));
+    expect_line(fd, "$2\r\n");
+    close(fd);
+    kc_testserver_kill(&s.ts); /* leaves a stale socket behind */
+    cr_expect_eq(mode_of(sock), 0700);
+    srv_stop(&s);
+
+    const char *again[] = {"--redis-unix", sock, "--redis-unix-mode", "0770", NULL};
+    srv_start(&s, again);
+    cr_expect_eq(mode_of(sock), 0770);
+    EXPECT_UNIX("OK", sock, "-a", TOK_W, "SET", "unix-key", "v2");
+    EXPECT_UNIX("v2", sock, "-a", TOK_R, "GET", "unix-key", NULL);
+    srv_stop(&s);
+    cr_expect_neq(access(sock, F_OK), 0, "the socket outlived kcached");
+
+    kc_test_write_file(sock, "x", 1); /* a file that is not a socket */
+    char *data = kc_test_path(dir, "data");
+    kc_test_result r;
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--listen", "127.0.0.1:0", "--redis-unix",
+                 sock, NULL);
+    cr_expect_neq(r.exit_code, 0);
+    cr_expect(strstr(r.err, "not a socket"), "%s", r.err);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--redis-unix", sock, "--redis-unix-mode",
+                 "0999", "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "--redis-unix-mode '0999'"), "%s", r.err);
+    kc_test_result_free(&r);
+    free(data);
+    free(sock);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+/* The Redis protocol has no TLS here: beside HTTPS a non-loopback
+ * --redis-listen is refused unless --redis-insecure-plaintext asks. */
+Test(redis_conn, plaintext_redis_beside_tls_needs_its_flag)
+{
+    char *dir = kc_test_mkdtemp("kcdrtls");
+    char *cert = kc_test_path(dir, "cert.pem"), *key = kc_test_path(dir, "key.pem");
+    char *tok = kc_test_path(dir, "tokens"), *data = kc_test_path(dir, "data");
+    kc_test_write_file(tok, TOK_W " write writer\n", strlen(TOK_W " write writer\n"));
+    kc_test_result r;
+    kc_test_runl(&r, "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                 "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1", NULL);
+    cr_assert_eq(r.exit_code, 0, "openssl req: %s", r.err);
+    kc_test_result_free(&r);
+    const char *open_addr = "0.0.0.0:0";
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--tokens", tok, "--listen", "127.0.0.1:0",
+                 "--tls-cert", cert, "--tls-key", key, "--redis-listen", open_addr, NULL);
+    cr_expect_eq(r.exit_code, 2, "kcached started: %s", r.err);
+    cr_expect(strstr(r.err, "--redis-insecure-plaintext") && strstr(r.err, "0.0.0.0:0"), "%s",
+              r.err);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--tokens", tok, "--tls-cert", cert,
+                 "--tls-key", key, "--redis-listen", open_addr, "--redis-insecure-plaintext",
+                 "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    kc_test_runl(&r, KC_TEST_KCACHED, "--data", data, "--tokens", tok, "--tls-cert", cert,
+                 "--tls-key", key, "--redis-listen", "127.0.0.1:0", "--check-config", NULL);
+    cr_expect_eq(r.exit_code, 0, "loopback Redis beside TLS: %s", r.err);
+    kc_test_result_free(&r);
+    free(cert);
+    free(key);
+    free(tok);
+    free(data);
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+/* ccache's redis+unix: backend against --redis-unix: the second build
+ * from an empty local cache is a remote hit. ccache 4.7 cannot send a
+ * password on a socket URL (user info needs a host), so no tokens here. */
+Test(redis_conn, ccache_redis_unix_backend_hits)
+{
+    char *dir = kc_test_mkdtemp("kcdrccache");
+    char *sock = kc_test_path(dir, "redis.sock"), *src = kc_test_path(dir, "a.c");
+    char *obj = kc_test_path(dir, "a.o"), *ccdir = kc_test_path(dir, "ccache");
+    kc_testserver ts;
+    const char *args[] = {"--redis-unix", sock, NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "kcached did not start");
+    kc_test_write_file(src, "int triple(int x) { return 3 * x; }\n", 37);
+    char url[400];
+    snprintf(url, sizeof url, "redis+unix:%s", sock);
+    setenv("CCACHE_REMOTE_STORAGE", url, 1);
+    setenv("CCACHE_DIR", ccdir, 1);
+    kc_test_result r;
+    for (int i = 0; i < 2; i++) {
+        kc_test_rmtree(ccdir); /* the second build finds nothing locally */
+        kc_test_runl(&r, "ccache", "cc", "-c", src, "-o", obj, NULL);
+        cr_assert_eq(r.exit_code, 0, "ccache: %s", r.err);
+        kc_test_result_free(&r);
+    }
+    kc_test_runl(&r, "ccache", "--print-stats", NULL);
+    cr_expect(strstr(r.out, "remote_storage_hit\t1\n"), "%s", r.out);
+    kc_test_result_free(&r);
+    cr_expect_eq(kc_testserver_stop(&ts), 0);
+    kc_testserver_cleanup(&ts);
+    free(sock);
+    free(src);
+    free(obj);
+    free(ccdir);
+    kc_test_rmtree(dir);
+    free(dir);
 }
