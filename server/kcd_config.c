@@ -143,6 +143,13 @@ static const opt_def kcd_opts[] = {
         "write the bound Redis port to FILE (before --port-file)"),
     OPT("redis-timeout", OPT_UINT, redis_timeout, "SECONDS",
         "how long a Redis client may send nothing before it\nis closed (0 = never)"),
+    /* the Redis listener's other doors (issues 25.11, 27.11) */
+    OPT("redis-unix", OPT_STR, redis_unix, "PATH",
+        "also speak the Redis protocol on this Unix socket\n(redis-cli -s, redis+unix://)"),
+    OPT("redis-unix-mode", OPT_STR, redis_unix_mode, "MODE",
+        "permission bits of --redis-unix, octal\n(0700: its owner only)"),
+    OPT("redis-insecure-plaintext", OPT_BOOL, redis_insecure_plaintext, NULL,
+        "allow a non-loopback --redis-listen (plain text)\nwhile HTTP uses TLS"),
     /* the S3 backing tier (kcd_s3.h), in --help order */
     S3OPT("s3-endpoint", OPT_STR, endpoint, "URL", OPT_F_NONEMPTY,
           "http(s)://host[:port] of the S3 service"),
@@ -219,6 +226,8 @@ void kcd_config_free(kcd_config *cfg)
     free(cfg->port_file);
     free(cfg->redis_listen);
     free(cfg->redis_port_file);
+    free(cfg->redis_unix);
+    free(cfg->redis_unix_mode);
     free(cfg->config);
     kcd_s3_config_free(&cfg->s3);
     memset(cfg, 0, sizeof *cfg);
@@ -579,6 +588,41 @@ static kc_code refuse_open_listener(const kcd_config *cfg, const char *flag, con
                       flag, spec);
 }
 
+/* The Redis listener's other doors (issues 25.11, 27.11): its socket has no
+ * TLS, so beside HTTPS it stays on loopback unless asked; the Unix socket's
+ * mode must be octal permission bits. */
+static kc_code check_redis_doors(const kcd_config *cfg, const char *rhost, kc_err *err)
+{
+    if (rhost && cfg->tls_cert && !cfg->redis_insecure_plaintext && !kcd_listen_is_loopback(rhost))
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "--redis-listen %s is not a loopback address and the Redis protocol "
+                          "has no TLS here while HTTP uses it (--tls-cert): tokens and values "
+                          "would cross the network in plain text; listen on loopback or "
+                          "--redis-unix, or give --redis-insecure-plaintext if that is really "
+                          "meant",
+                          cfg->redis_listen);
+    if (cfg->redis_unix_mode && kcd_config_unix_mode(cfg->redis_unix_mode) < 0)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "--redis-unix-mode '%s' is not octal permission bits (0 to 0777, "
+                          "e.g. 0700 or 0770)",
+                          cfg->redis_unix_mode);
+    if (cfg->redis_unix && !*cfg->redis_unix)
+        return kc_err_set(err, KC_ERR_INVALID, "--redis-unix needs a path");
+    return KC_OK;
+}
+
+int kcd_config_unix_mode(const char *text)
+{
+    if (!text)
+        return 0700;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 8);
+    if (!*text || *end || errno || v < 0 || v > 0777)
+        return -1;
+    return (int)v;
+}
+
 kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
 {
     char host[256];
@@ -635,6 +679,10 @@ kc_code kcd_config_validate(const kcd_config *cfg, kc_err *err)
         if ((rc = refuse_open_listener(cfg, "--redis-listen", cfg->redis_listen, rhost, err)) !=
             KC_OK)
             return rc;
+        if ((rc = check_redis_doors(cfg, rhost, err)) != KC_OK)
+            return rc;
+    } else if ((rc = check_redis_doors(cfg, NULL, err)) != KC_OK) {
+        return rc;
     }
     if (cfg->tokens) {
         kcd_auth *a = NULL;

@@ -53,9 +53,13 @@ typedef struct kcd_config {
     char *redis_listen;          /* "HOST:PORT" of the Redis listener (kcd_redis.h); NULL = off */
     char *redis_port_file;       /* written with the bound Redis port */
     unsigned redis_timeout;      /* seconds a Redis client may stay idle; 0 = never */
-    char *config;                /* the config file that was read, if any */
-    bool check_config;           /* validate, print the effective settings, exit */
-    kcd_s3_config s3;            /* optional S3 backing tier (s3-* options, kcd_s3_config.h) */
+    /* the Redis listener's other doors (issues 25.11, 27.11; kcd_redis.c) */
+    char *redis_unix;              /* Unix socket path for the Redis protocol; NULL = none */
+    char *redis_unix_mode;         /* its permission bits, octal ("0700" when NULL) */
+    bool redis_insecure_plaintext; /* allow a non-loopback --redis-listen beside HTTPS */
+    char *config;                  /* the config file that was read, if any */
+    bool check_config;             /* validate, print the effective settings, exit */
+    kcd_s3_config s3;              /* optional S3 backing tier (s3-* options, kcd_s3_config.h) */
 } kcd_config;
 
 /* What main should do after kcd_config_load. */
@@ -108,6 +112,10 @@ unsigned kcd_config_auth_flags(const kcd_config *cfg);
 /* True when the --listen host is a loopback address (127.0.0.0/8, ::1,
  * localhost). "" (any address) is not. */
 bool kcd_listen_is_loopback(const char *host);
+
+/* The permission bits --redis-unix-mode gives (octal text; NULL: 0700), or
+ * -1 when text is not octal bits within 0777. */
+int kcd_config_unix_mode(const char *text);
 
 /* Parses "HOST:PORT" / "[V6]:PORT" into host (cap bytes) and *port. A
  * bare "PORT" or ":PORT" is refused (KC_ERR_INVALID, "want HOST:PORT"): it

@@ -24,6 +24,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,12 +89,99 @@ static void addr_release(kcd_redis *r, const uint8_t ip[16])
     pthread_mutex_unlock(&r->addr_mu);
 }
 
+/* ------------------------------------------------------------------ memory */
+
+/* Sets the buffer bytes c counts against --upload-memory (the budget it
+ * shares with HTTP request bodies) to n. Growing past the budget is
+ * refused (false, nothing changed) unless force: buffers that grew already
+ * (small replies) are counted as they are. */
+static bool conn_hold(rconn *c, uint64_t n, bool force)
+{
+    kcd_redis *r = c->w->r;
+    uint64_t *total = &r->m->upload_bytes;
+    if (n > c->held) {
+        uint64_t add = n - c->held;
+        uint64_t now = __atomic_add_fetch(total, add, __ATOMIC_RELAXED);
+        if (now > r->upload_memory && !force) {
+            __atomic_sub_fetch(total, add, __ATOMIC_RELAXED);
+            return false;
+        }
+    } else {
+        __atomic_sub_fetch(total, c->held - n, __ATOMIC_RELAXED);
+    }
+    c->held = n;
+    return true;
+}
+
+static void conn_hold_now(rconn *c)
+{
+    conn_hold(c, (uint64_t)c->in_cap + c->out.cap, true);
+}
+
+/* The error a connection gets when its buffers would pass the budget. */
+static void reply_oom(rconn *c, uint64_t want)
+{
+    kcd_redis *r = c->w->r;
+    char line[200];
+    snprintf(line, sizeof line,
+             "OOM command not allowed: buffered Redis requests, replies and uploads would hold "
+             "more than %" PRIu64 " bytes (--upload-memory)",
+             r->upload_memory);
+    kcd_redis_reply_error(c, line);
+    kcd_log(KCD_LOG_WARN, "redis %s: %" PRIu64 " more buffer bytes would pass --upload-memory",
+            c->remote, want);
+}
+
+bool kcd_redis_reply_paused(const rconn *c)
+{
+    return c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH;
+}
+
+bool kcd_redis_reply_room(rconn *c, size_t n)
+{
+    if (c->out.failed)
+        return false;
+    size_t want = c->out.len + n;
+    if (want <= c->out.cap)
+        return true;
+    /* doubling for small replies; a big value gets just its size */
+    size_t cap = c->out.cap ? c->out.cap * 2 : 4096;
+    if (cap < want)
+        cap = want;
+    if (!conn_hold(c, (uint64_t)c->in_cap + cap, false)) {
+        reply_oom(c, cap - c->out.cap);
+        return false;
+    }
+    uint8_t *p = realloc(c->out.p, cap);
+    if (!p) {
+        c->out.failed = true;
+        conn_hold_now(c);
+        return false;
+    }
+    c->out.p = p;
+    c->out.cap = cap;
+    return true;
+}
+
+/* The largest request c may send: one that may not write has no use for
+ * big arguments. */
+static uint64_t query_max(const rconn *c)
+{
+    const kcd_redis *r = c->w->r;
+    if (!(c->scopes & KCD_SCOPE_WRITE))
+        return KCD_REDIS_NOWRITE_QUERY;
+    return r->max_blob + KCD_REDIS_QUERY_SLACK;
+}
+
+/* ------------------------------------------------------------- connections */
+
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
     kcd_redis_client_closed(c);
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    addr_release(w->r, c->ip); /* first: a client that saw the close may connect again */
+    if (!c->local) /* first: a client that saw the close may connect again */
+        addr_release(w->r, c->ip);
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -104,6 +193,8 @@ static void conn_close(rconn *c)
     kcd_resp_parser_free(&c->p);
     kcd_rbuf_free(&c->out);
     free(c->in);
+    c->in_cap = 0;
+    conn_hold_now(c); /* gives back what it held */
     free(c->argv);
     free(c->argl);
     free(c);
@@ -135,7 +226,8 @@ static kcd_resp_status parse_next(rconn *c, size_t *used)
 {
     kcd_redis *r = c->w->r;
     bool limited = r->auth_on && !c->authed && !r->anonymous_read;
-    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : r->max_blob,
+    uint64_t bulk = c->scopes & KCD_SCOPE_WRITE ? r->max_blob : KCD_REDIS_NOWRITE_QUERY;
+    kcd_resp_limits lim = {limited ? KCD_REDIS_UNAUTH_BULK : bulk,
                            limited ? KCD_REDIS_UNAUTH_ARGS : KCD_RESP_ARGS_MAX};
     return kcd_resp_parse(&c->p, c->in + c->in_off, c->in_len - c->in_off, &lim, used);
 }
@@ -147,17 +239,25 @@ static bool conn_process(rconn *c)
 {
     kcd_redis *r = c->w->r;
     for (;;) {
-        if (c->closing || c->in_off >= c->in_len)
+        if (c->closing)
             break;
-        if (c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
+        if (kcd_redis_reply_paused(c)) {
+            conn_hold_now(c);
             return true;
+        }
+        if (c->resume_next) {
+            kcd_redis_resume(c);
+            continue;
+        }
+        if (c->in_off >= c->in_len)
+            break;
         bool limited = r->auth_on && !c->authed && !r->anonymous_read;
         size_t used = 0;
         const uint8_t *base = c->in + c->in_off;
         kcd_resp_status st = parse_next(c, &used);
         if (st == KCD_RESP_MORE) {
             /* every part is within its limit, but the whole may not be */
-            uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
+            uint64_t qmax = query_max(c);
             if (c->in_len - c->in_off > qmax) {
                 char line[96];
                 snprintf(line, sizeof line,
@@ -176,6 +276,10 @@ static bool conn_process(rconn *c)
                 msg = "Protocol error: unauthenticated multibulk length";
             else if (limited && !strcmp(msg, "Protocol error: invalid bulk length"))
                 msg = "Protocol error: unauthenticated bulk length";
+            else if (!(c->scopes & KCD_SCOPE_WRITE) &&
+                     !strcmp(msg, "Protocol error: invalid bulk length"))
+                msg = "Protocol error: bulk length over what a client without write scope may "
+                      "send";
             char line[160];
             snprintf(line, sizeof line, "ERR %s", msg);
             kcd_redis_reply_error(c, line);
@@ -202,7 +306,7 @@ static bool conn_process(rconn *c)
             break;
         }
     }
-    if (c->in_off == c->in_len) {
+    if (c->in_off == c->in_len && !c->resume_next) {
         c->in_off = c->in_len = 0;
         if (c->in_cap > 4 * KCD_REDIS_READ_CHUNK) {
             free(c->in); /* a big command's buffer is not kept by an idle client */
@@ -210,6 +314,7 @@ static bool conn_process(rconn *c)
             c->in_cap = 0;
         }
     }
+    conn_hold_now(c);
     return false;
 }
 
@@ -245,6 +350,7 @@ static bool conn_flush(rconn *c)
     c->out.len = c->out_off = 0;
     if (c->out.cap > (1u << 20)) { /* do not keep a big reply's buffer per idle client */
         kcd_rbuf_free(&c->out);
+        conn_hold_now(c);
     }
     if (c->closing) {
         conn_close(c);
@@ -272,7 +378,11 @@ static void conn_run(rconn *c)
 static void conn_read(rconn *c)
 {
     kcd_redis *r = c->w->r;
-    uint64_t qmax = r->max_blob + KCD_REDIS_QUERY_SLACK;
+    uint64_t qmax = query_max(c);
+    if (c->resume_next) { /* the paused MGET's arguments must stay where they are */
+        conn_run(c);
+        return;
+    }
     if (c->in_off > 0 && c->in_cap - c->in_len < KCD_REDIS_READ_CHUNK) {
         /* parser offsets are relative to the command start: moving is safe */
         memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
@@ -287,6 +397,20 @@ static void conn_read(rconn *c)
             cap = c->in_len + 2 * KCD_REDIS_READ_CHUNK > qmax + 2 * KCD_REDIS_READ_CHUNK
                       ? c->in_len + 2 * KCD_REDIS_READ_CHUNK
                       : qmax + 2 * KCD_REDIS_READ_CHUNK;
+        /* inside a bulk of announced length: room for that bulk and the
+         * next command's start rather than the next power of two, so a
+         * value of --max-blob fits an --upload-memory of --max-blob */
+        if (c->p.nargs > 0 && c->p.bulk >= 0) {
+            size_t need = c->in_off + c->p.pos + (size_t)c->p.bulk + 2 + KCD_REDIS_READ_CHUNK;
+            if (need > c->in_len + KCD_REDIS_READ_CHUNK && need < cap)
+                cap = need;
+        }
+        if (!conn_hold(c, (uint64_t)cap + c->out.cap, false)) {
+            reply_oom(c, cap - c->in_cap);
+            c->closing = true;
+            conn_flush(c); /* the error, then the close */
+            return;
+        }
         uint8_t *p = realloc(c->in, cap);
         if (!p) {
             conn_close(c);
@@ -294,6 +418,7 @@ static void conn_read(rconn *c)
         }
         c->in = p;
         c->in_cap = cap;
+        conn_hold_now(c);
     }
     ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -312,7 +437,7 @@ static void conn_writable(rconn *c)
 {
     if (!conn_flush(c))
         return;
-    if (!c->writing && c->in_off < c->in_len)
+    if (!c->writing && (c->in_off < c->in_len || c->resume_next))
         conn_run(c); /* commands left waiting while replies were pending */
 }
 
@@ -438,17 +563,21 @@ static void take_done(rworker *w)
     }
 }
 
-static void accept_all(rworker *w)
+/* Takes every pending connection of listening socket lfd (TCP, or the Unix
+ * socket when local: reachable only as its mode allows, so no per-address
+ * count). */
+static void accept_all(rworker *w, int lfd, bool local)
 {
     kcd_redis *r = w->r;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(r->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!local)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         kcd_metrics_add(&r->m->redis.connections, 1);
         if (__atomic_load_n(&r->m->redis.clients, __ATOMIC_RELAXED) >= r->max_clients) {
             static const char full[] = "-ERR max number of clients reached\r\n";
@@ -464,7 +593,7 @@ static void accept_all(rworker *w)
         } else if (ss.ss_family == AF_INET6) {
             memcpy(ip, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
         }
-        if (!addr_take(r, ip)) {
+        if (!local && !addr_take(r, ip)) {
             static const char many[] = "-ERR too many connections from your address\r\n";
             ssize_t ignored = send(fd, many, sizeof many - 1, MSG_NOSIGNAL);
             (void)ignored;
@@ -475,11 +604,13 @@ static void accept_all(rworker *w)
         }
         rconn *c = calloc(1, sizeof *c);
         if (!c) {
-            addr_release(r, ip);
+            if (!local)
+                addr_release(r, ip);
             close(fd);
             continue;
         }
         memcpy(c->ip, ip, 16);
+        c->local = local;
         c->last_active = mono_now();
         c->w = w;
         c->fd = fd;
@@ -499,9 +630,16 @@ static void accept_all(rworker *w)
             port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
         }
         snprintf(c->remote, sizeof c->remote, "%s:%u", host, port);
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        if (local && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+            snprintf(c->remote, sizeof c->remote, "unix:uid=%u", (unsigned)cred.uid);
+        else if (local)
+            snprintf(c->remote, sizeof c->remote, "unix");
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            addr_release(r, ip);
+            if (!local)
+                addr_release(r, ip);
             close(fd);
             kcd_resp_parser_free(&c->p);
             free(c);
@@ -534,7 +672,8 @@ static void sweep_idle(rworker *w)
     }
 }
 
-static int listen_tag, stop_tag, done_tag; /* epoll data of the non-connection descriptors */
+/* epoll data of the non-connection descriptors */
+static int listen_tag, unix_tag, stop_tag, done_tag;
 
 static void *worker_main(void *arg)
 {
@@ -554,8 +693,8 @@ static void *worker_main(void *arg)
             void *p = evs[i].data.ptr;
             if (p == &stop_tag)
                 return NULL;
-            if (p == &listen_tag) {
-                accept_all(w);
+            if (p == &listen_tag || p == &unix_tag) {
+                accept_all(w, p == &unix_tag ? w->r->unix_fd : w->r->listen_fd, p == &unix_tag);
                 continue;
             }
             if (p == &done_tag) {
@@ -572,6 +711,46 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Listens on the Unix socket path with the given permission bits. A stale
+ * socket there (nobody accepting) is replaced; anything else, or a socket
+ * someone is serving on, is refused. */
+static kc_code unix_listen(const char *path, int mode, int *fd_out, kc_err *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return kc_err_set(err, KC_ERR_INVALID, "--redis-unix %s: path longer than %zu bytes", path,
+                          sizeof sa.sun_path - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
+            return kc_err_set(err, KC_ERR_INVALID,
+                              "--redis-unix %s: exists and is not a socket of this user; "
+                              "not replacing it",
+                              path);
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live)
+            return kc_err_set(err, KC_ERR_IO, "--redis-unix %s: another server listens there",
+                              path);
+        unlink(path); /* stale, from a server that was killed */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kc_err_errno(err, KC_ERR_IO, errno, "--redis-unix %s: socket", path);
+    /* created under kcached's umask 077, then opened up only as far as asked */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || chmod(path, (mode_t)mode) != 0 ||
+        listen(fd, 511) != 0) {
+        int e = errno;
+        close(fd);
+        return kc_err_errno(err, KC_ERR_IO, e, "--redis-unix %s", path);
+    }
+    *fd_out = fd;
+    return KC_OK;
+}
+
 kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc_err *err)
 {
     *out = NULL;
@@ -585,21 +764,31 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
     r->max_clients = cfg->max_connections;
+    r->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     r->per_addr = cfg->per_ip_connections;
     r->idle_timeout = cfg->redis_timeout;
     r->max_size = cfg->max_size;
     pthread_mutex_init(&r->addr_mu, NULL);
     r->started = kc_now();
-    r->listen_fd = r->stop_fd = -1;
+    r->listen_fd = r->stop_fd = r->unix_fd = -1;
     pthread_mutex_init(&r->q_mu, NULL);
     pthread_cond_init(&r->q_cv, NULL);
     r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
-    kc_code rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
-    if (rc != KC_OK) {
+    kc_code rc = KC_OK;
+    if (cfg->redis_listen && *cfg->redis_listen &&
+        (rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err)) != KC_OK) {
         kc_err_prefix(err, "--redis-listen");
         kcd_redis_stop(r);
         return rc;
+    }
+    if (cfg->redis_unix) {
+        if ((rc = unix_listen(cfg->redis_unix, kcd_config_unix_mode(cfg->redis_unix_mode),
+                              &r->unix_fd, err)) != KC_OK) {
+            kcd_redis_stop(r);
+            return rc;
+        }
+        r->unix_path = strdup(cfg->redis_unix);
     }
     r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     unsigned threads = cfg->threads;
@@ -629,11 +818,13 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         w->r = r;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &listen_tag};
+        struct epoll_event uev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &unix_tag};
         struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &stop_tag};
         struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &done_tag};
         w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (w->ep < 0 || w->done_fd < 0 ||
-            epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0 ||
+            (r->listen_fd >= 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, r->listen_fd, &lev) != 0) ||
+            (r->unix_fd >= 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, r->unix_fd, &uev) != 0) ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, r->stop_fd, &sev) != 0 ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, w->done_fd, &dev) != 0 ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -643,7 +834,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         }
         w->started = true;
     }
-    if (cfg->redis_port_file) {
+    if (cfg->redis_port_file && r->listen_fd >= 0) {
         char line[16];
         int n = snprintf(line, sizeof line, "%u\n", r->port);
         if ((rc = kc_write_file_atomic(cfg->redis_port_file, line, (size_t)n, err)) != KC_OK) {
@@ -651,7 +842,14 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
             return rc;
         }
     }
-    kcd_log(KCD_LOG_INFO, "Redis protocol on port %u with %u threads%s", r->port, threads,
+    char where[160] = "";
+    if (r->listen_fd >= 0)
+        snprintf(where, sizeof where, "port %u", r->port);
+    if (r->unix_fd >= 0)
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s (mode %04o)",
+                 r->listen_fd >= 0 ? " and " : "", cfg->redis_unix,
+                 (unsigned)kcd_config_unix_mode(cfg->redis_unix_mode));
+    kcd_log(KCD_LOG_INFO, "Redis protocol on %s with %u threads%s", where, threads,
             r->auth_on ? "" : ", no AUTH required (no --tokens)");
     *out = r;
     return KC_OK;
@@ -701,6 +899,12 @@ void kcd_redis_stop(kcd_redis *r)
     }
     if (r->listen_fd >= 0)
         close(r->listen_fd);
+    if (r->unix_fd >= 0) {
+        close(r->unix_fd);
+        if (r->unix_path)
+            unlink(r->unix_path);
+    }
+    free(r->unix_path);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
     free(r);

@@ -255,7 +255,8 @@ static void reply_ok(rconn *c)
 
 static void reply_value(rconn *c, const rval *v)
 {
-    kcd_resp_bulk(&c->out, v->data, v->len);
+    if (kcd_redis_reply_room(c, v->len + 32)) /* else refused with OOM */
+        kcd_resp_bulk(&c->out, v->data, v->len);
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -502,11 +503,20 @@ static void cmd_get(rconn *c)
     rval_free(&v);
 }
 
+/* Answers in parts: it pauses whenever the unsent reply is large and the
+ * connection layer resumes it (kcd_redis_resume) once the client took it,
+ * so reply memory stays bounded and a client that left stops the work. */
 static void cmd_mget(rconn *c)
 {
-    /* the array header first: an error for one key becomes that element */
-    kcd_resp_array(&c->out, c->argc - 1);
-    for (size_t i = 1; i < c->argc; i++) {
+    if (c->resume_next == 0) {
+        /* the array header first: an error for one key becomes that element */
+        kcd_resp_array(&c->out, c->argc - 1);
+        c->resume_next = 1;
+    }
+    for (; c->resume_next < c->argc; c->resume_next++) {
+        if (kcd_redis_reply_paused(c))
+            return;
+        size_t i = c->resume_next;
         rval v;
         rstatus st = rget(c, c->argv[i], ARGL(i), &v);
         if (st == R_HIT)
@@ -515,6 +525,12 @@ static void cmd_mget(rconn *c)
             kcd_resp_null(&c->out, c->proto);
         rval_free(&v);
     }
+    c->resume_next = 0;
+}
+
+void kcd_redis_resume(rconn *c)
+{
+    cmd_mget(c);
 }
 
 /* SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL], and the

@@ -25,6 +25,9 @@
 #define KCD_REDIS_OUT_HIGH (4u << 20)
 /* Unparsed bytes allowed beyond --max-blob (headers, keys, other arguments). */
 #define KCD_REDIS_QUERY_SLACK (1u << 20)
+/* A connection that may not write has no use for big arguments: its whole
+ * request (an MGET of many keys at most) stays under this. */
+#define KCD_REDIS_NOWRITE_QUERY (8u << 20)
 /* Before AUTH, as Redis does: small arrays and bulks only. */
 #define KCD_REDIS_UNAUTH_ARGS 10
 #define KCD_REDIS_UNAUTH_BULK 16384
@@ -50,13 +53,16 @@ struct kcd_redis {
     bool auth_on, anonymous_read;
     uint64_t max_blob;
     unsigned max_clients;
-    unsigned per_addr;     /* --per-ip-connections */
-    unsigned idle_timeout; /* --redis-timeout seconds; 0 = never */
-    uint64_t max_size;     /* --max-size, for CONFIG GET maxmemory */
+    uint64_t upload_memory; /* --upload-memory: shared with HTTP request bodies */
+    unsigned per_addr;      /* --per-ip-connections */
+    unsigned idle_timeout;  /* --redis-timeout seconds; 0 = never */
+    uint64_t max_size;      /* --max-size, for CONFIG GET maxmemory */
     /* connections open per client address (chained by address hash) */
     pthread_mutex_t addr_mu;
     struct raddr *addrs[KCD_REDIS_ADDR_BUCKETS];
-    int listen_fd, stop_fd;
+    int listen_fd, stop_fd; /* listen_fd: -1 without --redis-listen */
+    int unix_fd;            /* --redis-unix; -1 without */
+    char *unix_path;        /* removed again at stop */
     unsigned port;
     unsigned nworkers;
     rworker *workers;
@@ -96,12 +102,17 @@ struct rconn {
     uint64_t id;
     char remote[64];
     uint8_t ip[16];     /* the client's address (raddr), counted while open */
+    bool local;         /* came through --redis-unix: no address to count */
     double last_active; /* monotonic seconds of the last bytes read or reply done */
     char name[64];
     uint8_t *in;
     size_t in_len, in_off, in_cap;
     kcd_rbuf out;
     size_t out_off;
+    uint64_t held; /* in_cap + out.cap as counted against --upload-memory */
+    /* an MGET whose reply goes out in parts: its next argument (0 = none);
+     * its arguments stay in c->in until it is done */
+    size_t resume_next;
     kcd_resp_parser p;
     int proto;
     bool authed;
@@ -151,6 +162,19 @@ void kcd_redis_run_pending(rconn *c);
  * c may run (arity, AUTH and scope checked), makes it c's pending command
  * and returns true; else false, nothing changed. */
 bool kcd_redis_take_write(rconn *c);
+
+/* Continues the MGET paused at c->resume_next (kcd_redis_reply_paused). */
+void kcd_redis_resume(rconn *c);
+
+/* True when c's unsent replies reached KCD_REDIS_OUT_HIGH: a command that
+ * answers in parts (MGET) stops here and goes on once they are sent. */
+bool kcd_redis_reply_paused(const rconn *c);
+
+/* Makes room in c->out for n more bytes within --upload-memory (the budget
+ * request buffers and HTTP uploads share). False when that would pass it:
+ * then an OOM error reply is appended instead and the caller writes
+ * nothing more for this value. */
+bool kcd_redis_reply_room(rconn *c, size_t n);
 
 /* After a failed batch commit: c's replies in the batch (batch_n of them
  * from batch_out0) are replaced by this error each. */

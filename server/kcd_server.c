@@ -716,7 +716,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     }
     if ((rc = upkeep_start(srv, cfg->compact_interval, err)) != KC_OK)
         goto fail;
-    if (cfg->redis_listen && *cfg->redis_listen &&
+    if (((cfg->redis_listen && *cfg->redis_listen) || cfg->redis_unix) &&
         (rc = kcd_redis_start(cfg, srv->ctx, &srv->redis, err)) != KC_OK)
         goto fail;
     kcd_log(KCD_LOG_INFO, "serving %s on port %u with %u threads%s%s", cfg->data, srv->port,
