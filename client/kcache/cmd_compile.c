@@ -44,6 +44,7 @@ typedef struct copts {
     const char *templates; /* template directory override */
     const char *tag;
     bool autotune, require_hit, offline, check, push;
+    bool profile;      /* run: time every kernel */
     bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
     uint64_t seed;
@@ -78,6 +79,7 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
                            {"--require-hit", NULL, KC_OPT_FLAG, &o->require_hit, 0, 0},
                            {"--offline", NULL, KC_OPT_FLAG, &o->offline, 0, 0},
                            {"--check", NULL, KC_OPT_FLAG, &o->check, 0, 0},
+                           {"--profile", NULL, KC_OPT_FLAG, &o->profile, 0, 0},
                            {"--push", NULL, KC_OPT_FLAG, &o->push, 0, 0},
                            {"--allow-manifest-cflags", NULL, KC_OPT_FLAG, &o->allow_cflags, 0, 0},
                            {"--device", NULL, KC_OPT_STRING, &o->device, 0, 0},
@@ -384,6 +386,110 @@ static int check_data(kc_cli *cli, const kc_graph *g, const char *dir, float *co
     return KC_EXIT_OK;
 }
 
+/* Per-iteration wall times of run --iters N, in milliseconds. */
+typedef struct run_times {
+    double warmup_ms; /* the first, cold call (page faults, lazily built primitives) */
+    double median_ms, min_ms, mean_ms; /* over the N calls after it */
+} run_times;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs p once untimed as a warm-up, then iters timed times; the outputs stay in vals. A
+ * cold first call is a benchmark's classic error: it would be averaged in otherwise. */
+static int time_runs(kc_cli *cli, kc_program *p, float *const *vals, int iters, double *kernel_s,
+                     run_times *tm)
+{
+    kc_err err = {0};
+    double *ms = malloc(sizeof(double) * (size_t)iters);
+    if (!ms) {
+        kc_err_set(&err, KC_ERR_NOMEM, "out of memory for %d iteration times", iters);
+        return kc_cli_fail(cli, &err);
+    }
+    double sum = 0;
+    for (int it = -1; it < iters; it++) {
+        double t0 = kc_now();
+        if (kc_program_run_profiled(p, vals, it < 0 ? NULL : kernel_s, &err) != KC_OK) {
+            free(ms);
+            return kc_cli_fail(cli, &err);
+        }
+        double dt = (kc_now() - t0) * 1e3;
+        if (it < 0) {
+            tm->warmup_ms = dt;
+            continue;
+        }
+        ms[it] = dt;
+        sum += dt;
+    }
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
+    tm->min_ms = ms[0];
+    tm->median_ms = iters % 2 ? ms[iters / 2] : (ms[iters / 2 - 1] + ms[iters / 2]) / 2;
+    tm->mean_ms = sum / iters;
+    free(ms);
+    return KC_EXIT_OK;
+}
+
+/* Kernel indices of p, slowest first by kernel_s. */
+static int *by_time(const kc_program *p, const double *kernel_s)
+{
+    int *order = malloc(sizeof(int) * ((size_t)p->n_kernels + 1));
+    for (int i = 0; order && i < p->n_kernels; i++) {
+        int j = i;
+        for (; j > 0 && kernel_s[order[j - 1]] < kernel_s[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    return order;
+}
+
+/* What a profile line calls kernel i: its kind (an op kernel's op), output shape and
+ * implementation. */
+static void kernel_label(const kc_kernel *k, char *out, size_t n)
+{
+    char sh[96];
+    kc_shape_str(&k->out_shape, sh, sizeof sh);
+    snprintf(out, n, "%s %s%s%s",
+             k->kind == KC_KK_OP ? kc_op_name(k->op) : kc_kernel_kind_name(k->kind), sh,
+             k->impl[0] ? " " : "", k->impl);
+}
+
+/* run --profile: each kernel's share of the timed iterations, slowest first. */
+static void print_profile(const kc_program *p, const double *kernel_s, int iters)
+{
+    int *order = by_time(p, kernel_s);
+    double total = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        total += kernel_s[i];
+    printf("kernel profile (ms per iteration, slowest first):\n");
+    for (int x = 0; order && x < p->n_kernels; x++) {
+        int i = order[x];
+        char label[160];
+        kernel_label(&p->kernels[i], label, sizeof label);
+        printf("  %4d  %-48s %9.3f  %5.1f%%\n", i, label, kernel_s[i] * 1e3 / iters,
+               total > 0 ? 100 * kernel_s[i] / total : 0.0);
+    }
+    free(order);
+}
+
+static json_t *profile_json(const kc_program *p, const double *kernel_s, int iters)
+{
+    json_t *a = json_array();
+    int *order = by_time(p, kernel_s);
+    for (int x = 0; order && x < p->n_kernels; x++) {
+        int i = order[x];
+        const kc_kernel *k = &p->kernels[i];
+        json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:s,s:f}", "kernel", i, "kind",
+                                           kc_kernel_kind_name(k->kind), "op",
+                                           k->kind == KC_KK_OP ? kc_op_name(k->op) : "", "impl",
+                                           k->impl, "ms", kernel_s[i] * 1e3 / iters));
+    }
+    free(order);
+    return a;
+}
+
 int kc_cmd_run(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -414,7 +520,8 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     float **vals = kc_values_new(g, o.seed), **ref = NULL;
     json_t *outs = json_array();
     bool all_ok = true;
-    double ms = 0;
+    run_times tm = {0};
+    double *kernel_s = NULL; /* --profile: seconds per kernel over the timed iterations */
     if (!vals) {
         kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the graph's tensors");
         rc = kc_cli_fail(cli, &err);
@@ -433,14 +540,13 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
-    double t0 = kc_now();
-    for (int it = 0; it < o.iters; it++) {
-        if (kc_program_run(p, vals, &err) != KC_OK) {
-            rc = kc_cli_fail(cli, &err);
-            goto done;
-        }
+    if (o.profile && !(kernel_s = calloc((size_t)p->n_kernels + 1, sizeof *kernel_s))) {
+        kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the profile");
+        rc = kc_cli_fail(cli, &err);
+        goto done;
     }
-    ms = (kc_now() - t0) * 1e3 / o.iters;
+    if ((rc = time_runs(cli, p, vals, o.iters, kernel_s, &tm)) != KC_EXIT_OK)
+        goto done;
     if (o.check) {
         ref = kc_values_new(g, o.seed);
         if (!ref) {
@@ -474,12 +580,21 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "ok", json_boolean(all_ok));
         json_object_set_new(j, "checked", json_boolean(o.check || o.data));
         json_object_set_new(j, "iters", json_integer(o.iters));
-        json_object_set_new(j, "ms_per_iter", json_real(ms));
+        json_object_set_new(j, "warmup_ms", json_real(tm.warmup_ms));
+        json_object_set_new(j, "median_ms", json_real(tm.median_ms));
+        json_object_set_new(j, "min_ms", json_real(tm.min_ms));
+        json_object_set_new(j, "ms_per_iter", json_real(tm.mean_ms));
+        if (kernel_s)
+            json_object_set_new(j, "profile", profile_json(p, kernel_s, o.iters));
         summary_json(j);
         json_decref(j);
     } else {
         print_program(cli, o.graph, p);
-        printf("ran %d iteration%s: %.3f ms each\n", o.iters, o.iters == 1 ? "" : "s", ms);
+        printf("ran %d timed iteration%s after a warm-up: median %.3f ms, min %.3f ms (warm-up "
+               "%.3f ms)\n",
+               o.iters, o.iters == 1 ? "" : "s", tm.median_ms, tm.min_ms, tm.warmup_ms);
+        if (kernel_s)
+            print_profile(p, kernel_s, o.iters);
     }
     if (!all_ok) {
         fprintf(stderr, "kcache: %s: outputs differ from the %s beyond tolerance\n", o.graph,
@@ -487,6 +602,7 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         rc = KC_EXIT_FAIL;
     }
 done:
+    free(kernel_s);
     json_decref(outs);
     kc_values_free(g, vals);
     kc_values_free(g, ref);

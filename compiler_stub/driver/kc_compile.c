@@ -802,7 +802,7 @@ void kc_program_free(kc_program *p)
     free(p);
 }
 
-kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
+kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *kernel_s, kc_err *err)
 {
     for (int i = 0; i < p->n_kernels; i++) {
         kc_kernel *k = &p->kernels[i];
@@ -811,9 +811,17 @@ kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
         const float *in[KC_KERNEL_MAX_IN];
         for (int j = 0; j < k->n_in; j++)
             in[j] = values[k->in_value[j]];
+        double t0 = kernel_s ? kc_now() : 0;
         kc_code rc = p->backend->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
         if (rc)
             return rc;
+        if (kernel_s)
+            kernel_s[i] += kc_now() - t0;
     }
     return KC_OK;
+}
+
+kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
+{
+    return kc_program_run_profiled(p, values, NULL, err);
 }

@@ -88,6 +88,10 @@ void kc_explain_free(kc_explain *x);
  * every value id; inputs and params filled by the caller. */
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
 
+/* kc_program_run that also adds each kernel's wall seconds to kernel_s[i] (p->n_kernels
+ * entries, owned by the caller), for `kcache run --profile`. */
+kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *kernel_s, kc_err *err);
+
 /* Allocates buffers for every value of g (values[v], numel elements of its
  * dtype each) and fills f32 inputs and params with seeded uniform random
  * numbers, params that carry data (ONNX initializers) with their data, and

@@ -1,0 +1,106 @@
+/*
+ * test_run_perf.c - what `kcache run` promises about speed and measurement, from the
+ * outside: --iters reports the median and minimum after an untimed warm-up call, and
+ * --profile names every kernel's share.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_testutil.h"
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = kc_test_mkdtemp("run-perf");
+    cr_assert_not_null(dir);
+}
+
+static void teardown(void)
+{
+    kc_test_rmtree(dir);
+    free(dir);
+}
+
+TestSuite(run_perf, .init = setup, .fini = teardown, .timeout = 300);
+
+/* Runs kcache --cache-dir DIR/CACHE ARGS... (NULL-terminated) and returns the result. */
+static kc_test_result kcache(const char *cache, const char *const *args)
+{
+    char *cdir = kc_test_path(dir, cache);
+    kc_test_result r;
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cdir, NULL, args), 0);
+    free(cdir);
+    return r;
+}
+
+/* kcache --json ARGS... that must succeed; its summary. */
+static json_t *kcache_json(const char *cache, const char *const *args)
+{
+    kc_test_result r = kcache(cache, args);
+    cr_assert_eq(r.exit_code, 0, "kcache failed: %s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    cr_assert_not_null(j, "not JSON: %s", r.out);
+    kc_test_result_free(&r);
+    return j;
+}
+
+static double getf(json_t *j, const char *k)
+{
+    json_t *v = json_object_get(j, k);
+    cr_assert(json_is_number(v), "summary lacks number '%s'", k);
+    return json_number_value(v);
+}
+
+Test(run_perf, iters_reports_median_and_min_after_a_warmup)
+{
+    char *mlp = kc_test_path(KC_TEST_SOURCE_DIR, "examples/mlp.json");
+    const char *args[] = {"--json", "run", mlp, "--check", "--iters", "7", NULL};
+    json_t *j = kcache_json("cache", args);
+    cr_assert(json_is_true(json_object_get(j, "ok")));
+    cr_expect_eq(json_integer_value(json_object_get(j, "iters")), 7);
+    double warm = getf(j, "warmup_ms"), med = getf(j, "median_ms"), min = getf(j, "min_ms");
+    double mean = getf(j, "ms_per_iter");
+    cr_expect_gt(warm, 0);
+    cr_expect_gt(min, 0);
+    cr_expect_leq(min, med, "the minimum (%g) is at most the median (%g)", min, med);
+    cr_expect_leq(min, mean, "the minimum (%g) is at most the mean (%g)", min, mean);
+    json_decref(j);
+    /* the text form names both figures and the warm-up */
+    const char *text[] = {"run", mlp, "--iters", "3", NULL};
+    kc_test_result r = kcache("cache", text);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "3 timed iterations after a warm-up: median "), "%s", r.out);
+    cr_expect(strstr(r.out, " ms, min "), "%s", r.out);
+    kc_test_result_free(&r);
+    free(mlp);
+}
+
+Test(run_perf, profile_lists_every_kernel_slowest_first)
+{
+    char *g = kc_test_path(KC_TEST_SOURCE_DIR, "examples/transformer_block.json");
+    const char *args[] = {"--json", "run", g, "--iters", "2", "--profile", NULL};
+    json_t *j = kcache_json("cache", args);
+    json_t *prof = json_object_get(j, "profile");
+    cr_assert(json_is_array(prof), "run --profile --json has a profile array");
+    size_t n = json_array_size(prof);
+    cr_expect_eq((json_int_t)n, json_integer_value(json_object_get(j, "kernels")),
+                 "one entry per kernel");
+    bool seen[256] = {false};
+    double last = 1e30;
+    for (size_t i = 0; i < n && i < 256; i++) {
+        json_t *e = json_array_get(prof, i);
+        json_int_t k = json_integer_value(json_object_get(e, "kernel"));
+        double ms = json_number_value(json_object_get(e, "ms"));
+        cr_assert(k >= 0 && k < (json_int_t)n && !seen[k], "kernel %lld listed once", (long long)k);
+        seen[k] = true;
+        cr_expect_leq(ms, last, "slowest first");
+        cr_expect(json_is_string(json_object_get(e, "kind")));
+        last = ms;
+    }
+    json_decref(j);
+    free(g);
+}
