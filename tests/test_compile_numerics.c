@@ -4,6 +4,7 @@
  * and the autotuner's tile variants compute the same numbers.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,9 +179,9 @@ Test(compile_numerics, repeated_operands_keep_their_positions, .timeout = 240)
     env_close(&e);
 }
 
-/* Lowers text to one kernel, builds it with implementation impl, runs it and
- * compares with the reference. */
-static void check_variant(env *e, const char *text, const char *impl)
+/* Lowers text to one kernel, builds it with implementation impl on backend b, runs it and
+ * compares with the reference; returns a copy of the output (caller frees). */
+static float *run_variant(kc_backend *b, const char *text, const char *impl)
 {
     kc_graph *g = NULL;
     kc_err err = {0};
@@ -198,27 +199,135 @@ static void check_variant(env *e, const char *text, const char *impl)
     size_t len = 0;
     int ran = 0;
     kc_loaded *l = NULL;
-    cr_assert_eq(e->b->generate(e->b, &k, &src, &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(e->b->compile(e->b, &k, src, "0123456789abcdef", &so, &len, &ran, &err), KC_OK,
-                 "%s", err.msg);
+    cr_assert_eq(b->generate(b, &k, &src, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(b->compile(b, &k, src, "0123456789abcdef", &so, &len, &ran, &err), KC_OK, "%s",
+                 err.msg);
     cr_assert_eq(ran, 1);
-    cr_assert_eq(e->b->load(e->b, &k, so, len, &l, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(b->load(b, &k, so, len, &l, &err), KC_OK, "%s", err.msg);
     const float *in[KC_KERNEL_MAX_IN];
     for (int j = 0; j < k.n_in; j++)
         in[j] = v[k.in_value[j]];
     for (int rep = 0; rep < 2; rep++) /* the second run reuses the cached primitive */
-        cr_assert_eq(e->b->run(e->b, l, &k, in, v[k.out_value], &err), KC_OK, "%s", err.msg);
+        cr_assert_eq(b->run(b, l, &k, in, v[k.out_value], &err), KC_OK, "%s", err.msg);
     double ma, mr;
     int y = g->outputs[0];
-    cr_expect(kc_compare(v[y], r[y], kc_shape_numel(&g->values[y].shape), 1e-4, &ma, &mr),
-              "%s: max abs %g", impl, ma);
+    int64_t numel = kc_shape_numel(&g->values[y].shape);
+    cr_expect(kc_compare(v[y], r[y], numel, 1e-4, &ma, &mr), "%s: max abs %g", impl, ma);
+    float *out = malloc(sizeof(float) * (size_t)numel);
+    cr_assert_not_null(out);
+    memcpy(out, v[y], sizeof(float) * (size_t)numel);
     kc_values_free(g, v);
     kc_values_free(g, r);
-    e->b->unload(e->b, l);
+    b->unload(b, l);
     free(so);
     free(src);
     free(ks);
     kc_graph_free(g);
+    return out;
+}
+
+static void check_variant(env *e, const char *text, const char *impl)
+{
+    free(run_variant(e->b, text, impl));
+}
+
+/* A CPU backend whose kernels run on `threads` threads. */
+static kc_backend *backend_with_threads(env *e, int threads)
+{
+    kc_err err = {0};
+    kc_backend *b = NULL;
+    kc_backend_opts bo = {.target = "native", .work_dir = e->dir, .threads = threads};
+    cr_assert_eq(kc_cpu_backend_open(&bo, &b, &err), KC_OK, "%s", err.msg);
+    return b;
+}
+
+Test(compile_numerics, every_thread_count_matches_the_reference, .timeout = 300)
+{
+    env e;
+    env_open(&e);
+    /* shapes that split into several tasks: bands of GEMM rows, (image, channel) pairs of
+     * a convolution, chunks of a pointwise chain, blocks of rows and of queries */
+    const struct {
+        const char *text;
+        const char *impls[3];
+    } cases[] = {
+        {G(T("x", 2, 50, 24) "," T("r", 2, 50, 20), T("w", 20, 24) "," T("b", 20),
+           NA("matmul", "\"x\",\"w\"", "h", "{\"transpose_b\":true}") "," N(
+               "add", "\"h\",\"b\"", "hb") "," N("add", "\"hb\",\"r\"", "y"),
+           "\"y\""),
+         {"tile:6x16", "tile:1x1", "onednn"}},
+        {G(T("img", 2, 3, 11, 10), T("cw", 5, 3, 3, 3) "," T("cb", 5, 1, 1),
+           NA("conv2d", "\"img\",\"cw\"", "c",
+              "{\"stride\":2,\"padding\":1}") "," N("add", "\"c\",\"cb\"", "y"),
+           "\"y\""),
+         {"direct", "onednn", NULL}},
+        {G(T("x", 4, 64, 80) "," T("s", 80), "",
+           N("exp", "\"x\"", "e") "," N("mul", "\"e\",\"s\"", "y"), "\"y\""),
+         {"", NULL, NULL}},
+        {G(T("x", 40, 300), "", N("softmax", "\"x\"", "y"), "\"y\""), {"", NULL, NULL}},
+        {G(T("x", 40, 300), T("gm", 300) "," T("bt", 300),
+           NA("layernorm", "\"x\",\"gm\",\"bt\"", "y", "{\"eps\":1e-5}"), "\"y\""),
+         {"", NULL, NULL}},
+        {G(T("x", 3, 70, 40), "", N("transpose", "\"x\"", "y"), "\"y\""), {"", NULL, NULL}},
+        {G(T("q", 2, 40, 16) "," T("k", 2, 40, 16) "," T("v", 2, 40, 16), "",
+           NA("sdpa", "\"q\",\"k\",\"v\"", "y", "{\"heads\":2,\"causal\":true}"), "\"y\""),
+         {"", NULL, NULL}},
+    };
+    kc_backend *bs[3] = {backend_with_threads(&e, 1), backend_with_threads(&e, 2),
+                         backend_with_threads(&e, 3)};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int i = 0; i < 3 && cases[c].impls[i]; i++) {
+            const char *impl = cases[c].impls[i];
+            float *one = run_variant(bs[0], cases[c].text, impl);
+            for (int t = 1; t < 3; t++) {
+                float *more = run_variant(bs[t], cases[c].text, impl);
+                kc_graph *g = NULL;
+                kc_err err = {0};
+                cr_assert_eq(kc_graph_parse(cases[c].text, strlen(cases[c].text), "<t>", &g, &err),
+                             KC_OK);
+                size_t bytes =
+                    sizeof(float) * (size_t)kc_shape_numel(&g->values[g->outputs[0]].shape);
+                /* the generated code splits its work the same way for any thread count */
+                if (strcmp(impl, "onednn") != 0)
+                    cr_expect_eq(memcmp(one, more, bytes), 0,
+                                 "case %zu (%s): %d threads differ from 1 thread", c, impl, t + 1);
+                kc_graph_free(g);
+                free(more);
+            }
+            free(one);
+        }
+    for (int t = 0; t < 3; t++)
+        kc_backend_close(bs[t]);
+    env_close(&e);
+}
+
+/* Threads of this process, from /proc/self/task. */
+static int process_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+Test(compile_numerics, a_kernel_runs_on_the_threads_it_is_given, .timeout = 120)
+{
+    env e;
+    env_open(&e);
+    const char *big = G(T("x", 8, 64, 80), "", N("exp", "\"x\"", "y"), "\"y\"");
+    kc_backend *one = backend_with_threads(&e, 1), *two = backend_with_threads(&e, 2);
+    int before = process_threads();
+    free(run_variant(one, big, ""));
+    cr_expect_eq(process_threads(), before, "--threads 1 runs on the calling thread alone");
+    free(run_variant(two, big, ""));
+    cr_expect_eq(process_threads(), before + 1, "--threads 2 adds one worker thread");
+    kc_backend_close(one);
+    kc_backend_close(two);
+    env_close(&e);
 }
 
 Test(compile_numerics, onednn_and_tile_variants_agree, .timeout = 240)

@@ -73,7 +73,8 @@ Test(run_perf, iters_reports_median_and_min_after_a_warmup)
     const char *text[] = {"run", mlp, "--iters", "3", NULL};
     kc_test_result r = kcache("cache", text);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_expect(strstr(r.out, "3 timed iterations after a warm-up: median "), "%s", r.out);
+    cr_expect(strstr(r.out, "3 timed iterations after a warm-up ("), "%s", r.out);
+    cr_expect(strstr(r.out, "): median "), "%s", r.out);
     cr_expect(strstr(r.out, " ms, min "), "%s", r.out);
     kc_test_result_free(&r);
     free(mlp);
@@ -102,5 +103,32 @@ Test(run_perf, profile_lists_every_kernel_slowest_first)
         last = ms;
     }
     json_decref(j);
+    free(g);
+}
+
+Test(run_perf, threads_change_no_key)
+{
+    /* conv2d, GEMMs with epilogues, softmax: compiled once, then run at other thread
+     * counts: the same graph record, every kernel a hit, outputs still match */
+    char *g = kc_test_path(KC_TEST_SOURCE_DIR, "examples/convnet.json");
+    const char *cold[] = {"--json", "compile", g, "--threads", "1", NULL};
+    json_t *c = kcache_json("cache", cold);
+    const char *key = json_string_value(json_object_get(c, "graph_key"));
+    cr_assert_not_null(key);
+    const char *threads[] = {"1", "2", "3", "4"};
+    for (int i = 0; i < 4; i++) {
+        const char *run[] = {"--json", "run", g, "--check", "--threads", threads[i], NULL};
+        json_t *r = kcache_json("cache", run);
+        cr_expect_str_eq(json_string_value(json_object_get(r, "graph_key")), key,
+                         "--threads %s changed the graph record key", threads[i]);
+        cr_expect(json_is_true(json_object_get(r, "graph_hit")));
+        cr_expect_eq(json_integer_value(json_object_get(r, "compiled")), 0,
+                     "--threads %s compiled something", threads[i]);
+        cr_expect(json_is_true(json_object_get(r, "ok")), "--threads %s: outputs differ",
+                  threads[i]);
+        cr_expect_eq(json_integer_value(json_object_get(r, "threads")), atoi(threads[i]));
+        json_decref(r);
+    }
+    json_decref(c);
     free(g);
 }

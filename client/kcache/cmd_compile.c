@@ -47,6 +47,7 @@ typedef struct copts {
     bool profile;      /* run: time every kernel */
     bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
+    int threads; /* kernels' threads at run time (0 = every online CPU) */
     uint64_t seed;
     kc_opt_list shapes;                   /* --shape NAME=D1xD2 (ONNX models) */
     kc_shape_bind binds[KC_OPT_LIST_MAX]; /* parsed from shapes */
@@ -89,6 +90,7 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
                            {"--tag", NULL, KC_OPT_STRING, &o->tag, 0, 0},
                            {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256},
                            {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX},
+                           {"--threads", NULL, KC_OPT_INT, &o->threads, 1, 4096},
                            {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0},
                            {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0},
                            {"--data", NULL, KC_OPT_STRING, &o->data, 0, 0},
@@ -252,7 +254,8 @@ static kc_code open_backend(const copts *o, const session *s, const char *target
                           .work_dir = s ? s->work : "/tmp",
                           .verbosity = s ? s->cli->verbosity : 0,
                           .state_dir = s && s->state[0] ? s->state : NULL,
-                          .cache = s ? s->cache : NULL};
+                          .cache = s ? s->cache : NULL,
+                          .threads = o->threads};
     return kc_backend_open(o->device, &bo, out, err);
 }
 
@@ -584,15 +587,19 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "median_ms", json_real(tm.median_ms));
         json_object_set_new(j, "min_ms", json_real(tm.min_ms));
         json_object_set_new(j, "ms_per_iter", json_real(tm.mean_ms));
+        json_object_set_new(j, "threads",
+                            json_integer(o.threads > 0 ? o.threads : kc_backend_default_threads()));
         if (kernel_s)
             json_object_set_new(j, "profile", profile_json(p, kernel_s, o.iters));
         summary_json(j);
         json_decref(j);
     } else {
         print_program(cli, o.graph, p);
-        printf("ran %d timed iteration%s after a warm-up: median %.3f ms, min %.3f ms (warm-up "
-               "%.3f ms)\n",
-               o.iters, o.iters == 1 ? "" : "s", tm.median_ms, tm.min_ms, tm.warmup_ms);
+        int nt = o.threads > 0 ? o.threads : kc_backend_default_threads();
+        printf("ran %d timed iteration%s after a warm-up (%d thread%s): median %.3f ms, min %.3f "
+               "ms (warm-up %.3f ms)\n",
+               o.iters, o.iters == 1 ? "" : "s", nt, nt == 1 ? "" : "s", tm.median_ms, tm.min_ms,
+               tm.warmup_ms);
         if (kernel_s)
             print_profile(p, kernel_s, o.iters);
     }

@@ -29,10 +29,11 @@ static const struct {
     {"compile", kc_cmd_compile, "compile graphs through the cache (one summary per graph)",
      "GRAPH|MODEL.onnx... [--shape NAME=D1xD2...] [--device cpu|xpu|xpu-spirv|auto] [--target "
      "native|x86-64-v2|x86-64-v3|x86-64-v4] "
-     "[--autotune] [--require-hit] [--offline] [--jobs N] [--cflags FLAGS] [--tag T]"},
+     "[--autotune] [--require-hit] [--offline] [--jobs N] [--threads N] [--cflags FLAGS] [--tag "
+     "T]"},
     {"run", kc_cmd_run, "compile, execute and check a graph against the reference",
      "GRAPH|MODEL.onnx [--check] [--data DIR] [--shape NAME=D1xD2...] [--iters N] [--profile] "
-     "[--seed N] [compile options]"},
+     "[--threads N] [--seed N] [compile options]"},
     {"explain", kc_cmd_explain, "print key ingredients and why a lookup misses",
      "GRAPH|MODEL.onnx [--shape NAME=D1xD2...] [--device cpu|xpu|xpu-spirv|auto] [--target T] "
      "[--autotune] [--cflags FLAGS] "

@@ -31,7 +31,7 @@
 extern char **environ;
 
 #define KC_CPU_CODEGEN "kc-cpu-codegen/1"
-#define KC_CPU_ABI "kc-cpu-abi/1"
+#define KC_CPU_ABI "kc-cpu-abi/2"
 
 typedef struct cpu_impl {
     char *target;
@@ -53,6 +53,7 @@ typedef struct cpu_impl {
     char dev_id[128];
     char dev_hash[KC_KEY_HEX_LEN + 1];
     atomic_int seq;
+    int threads; /* a running kernel's threads (a run-time choice: in no key) */
 } cpu_impl;
 
 struct kc_loaded {
@@ -433,6 +434,7 @@ static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc
                 (long long)k->gemm.k, k->gemm.trans_b, k->gemm.b_batched,
                 k->gemm.a_in < 0 ? 0 : k->gemm.a_in, k->gemm.b_in, k->gemm.a_in < 0,
                 strcmp(k->impl, "onednn") == 0, mr, nr);
+        fprintf(f, "#define KC_HAS_EPILOGUE %d\n", k->epilogue.n > 0);
         body = "gemm.c";
         break;
     }
@@ -466,6 +468,7 @@ static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc
                 (long long)k->conv.w, (long long)k->conv.o, (long long)k->conv.kh,
                 (long long)k->conv.kw, (long long)k->conv.oh, (long long)k->conv.ow, k->conv.stride,
                 k->conv.padding, strcmp(k->impl, "onednn") == 0);
+        fprintf(f, "#define KC_HAS_EPILOGUE %d\n", k->epilogue.n > 0);
         body = "conv2d.c";
         break;
     case KC_KK_TRANSPOSE: {
@@ -630,12 +633,21 @@ static kc_code cpu_load(kc_backend *b, const kc_kernel *k, const uint8_t *payloa
 static kc_code cpu_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const float *const *in,
                        float *out, kc_err *err)
 {
-    (void)b;
-    if (strcmp(k->impl, "onednn") == 0 && !l->gemm && !(l->gemm = kc_onednn_gemm_new()))
+    cpu_impl *c = b->impl;
+    if (strcmp(k->impl, "onednn") == 0 && !l->gemm && !(l->gemm = kc_onednn_gemm_new(c->threads)))
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    kc_rt rt = {.ctx = l->gemm, .sgemm = kc_onednn_sgemm, .conv2d = kc_onednn_conv2d};
+    kc_rt rt = {.ctx = l->gemm,
+                .sgemm = kc_onednn_sgemm,
+                .conv2d = kc_onednn_conv2d,
+                .parallel = kc_cpu_parallel,
+                .threads = c->threads};
     l->fn(in, out, &rt);
     return KC_OK;
+}
+
+int kc_backend_default_threads(void)
+{
+    return kc_cpu_available();
 }
 
 kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l)
@@ -713,6 +725,7 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     b->run = cpu_run;
     b->unload = cpu_unload;
     b->destroy = cpu_destroy;
+    c->threads = o.threads > 0 ? o.threads : kc_cpu_available();
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");

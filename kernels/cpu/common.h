@@ -10,14 +10,34 @@
 #define KC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* Services the host offers a kernel (oneDNN GEMM for impl "onednn"). */
+/* Services the host offers a kernel: oneDNN primitives for impl "onednn" (each returns 0,
+ * or -1 when oneDNN cannot run that shape, and the kernel computes it itself) and the
+ * threads it may use. */
 typedef struct kc_rt {
     void *ctx;
-    void (*sgemm)(void *ctx, long batch, long m, long n, long k, const float *a, const float *b,
-                  int trans_b, int b_batched, float *c);
+    int (*sgemm)(void *ctx, long batch, long m, long n, long k, const float *a, const float *b,
+                 int trans_b, int b_batched, float *c);
     /* dims: n, c, h, w, o, kh, kw, oh, ow, stride, padding (NCHW, OIHW) */
-    void (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, float *y);
+    int (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, float *y);
+    /* runs fn(arg, t) for every t in [0, n) on up to `threads` threads, in any order */
+    void (*parallel)(const struct kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg);
+    int threads;
 } kc_rt;
+
+/* Runs task t = 0..n-1 of fn. The tasks are a kernel's own fixed split of its work, never
+ * the thread count's, so every thread count computes bit-identical results. */
+static inline void kc_par(const kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg)
+{
+    if (n > 1 && rt->threads > 1) {
+        rt->parallel(rt, n, fn, arg);
+        return;
+    }
+    for (long t = 0; t < n; t++)
+        fn(arg, t);
+}
+
+/* How many tasks of `per` items cover `total` items. */
+#define KC_TASKS(total, per) (((total) + (per)-1) / (per))
 
 static inline float kc_relu(float x)
 {

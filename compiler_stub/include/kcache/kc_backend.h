@@ -148,6 +148,9 @@ typedef struct kc_backend_opts {
     kc_cache *cache;       /* where a backend keeps what it builds besides the driver's kernel
                               artifacts (XPU: SPIR-V, the toolchain probe; borrowed, must outlive
                               the backend); NULL = nothing cached by the backend */
+    int threads;           /* CPU: threads a running kernel may use (its loops and oneDNN's
+                              primitives); 0 = every online CPU. A run-time choice: no
+                              fingerprint or key depends on it */
 } kc_backend_opts;
 
 typedef struct kc_backend kc_backend;
@@ -205,6 +208,10 @@ void kc_backend_close(kc_backend *b);
 
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+
+/* The threads a CPU kernel runs on when kc_backend_opts.threads is 0: the CPUs this process
+ * may use (its affinity mask). */
+int kc_backend_default_threads(void);
 
 /* False when kernels built for device/target cannot run on this machine (a CPU ISA level
  * this CPU lacks); true for every other device and for a NULL target. */
