@@ -132,3 +132,81 @@ Test(run_perf, threads_change_no_key)
     json_decref(c);
     free(g);
 }
+
+/* The kernel lines of `kcache explain` (text) for graph with extra args. */
+static char *explain_text(const char *cache, const char *g, const char *extra)
+{
+    const char *args[] = {"explain", g, extra, NULL};
+    kc_test_result r = kcache(cache, args);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *out = strdup(r.out);
+    kc_test_result_free(&r);
+    return out;
+}
+
+/* How many lines of text contain every one of the strings a and b. */
+static int lines_with(const char *text, const char *a, const char *b)
+{
+    int n = 0;
+    for (const char *l = text; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char *line = strndup(l, len);
+        n += strstr(line, a) && (!b || strstr(line, b));
+        free(line);
+        l = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+Test(run_perf, default_compile_takes_the_cost_models_choice)
+{
+    /* convnet: three convolutions and a GEMM of 1024 rows (oneDNN's); a 4x16x8 GEMM (the
+     * register tile's) */
+    char *conv = kc_test_path(KC_TEST_SOURCE_DIR, "examples/convnet.json");
+    char *tiny = kc_test_path(dir, "tiny.json");
+    const char *text =
+        "{\"format\":\"kcache-graph/1\",\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\","
+        "\"shape\":[4,16]}],\"params\":[{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":"
+        "[16,8]}],\"nodes\":[{\"op\":\"matmul\",\"in\":[\"x\",\"w\"],\"out\":\"y\"}],"
+        "\"outputs\":[\"y\"]}";
+    cr_assert_eq(kc_test_write_file(tiny, text, strlen(text)), 0);
+    const char *c1[] = {"--json", "compile", conv, tiny, NULL};
+    kc_test_result r = kcache("cache", c1);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    char *e = explain_text("cache", conv, NULL);
+    cr_expect(strstr(e, "options          autotune=0 impl=cpu-cost/1"), "%s", e);
+    cr_expect(strstr(e, "  oneDNN           "), "explain names the oneDNN library: %s", e);
+    cr_expect_eq(lines_with(e, " conv2d ", "onednn (cost model)"), 3, "%s", e);
+    cr_expect_eq(lines_with(e, " gemm ", "onednn (cost model)"), 1, "%s", e);
+    /* what explain names is what compile stored: every kernel key is a local hit */
+    cr_expect_eq(lines_with(e, "kernel fp", "[local hit]"), lines_with(e, "kernel fp", NULL), "%s",
+                 e);
+    free(e);
+    e = explain_text("cache", tiny, NULL);
+    cr_expect_eq(lines_with(e, " gemm ", "tile:8x8 (cost model)"), 1, "%s", e);
+    cr_expect_eq(lines_with(e, "kernel fp", "[local hit]"), 1, "%s", e);
+    free(e);
+    free(conv);
+    free(tiny);
+}
+
+Test(run_perf, autotune_refines_the_cost_model_and_explain_names_it)
+{
+    char *conv = kc_test_path(KC_TEST_SOURCE_DIR, "examples/convnet.json");
+    char *e = explain_text("cache", conv, "--autotune");
+    cr_expect(strstr(e, "options          autotune=1\n"), "%s", e);
+    cr_expect_eq(lines_with(e, "not tuned yet: cost model", NULL), 4, "%s", e);
+    free(e);
+    const char *tune[] = {"--json", "compile", conv, "--autotune", NULL};
+    json_t *j = kcache_json("cache", tune);
+    cr_expect_gt(json_integer_value(json_object_get(j, "autotuned")), 0);
+    json_decref(j);
+    e = explain_text("cache", conv, "--autotune");
+    cr_expect_eq(lines_with(e, "(tuned)", NULL), 4, "every GEMM and conv2d was tuned: %s", e);
+    cr_expect_eq(lines_with(e, "kernel fp", "[local hit]"), lines_with(e, "kernel fp", NULL), "%s",
+                 e);
+    free(e);
+    free(conv);
+}

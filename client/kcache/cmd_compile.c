@@ -727,6 +727,25 @@ static void diff_device(const char *mine, json_t *theirs)
     json_decref(a);
 }
 
+static const char *impl_from_words(kc_impl_from f)
+{
+    return f == KC_IMPL_TUNED     ? "tuned"
+           : f == KC_IMPL_UNTUNED ? "not tuned yet: cost model"
+                                  : "cost model";
+}
+
+/* The oneDNN library behind "onednn" implementations, as the device fingerprint names it
+ * (its version and ISA decide that code, so they are in every CPU key). */
+static void print_onednn(const char *device_json)
+{
+    json_t *d = json_loads(device_json ? device_json : "", 0, NULL);
+    const char *v = json_string_value(json_object_get(d, "onednn_version"));
+    const char *isa = json_string_value(json_object_get(d, "onednn_isa"));
+    if (v && isa)
+        printf("  oneDNN           %s, ISA %s (in the device fp)\n", v, isa);
+    json_decref(d);
+}
+
 int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -744,7 +763,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_compile_opts co = {.autotune = o.autotune};
     kc_onnx_opts oo = {.binds = o.binds, .n_binds = o.n_binds, .skip_weights = true};
     if (kc_model_load(o.graph, &oo, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
-        kc_explain_keys(b, g, &co, &x, &err)) {
+        kc_explain_keys(b, s.cache, g, &co, &x, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
@@ -765,14 +784,20 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     printf("  device json      %s\n", dev.json);
     printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
     printf("  options          %s\n", opts);
+    print_onednn(dev.json);
     if (x.n_kernels >= 0) {
-        printf("kernels (%d, before autotuning):\n", x.n_kernels);
+        printf("kernels (%d%s; implementation: %s):\n", x.n_kernels,
+               x.from_record ? ", from the graph record" : "",
+               o.autotune ? "--autotune's decision" : "the cost model's choice");
         for (int i = 0; i < x.n_kernels; i++) {
             const kc_kernel *k = &x.kernels[i];
-            char sh[96];
+            char sh[96], impl[64] = "";
             bool hit = kc_store_has(s.store, x.kernel_keys[i], &err) == KC_OK;
-            printf("  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
-                   kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
+            if (x.impl_from[i] != KC_IMPL_FIXED)
+                snprintf(impl, sizeof impl, "%s (%s)", k->impl[0] ? k->impl : "default",
+                         impl_from_words(x.impl_from[i]));
+            printf("  %2d %-10s %-16s %-24s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
+                   kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh), impl,
                    k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
                    hit ? "local hit" : "miss");
         }

@@ -32,6 +32,9 @@ extern char **environ;
 
 #define KC_CPU_CODEGEN "kc-cpu-codegen/1"
 #define KC_CPU_ABI "kc-cpu-abi/2"
+/* The cost model's name and version (kc_cpu_cost.c): part of the options of graph records
+ * compiled without --autotune; bump it when the model's choices change. */
+#define KC_CPU_COST_MODEL "cpu-cost/1"
 
 typedef struct cpu_impl {
     char *target;
@@ -53,7 +56,8 @@ typedef struct cpu_impl {
     char dev_id[128];
     char dev_hash[KC_KEY_HEX_LEN + 1];
     atomic_int seq;
-    int threads; /* a running kernel's threads (a run-time choice: in no key) */
+    int threads;    /* a running kernel's threads (a run-time choice: in no key) */
+    kc_cpu_isa isa; /* oneDNN's effective ISA, as the device fingerprint names it */
 } cpu_impl;
 
 struct kc_loaded {
@@ -645,6 +649,31 @@ static kc_code cpu_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const fl
     return KC_OK;
 }
 
+static void cpu_choose_impl(kc_backend *b, const kc_kernel *k, char impl[32])
+{
+    kc_cpu_cost_choose(k, ((cpu_impl *)b->impl)->isa, impl);
+}
+
+/* The coarse ISA classes of the cost model. */
+static kc_cpu_isa isa_class(dnnl_cpu_isa_t isa)
+{
+    switch (isa) {
+    case dnnl_cpu_isa_sse41:
+    case dnnl_cpu_isa_avx:
+        return KC_CPU_ISA_SSE41;
+    case dnnl_cpu_isa_avx2:
+    case dnnl_cpu_isa_avx2_vnni:
+        return KC_CPU_ISA_AVX2;
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+        return KC_CPU_ISA_AVX512;
+    default:
+        return KC_CPU_ISA_NONE;
+    }
+}
+
 int kc_backend_default_threads(void)
 {
     return kc_cpu_available();
@@ -725,7 +754,11 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     b->run = cpu_run;
     b->unload = cpu_unload;
     b->destroy = cpu_destroy;
+    b->choose_impl = cpu_choose_impl;
+    b->impl_model = KC_CPU_COST_MODEL;
     c->threads = o.threads > 0 ? o.threads : kc_cpu_available();
+    b->threads = c->threads;
+    c->isa = isa_class(dnnl_get_effective_cpu_isa());
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");

@@ -51,6 +51,17 @@ void kc_cpu_set_threads(int threads);
 /* The CPUs this process may run on (its affinity mask), at least 1. */
 int kc_cpu_available(void);
 
+/* oneDNN's effective ISA, coarsely: what the cost model distinguishes. */
+typedef enum kc_cpu_isa {
+    KC_CPU_ISA_NONE = 0, /* no JIT: oneDNN's reference code */
+    KC_CPU_ISA_SSE41,
+    KC_CPU_ISA_AVX2,
+    KC_CPU_ISA_AVX512
+} kc_cpu_isa;
+/* The cost model (kc_cpu_cost.c): the implementation to use for k without tuning, into impl
+ * ("" = the template's own code). */
+void kc_cpu_cost_choose(const kc_kernel *k, kc_cpu_isa isa, char impl[32]);
+
 /* The features of this CPU as a JSON array of names (new reference). */
 json_t *kc_cpu_native_features(void);
 /* False when code built for target (x86-64-v4, ...) cannot run on this CPU. */

@@ -186,6 +186,17 @@ struct kc_backend {
     void (*unload)(kc_backend *b, kc_loaded *l);
     /* Frees the backend (NULL-safe through kc_backend_close). */
     void (*destroy)(kc_backend *b);
+    /* The implementation this backend picks for k when nothing was tuned: a cost model over
+     * the kernel's shape and the device (docs/DESIGN.md §3), written into impl ("" = the
+     * template's own code). It may read only what the kernel's identity and the device
+     * fingerprint hold, so that equal keys always mean equal choices. NULL = no choices. */
+    void (*choose_impl)(kc_backend *b, const kc_kernel *k, char impl[32]);
+    /* Names the cost model behind choose_impl ("cpu-cost/1"); graph records compiled without
+     * --autotune carry it in their options, so a changed model makes new records. */
+    const char *impl_model;
+    /* The threads its kernels run on (kc_backend_opts.threads resolved; 0 where the backend
+     * has no such choice). */
+    int threads;
 };
 
 /* Fingerprint (16 hex) of the code generator and template behind OP
