@@ -18,8 +18,10 @@ typedef struct kc_rt {
     void *ctx;
     int (*sgemm)(void *ctx, long batch, long m, long n, long k, const float *a, const float *b,
                  int trans_b, int b_batched, float *c);
-    /* dims: n, c, h, w, o, kh, kw, oh, ow, stride, padding (NCHW, OIHW) */
-    int (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, float *y);
+    /* dims: n, c, h, w, o, kh, kw, oh, ow, stride, padding, groups, has bias (NCHW, OIHW;
+     * b: the per-output-channel bias or NULL) */
+    int (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, const float *b,
+                  float *y);
     /* runs fn(arg, t) for every t in [0, n) on up to `threads` threads, in any order */
     void (*parallel)(const struct kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg);
     int threads;
@@ -38,11 +40,17 @@ kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l);
 typedef struct kc_onednn_gemm kc_onednn_gemm;
 int kc_onednn_sgemm(void *ctx, long batch, long m, long n, long k, const float *a, const float *b,
                     int trans_b, int b_batched, float *c);
-int kc_onednn_conv2d(void *ctx, const long *dims, const float *x, const float *w, float *y);
+int kc_onednn_conv2d(void *ctx, const long *dims, const float *x, const float *w, const float *b,
+                     float *y);
 /* A primitive cache whose primitives are built for and run on `threads` threads (NULL when
  * out of memory). */
 kc_onednn_gemm *kc_onednn_gemm_new(int threads);
 void kc_onednn_gemm_free(kc_onednn_gemm *g);
+/* Whether the next sgemm's B is a graph parameter: then its matmul takes it in the
+ * primitive's preferred layout, reordered on first use and kept per B address. */
+void kc_onednn_weights_const(kc_onednn_gemm *g, bool b_const);
+/* Drops every kept reordered copy (the parameters' values changed). */
+void kc_onednn_forget(kc_onednn_gemm *g);
 /* kc_rt.parallel: OpenMP's thread team, the one oneDNN's primitives run on (kc_cpu_par.c). */
 void kc_cpu_parallel(const kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg);
 /* Sets the thread count OpenMP regions started by the calling thread use (oneDNN's among

@@ -383,10 +383,11 @@ static void tuned_shape(const kc_kernel *k, char *out, size_t n)
                  (long long)k->gemm.m, (long long)k->gemm.n, (long long)k->gemm.k,
                  k->gemm.trans_b ? " trans_b" : "");
     else
-        snprintf(out, n, "n %lld c %lld h %lld w %lld o %lld k %lldx%lld stride %d pad %d",
-                 (long long)k->conv.n, (long long)k->conv.c, (long long)k->conv.h,
-                 (long long)k->conv.w, (long long)k->conv.o, (long long)k->conv.kh,
-                 (long long)k->conv.kw, k->conv.stride, k->conv.padding);
+        snprintf(
+            out, n, "n %lld c %lld h %lld w %lld o %lld k %lldx%lld stride %d pad %d groups %d",
+            (long long)k->conv.n, (long long)k->conv.c, (long long)k->conv.h, (long long)k->conv.w,
+            (long long)k->conv.o, (long long)k->conv.kh, (long long)k->conv.kw, k->conv.stride,
+            k->conv.padding, k->conv.groups > 1 ? k->conv.groups : 1);
 }
 
 /* Sets impl of every GEMM and conv2d kernel from an autotune artifact or a
@@ -705,7 +706,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
         }
     }
     if (!p->graph_hit) {
-        if ((rc = kc_lower(g, &p->kernels, &p->n_kernels, err)))
+        if ((rc = kc_lower_ex(g, b->lower_flags, &p->kernels, &p->n_kernels, err)))
             goto fail;
         kc_choose_impls(b, p->kernels, p->n_kernels);
         p->keys = calloc((size_t)p->n_kernels + 1, sizeof *p->keys);
@@ -720,6 +721,13 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
                 goto fail;
     }
     int n = p->n_kernels;
+    for (int i = 0; i < n; i++) { /* which inputs keep their values between runs */
+        kc_kernel *k = &p->kernels[i];
+        k->const_in = 0;
+        for (int j = 0; j < k->n_in; j++)
+            if (g->values[k->in_value[j]].role == KC_VAL_PARAM)
+                k->const_in |= 1u << j;
+    }
     p->loaded = calloc((size_t)n + 1, sizeof *p->loaded);
     p->load_owner = calloc((size_t)n + 1, sizeof(int));
     jobs = calloc((size_t)n + 1, sizeof *jobs);
@@ -862,6 +870,13 @@ kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *ker
             kernel_s[i] += kc_now() - t0;
     }
     return KC_OK;
+}
+
+void kc_program_forget_params(kc_program *p)
+{
+    for (int i = 0; p && p->loaded && p->backend->forget && i < p->n_kernels; i++)
+        if (p->load_owner[i] == i && p->loaded[i])
+            p->backend->forget(p->backend, p->loaded[i]);
 }
 
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)

@@ -91,7 +91,7 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
     kc_compile_options_text(b, o, x->options);
     kc_key_graph_record(g->fp, x->device.hash, x->compiler_fp, x->options, x->graph_key);
     int n = 0;
-    if (kc_lower(g, &x->kernels, &n, &x->lower_err) != KC_OK)
+    if (kc_lower_ex(g, b->lower_flags, &x->kernels, &n, &x->lower_err) != KC_OK)
         return KC_OK; /* the record key stands; the kernels cannot be listed */
     x->kernel_fps = calloc((size_t)n + 1, sizeof *x->kernel_fps);
     x->kernel_keys = calloc((size_t)n + 1, sizeof *x->kernel_keys);

@@ -21,24 +21,84 @@
 
 #include "kc_ops.h"
 
-static const char *const kind_names[KC_KK_COUNT] = {
-    "pointwise", "gemm", "softmax", "layernorm", "rmsnorm", "sdpa", "conv2d", "transpose", "op"};
+static const char *const kind_names[KC_KK_COUNT] = {"pointwise", "gemm",   "softmax", "layernorm",
+                                                    "rmsnorm",   "sdpa",   "conv2d",  "transpose",
+                                                    "op",        "rownorm"};
 
 const char *kc_kernel_kind_name(kc_kernel_kind k)
 {
     return (k >= 0 && k < KC_KK_COUNT) ? kind_names[k] : "?";
 }
 
+/* ONNX's decomposed LayerNorm, matched at its Div (the anchor): x, the Pow exponent and
+ * the epsilon are the kernel's inputs. */
+typedef struct ln_match {
+    int x, p, eps;
+} ln_match;
+
 typedef struct lower_ctx {
     const kc_graph *g;
-    int *group; /* per node: root node of its pointwise group (or itself) */
-    int *owner; /* per node: node of the kernel that computes it (-1 = own kernel) */
+    unsigned flags;
+    int *group;   /* per node: root node of its pointwise group (or itself) */
+    int *owner;   /* per node: node of the kernel that computes it (-1 = own kernel) */
+    int *ln_of;   /* per node: the anchor of the LayerNorm it belongs to, or -1 */
+    ln_match *ln; /* per anchor node */
     kc_err *err;
 } lower_ctx;
 
-static int base_of(const kc_graph *g)
+int kc_pw_arity(kc_op op, int *n_attrs)
 {
-    return g->n_inputs + g->n_params;
+    int na = 0, n = 0;
+    if (kc_op_is_pointwise(op))
+        n = kc_op_is_binary(op) ? 2 : 1;
+    switch (op) {
+    case KC_OP_SIGMOID:
+    case KC_OP_NEG:
+    case KC_OP_ABS:
+    case KC_OP_SQRT:
+    case KC_OP_LOG:
+    case KC_OP_RECIPROCAL:
+    case KC_OP_FLOOR:
+    case KC_OP_CEIL:
+    case KC_OP_ERF:
+    case KC_OP_HARDSWISH:
+        n = 1;
+        break;
+    case KC_OP_LEAKY_RELU:
+        n = 1, na = 1;
+        break;
+    case KC_OP_CLIP:
+        n = 1, na = 2;
+        break;
+    case KC_OP_POW:
+    case KC_OP_MAX:
+    case KC_OP_MIN:
+        n = 2;
+        break;
+    default:
+        break;
+    }
+    if (n_attrs)
+        *n_attrs = na;
+    return n;
+}
+
+/* Can node ni be part of a pointwise chain? */
+static bool chainable(const lower_ctx *c, int ni)
+{
+    const kc_graph *g = c->g;
+    const kc_node *n = &g->nodes[ni];
+    if (c->ln_of[ni] >= 0)
+        return false; /* inside (or the result of) a LayerNorm kernel */
+    if (kc_op_is_pointwise(n->op))
+        return true;
+    if (!(c->flags & KC_LOWER_EXT_CHAINS) || !kc_pw_arity(n->op, NULL) ||
+        g->values[n->out].dtype != KC_DT_F32)
+        return false;
+    for (int i = 0; i < n->n_in; i++)
+        if (g->values[n->in[i]].dtype != KC_DT_F32)
+            return false;
+    return true;
 }
 
 /* The single node reading value v, or -1. */
@@ -86,8 +146,7 @@ static int emit(lower_ctx *c, kc_kernel *k, kc_pw_chain *ch, int root, int v, in
         return 0;
     }
     int p = g->values[v].producer;
-    if (g->values[v].role != KC_VAL_NODE || c->group[p] != root ||
-        !kc_op_is_pointwise(g->nodes[p].op)) {
+    if (g->values[v].role != KC_VAL_NODE || c->group[p] != root || !chainable(c, p)) {
         int idx = add_input(k, g, v);
         if (idx < 0)
             return -1;
@@ -102,6 +161,10 @@ static int emit(lower_ctx *c, kc_kernel *k, kc_pw_chain *ch, int root, int v, in
         return -1;
     if (ch->n >= KC_PW_MAX)
         return -1;
+    int na = 0;
+    kc_pw_arity(n->op, &na);
+    for (int j = 0; j < na; j++) /* clip: min, max; leaky_relu: alpha */
+        ch->attr[ch->n][j] = n->xa->f[j];
     ch->ins[ch->n] = ins;
     *res = (kc_pw_operand){KC_PW_TMP, ch->n++};
     return 0;
@@ -127,30 +190,174 @@ static kc_code too_big(lower_ctx *c, int ni)
                       KC_KERNEL_MAX_IN, KC_PW_MAX);
 }
 
+/* ---- ONNX's decomposed LayerNorm ------------------------------------------------ */
+
+/* The node reading value v when it has exactly one reader and is no graph output (readers:
+ * per value, its one reader or -1, from one pass over the nodes). */
+static int only_reader(const kc_graph *g, const int *readers, int v)
+{
+    return g->values[v].nuses == 1 && g->values[v].output < 0 ? readers[v] : -1;
+}
+
+/* Is node ni a ReduceMean over the last axis of its f32 input, keeping it as a 1? */
+static bool mean_last(const kc_graph *g, int ni)
+{
+    const kc_node *n = &g->nodes[ni];
+    if (n->op != KC_OP_REDUCE_MEAN || !n->xa)
+        return false;
+    int fa = kc_op_field(n->op, "axes"), fk = kc_op_field(n->op, "keepdims");
+    const kc_shape *xs = &g->values[n->in[0]].shape;
+    return fa >= 0 && fk >= 0 && n->xa->n[fa] == 1 &&
+           (n->xa->i[fa][0] == -1 || n->xa->i[fa][0] == xs->rank - 1) && n->xa->i[fk][0] == 1 &&
+           xs->rank >= 1 && g->values[n->in[0]].dtype == KC_DT_F32;
+}
+
+/* A one-element f32 value (the exponent and epsilon are read at run time, so their values
+ * need not be known here, and are not part of any key). */
+static bool scalar_f32(const kc_graph *g, int v)
+{
+    return g->values[v].dtype == KC_DT_F32 && kc_shape_numel(&g->values[v].shape) == 1;
+}
+
+/* The node producing value v when it has op, else -1. */
+static int made_by(const kc_graph *g, int v, kc_op op)
+{
+    int p = g->values[v].role == KC_VAL_NODE ? g->values[v].producer : -1;
+    return p >= 0 && g->nodes[p].op == op ? p : -1;
+}
+
+/* Matches x -> ReduceMean -> Sub(x, m) -> Pow(d, p) -> ReduceMean -> Add(., eps) -> Sqrt
+ * -> Div(d, s) ending at Div node ni; on success marks every node of it in c->ln_of. */
+static bool match_layernorm(lower_ctx *c, const int *readers, int ni)
+{
+    const kc_graph *g = c->g;
+    const kc_node *div = &g->nodes[ni];
+    if (div->op != KC_OP_DIV)
+        return false;
+    int sq = made_by(g, div->in[1], KC_OP_SQRT), sub = made_by(g, div->in[0], KC_OP_SUB);
+    int add = sq >= 0 ? made_by(g, g->nodes[sq].in[0], KC_OP_ADD) : -1;
+    if (sq < 0 || sub < 0 || add < 0)
+        return false;
+    const kc_node *a = &g->nodes[add];
+    int eps_side = made_by(g, a->in[0], KC_OP_REDUCE_MEAN) >= 0 ? 1 : 0;
+    int m2 = made_by(g, a->in[1 - eps_side], KC_OP_REDUCE_MEAN);
+    int pw = m2 >= 0 ? made_by(g, g->nodes[m2].in[0], KC_OP_POW) : -1;
+    const kc_node *sb = &g->nodes[sub];
+    int x = sb->in[0], m1 = made_by(g, sb->in[1], KC_OP_REDUCE_MEAN);
+    if (m2 < 0 || pw < 0 || m1 < 0 || g->nodes[m1].in[0] != x || g->nodes[pw].in[0] != sb->out ||
+        !mean_last(g, m1) || !mean_last(g, m2) || !scalar_f32(g, a->in[eps_side]) ||
+        !scalar_f32(g, g->nodes[pw].in[1]) || g->values[x].dtype != KC_DT_F32 ||
+        !kc_shape_equal(&g->values[div->out].shape, &g->values[x].shape))
+        return false;
+    /* every intermediate is read only inside the pattern (d by Pow and Div) */
+    const int single[][2] = {{g->nodes[m1].out, sub},
+                             {g->nodes[pw].out, m2},
+                             {g->nodes[m2].out, add},
+                             {a->out, sq},
+                             {g->nodes[sq].out, ni}};
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+        if (only_reader(g, readers, single[i][0]) != single[i][1])
+            return false;
+    if (g->values[sb->out].nuses != 2 || g->values[sb->out].output >= 0)
+        return false;
+    const int members[] = {m1, sub, pw, m2, add, sq, ni};
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++)
+        if (c->ln_of[members[i]] >= 0)
+            return false;
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++)
+        c->ln_of[members[i]] = ni;
+    c->ln[ni] = (ln_match){.x = x, .p = g->nodes[pw].in[1], .eps = a->in[eps_side]};
+    return true;
+}
+
+/* Marks every decomposed LayerNorm of the graph (c->ln_of, c->ln). */
+static kc_code find_layernorms(lower_ctx *c)
+{
+    const kc_graph *g = c->g;
+    int *readers = malloc(sizeof(int) * ((size_t)g->n_values + 1));
+    if (!readers)
+        return kc_err_set(c->err, KC_ERR_NOMEM, "lowering: out of memory");
+    for (int v = 0; v < g->n_values; v++)
+        readers[v] = -1;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        for (int i = 0; i < g->nodes[ni].n_in; i++)
+            readers[g->nodes[ni].in[i]] = ni;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        match_layernorm(c, readers, ni);
+    free(readers);
+    return KC_OK;
+}
+
+/* Is node ni an ONNX Conv a conv2d kernel computes: 2-D, f32, one stride, one padding on
+ * every side, no dilation (any group count, with or without its bias)? */
+static bool plain_grouped_conv(const lower_ctx *c, int ni)
+{
+    const kc_graph *g = c->g;
+    const kc_node *n = &g->nodes[ni];
+    if (!(c->flags & KC_LOWER_GROUPED_CONV) || n->op != KC_OP_CONV || !n->xa ||
+        g->values[n->in[0]].shape.rank != 4 || g->values[n->in[0]].dtype != KC_DT_F32 ||
+        g->values[n->out].dtype != KC_DT_F32)
+        return false;
+    const kc_xattrs *xa = n->xa;
+    int fs = kc_op_field(n->op, "strides"), fp = kc_op_field(n->op, "pads"),
+        fd = kc_op_field(n->op, "dilations");
+    bool ok = fs >= 0 && fp >= 0 && fd >= 0 && xa->n[fs] == 2 && xa->n[fp] == 4 &&
+              xa->i[fs][0] == xa->i[fs][1] && xa->i[fs][0] >= 1 && xa->i[fs][0] <= 64;
+    for (int i = 0; ok && i < 4; i++)
+        ok = xa->i[fp][i] == xa->i[fp][0] && xa->i[fp][0] >= 0 && xa->i[fp][0] <= 64;
+    for (int i = 0; ok && i < xa->n[fd]; i++)
+        ok = xa->i[fd][i] == 1;
+    for (int i = 1; ok && i < n->n_in; i++)
+        ok = g->values[n->in[i]].dtype == KC_DT_F32;
+    return ok;
+}
+
+/* Does node ni start a kernel that can take an epilogue (matmul, conv2d, a LayerNorm)? */
+static bool takes_epilogue(const lower_ctx *c, int ni)
+{
+    kc_op op = c->g->nodes[ni].op;
+    return op == KC_OP_MATMUL || op == KC_OP_CONV2D || c->ln_of[ni] == ni ||
+           plain_grouped_conv(c, ni);
+}
+
 kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
 {
-    int nn = g->n_nodes, base = base_of(g);
-    lower_ctx c = {.g = g, .err = err};
+    return kc_lower_ex(g, 0, out, nout, err);
+}
+
+kc_code kc_lower_ex(const kc_graph *g, unsigned flags, kc_kernel **out, int *nout, kc_err *err)
+{
+    int nn = g->n_nodes;
+    lower_ctx c = {.g = g, .flags = flags, .err = err};
     c.group = malloc(sizeof(int) * (size_t)(nn + 1));
     c.owner = malloc(sizeof(int) * (size_t)(nn + 1));
-    int *epi_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* group root -> gemm node */
+    c.ln_of = malloc(sizeof(int) * (size_t)(nn + 1));
+    c.ln = calloc((size_t)nn + 1, sizeof *c.ln);
+    int *epi_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* group root -> producer node */
     int *pro_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* gemm node -> prologue root */
+    bool *has_epi = calloc((size_t)nn + 1, sizeof(bool)); /* producer node -> has one */
+    bool *is_pro = calloc((size_t)nn + 1, sizeof(bool));  /* prologue root -> yes */
     kc_kernel *ks = calloc((size_t)nn + 1, sizeof *ks);
     kc_code rc = KC_OK;
     int nk = 0;
-    if (!c.group || !c.owner || !epi_of || !pro_of || !ks) {
+    if (!c.group || !c.owner || !c.ln_of || !c.ln || !epi_of || !pro_of || !has_epi || !is_pro ||
+        !ks) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "lowering: out of memory");
         goto out;
     }
+    for (int ni = 0; ni < nn; ni++)
+        c.ln_of[ni] = -1;
+    if ((flags & KC_LOWER_EXT_CHAINS) && (rc = find_layernorms(&c)))
+        goto out;
     /* 1. pointwise groups, consumers first */
     for (int ni = nn - 1; ni >= 0; ni--) {
         c.group[ni] = ni;
         c.owner[ni] = -1;
         epi_of[ni] = pro_of[ni] = -1;
-        if (!kc_op_is_pointwise(g->nodes[ni].op))
+        if (!chainable(&c, ni))
             continue;
         int r = sole_reader(g, g->nodes[ni].out);
-        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+        if (r < 0 || !chainable(&c, r))
             continue;
         int members, leaves;
         group_stats(&c, c.group[r], &members, &leaves);
@@ -158,19 +365,19 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
             continue;
         c.group[ni] = c.group[r];
     }
-    /* 2. epilogues: matmul/conv2d whose sole reader is in a pointwise group */
+    /* 2. epilogues: matmul/conv2d/LayerNorm whose sole reader is in a pointwise group */
     for (int ni = 0; ni < nn; ni++) {
-        kc_op op = g->nodes[ni].op;
-        if (op != KC_OP_MATMUL && op != KC_OP_CONV2D)
+        if (!takes_epilogue(&c, ni))
             continue;
         int r = sole_reader(g, g->nodes[ni].out);
-        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+        if (r < 0 || !chainable(&c, r))
             continue;
         int root = c.group[r];
         if (epi_of[root] >= 0 || !kc_shape_equal(&g->values[g->nodes[root].out].shape,
                                                  &g->values[g->nodes[ni].out].shape))
             continue;
         epi_of[root] = ni;
+        has_epi[ni] = true;
     }
     /* 3. prologues: a pointwise group feeding only a matmul's A operand */
     for (int ni = 0; ni < nn; ni++) {
@@ -180,45 +387,49 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
         if (g->values[a].role != KC_VAL_NODE || g->nodes[ni].in[1] == a)
             continue;
         int p = g->values[a].producer;
-        if (!kc_op_is_pointwise(g->nodes[p].op) || c.group[p] != p || epi_of[p] >= 0 ||
-            sole_reader(g, a) != ni)
+        if (!chainable(&c, p) || c.group[p] != p || epi_of[p] >= 0 || sole_reader(g, a) != ni)
             continue;
         pro_of[ni] = p;
+        is_pro[p] = true;
     }
     /* 4. emit kernels in canonical order at their output node */
     for (int ni = 0; ni < nn; ni++) {
         const kc_node *n = &g->nodes[ni];
-        if (kc_op_is_pointwise(n->op) && c.group[ni] != ni)
+        if (chainable(&c, ni) && c.group[ni] != ni)
             continue; /* computed inside its group's root */
-        bool is_pro = false;
-        for (int m = 0; m < nn && !is_pro; m++)
-            is_pro = pro_of[m] == ni;
-        if (is_pro)
+        if (is_pro[ni])
             continue; /* computed inside the GEMM reading it */
-        if ((n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D)) {
-            bool has_epi = false;
-            for (int r = 0; r < nn && !has_epi; r++)
-                has_epi = epi_of[r] == ni;
-            if (has_epi)
-                continue; /* emitted at the epilogue's root */
-        }
+        if (c.ln_of[ni] >= 0 && c.ln_of[ni] != ni)
+            continue; /* computed inside its LayerNorm's kernel */
+        if (takes_epilogue(&c, ni) && has_epi[ni])
+            continue; /* emitted at the epilogue's root */
         kc_kernel *k = &ks[nk];
         memset(k, 0, sizeof *k);
         k->dtype = KC_DT_F32;
-        int gemm = (n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D) ? ni : -1;
+        int prod = takes_epilogue(&c, ni) ? ni : -1; /* the node whose kernel this is */
         int epi_root = -1;
-        if (kc_op_is_pointwise(n->op) && epi_of[ni] >= 0) {
-            gemm = epi_of[ni];
+        if (chainable(&c, ni) && epi_of[ni] >= 0) {
+            prod = epi_of[ni];
             epi_root = ni;
         }
         k->out_value = n->out;
         k->out_shape = g->values[n->out].shape;
-        if (gemm >= 0) {
-            const kc_node *m = &g->nodes[gemm];
-            const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
-            const kc_shape *os = &g->values[m->out].shape;
+        if (prod >= 0) {
+            const kc_node *m = &g->nodes[prod];
             k->n_fused = 1;
-            if (m->op == KC_OP_MATMUL) {
+            if (c.ln_of[prod] == prod) {
+                const ln_match *ln = &c.ln[prod];
+                const kc_shape *xs = &g->values[ln->x].shape;
+                k->kind = KC_KK_ROWNORM;
+                k->n_fused = 7;
+                add_operand(k, g, ln->x);
+                add_operand(k, g, ln->p);
+                add_operand(k, g, ln->eps);
+                k->norm.cols = xs->dims[xs->rank - 1];
+                k->norm.rows = kc_shape_numel(xs) / k->norm.cols;
+            } else if (m->op == KC_OP_MATMUL) {
+                const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
+                const kc_shape *os = &g->values[m->out].shape;
                 k->kind = KC_KK_GEMM;
                 k->gemm.trans_b = m->attrs.transpose_b;
                 k->gemm.a_shape = *as;
@@ -235,24 +446,29 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                     k->gemm.batch = 1;
                     k->gemm.m *= batch;
                 }
-                if (pro_of[gemm] >= 0) {
+                if (pro_of[prod] >= 0) {
                     kc_pw_operand r;
                     k->gemm.a_in = -1;
-                    if (emit(&c, k, &k->prologue, pro_of[gemm], m->in[0], -1, &r) ||
+                    if (emit(&c, k, &k->prologue, pro_of[prod], m->in[0], -1, &r) ||
                         r.src != KC_PW_TMP) {
-                        rc = too_big(&c, gemm);
+                        rc = too_big(&c, prod);
                         goto out;
                     }
                     for (int i = 0; i < nn; i++)
-                        k->n_fused += c.group[i] == pro_of[gemm];
+                        k->n_fused += c.group[i] == pro_of[prod];
                 } else {
                     k->gemm.a_in = add_input(k, g, m->in[0]);
                 }
                 k->gemm.b_in = add_input(k, g, m->in[1]);
             } else {
+                const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
+                const kc_shape *os = &g->values[m->out].shape;
+                bool onnx = m->op == KC_OP_CONV; /* plain_grouped_conv */
                 k->kind = KC_KK_CONV2D;
                 add_operand(k, g, m->in[0]);
                 add_operand(k, g, m->in[1]);
+                if (onnx && m->n_in > 2)
+                    add_operand(k, g, m->in[2]);
                 k->conv = (__typeof__(k->conv)){.n = as->dims[0],
                                                 .c = as->dims[1],
                                                 .h = as->dims[2],
@@ -264,6 +480,13 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                                                 .ow = os->dims[3],
                                                 .stride = m->attrs.stride,
                                                 .padding = m->attrs.padding};
+                if (onnx) {
+                    const kc_xattrs *xa = m->xa;
+                    k->conv.stride = (int)xa->i[kc_op_field(m->op, "strides")][0];
+                    k->conv.padding = (int)xa->i[kc_op_field(m->op, "pads")][0];
+                    k->conv.groups = (int)xa->i[kc_op_field(m->op, "group")][0];
+                    k->conv.bias = m->n_in > 2;
+                }
             }
             if (epi_root >= 0) {
                 kc_pw_operand r;
@@ -274,7 +497,7 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 for (int i = 0; i < nn; i++)
                     k->n_fused += c.group[i] == epi_root;
             }
-        } else if (kc_op_is_pointwise(n->op)) {
+        } else if (chainable(&c, ni)) {
             kc_pw_operand r;
             k->kind = KC_KK_POINTWISE;
             if (emit(&c, k, &k->body, ni, n->out, -1, &r)) {
@@ -329,7 +552,6 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 goto out;
             }
         }
-        (void)base;
         nk++;
     }
     *out = ks;
@@ -339,8 +561,12 @@ out:
     free(ks);
     free(c.group);
     free(c.owner);
+    free(c.ln_of);
+    free(c.ln);
     free(epi_of);
     free(pro_of);
+    free(has_epi);
+    free(is_pro);
     return rc;
 }
 
@@ -354,13 +580,23 @@ static json_t *shape_json(const kc_shape *s)
     return a;
 }
 
+/* [op, a.src, a.idx, b.src, b.idx] per instruction, then the op's numeric attributes (clip's
+ * bounds, ...) as exact %a strings; ops without attributes keep the original form. */
 static json_t *chain_json(const kc_pw_chain *ch)
 {
     json_t *a = json_array();
     for (int i = 0; i < ch->n; i++) {
         const kc_pw_instr *in = &ch->ins[i];
-        json_array_append_new(a, json_pack("[s,i,i,i,i]", kc_op_name(in->op), (int)in->a.src,
-                                           in->a.idx, (int)in->b.src, in->b.idx));
+        json_t *e = json_pack("[s,i,i,i,i]", kc_op_name(in->op), (int)in->a.src, in->a.idx,
+                              (int)in->b.src, in->b.idx);
+        int na = 0;
+        kc_pw_arity(in->op, &na);
+        for (int j = 0; j < na; j++) {
+            char num[40]; /* JSON has no infinities */
+            snprintf(num, sizeof num, "%a", ch->attr[i][j]);
+            json_array_append_new(e, json_string(num));
+        }
+        json_array_append_new(a, e);
     }
     return a;
 }
@@ -394,6 +630,7 @@ static json_t *kernel_json(const kc_kernel *k, bool bind)
     case KC_KK_SOFTMAX:
     case KC_KK_LAYERNORM:
     case KC_KK_RMSNORM:
+    case KC_KK_ROWNORM:
         json_object_set_new(
             o, "norm",
             json_pack("[I,I,f]", (json_int_t)k->norm.rows, (json_int_t)k->norm.cols, k->norm.eps));
@@ -412,6 +649,10 @@ static json_t *kernel_json(const kc_kernel *k, bool bind)
             json_array_append_new(conv, json_integer(cv[i]));
         json_array_append_new(conv, json_integer(k->conv.stride));
         json_array_append_new(conv, json_integer(k->conv.padding));
+        if (k->conv.groups > 1 || k->conv.bias) { /* ONNX Conv; plain 2-D ones keep 11 */
+            json_array_append_new(conv, json_integer(k->conv.groups));
+            json_array_append_new(conv, json_integer(k->conv.bias));
+        }
         json_object_set_new(o, "conv", conv);
         break;
     }
@@ -511,18 +752,26 @@ static bool chain_from(json_t *a, kc_pw_chain *ch)
     for (int i = 0; i < ch->n; i++) {
         const char *op;
         int as, ai, bs, bi;
-        if (json_unpack(json_array_get(a, (size_t)i), "[s,i,i,i,i]", &op, &as, &ai, &bs, &bi))
+        json_t *e = json_array_get(a, (size_t)i);
+        if (json_unpack(e, "[s,i,i,i,i*]", &op, &as, &ai, &bs, &bi))
             return false;
-        int o = -1;
+        int o = -1, na = 0;
         for (int x = 0; x < KC_OP_COUNT; x++)
             if (strcmp(op, kc_op_name((kc_op)x)) == 0)
                 o = x;
-        if (!kc_op_is_pointwise((kc_op)o) || as < 0 || as > 2 || bs < 0 || bs > 2)
+        int arity = o >= 0 ? kc_pw_arity((kc_op)o, &na) : 0;
+        if (!arity || as < 0 || as > 2 || bs < 0 || bs > 2 || json_array_size(e) != 5 + (size_t)na)
             return false;
         ch->ins[i] = (kc_pw_instr){(kc_op)o, {(kc_pw_src)as, ai}, {(kc_pw_src)bs, bi}};
+        for (int j = 0; j < na; j++) {
+            const char *num = json_string_value(json_array_get(e, 5 + (size_t)j));
+            if (!num)
+                return false;
+            ch->attr[i][j] = strtod(num, NULL);
+        }
         /* operand sanity: temporaries refer backwards, inputs exist */
         kc_pw_operand ops[2] = {ch->ins[i].a, ch->ins[i].b};
-        for (int j = 0; j < (kc_op_is_binary((kc_op)o) ? 2 : 1); j++)
+        for (int j = 0; j < arity; j++)
             if ((ops[j].src == KC_PW_TMP && (ops[j].idx < 0 || ops[j].idx >= i)) ||
                 (ops[j].src == KC_PW_INPUT && (ops[j].idx < 0 || ops[j].idx >= KC_KERNEL_MAX_IN)))
                 return false;
@@ -621,10 +870,18 @@ kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
         if (k->gemm.b_in < 0 || k->gemm.a_in < -1 || (k->gemm.a_in < 0 && !k->prologue.n))
             goto bad;
     }
-    if (k->kind == KC_KK_SOFTMAX || k->kind == KC_KK_LAYERNORM || k->kind == KC_KK_RMSNORM) {
+    if (k->kind == KC_KK_SOFTMAX || k->kind == KC_KK_LAYERNORM || k->kind == KC_KK_RMSNORM ||
+        k->kind == KC_KK_ROWNORM) {
         if (json_unpack(json_object_get(o, "norm"), "[I,I,F]", &rows, &cols, &k->norm.eps))
             goto bad;
         k->norm.rows = rows, k->norm.cols = cols;
+        /* the template indexes x by rows x cols and reads one exponent and one epsilon */
+        if (k->kind == KC_KK_ROWNORM &&
+            (k->n_in < 3 || rows < 1 || cols < 1 ||
+             rows * cols != kc_shape_numel(&k->in_shape[0]) ||
+             kc_shape_numel(&k->in_shape[1]) != 1 || kc_shape_numel(&k->in_shape[2]) != 1 ||
+             !kc_shape_equal(&k->out_shape, &k->in_shape[0])))
+            goto bad;
     }
     if (k->kind == KC_KK_SDPA) {
         if (json_unpack(json_object_get(o, "sdpa"), "[I,I,I,I,i,b,F]", &sb, &sq, &sk, &dim, &heads,
@@ -636,13 +893,31 @@ kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
     }
     if (k->kind == KC_KK_CONV2D) {
         json_t *conv = json_object_get(o, "conv");
-        if (!json_is_array(conv) || json_array_size(conv) != 11)
+        size_t nc = json_array_size(conv);
+        if (!json_is_array(conv) || (nc != 11 && nc != 13))
             goto bad;
         int64_t *cv = &k->conv.n;
         for (int i = 0; i < 9; i++)
             cv[i] = json_integer_value(json_array_get(conv, (size_t)i));
         k->conv.stride = (int)json_integer_value(json_array_get(conv, 9));
         k->conv.padding = (int)json_integer_value(json_array_get(conv, 10));
+        if (nc == 13) {
+            k->conv.groups = (int)json_integer_value(json_array_get(conv, 11));
+            k->conv.bias = json_integer_value(json_array_get(conv, 12)) != 0;
+        }
+        /* the template reads x, w and the bias by these numbers */
+        int64_t gr = k->conv.groups > 1 ? k->conv.groups : 1;
+        if (k->conv.groups < 0 || k->conv.c % gr || k->conv.o % gr || k->conv.stride < 1 ||
+            k->conv.padding < 0 || k->n_in < 2 + k->conv.bias || k->in_shape[0].rank != 4 ||
+            k->in_shape[1].rank != 4 || k->out_shape.rank != 4 ||
+            k->in_shape[0].dims[0] != k->conv.n || k->in_shape[0].dims[1] != k->conv.c ||
+            k->in_shape[0].dims[2] != k->conv.h || k->in_shape[0].dims[3] != k->conv.w ||
+            k->in_shape[1].dims[0] != k->conv.o || k->in_shape[1].dims[1] * gr != k->conv.c ||
+            k->in_shape[1].dims[2] != k->conv.kh || k->in_shape[1].dims[3] != k->conv.kw ||
+            k->out_shape.dims[0] != k->conv.n || k->out_shape.dims[1] != k->conv.o ||
+            k->out_shape.dims[2] != k->conv.oh || k->out_shape.dims[3] != k->conv.ow ||
+            (k->conv.bias && kc_shape_numel(&k->in_shape[2]) != k->conv.o))
+            goto bad;
     }
     if (k->kind == KC_KK_OP && !op_from_json(o, k))
         goto bad;

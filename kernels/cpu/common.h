@@ -17,8 +17,10 @@ typedef struct kc_rt {
     void *ctx;
     int (*sgemm)(void *ctx, long batch, long m, long n, long k, const float *a, const float *b,
                  int trans_b, int b_batched, float *c);
-    /* dims: n, c, h, w, o, kh, kw, oh, ow, stride, padding (NCHW, OIHW) */
-    int (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, float *y);
+    /* dims: n, c, h, w, o, kh, kw, oh, ow, stride, padding, groups, has bias (NCHW, OIHW;
+     * b: the per-output-channel bias or NULL) */
+    int (*conv2d)(void *ctx, const long *dims, const float *x, const float *w, const float *b,
+                  float *y);
     /* runs fn(arg, t) for every t in [0, n) on up to `threads` threads, in any order */
     void (*parallel)(const struct kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg);
     int threads;
@@ -50,4 +52,44 @@ static inline float kc_gelu(float x)
 static inline float kc_silu(float x)
 {
     return x / (1.f + expf(-x));
+}
+
+/* Elementwise extended ops inside chains: the formulas of the op kernels (kernels/cpu/ops.c),
+ * in float. */
+static inline float kc_sigmoid(float x)
+{
+    return 1.f / (1.f + expf(-x));
+}
+static inline float kc_neg(float x)
+{
+    return -x;
+}
+static inline float kc_reciprocal(float x)
+{
+    return 1.f / x;
+}
+static inline float kc_hardswish(float x)
+{
+    return x * fmaxf(0.f, fminf(1.f, x / 6.f + 0.5f));
+}
+static inline float kc_leaky_relu(float x, double alpha)
+{
+    return x < 0 ? (float)alpha * x : x;
+}
+static inline float kc_clip(float x, double lo, double hi)
+{
+    return x < lo ? (float)lo : x > hi ? (float)hi : x;
+}
+/* a square is exact in float; any other power is taken in double, as the op kernel does */
+static inline float kc_pow(float a, float b)
+{
+    return b == 2.f ? a * a : (float)pow(a, b);
+}
+static inline float kc_max_nan(float a, float b)
+{
+    return a > b || isnan(a) ? a : b;
+}
+static inline float kc_min_nan(float a, float b)
+{
+    return a < b || isnan(a) ? a : b;
 }

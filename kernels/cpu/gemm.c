@@ -25,9 +25,8 @@ typedef struct kc_gemm_args {
 static void kc_prologue_task(void *arg, long t)
 {
     const kc_gemm_args *g = arg;
-    long hi = KC_MIN(KC_BATCH * KC_M * KC_K, (t + 1) * KC_CHUNK);
-    for (long i = t * KC_CHUNK; i < hi; i++)
-        g->apack[i] = kc_prologue(g->in, i);
+    kc_prologue_span(g->in, g->apack, t * KC_CHUNK,
+                     KC_MIN(KC_BATCH * KC_M * KC_K, (t + 1) * KC_CHUNK));
 }
 #endif
 
@@ -87,9 +86,8 @@ static void kc_rows_task(void *arg, long t)
 static void kc_epilogue_task(void *arg, long t)
 {
     const kc_gemm_args *g = arg;
-    long hi = KC_MIN(KC_BATCH * KC_M * KC_N, (t + 1) * KC_CHUNK);
-    for (long i = t * KC_CHUNK; i < hi; i++)
-        g->out[i] = kc_epilogue(g->in, g->out[i], i);
+    kc_epilogue_span(g->in, g->out, t * KC_CHUNK,
+                     KC_MIN(KC_BATCH * KC_M * KC_N, (t + 1) * KC_CHUNK));
 }
 #endif
 

@@ -1,5 +1,5 @@
 /* pointwise.c - a fused chain of pointwise ops over KC_NUMEL elements, in tasks of
- * KC_PW_CHUNK elements; kc_body(in, i) is generated from the chain. */
+ * KC_PW_CHUNK elements; kc_body_span(in, out, lo, hi) is generated from the chain. */
 #define KC_PW_CHUNK 16384L
 typedef struct kc_pw_args {
     const float *const *in;
@@ -9,11 +9,7 @@ typedef struct kc_pw_args {
 static void kc_pw_task(void *arg, long t)
 {
     const kc_pw_args *a = arg;
-    const float *const *in = a->in;
-    float *out = a->out;
-    long hi = KC_MIN(KC_NUMEL, (t + 1) * KC_PW_CHUNK);
-    for (long i = t * KC_PW_CHUNK; i < hi; i++)
-        out[i] = kc_body(in, i);
+    kc_body_span(a->in, a->out, t * KC_PW_CHUNK, KC_MIN(KC_NUMEL, (t + 1) * KC_PW_CHUNK));
 }
 
 KC_EXPORT void kc_kernel_main(const float *const *in, float *out, const kc_rt *rt)

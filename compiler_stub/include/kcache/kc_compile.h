@@ -99,8 +99,15 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
 void kc_explain_free(kc_explain *x);
 
 /* Runs a loaded program: values[v] is a buffer of numel(value v) floats for
- * every value id; inputs and params filled by the caller. */
+ * every value id; inputs and params filled by the caller. Params are taken to keep their
+ * values from one run to the next: a kernel may prepare one once (the CPU backend reorders
+ * a GEMM's weights into oneDNN's preferred layout) and reuse the prepared copy while the
+ * buffer's address stays the same. After changing a param's values in place, call
+ * kc_program_forget_params. */
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
+
+/* Drops everything the kernels of p prepared from params. */
+void kc_program_forget_params(kc_program *p);
 
 /* kc_program_run that also adds each kernel's wall seconds to kernel_s[i] (p->n_kernels
  * entries, owned by the caller), for `kcache run --profile`. */

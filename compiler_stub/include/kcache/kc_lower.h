@@ -8,9 +8,28 @@
 #include "kc_backend.h"
 #include "kc_graph.h"
 
+/* Fusions a backend may ask for beyond the original ones (kc_backend.lower_flags). */
+enum {
+    /* elementwise extended ops (erf, sqrt, pow, clip, ...; kc_pw_arity) join pointwise
+     * chains, prologues and epilogues like add..exp; the decomposition of LayerNorm that
+     * ONNX exporters write (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div) becomes one
+     * KC_KK_ROWNORM kernel, with what follows it as its epilogue */
+    KC_LOWER_EXT_CHAINS = 1u << 0,
+    /* ONNX Conv beyond the plain 2-D form (groups, as in depthwise convolutions, and its
+     * bias input) becomes a conv2d kernel when its strides, pads and dilations are plain */
+    KC_LOWER_GROUPED_CONV = 1u << 1,
+};
+
 /* Lowers g into kernels in execution order. On success *out is a malloc'd
  * array of *n kernels (caller frees with free()). Every node output that is
  * read outside its kernel, or is a graph output, is a kernel output. */
 kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *n, kc_err *err);
+/* kc_lower with the fusions of flags (KC_LOWER_*). */
+kc_code kc_lower_ex(const kc_graph *g, unsigned flags, kc_kernel **out, int *n, kc_err *err);
+
+/* How many operands (1 or 2) a pointwise chain instruction of op reads, and in *n_attrs
+ * (may be NULL) how many numbers of kc_pw_instr.c it uses; 0 when op cannot be in a chain.
+ * add..exp always can; the elementwise extended ops only with KC_LOWER_EXT_CHAINS. */
+int kc_pw_arity(kc_op op, int *n_attrs);
 
 #endif
