@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 typedef struct stream {
     CURL *h;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 typedef struct text {
     char *p;

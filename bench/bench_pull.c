@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_remote.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_util.h>
 
 static void die(const char *what, const kc_err *err)
 {

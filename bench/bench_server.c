@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_bundle.h"
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
 {

@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_remote.h"
-#include "kc_shard.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_shard.h>
+#include <kcache/kc_util.h>
 
 #define NSERV 3
 

@@ -5,8 +5,9 @@
  * same run on the same disk: put/get ops/s, p50/p99 latency for 4 KiB,
  * 64 KiB and 1 MiB payloads, and files/inodes used for 100,000 entries.
  *
- * usage: bench_store [--dir DIR] [--quick] [--entries N]   (N = 0 skips the
- * files/inodes part; --quick runs a tenth of every count)
+ * usage: bench_store [--dir DIR] [--quick] [--entries N] [--size BYTES]
+ * (N = 0 skips the files/inodes part; --quick runs a tenth of every count;
+ * --size runs only the payload size given: 4096, 65536 or 1048576)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 /* Semi-compressible payload: alternating 64-byte runs of kernel-like text
  * and pseudo-random bytes (zstd -3 gets about 2:1, like compiled objects). */
@@ -397,6 +398,7 @@ int main(int argc, char **argv)
     const char *base = NULL;
     bool quick = false;
     size_t entries = 100000;
+    size_t only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
             base = argv[++i];
@@ -404,8 +406,11 @@ int main(int argc, char **argv)
             quick = true;
         else if (strcmp(argv[i], "--entries") == 0 && i + 1 < argc)
             entries = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
+            only = (size_t)strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--quick] [--entries N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--dir DIR] [--quick] [--entries N] [--size BYTES]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -433,7 +438,13 @@ int main(int argc, char **argv)
            "the same background load.\n\n");
     printf("%-7s %-5s %11s %11s %6s %9s %9s %9s %9s %9s %9s\n", "size", "op", "kcache/s", "dir/s",
            "ratio", "kc p50us", "dir p50", "kc p99us", "dir p99", "kc cpu", "dir cpu");
+    if (only && only != sizes[0].size && only != sizes[1].size && only != sizes[2].size) {
+        fprintf(stderr, "bench_store: --size must be 4096, 65536 or 1048576\n");
+        return 2;
+    }
     for (size_t k = 0; k < 3; k++) {
+        if (only && sizes[k].size != only)
+            continue;
         size_t n = quick ? sizeof_n(sizes[k].n) : sizes[k].n;
         result r[6];
         if (run_size(base, sizes[k].size, n, r) != 0)

@@ -17,13 +17,13 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "kc_bundle.h"
+#include <kcache/kc_bundle.h>
 #include "kc_bytes.h"
 #include "kc_frame.h"
-#include "kc_hash.h"
-#include "kc_sign.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 #define KC_BUNDLE_FIXED_LEN 16          /* magic, version, flags, header length */
 #define KC_BUNDLE_HEADER_MAX (1u << 20) /* header JSON limit */
@@ -362,11 +362,6 @@ void kc_bundle_cursor_close(kc_bundle_cursor *c)
     free(c->tag);
     free(c->sel);
     free(c);
-}
-
-void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer)
-{
-    c->signer = signer;
 }
 
 static kc_code export_signed(kc_store *s, const kc_filter *f, const kc_signer *signer,

@@ -3,7 +3,7 @@
  * the local store. The remote tier lives in client/ (kc_remote_cache.c) so cachecore and
  * the compiler never reach the HTTP client.
  */
-#include "kc_cache.h"
+#include <kcache/kc_cache.h>
 
 #include <stdio.h>
 #include <stdlib.h>

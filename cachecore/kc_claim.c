@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 struct kc_claim {
     int fd;

@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "kc_bytes.h"
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 
 /* A kind: [a-z0-9][a-z0-9._-]{0,31} (1..KC_KIND_MAX characters). */
 static int kind_chars_ok(const uint8_t *k, size_t n)

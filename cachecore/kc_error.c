@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 kc_code kc_err_set(kc_err *err, kc_code code, const char *fmt, ...)
 {

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 typedef struct kc_frame_checker kc_frame_checker;
 

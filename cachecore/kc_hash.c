@@ -9,7 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 
 struct kc_sha256_ctx {
     EVP_MD_CTX *md;

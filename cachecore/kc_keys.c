@@ -3,7 +3,7 @@
  * driver and the XPU backend used before they moved here, so existing caches keep their
  * keys.
  */
-#include "kc_keys.h"
+#include <kcache/kc_keys.h>
 
 #include <stdio.h>
 #include <stdlib.h>

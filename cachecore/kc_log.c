@@ -2,7 +2,7 @@
  * kc_log.c - the process's log callback (kc_log.h): one function pointer set by the
  * program, read by the libraries.
  */
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 
 #include <stdarg.h>
 #include <stdio.h>

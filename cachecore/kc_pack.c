@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "kc_pack.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 #define KC_PACK_FDS 8 /* descriptors kept open per handle */
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 #define KC_PACK_MAGIC "KCPACK1\n"
 #define KC_PACK_MAGIC_LEN 8

@@ -12,8 +12,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
-#include "kc_hash.h"
-#include "kc_sign.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
 
 #define SIG_LEN 64
 #define MSG_MAX 256

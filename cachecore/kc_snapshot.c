@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "kc_snapshot.h"
+#include <kcache/kc_snapshot.h>
 
 /* ---- keys ---------------------------------------------------------------- */
 
@@ -339,46 +339,24 @@ kc_code kc_snap_manifest_store(kc_store *s, const kc_snap_manifest *m, char key[
     return rc;
 }
 
-typedef struct key_vec {
-    char (*k)[KC_KEY_HEX_LEN + 1];
-    size_t n, cap;
-    bool nomem;
-} key_vec;
-
-static int collect(const kc_entry_info *info, void *ctx)
-{
-    key_vec *v = ctx;
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 8;
-        void *p = realloc(v->k, cap * sizeof *v->k);
-        if (!p) {
-            v->nomem = true;
-            return 1;
-        }
-        v->k = p;
-        v->cap = cap;
-    }
-    memcpy(v->k[v->n++], info->key, KC_KEY_HEX_LEN + 1);
-    return 0;
-}
-
 kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m,
                               char key[KC_KEY_HEX_LEN + 1], kc_err *err)
 {
     memset(m, 0, sizeof *m);
-    key_vec v = {0};
+    char(*keys)[KC_KEY_HEX_LEN + 1] = NULL;
+    size_t nkeys = 0;
     kc_filter f = {.kind = KC_SNAP_KIND_MANIFEST, .device = slot};
-    kc_code rc = kc_store_list(s, &f, collect, &v, err);
-    if (rc == KC_OK && v.nomem)
-        rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory listing manifests");
+    kc_code rc = kc_store_list_keys(s, &f, &keys, &nkeys, err);
+    if (rc != KC_OK)
+        kc_err_prefix(err, "snapshot %s: manifests", slot);
     kc_artifact best = {0};
     int64_t best_t = 0;
     size_t untrusted = 0;
     kc_err terr = {0};
-    for (size_t i = 0; rc == KC_OK && i < v.n; i++) {
+    for (size_t i = 0; rc == KC_OK && i < nkeys; i++) {
         kc_artifact a;
         kc_err e = {0};
-        if (kc_store_get(s, v.k[i], &a, &e) != KC_OK)
+        if (kc_store_get(s, keys[i], &a, &e) != KC_OK)
             continue; /* evicted or quarantined meanwhile */
         if (kc_store_trusts(s, &a, &terr) != KC_OK) {
             untrusted++;
@@ -396,15 +374,16 @@ kc_code kc_snap_manifest_find(kc_store *s, const char *slot, kc_snap_manifest *m
             kc_artifact_free(&a);
         }
     }
-    free(v.k);
+    free(keys);
     if (rc != KC_OK)
         return rc;
     if (!best.payload) {
         if (untrusted) {
             if (err)
                 *err = terr;
-            return kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key",
-                                 slot, untrusted);
+            kc_err_prefix(err, "snapshot %s: %zu manifest(s), none signed by a trusted key", slot,
+                          untrusted);
+            return terr.code; /* kc_err_prefix answers KC_OK for a NULL err */
         }
         return kc_err_set(err, KC_ERR_NOT_FOUND, "no manifest for snapshot %s", slot);
     }

@@ -17,8 +17,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "kc_snapshot.h"
-#include "kc_util.h"
+#include <kcache/kc_snapshot.h>
+#include <kcache/kc_util.h>
 
 #define TMP_PREFIX ".kcache-tmp-"
 #define KC_SNAP_RESTORE_THREADS 4

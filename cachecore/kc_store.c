@@ -3,10 +3,11 @@
  * payloads zstd-compressed in a blobs table keyed by their SHA-256 (dedup),
  * entries mapping keys to blobs, LRU by batched access times, quarantine for
  * corrupt payloads, and counters summed across processes. This file holds
- * the core the other parts share (statements, write transactions, access
- * times, counters); each concern has its own file, as SQLite splits its
+ * the core the other parts share (statements, write transactions, counters,
+ * queries); each concern has its own file, as SQLite splits its
  * engine: kc_store_open.c, kc_store_put.c, kc_store_get.c, kc_store_list.c,
- * kc_store_gc.c (and kc_store_recover.c).
+ * kc_store_gc.c, kc_store_access.c (and kc_store_recover.c), with the blob
+ * and pack core they share in kc_store_blob.c.
  *
  * Schema (user_version 4):
  *   blobs(id, sha UNIQUE, size, zsize, xxh, refs, data, pack, off, raw, pre)
@@ -40,6 +41,7 @@
  *         stored_bytes (sum of blobs.zsize, kept in step with every change)
  */
 #include <errno.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -68,7 +70,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BLOB_ORPHAN] = "UPDATE blobs SET refs = refs - 1 WHERE id = ?1 RETURNING refs, zsize",
     [ST_BLOB_REF] = "UPDATE blobs SET refs = refs + 1 WHERE id = ?1",
     [ST_DEL_BLOB] = "DELETE FROM blobs WHERE id = ?1 RETURNING pack, zsize",
-    [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE id = ?1 AND atime < ?2",
+    [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE key = ?1 AND atime < ?2",
     [ST_LRU] = "SELECT id, blob, key FROM entries WHERE id <> ?1 ORDER BY atime, id LIMIT 64",
     [ST_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
     [ST_QUARANTINE] = "INSERT INTO quarantine(key, kind, meta, sha, size, data, reason, at) "
@@ -86,7 +88,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PACK_EXISTS] = "SELECT 1 FROM packs WHERE id = ?1",
 };
 
-/* ---- small helpers ---------------------------------------------------- */
+/* ---- small helpers --------------------------------------------------- */
 
 /* SHA-256 with the handle's reusable context. */
 void kc_store__store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN])
@@ -207,6 +209,18 @@ int kc_store__exec_stmt(kc_store *s, int which)
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
+/* sqlite3_exec, retrying while the database is busy. */
+int kc_store__exec_retry(sqlite3 *db, const char *sql)
+{
+    double t0 = kc_now();
+    for (int i = 0;; i++) {
+        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+        if (!kc_store__is_busy(rc) || kc_now() - t0 > KC_BUSY_DEADLINE_S)
+            return rc;
+        kc_store__backoff(i);
+    }
+}
+
 void kc_store__end_read_snapshot(kc_store *s)
 {
     if (!s->rsnap)
@@ -229,18 +243,10 @@ kc_code kc_store__begin_write(kc_store *s, kc_err *err)
     if (rc != SQLITE_OK)
         return kc_store__db_err(
             s, err, rc, kc_store__is_busy(rc) ? "store busy: cannot begin a write" : "begin");
+    /* the reads' bookkeeping rides on a write the caller makes anyway; best
+     * effort: a failure loses access times and counts, not the write */
+    kc_store__fold_access(s);
     return KC_OK;
-}
-
-bool kc_store__pack_exists(kc_store *s, int64_t pack)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_EXISTS);
-    if (!st)
-        return true;
-    sqlite3_bind_int64(st, 1, pack);
-    int rc = kc_store__step_retry(st);
-    sqlite3_reset(st);
-    return rc != SQLITE_DONE;
 }
 
 /* Unlinks the packs emptied by the write just committed (those whose row
@@ -304,75 +310,96 @@ int kc_store__add_counter(kc_store *s, const char *name, int64_t delta)
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* ---- access times and counters --------------------------------------- */
+/* ---- queries the parts share ----------------------------------------- */
 
-/* Applies pending access times and counters inside an open write txn. */
-int kc_store__apply_pending(kc_store *s)
+/* *exists: key has an entry. */
+int kc_store__entry_exists(kc_store *s, const char *key, bool *exists)
 {
-    sqlite3_stmt *st = kc_store__stmt(s, ST_TOUCH);
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_EXISTS);
     if (!st)
         return sqlite3_errcode(s->db);
-    for (size_t i = 0; i < s->ntouch; i++) {
-        sqlite3_bind_int64(st, 1, s->touch[i].id);
-        sqlite3_bind_int64(st, 2, s->touch[i].atime_us);
-        int rc = kc_store__step_retry(st);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE)
-            return rc;
-    }
-    int rc = kc_store__add_counter(s, "hits", (int64_t)s->hits);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "misses", (int64_t)s->misses);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "untrusted", (int64_t)s->untrusted);
-    return rc;
+    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *exists = rc == SQLITE_ROW;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static void clear_pending(kc_store *s)
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack)
 {
-    s->ntouch = 0;
-    s->hits = s->misses = s->untrusted = 0;
-    s->last_flush = kc_now();
+    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_EXISTS);
+    if (!st)
+        return true;
+    sqlite3_bind_int64(st, 1, pack);
+    int rc = kc_store__step_retry(st);
+    sqlite3_reset(st);
+    return rc != SQLITE_DONE;
 }
 
-kc_code kc_store_flush(kc_store *s, kc_err *err)
+/* One value of a one-row query (0 when there is no row); arg is bound to
+ * ?1 when the query has a parameter. */
+int kc_store__query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v)
 {
-    if (s->batch) /* keep them: a flush after the batch writes them */
-        return KC_OK;
-    if (s->opts.read_only) {
-        clear_pending(s);
-        return KC_OK;
-    }
-    if (s->ntouch == 0 && s->hits == 0 && s->misses == 0 && s->untrusted == 0)
-        return KC_OK;
-    kc_code code = kc_store__begin_write(s, err);
-    if (code != KC_OK) {
-        clear_pending(s);
-        return code;
-    }
-    int rc = kc_store__apply_pending(s);
-    if (rc != SQLITE_OK) {
-        code = kc_store__db_err(s, err, rc, "recording access times");
-        kc_store__rollback_write(s);
-        clear_pending(s);
-        return code;
-    }
-    code = kc_store__commit_write(s, err);
-    clear_pending(s);
-    return code;
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (sqlite3_bind_parameter_count(st) > 0)
+        sqlite3_bind_int64(st, 1, arg);
+    rc = kc_store__step_retry(st);
+    *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-void kc_store__note_access(kc_store *s, int64_t id, bool hit)
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v)
 {
-    if (hit) {
-        s->hits++;
-        if (s->ntouch < KC_TOUCH_MAX)
-            s->touch[s->ntouch++] = (kc_touch){id, kc_store__now_us(s)};
-    } else {
-        s->misses++;
+    return kc_store__query_u64_arg(s, sql, 0, v);
+}
+
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
+{
+    memset(info, 0, sizeof *info);
+    snprintf(info->key, sizeof info->key, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(info->kind, sizeof info->kind, "%s", (const char *)sqlite3_column_text(st, 1));
+    info->device = (const char *)sqlite3_column_text(st, 2);
+    info->tag = (const char *)sqlite3_column_text(st, 3);
+    info->size = (uint64_t)sqlite3_column_int64(st, 4);
+    info->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+    info->created = sqlite3_column_int64(st, 6);
+    info->atime = sqlite3_column_int64(st, 7) / 1000000;
+    info->origin = sqlite3_column_count(st) > 8 ? (const char *)sqlite3_column_text(st, 8) : "";
+    info->sig = sqlite3_column_count(st) > 9 ? (const char *)sqlite3_column_text(st, 9) : "";
+}
+
+/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
+int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx)
+{
+    (void)id;
+    *(uint64_t *)ctx += size;
+    return 0;
+}
+
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin)
+{
+    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
+}
+
+const char *kc_origin_name(kc_origin o)
+{
+    switch (o) {
+    case KC_ORIGIN_LOCAL:
+        return "local";
+    case KC_ORIGIN_REMOTE:
+        return "remote";
+    case KC_ORIGIN_IMPORT:
+        return "import";
+    default:
+        return "unknown";
     }
-    /* best effort: a failed flush only loses LRU hints; inside a read burst
-     * the flush waits for the burst to end unless the buffer is full */
-    if (s->ntouch >= KC_TOUCH_MAX || (!s->rsnap && kc_now() - s->last_flush >= KC_FLUSH_INTERVAL_S))
-        kc_store_flush(s, NULL);
 }

@@ -1,42 +1,72 @@
 /*
- * kc_store_gc.c - keeping the store healthy: gc, compaction of pack files,
- * pack sweeping, and verify (payloads and trust).
+ * kc_store_gc.c - keeping the store healthy: LRU eviction (on a put over
+ * the size limit, and in gc), gc, compaction of pack files, pack sweeping,
+ * and verify (payloads and trust).
  * Split from kc_store.c by concern (schema: see kc_store.c).
  */
 #include <string.h>
 
 #include <xxhash.h>
 
-#include "kc_sign.h"
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
 
-/* One value of a one-row query (0 when there is no row); arg is bound to
- * ?1 when the query has a parameter. */
-static int query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v)
+/* ---- eviction -------------------------------------------------------- */
+
+static int get_counter(kc_store *s, const char *name, int64_t *v)
 {
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return rc;
-    if (sqlite3_bind_parameter_count(st) > 0)
-        sqlite3_bind_int64(st, 1, arg);
-    rc = kc_store__step_retry(st);
-    *v = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
+    sqlite3_stmt *st = kc_store__stmt(s, ST_COUNTER_GET);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v)
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds)
 {
-    return query_u64_arg(s, sql, 0, v);
+    int64_t stored;
+    int rc = get_counter(s, "stored_bytes", &stored);
+    *met = false;
+    for (size_t round = 0; rc == SQLITE_OK && (uint64_t)stored > limit && round < max_rounds;
+         round++) {
+        sqlite3_stmt *st = kc_store__stmt(s, ST_LRU);
+        if (!st)
+            return sqlite3_errcode(s->db);
+        int64_t ids[64], blobs[64];
+        int n = 0;
+        sqlite3_bind_int64(st, 1, keep);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(st, 0);
+            blobs[n] = sqlite3_column_int64(st, 1);
+            n++;
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return rc;
+        rc = SQLITE_OK;
+        if (n == 0)
+            break;
+        for (int i = 0; i < n && (uint64_t)stored > limit; i++) {
+            int64_t freed;
+            rc = kc_store__drop_entry(s, ids[i], blobs[i], &freed);
+            if (rc != SQLITE_OK)
+                return rc;
+            stored -= freed;
+            (*evicted)++;
+        }
+    }
+    if (rc == SQLITE_OK)
+        *met = (uint64_t)stored <= limit;
+    return rc;
 }
 
-int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx)
-{
-    (void)id;
-    *(uint64_t *)ctx += size;
-    return 0;
-}
+/* ---- gc and pack compaction ------------------------------------------ */
 
 /* Removes a pack file that no row knows: one emptied by a process that died
  * before unlinking it, or started by a write that never committed. */
@@ -179,7 +209,7 @@ static kc_code compact_packs(kc_store *s, kc_err *err)
             !kc_store__pack_exists(s, l.id[i]))
             continue; /* the newest takes appends; a file without a row is swept */
         uint64_t live = 0;
-        rc = query_u64_arg(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &live);
+        rc = kc_store__query_u64_arg(s, "SELECT live FROM packs WHERE id = ?1", l.id[i], &live);
         if (rc == SQLITE_OK && live * 2 < l.size[i] - KC_PACK_MAGIC_LEN)
             code = move_pack(s, l.id[i], err);
     }

@@ -1,7 +1,8 @@
 /*
- * kc_store_get.c - reading artifacts: get, check, peek, delete, quarantine
- * of corrupt payloads, and the spans and readers kcached serves large
- * entries from. Split from kc_store.c by concern (schema: see kc_store.c).
+ * kc_store_get.c - reading artifacts: get, check, peek, and the spans and
+ * readers kcached serves large entries from (a corrupt payload is
+ * quarantined through kc_store_blob.c). Split from kc_store.c by concern
+ * (schema: see kc_store.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -12,123 +13,26 @@
 
 #include <xxhash.h>
 
-#include "kc_sign.h"
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
-
-/* ---- quarantine ------------------------------------------------------ */
-
-/* Moves every entry using blob into quarantine and deletes the blob. */
-void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason)
-{
-    if (s->opts.read_only || s->batch)
-        return;
-    if (kc_store__begin_write(s, NULL) != KC_OK)
-        return;
-    int64_t zsize = -1;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_BLOB_ZSIZE);
-    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
-    if (st) {
-        sqlite3_bind_int64(st, 1, blob);
-        rc = kc_store__step_retry(st);
-        if (rc == SQLITE_ROW)
-            zsize = sqlite3_column_int64(st, 0);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK && zsize < 0) { /* someone else already quarantined it */
-        kc_store__commit_write(s, NULL);
-        return;
-    }
-    int n = 0;
-    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_QUARANTINE))) {
-        sqlite3_bind_int64(st, 1, blob);
-        sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (int64_t)time(NULL));
-        rc = kc_store__step_retry(st);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-        n = sqlite3_changes(s->db);
-    }
-    if (rc == SQLITE_OK && (st = kc_store__stmt(s, ST_DEL_ENTRIES_OF_BLOB))) {
-        sqlite3_bind_int64(st, 1, blob);
-        rc = kc_store__step_retry(st);
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK)
-        rc = kc_store__delete_blob(s, blob, &zsize);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "stored_bytes", -zsize);
-    if (rc == SQLITE_OK)
-        rc = kc_store__add_counter(s, "corrupt", n);
-    if (rc == SQLITE_OK)
-        kc_store__commit_write(s, NULL);
-    else
-        kc_store__rollback_write(s);
-}
 
 /* ---- get ------------------------------------------------------------- */
 
-/* READ_ZSTD: a zstd stream of the envelope (header in raw blocks, then the
- * stored frame); READ_STORED: the header followed by the stored frame;
- * READ_CHECK: only the checks those two make (kc_store_check). */
-enum read_mode { READ_ARTIFACT, READ_ENVELOPE, READ_ZSTD, READ_STORED, READ_CHECK };
-
-/* The stored frame of a blob row (columns data, pack, off, zsize from
- * data_col on): its inline bytes, or zsize bytes read from its pack into
- * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
- * the pack is damaged; KC_ERR_NOT_FOUND when the pack file does not exist
- * (removed after the caller's snapshot if its row is gone too, else lost);
- * other errors (out of memory, a pack that cannot be opened or read) are
- * not the blob's fault and must not quarantine it. */
-kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
-                             size_t *zlen, uint8_t **own, const char **reason, kc_err *err)
-{
-    *own = NULL;
-    int64_t pack = sqlite3_column_int64(row, data_col + 1);
-    int64_t off = sqlite3_column_int64(row, data_col + 2);
-    int64_t zsize = sqlite3_column_int64(row, data_col + 3);
-    if (!pack) {
-        *z = sqlite3_column_blob(row, data_col);
-        *zlen = (size_t)sqlite3_column_bytes(row, data_col);
-        if (*z)
-            return KC_OK;
-        *reason = "malformed row";
-        return KC_ERR_CORRUPT;
-    }
-    if (off < KC_PACK_MAGIC_LEN || zsize <= 0 || (uint64_t)zsize > 2 * KC_PAYLOAD_MAX) {
-        *reason = "malformed row";
-        return KC_ERR_CORRUPT;
-    }
-    if (!(*own = malloc((size_t)zsize)))
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %lld bytes", (long long)zsize);
-    kc_code code = kc_packs_read(s->packs, pack, (uint64_t)off, *own, (size_t)zsize, err);
-    if (code == KC_OK) {
-        *z = *own;
-        *zlen = (size_t)zsize;
-        return KC_OK;
-    }
-    free(*own);
-    *own = NULL;
-    *reason = code == KC_ERR_NOT_FOUND ? "its pack file is missing" : "its pack file is cut short";
-    return code;
-}
-
-typedef struct read_out {
-    kc_artifact *a;  /* READ_ARTIFACT */
-    uint8_t **buf;   /* READ_ENVELOPE / READ_ZSTD */
-    size_t *len;     /* envelope or zstd stream length */
-    size_t *env_len; /* READ_ZSTD */
-} read_out;
+/* How a read uses an entry. A load (get, check, the serving readers)
+ * counts a hit or a miss, moves the entry up the LRU order and, with
+ * trusted keys, refuses an entry from outside that none of them signed. A
+ * peek (copies for push and export, whose receivers check) does none of
+ * that. */
+enum read_use { READ_LOAD, READ_PEEK };
 
 /* Positions ST_GET on key's row (the caller resets it). A miss is
- * KC_ERR_NOT_FOUND. With count, this is a load: the miss is counted, and
- * an entry that came from outside is checked against the trusted keys
- * configured now, from the row alone, before any byte of the payload is
- * read (a write-back stored before trust was configured is not loaded
- * either); refused, it is KC_ERR_UNTRUSTED, counted as untrusted and as a
- * miss. (Copies, for push and export, peek: their receivers check.) */
-static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt **out, kc_err *err)
+ * KC_ERR_NOT_FOUND. A load counts the miss, and checks an entry that came
+ * from outside against the trusted keys configured now, from the row
+ * alone, before any byte of the payload is read (a write-back stored before
+ * trust was configured is not loaded either); refused, it is
+ * KC_ERR_UNTRUSTED, counted as untrusted and as a miss. */
+static kc_code find_entry(kc_store *s, const char *key, enum read_use use, sqlite3_stmt **out,
+                          kc_err *err)
 {
     if (!kc_key_valid(key))
         return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
@@ -140,8 +44,8 @@ static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt
     int rc = kc_store__step_retry(st);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(st);
-        if (count)
-            kc_store__note_access(s, 0, false);
+        if (use == READ_LOAD)
+            kc_store__note_access(s, NULL, false);
         return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
     }
     if (rc != SQLITE_ROW) {
@@ -150,7 +54,7 @@ static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt
         return kc_err_prefix(err, "%s", key), c;
     }
     const char *origin = (const char *)sqlite3_column_text(st, 11);
-    if (!count || !s->opts.trust || !kc_store__origin_outside(origin))
+    if (use != READ_LOAD || !s->opts.trust || !kc_store__origin_outside(origin))
         return KC_OK;
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
@@ -166,183 +70,241 @@ static kc_code find_entry(kc_store *s, const char *key, bool count, sqlite3_stmt
     kc_err_prefix(err, "refusing a stored entry from %s", origin);
     sqlite3_reset(st);
     s->untrusted++;
-    kc_store__note_access(s, 0, false);
+    kc_store__note_access(s, NULL, false);
     return KC_ERR_UNTRUSTED;
 }
 
-static kc_code read_entry(kc_store *s, const char *key, enum read_mode mode, bool count,
-                          read_out *o, kc_err *err)
-{
+/* An entry found for a read: its row (ST_GET, positioned until
+ * entry_close) and its stored bytes, checked to be sane but not yet against
+ * their checksum. */
+typedef struct found_entry {
+    const char *key;
     sqlite3_stmt *st;
-    kc_code found = find_entry(s, key, count, &st, err);
-    if (found != KC_OK)
-        return found;
-    int64_t id = sqlite3_column_int64(st, 0);
-    const char *kind = (const char *)sqlite3_column_text(st, 1);
-    const char *meta = (const char *)sqlite3_column_text(st, 2);
-    int64_t blob = sqlite3_column_int64(st, 3);
-    const void *sha = sqlite3_column_blob(st, 4);
+    int64_t blob, size;
+    const char *kind, *meta; /* point into the row */
+    const uint8_t *sha;
+    uint64_t xxh;
+    bool raw;
+    size_t klen, hlen; /* kind length, envelope header size */
+    const void *z;     /* the stored bytes: in the row, or zown */
+    size_t zlen;
+    uint8_t *zown;
+} found_entry;
+
+/* Resets the row, frees what e holds, and counts a load's hit when code is
+ * KC_OK. Returns code. */
+static kc_code entry_close(kc_store *s, found_entry *e, enum read_use use, kc_code code)
+{
+    sqlite3_reset(e->st);
+    free(e->zown);
+    e->zown = NULL;
+    if (code == KC_OK && use == READ_LOAD)
+        kc_store__note_access(s, e->key, true);
+    return code;
+}
+
+static kc_code corrupt_entry(kc_store *s, const char *key, int64_t blob, const char *reason,
+                             kc_err *err)
+{
+    kc_store__quarantine_blob(s, blob, reason);
+    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
+                      reason);
+}
+
+/* entry_close, then quarantine of e's blob: KC_ERR_CORRUPT. */
+static kc_code entry_corrupt(kc_store *s, found_entry *e, const char *key, const char *reason,
+                             kc_err *err)
+{
+    entry_close(s, e, READ_PEEK, KC_ERR_CORRUPT);
+    return corrupt_entry(s, key, e->blob, reason, err);
+}
+
+/* Finds key's entry and its stored bytes. A row or pack found damaged is
+ * quarantined (KC_ERR_CORRUPT); a pack removed after the row was read
+ * (its entry evicted meanwhile) is a miss. On KC_OK the caller ends with
+ * entry_close or entry_corrupt. */
+static kc_code entry_open(kc_store *s, const char *key, enum read_use use, found_entry *e,
+                          kc_err *err)
+{
+    memset(e, 0, sizeof *e);
+    e->key = key;
+    kc_code code = find_entry(s, key, use, &e->st, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st = e->st;
+    e->kind = (const char *)sqlite3_column_text(st, 1);
+    e->meta = (const char *)sqlite3_column_text(st, 2);
+    e->blob = sqlite3_column_int64(st, 3);
+    e->sha = sqlite3_column_blob(st, 4);
     int sha_len = sqlite3_column_bytes(st, 4);
-    int64_t size = sqlite3_column_int64(st, 5);
-    uint64_t xxh = (uint64_t)sqlite3_column_int64(st, 6);
-    bool raw = sqlite3_column_int(st, 12) != 0;
+    e->size = sqlite3_column_int64(st, 5);
+    e->xxh = (uint64_t)sqlite3_column_int64(st, 6);
+    e->raw = sqlite3_column_int(st, 12) != 0;
+    e->klen = e->kind ? strlen(e->kind) : 0;
+    size_t mlen = e->meta ? strlen(e->meta) : 0;
     const char *reason = NULL;
-    kc_code code = KC_OK;
-    uint8_t *buf = NULL;
-    uint8_t *payload = NULL;
-    uint8_t *zown = NULL;
-    size_t zlen = 0, hlen = 0, klen = kind ? strlen(kind) : 0, mlen = meta ? strlen(meta) : 0;
-    const void *z = NULL;
-    code = kc_store__blob_frame(s, st, 7, &z, &zlen, &zown, &reason, err);
+    code = kc_store__blob_frame(s, st, 7, &e->z, &e->zlen, &e->zown, &reason, err);
     if (code == KC_ERR_NOT_FOUND) {
         /* a pack emptied and removed by another process after our read:
          * its row is gone now too (seen once the read ends) */
         int64_t pack = sqlite3_column_int64(st, 8);
         sqlite3_reset(st);
         if (s->rsnap || !kc_store__pack_exists(s, pack)) {
-            if (count)
-                kc_store__note_access(s, 0, false);
+            if (use == READ_LOAD)
+                kc_store__note_access(s, NULL, false);
             return kc_err_set(err, KC_ERR_NOT_FOUND,
                               "%s: not in the cache (evicted while being read)", key);
         }
         code = KC_ERR_CORRUPT;
     }
     if (code == KC_ERR_CORRUPT)
-        goto corrupt;
+        return entry_corrupt(s, e, key, reason, err);
     if (code != KC_OK) {
         kc_err_prefix(err, "reading %s", key);
-        goto out;
+        return entry_close(s, e, READ_PEEK, code);
     }
+    if (!e->kind || !e->meta || sha_len != KC_SHA256_LEN || e->size < 0 || e->klen == 0 ||
+        e->klen > KC_KIND_MAX || mlen > KC_META_MAX || (uint64_t)e->size > KC_PAYLOAD_MAX)
+        return entry_corrupt(s, e, key, "malformed row", err);
+    e->hlen = kc_envelope_header_size(e->klen, mlen);
+    return KC_OK;
+}
 
-    if (!kind || !meta || sha_len != KC_SHA256_LEN || size < 0 || klen == 0 || klen > KC_KIND_MAX ||
-        mlen > KC_META_MAX || (uint64_t)size > KC_PAYLOAD_MAX) {
-        reason = "malformed row";
-        goto corrupt;
-    }
-    hlen = kc_envelope_header_size(klen, mlen);
-    if (mode == READ_ZSTD || mode == READ_STORED || mode == READ_CHECK) {
-        if (XXH3_64bits(z, zlen) != xxh) {
-            reason = "compressed bytes fail their checksum";
-            goto corrupt;
-        }
-        if (raw ? zlen != (size_t)size
-                : (ZSTD_getFrameContentSize(z, zlen) != (unsigned long long)size ||
-                   ZSTD_findFrameCompressedSize(z, zlen) != zlen)) {
-            reason = "stored frame does not match its size";
-            goto corrupt;
-        }
-        if (mode == READ_CHECK)
-            goto out;
-        size_t hz = mode == READ_ZSTD ? kc_store__raw_frame_bound(hlen) : hlen;
-        size_t fz =
-            raw ? kc_store__raw_frame_bound(zlen) : zlen; /* a raw blob goes out as a frame */
-        uint8_t *hdr = mode == READ_ZSTD ? malloc(hlen) : NULL;
-        buf = hdr || mode == READ_STORED ? malloc(hz + fz) : NULL;
-        if (!buf) {
-            free(hdr);
-            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
-            goto out;
-        }
-        kc_envelope_write_header(hdr ? hdr : buf, key, kind, meta, (uint64_t)size, sha);
-        if (hdr)
-            hz = kc_store__raw_frame(buf, hdr, hlen);
-        free(hdr);
-        if (raw)
-            fz = kc_store__raw_frame(buf + hz, z, zlen);
-        else
-            memcpy(buf + hz, z, zlen);
-        *o->buf = buf;
-        *o->len = hz + fz;
-        if (o->env_len)
-            *o->env_len = hlen + (size_t)size;
-        buf = NULL;
-        goto out;
-    }
-    /* decompress into place and verify the content hash */
-    if (mode == READ_ENVELOPE) {
-        buf = malloc(hlen + (size_t)size);
-        payload = buf ? buf + hlen : NULL;
+/* entry_open, then the checks made without decompressing: the stored
+ * bytes' XXH3-64 and the frame's sizes (KC_ERR_CORRUPT, quarantined, when
+ * they fail). */
+static kc_code open_checked(kc_store *s, const char *key, enum read_use use, found_entry *e,
+                            kc_err *err)
+{
+    kc_code code = entry_open(s, key, use, e, err);
+    if (code != KC_OK)
+        return code;
+    if (XXH3_64bits(e->z, e->zlen) != e->xxh)
+        return entry_corrupt(s, e, key, "compressed bytes fail their checksum", err);
+    if (e->raw ? e->zlen != (size_t)e->size
+               : (ZSTD_getFrameContentSize(e->z, e->zlen) != (unsigned long long)e->size ||
+                  ZSTD_findFrameCompressedSize(e->z, e->zlen) != e->zlen))
+        return entry_corrupt(s, e, key, "stored frame does not match its size", err);
+    return KC_OK;
+}
+
+/* The first reader: key's payload decompressed and checked, into a new
+ * artifact *a, or (a NULL) as the encoded envelope in *env (malloc'd,
+ * *env_len bytes). */
+static kc_code read_decoded(kc_store *s, const char *key, enum read_use use, kc_artifact *a,
+                            uint8_t **env, size_t *env_len, kc_err *err)
+{
+    found_entry e;
+    kc_code code = entry_open(s, key, use, &e, err);
+    if (code != KC_OK)
+        return code;
+    size_t room = a ? 0 : e.hlen; /* for the envelope header */
+    size_t size = (size_t)e.size;
+    uint8_t *buf;
+    if (a && e.raw && e.zown && e.zlen == size && size > 0) {
+        /* a raw payload read from its pack file is the payload itself: hand
+         * that buffer over rather than hold a 256 MiB payload twice */
+        buf = e.zown;
+        e.zown = NULL;
     } else {
-        buf = malloc(size ? (size_t)size : 1);
-        payload = buf;
+        buf = malloc(room + size ? room + size : 1);
     }
-    if (!buf) {
-        code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
-        goto out;
-    }
+    if (!buf)
+        return entry_close(s, &e, use,
+                           kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key));
+    uint8_t *payload = buf + room;
     /* The per-get check is XXH3-64 over the stored (compressed) bytes,
      * written at put time from the very frame stored: it catches a torn or
      * flipped stored byte at memory speed, where SHA-256 of the payload cost
      * more than the decompression. Only when it fails is the payload hashed,
      * to say why (kc_store_verify always checks the SHA-256). */
-    bool stored_ok = XXH3_64bits(z, zlen) == xxh;
-    size_t got = zlen;
-    if (raw && zlen == (size_t)size)
-        memcpy(payload, z, zlen);
-    else if (!raw)
-        got = ZSTD_decompressDCtx(s->dctx, payload, (size_t)size, z, zlen);
-    if (ZSTD_isError(got) || got != (size_t)size) {
+    bool stored_ok = XXH3_64bits(e.z, e.zlen) == e.xxh;
+    size_t got = e.zlen;
+    if (e.raw && e.zlen == size && payload != e.z)
+        memcpy(payload, e.z, e.zlen);
+    else if (!e.raw)
+        got = ZSTD_decompressDCtx(s->dctx, payload, size, e.z, e.zlen);
+    const char *reason = NULL;
+    if (ZSTD_isError(got) || got != size) {
         reason = "payload does not decompress";
-        goto corrupt;
-    }
-    if (!stored_ok) {
+    } else if (!stored_ok) {
         uint8_t digest[KC_SHA256_LEN];
-        kc_store__store_sha(s, payload, (size_t)size, digest);
-        reason = memcmp(digest, sha, KC_SHA256_LEN) != 0 ? "payload fails its SHA-256"
-                                                         : "compressed bytes fail their checksum";
-        goto corrupt;
+        kc_store__store_sha(s, payload, size, digest);
+        reason = memcmp(digest, e.sha, KC_SHA256_LEN) != 0 ? "payload fails its SHA-256"
+                                                           : "compressed bytes fail their checksum";
     }
-    if (mode == READ_ENVELOPE) {
-        kc_envelope_write_header(buf, key, kind, meta, (uint64_t)size, sha);
-        *o->buf = buf;
-        *o->len = hlen + (size_t)size;
-        buf = NULL;
-    } else {
-        kc_artifact *a = o->a;
-        memset(a, 0, sizeof *a);
-        a->meta = strdup(meta);
-        if (!a->meta) {
-            code = kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
-            goto out;
-        }
-        memcpy(a->key, key, KC_KEY_HEX_LEN + 1);
-        memcpy(a->kind, kind, klen + 1);
-        memcpy(a->payload_sha, sha, KC_SHA256_LEN);
-        a->payload = buf;
-        a->payload_len = (size_t)size;
-        buf = NULL;
+    if (reason) {
+        free(buf);
+        return entry_corrupt(s, &e, key, reason, err);
     }
-    goto out;
+    if (!a) {
+        kc_envelope_write_header(buf, key, e.kind, e.meta, (uint64_t)size, e.sha);
+        *env = buf;
+        *env_len = room + size;
+        return entry_close(s, &e, use, KC_OK);
+    }
+    memset(a, 0, sizeof *a);
+    if (!(a->meta = strdup(e.meta))) {
+        free(buf);
+        return entry_close(s, &e, use,
+                           kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key));
+    }
+    memcpy(a->key, key, KC_KEY_HEX_LEN + 1);
+    memcpy(a->kind, e.kind, e.klen + 1);
+    memcpy(a->payload_sha, e.sha, KC_SHA256_LEN);
+    a->payload = buf;
+    a->payload_len = size;
+    return entry_close(s, &e, use, KC_OK);
+}
 
-corrupt:
-    sqlite3_reset(st);
-    free(buf);
-    free(zown);
-    kc_store__quarantine_blob(s, blob, reason);
-    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
-                      reason);
-out:
-    sqlite3_reset(st);
-    free(buf);
-    free(zown);
-    if (code == KC_OK && count)
-        kc_store__note_access(s, id, true);
-    return code;
+/* The second reader: key's stored bytes checked but not decompressed,
+ * after its envelope header, in *out (malloc'd, *len bytes). zstd: the
+ * header in a raw-block frame, so that the whole is the zstd stream of the
+ * envelope (*env_len, may be NULL: the envelope's length); else the header
+ * followed by the stored frame (a bundle's compressed-artifact record). A
+ * raw blob goes out as a frame of raw blocks either way. */
+static kc_code read_stored(kc_store *s, const char *key, enum read_use use, bool zstd,
+                           uint8_t **out, size_t *len, size_t *env_len, kc_err *err)
+{
+    found_entry e;
+    kc_code code = open_checked(s, key, use, &e, err);
+    if (code != KC_OK)
+        return code;
+    size_t hz = zstd ? kc_store__raw_frame_bound(e.hlen) : e.hlen;
+    size_t fz = e.raw ? kc_store__raw_frame_bound(e.zlen) : e.zlen;
+    uint8_t *hdr = zstd ? malloc(e.hlen) : NULL;
+    uint8_t *buf = hdr || !zstd ? malloc(hz + fz) : NULL;
+    if (!buf) {
+        free(hdr);
+        return entry_close(s, &e, use,
+                           kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key));
+    }
+    kc_envelope_write_header(hdr ? hdr : buf, key, e.kind, e.meta, (uint64_t)e.size, e.sha);
+    if (hdr)
+        hz = kc_store__raw_frame(buf, hdr, e.hlen);
+    free(hdr);
+    if (e.raw)
+        fz = kc_store__raw_frame(buf + hz, e.z, e.zlen);
+    else
+        memcpy(buf + hz, e.z, e.zlen);
+    *out = buf;
+    *len = hz + fz;
+    if (env_len)
+        *env_len = e.hlen + (size_t)e.size;
+    return entry_close(s, &e, use, KC_OK);
 }
 
 kc_code kc_store_get(kc_store *s, const char *key, kc_artifact *a, kc_err *err)
 {
     memset(a, 0, sizeof *a);
-    read_out o = {.a = a};
-    return read_entry(s, key, READ_ARTIFACT, true, &o, err);
+    return read_decoded(s, key, READ_LOAD, a, NULL, NULL, err);
 }
 
 kc_code kc_store_get_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len, kc_err *err)
 {
     *env = NULL;
     *len = 0;
-    read_out o = {.buf = env, .len = len};
-    return read_entry(s, key, READ_ENVELOPE, true, &o, err);
+    return read_decoded(s, key, READ_LOAD, NULL, env, len, err);
 }
 
 kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size_t *len,
@@ -350,8 +312,7 @@ kc_code kc_store_peek_envelope(kc_store *s, const char *key, uint8_t **env, size
 {
     *env = NULL;
     *len = 0;
-    read_out o = {.buf = env, .len = len};
-    return read_entry(s, key, READ_ENVELOPE, false, &o, err);
+    return read_decoded(s, key, READ_PEEK, NULL, env, len, err);
 }
 
 kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *zlen,
@@ -360,8 +321,7 @@ kc_code kc_store_get_zstd(kc_store *s, const char *key, uint8_t **zbuf, size_t *
     *zbuf = NULL;
     *zlen = 0;
     *env_len = 0;
-    read_out o = {.buf = zbuf, .len = zlen, .env_len = env_len};
-    return read_entry(s, key, READ_ZSTD, true, &o, err);
+    return read_stored(s, key, READ_LOAD, true, zbuf, zlen, env_len, err);
 }
 
 kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size_t *len,
@@ -369,8 +329,15 @@ kc_code kc_store__peek_stored(kc_store *s, const char *key, uint8_t **body, size
 {
     *body = NULL;
     *len = 0;
-    read_out o = {.buf = body, .len = len};
-    return read_entry(s, key, READ_STORED, false, &o, err);
+    return read_stored(s, key, READ_PEEK, false, body, len, NULL, err);
+}
+
+/* The third reader: the checks read_stored makes, and nothing read out. */
+kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
+{
+    found_entry e;
+    kc_code code = open_checked(s, key, READ_LOAD, &e, err);
+    return code == KC_OK ? entry_close(s, &e, READ_LOAD, KC_OK) : code;
 }
 
 /* With trusted keys: an entry from outside (origin remote or import) is
@@ -411,12 +378,6 @@ static kc_code has_trusted(kc_store *s, const char *key, kc_err *err)
     return code;
 }
 
-kc_code kc_store_check(kc_store *s, const char *key, kc_err *err)
-{
-    read_out o = {0};
-    return read_entry(s, key, READ_CHECK, true, &o, err);
-}
-
 kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
 {
     if (!kc_key_valid(key))
@@ -431,50 +392,12 @@ kc_code kc_store_has(kc_store *s, const char *key, kc_err *err)
     return s->opts.trust ? has_trusted(s, key, err) : KC_OK;
 }
 
-kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
-{
-    if (!kc_key_valid(key))
-        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
-                          key ? key : "(null)");
-    kc_code code = kc_store__begin_write(s, err);
-    if (code != KC_OK)
-        return code;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
-    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
-    int64_t id = 0, blob = 0;
-    bool found = false;
-    if (st) {
-        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
-        rc = kc_store__step_retry(st);
-        if (rc == SQLITE_ROW) {
-            found = true;
-            id = sqlite3_column_int64(st, 0);
-            blob = sqlite3_column_int64(st, 1);
-        }
-        sqlite3_reset(st);
-        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-    }
-    if (rc == SQLITE_OK && !found) {
-        kc_store__rollback_write(s);
-        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
-    }
-    int64_t freed;
-    if (rc == SQLITE_OK)
-        rc = kc_store__drop_entry(s, id, blob, &freed);
-    if (rc != SQLITE_OK) {
-        code = kc_store__db_err(s, err, rc, "deleting");
-        kc_store__rollback_write(s);
-        return kc_err_prefix(err, "%s", key), code;
-    }
-    return kc_store__commit_write(s, err);
-}
-
 /* ---- serving large entries (kcached) ---------------------------------- */
 
 /* The columns of an ST_GET row that serving needs, copied out so the
  * statement is reset before anything else runs on the handle. */
 typedef struct served_row {
-    int64_t id, blob, size, pack, off, zsize, pre;
+    int64_t blob, size, pack, off, zsize, pre;
     uint64_t xxh;
     bool raw;
     char kind[KC_KIND_MAX + 1];
@@ -495,13 +418,12 @@ static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err
 {
     memset(r, 0, sizeof *r);
     sqlite3_stmt *st;
-    kc_code found = find_entry(s, key, true, &st, err);
+    kc_code found = find_entry(s, key, READ_LOAD, &st, err);
     if (found != KC_OK)
         return found;
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     const char *meta = (const char *)sqlite3_column_text(st, 2);
     const void *sha = sqlite3_column_blob(st, 4);
-    r->id = sqlite3_column_int64(st, 0);
     r->blob = sqlite3_column_int64(st, 3);
     r->size = sqlite3_column_int64(st, 5);
     r->xxh = (uint64_t)sqlite3_column_int64(st, 6);
@@ -543,14 +465,6 @@ static kc_code load_row(kc_store *s, const char *key, served_row *r, kc_err *err
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory reading %s", key);
     }
     return KC_OK;
-}
-
-static kc_code corrupt_entry(kc_store *s, const char *key, int64_t blob, const char *reason,
-                             kc_err *err)
-{
-    kc_store__quarantine_blob(s, blob, reason);
-    return kc_err_set(err, KC_ERR_CORRUPT, "%s: stored entry is corrupt (%s); quarantined", key,
-                      reason);
 }
 
 /* ---- ranges already checked (kc_store_opts.span_recheck_s) ------------ */
@@ -710,7 +624,7 @@ kc_code kc_store_get_span(kc_store *s, const char *key, bool accept_zstd, kc_sto
     sp->len = want.len;
     sp->zstd = !r.raw;
     fd = -1;
-    kc_store__note_access(s, r.id, true);
+    kc_store__note_access(s, key, true);
 none:
     if (fd >= 0)
         close(fd);
@@ -780,7 +694,7 @@ kc_code kc_store_reader_open(kc_store *s, const char *key, bool accept_zstd, kc_
         code = kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache (evicted while being read)",
                           key);
     if (code == KC_OK)
-        kc_store__note_access(s, row.id, true);
+        kc_store__note_access(s, key, true);
     served_row_free(&row);
     if (code != KC_OK) {
         kc_store_reader_close(r);

@@ -2,8 +2,11 @@
  * kc_store_internal.h - what kc_bundle.c needs from the store beyond the
  * public API: paging through entries by rowid, reading an envelope without
  * counting a hit, storing verified puts; and below, what the parts of the
- * store (kc_store.c, kc_store_open/put/get/list/gc.c) share: the handle,
- * its statements and the helpers they all use. Not for use outside cachecore.
+ * store share: the handle and its statements, then each shared function
+ * under the file that defines it. The hub (kc_store.c) and the blob and
+ * pack core (kc_store_blob.c) are what the other parts call; put, get,
+ * list, gc and open do not call each other, except a put's eviction
+ * (kc_store_gc.c). Not for use outside cachecore.
  */
 #ifndef KC_STORE_INTERNAL_H
 #define KC_STORE_INTERNAL_H
@@ -12,11 +15,11 @@
 #include <sqlite3.h>
 #include <zstd.h>
 
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 #include "kc_frame.h"
 #include "kc_pack.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
 
 /* Fills up to cap (id, key) pairs of entries matching f with id > after, in
  * id order. *n receives the count (0 = no more). */
@@ -69,7 +72,7 @@ struct stat;
 kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct stat *seen,
                             char **moved, kc_err *err);
 
-/* ---- shared by the parts of the store (kc_store*.c) ---------------- */
+/* ---- shared by the parts of the store (kc_store*.c) ------------------ */
 
 #define KC_STORE_SCHEMA 4
 /* A payload is stored raw when zstd would save less than 1/32 (~3%) of it:
@@ -83,7 +86,7 @@ kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct s
 #define KC_PACK_MAX (256ull << 20) /* default kc_store_opts.pack_max */
 #define KC_DOOMED_MAX 64           /* emptied packs remembered until commit */
 #define KC_BUSY_DEADLINE_S 120.0
-#define KC_TOUCH_MAX 8192
+#define KC_TOUCH_MAX 1024 /* accesses batched before an append to the access log */
 #define KC_FLUSH_INTERVAL_S 5.0
 
 enum {
@@ -120,7 +123,7 @@ enum {
 };
 
 typedef struct kc_touch {
-    int64_t id;
+    char key[KC_KEY_HEX_LEN + 1];
     int64_t atime_us;
 } kc_touch;
 
@@ -134,11 +137,12 @@ struct kc_store {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     kc_sha256_ctx *sha; /* reused for every verification */
-    kc_touch *touch;
+    kc_touch *touch;    /* accesses not yet in the access log (kc_store_access.c) */
     size_t ntouch;
-    uint64_t hits, misses; /* not yet added to the counters table */
+    uint64_t hits, misses; /* ditto */
     uint64_t untrusted;    /* loads refused for want of a trusted signature, ditto */
     double last_flush;
+    char *access_path; /* DIR/kcache.db-access */
     int64_t last_tick_us;
     bool batch; /* inside kc_store_batch_begin */
     bool rsnap; /* inside kc_store_read_begin */
@@ -150,6 +154,8 @@ struct kc_store {
     char *recovered;           /* where a damaged database was moved (recover_corrupt) */
     char recovered_why[256];
 };
+
+/* ---- kc_store.c: the hub (helpers, write transactions, queries) ------ */
 
 /* SHA-256 with the handle's reusable context. */
 void kc_store__store_sha(kc_store *s, const void *data, size_t len, uint8_t out[KC_SHA256_LEN]);
@@ -179,14 +185,14 @@ int kc_store__step_retry(sqlite3_stmt *st);
 /* Runs a statement expecting no rows (DONE). */
 int kc_store__exec_stmt(kc_store *s, int which);
 
+/* sqlite3_exec, retrying while the database is busy. */
+int kc_store__exec_retry(sqlite3 *db, const char *sql);
+
 /* Ends a read snapshot opened by kc_store_read_begin, if any. */
 void kc_store__end_read_snapshot(kc_store *s);
 
 /* Begins a write txn (a savepoint inside a batch). */
 kc_code kc_store__begin_write(kc_store *s, kc_err *err);
-
-/* Does pack still have a row? (true when that cannot be told) */
-bool kc_store__pack_exists(kc_store *s, int64_t pack);
 
 /* Rolls back the open write txn (or savepoint). */
 void kc_store__rollback_write(kc_store *s);
@@ -197,29 +203,30 @@ kc_code kc_store__commit_write(kc_store *s, kc_err *err);
 /* Adds delta to counter name. Inside a write txn. */
 int kc_store__add_counter(kc_store *s, const char *name, int64_t delta);
 
-/* Applies pending access times and counters inside an open write txn. */
-int kc_store__apply_pending(kc_store *s);
-
-/* Records a hit (or a miss) on entry id for the next flush of access times. */
-void kc_store__note_access(kc_store *s, int64_t id, bool hit);
-
-/* sqlite3_exec, retrying while the database is busy. */
-int kc_store__exec_retry(sqlite3 *db, const char *sql);
-
 /* *exists: key has an entry. */
 int kc_store__entry_exists(kc_store *s, const char *key, bool *exists);
 
-/* The id of the newest pack, the one appends go to (0: none yet). */
-int kc_store__newest_pack(kc_store *s, int64_t *id);
+/* Does pack still have a row? (true when that cannot be told) */
+bool kc_store__pack_exists(kc_store *s, int64_t pack);
 
-/* Adds delta bytes to pack's live count. A pack emptied this way, other than
- * the newest (the one appends go to), loses its row now and its file once
- * the write commits. Inside a write txn. */
-int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta);
+/* One value of a one-row query (0 when there is no row); arg is bound to
+ * ?1 when the query has a parameter. */
+int kc_store__query_u64_arg(kc_store *s, const char *sql, int64_t arg, uint64_t *v);
 
-/* Deletes blob's row and releases its bytes in its pack; *zsize receives
- * its stored size. Inside a write txn. */
-int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize);
+/* One value of a one-row query (0 when there is no row). */
+int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
+
+/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
+ * atime in microseconds); device and tag point into the statement's row. */
+void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
+
+/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
+int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
+
+/* Entries re-checked at load when the store has trusted keys. */
+bool kc_store__origin_outside(const char *origin);
+
+/* ---- kc_store_blob.c: the blob and pack core ------------------------- */
 
 /* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
 size_t kc_store__raw_frame_bound(size_t n);
@@ -239,29 +246,6 @@ uint8_t *kc_store__response_prefix(const char *key, const char *kind, const char
                                    uint64_t size, const uint8_t sha[KC_SHA256_LEN], bool framed,
                                    size_t *len);
 
-/* Appends a blob's bytes, after prelen bytes of response prefix (may be
- * 0), to the newest pack, or to a new one when that is full, and counts the
- * blob's bytes there (the prefix is dead space to compaction); *off is where
- * the blob's bytes start. Inside the write txn that inserts the blob's row,
- * so the bytes are referenced only if that commits. */
-kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
-                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err);
-
-/* Deletes entry id; deletes its blob too when nothing else refers to it.
- * *freed receives the stored bytes released. Inside a write txn. */
-int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
-
-/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
- * write txn. *met says whether the limit was reached. */
-int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
-                       size_t max_rounds);
-
-/* Entries re-checked at load when the store has trusted keys. */
-bool kc_store__origin_outside(const char *origin);
-
-/* Moves every entry using blob into quarantine and deletes the blob. */
-void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
-
 /* The stored frame of a blob row (columns data, pack, off, zsize from
  * data_col on): its inline bytes, or zsize bytes read from its pack into
  * *own, which the caller frees. KC_ERR_CORRUPT with *reason when the row or
@@ -272,14 +256,53 @@ void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
 kc_code kc_store__blob_frame(kc_store *s, sqlite3_stmt *row, int data_col, const void **z,
                              size_t *zlen, uint8_t **own, const char **reason, kc_err *err);
 
-/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
- * atime in microseconds); device and tag point into the statement's row. */
-void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info);
+/* The id of the newest pack, the one appends go to (0: none yet). */
+int kc_store__newest_pack(kc_store *s, int64_t *id);
 
-/* One value of a one-row query (0 when there is no row). */
-int kc_store__query_u64(kc_store *s, const char *sql, uint64_t *v);
+/* Appends a blob's bytes, after prelen bytes of response prefix (may be
+ * 0), to the newest pack, or to a new one when that is full, and counts the
+ * blob's bytes there (the prefix is dead space to compaction); *off is where
+ * the blob's bytes start. Inside the write txn that inserts the blob's row,
+ * so the bytes are referenced only if that commits. */
+kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
+                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err);
 
-/* kc_packs_each callback: adds a pack file's size to *(uint64_t *)ctx. */
-int kc_store__add_pack_size(int64_t id, uint64_t size, void *ctx);
+/* Adds delta bytes to pack's live count. A pack emptied this way, other than
+ * the newest (the one appends go to), loses its row now and its file once
+ * the write commits. Inside a write txn. */
+int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta);
+
+/* Deletes blob's row and releases its bytes in its pack; *zsize receives
+ * its stored size. Inside a write txn. */
+int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize);
+
+/* Deletes entry id; deletes its blob too when nothing else refers to it.
+ * *freed receives the stored bytes released. Inside a write txn. */
+int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed);
+
+/* Moves every entry using blob into quarantine and deletes the blob. */
+void kc_store__quarantine_blob(kc_store *s, int64_t blob, const char *reason);
+
+/* ---- kc_store_gc.c: eviction, gc, verify ----------------------------- */
+
+/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
+ * write txn. *met says whether the limit was reached. */
+int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
+                       size_t max_rounds);
+
+/* ---- kc_store_access.c: the bookkeeping of reads --------------------- */
+
+/* Records a hit on key (or a miss: key unused) for the next flush. */
+void kc_store__note_access(kc_store *s, const char *key, bool hit);
+
+/* Inside an open write txn: takes the access log's records and this
+ * handle's batch and records them in the database (entries.atime and the
+ * counters), in a savepoint, so that a failure loses only them. */
+int kc_store__fold_access(kc_store *s);
+
+/* The counts not yet in the database: the access log's and this
+ * handle's batch. */
+kc_code kc_store__access_counts(kc_store *s, uint64_t *hits, uint64_t *misses, uint64_t *untrusted,
+                                kc_err *err);
 
 #endif

@@ -10,23 +10,6 @@
 
 /* ---- list, stats, group sizes ---------------------------------------- */
 
-/* Fills info from a row of (key, kind, device, tag, size, zsize, created,
- * atime in microseconds); device and tag point into the statement's row. */
-void kc_store__entry_info_from_row(sqlite3_stmt *st, kc_entry_info *info)
-{
-    memset(info, 0, sizeof *info);
-    snprintf(info->key, sizeof info->key, "%s", (const char *)sqlite3_column_text(st, 0));
-    snprintf(info->kind, sizeof info->kind, "%s", (const char *)sqlite3_column_text(st, 1));
-    info->device = (const char *)sqlite3_column_text(st, 2);
-    info->tag = (const char *)sqlite3_column_text(st, 3);
-    info->size = (uint64_t)sqlite3_column_int64(st, 4);
-    info->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
-    info->created = sqlite3_column_int64(st, 6);
-    info->atime = sqlite3_column_int64(st, 7) / 1000000;
-    info->origin = sqlite3_column_count(st) > 8 ? (const char *)sqlite3_column_text(st, 8) : "";
-    info->sig = sqlite3_column_count(st) > 9 ? (const char *)sqlite3_column_text(st, 9) : "";
-}
-
 /* Appends " AND ..." clauses for f to sql and returns the next parameter. */
 static void filter_sql(const kc_filter *f, const char *prefix, char *sql, size_t cap)
 {
@@ -146,9 +129,10 @@ kc_code kc_store__devices(kc_store *s, const kc_filter *f, json_t *arr, kc_err *
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *out, kc_err *err)
 {
     memset(out, 0, sizeof *out);
-    kc_store_flush(s, NULL);                     /* so this process's own hits count too */
-    uint64_t hits = s->hits, misses = s->misses; /* left pending when read-only */
-    uint64_t untrusted = s->untrusted;
+    uint64_t hits, misses, untrusted; /* not yet folded into the database */
+    kc_code code = kc_store__access_counts(s, &hits, &misses, &untrusted, err);
+    if (code != KC_OK)
+        return code;
     int rc = kc_store__query_u64(s, "SELECT COUNT(*) FROM entries", &out->entries);
     if (rc == SQLITE_OK)
         rc = kc_store__query_u64(s, "SELECT COUNT(*) FROM blobs", &out->blobs);

@@ -63,17 +63,6 @@ static const char *const migrations[KC_STORE_SCHEMA] = {
     [3] = schema_v4,
 };
 
-int kc_store__exec_retry(sqlite3 *db, const char *sql)
-{
-    double t0 = kc_now();
-    for (int i = 0;; i++) {
-        int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-        if (!kc_store__is_busy(rc) || kc_now() - t0 > KC_BUSY_DEADLINE_S)
-            return rc;
-        kc_store__backoff(i);
-    }
-}
-
 static int read_user_version(sqlite3 *db, int *v)
 {
     sqlite3_stmt *st;
@@ -232,6 +221,11 @@ kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
     }
     snprintf(s->db_path, n, "%s/kcache.db", dir);
+    if (!(s->access_path = malloc(n + 8))) {
+        kc_store_close(s);
+        return kc_err_set(err, KC_ERR_NOMEM, "out of memory opening store %s", dir);
+    }
+    snprintf(s->access_path, n + 8, "%s-access", s->db_path);
     if (s->opts.read_only && access(s->db_path, F_OK) != 0) {
         code = kc_err_errno(err, KC_ERR_NOT_FOUND, errno, "cannot open store %s", s->db_path);
         kc_store_close(s);
@@ -314,6 +308,7 @@ void kc_store_close(kc_store *s)
     free(s->recovered);
     free(s->dir);
     free(s->db_path);
+    free(s->access_path);
     free(s);
 }
 

@@ -1,6 +1,8 @@
 /*
- * kc_store_put.c - storing artifacts: put, replace, envelopes, batches,
- * payload encoding (raw or zstd, inline or in packs) and eviction on put.
+ * kc_store_put.c - the store's writes: put, replace, envelopes, delete,
+ * batches, payload encoding (raw or zstd; the blob and pack core is
+ * kc_store_blob.c) and, over a size limit, eviction (kc_store_gc.c) in the
+ * put's transaction.
  * Split from kc_store.c by concern (schema: see kc_store.c).
  */
 #include <string.h>
@@ -8,7 +10,7 @@
 
 #include <xxhash.h>
 
-#include "kc_sign.h"
+#include <kcache/kc_sign.h>
 #include "kc_store_internal.h"
 
 /* ---- put ------------------------------------------------------------- */
@@ -42,18 +44,6 @@ static kc_code parse_meta(const char *key, const char *meta, meta_fields *m, kc_
     return KC_OK;
 }
 
-int kc_store__entry_exists(kc_store *s, const char *key, bool *exists)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_EXISTS);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
-    int rc = kc_store__step_retry(st);
-    *exists = rc == SQLITE_ROW;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
 /* One read: is key stored, and which blob (0 = none) holds this payload? */
 static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN], bool *exists,
                     int64_t *blob)
@@ -72,275 +62,37 @@ static int precheck(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LE
     return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-/* The id of the newest pack, the one appends go to (0: none yet). */
-int kc_store__newest_pack(kc_store *s, int64_t *id)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_NEWEST);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    int rc = kc_store__step_retry(st);
-    *id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? SQLITE_OK : rc;
-}
+/* Where a put's payload comes from and what its caller has already
+ * checked. */
+typedef struct put_source {
+    kc_origin origin;     /* recorded with the entry; any but LOCAL is checked
+                             against the trust policy unless trust_checked */
+    const uint8_t *frame; /* the payload as one zstd frame (a bundle record;
+                             a->payload unused), or NULL */
+    size_t frame_len;
+    bool payload_checked; /* a->payload_sha is known to match the payload (a
+                             decoded envelope, or a frame the caller passed
+                             through kc_frame_check): not hashed again */
+    bool trust_checked;   /* the caller ran kc_trust_check */
+} put_source;
 
-/* Adds delta bytes to pack's live count. A pack emptied this way, other than
- * the newest (the one appends go to), loses its row now and its file once
- * the write commits. Inside a write txn. */
-int kc_store__pack_add(kc_store *s, int64_t pack, int64_t delta)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_PACK_ADD);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, pack);
-    sqlite3_bind_int64(st, 2, delta);
-    int rc = kc_store__step_retry(st);
-    int64_t live = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return rc;
-    if (delta >= 0 || live > 0)
-        return SQLITE_OK;
-    int64_t newest;
-    if ((rc = kc_store__newest_pack(s, &newest)) != SQLITE_OK)
-        return rc;
-    if (pack >= newest || s->ndoomed == KC_DOOMED_MAX)
-        return SQLITE_OK; /* kept; a full list only delays removal to a later gc */
-    st = kc_store__stmt(s, ST_PACK_DEL);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, pack);
-    rc = kc_store__step_retry(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return rc;
-    s->doomed[s->ndoomed++] = pack;
-    return SQLITE_OK;
-}
-
-/* Deletes blob's row and releases its bytes in its pack; *zsize receives
- * its stored size. Inside a write txn. */
-int kc_store__delete_blob(kc_store *s, int64_t blob, int64_t *zsize)
-{
-    *zsize = 0;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_DEL_BLOB);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, blob);
-    int rc = kc_store__step_retry(st); /* RETURNING: the delete is complete after the first step */
-    int64_t pack = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    if (rc == SQLITE_ROW)
-        *zsize = sqlite3_column_int64(st, 1);
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return rc;
-    return pack ? kc_store__pack_add(s, pack, -*zsize) : SQLITE_OK;
-}
-
-/* Bytes needed to wrap n bytes in a zstd frame of raw blocks. */
-size_t kc_store__raw_frame_bound(size_t n)
-{
-    return 4 + 1 + 4 + 3 * (n / (128 * 1024) + 1) + n;
-}
-
-/* Wraps src in a valid zstd frame made of raw (stored) blocks (RFC 8878):
- * magic, a single-segment header with a 4-byte content size, then blocks of
- * at most 128 KiB. Much cheaper than compressing a small envelope header,
- * and any zstd decoder reads it. Returns the frame length. */
-size_t kc_store__raw_frame(uint8_t *dst, const uint8_t *src, size_t n)
-{
-    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
-    size_t o = 0;
-    memcpy(dst, magic, 4);
-    o += 4;
-    dst[o++] = 0xA0; /* FCS_flag = 2 (4 bytes), Single_Segment = 1 */
-    for (int i = 0; i < 4; i++)
-        dst[o++] = (uint8_t)((uint32_t)n >> (8 * i));
-    size_t off = 0;
-    do {
-        size_t b = n - off > 128 * 1024 ? 128 * 1024 : n - off;
-        uint32_t last = off + b == n ? 1u : 0u;
-        uint32_t bh = last | (0u << 1) | ((uint32_t)b << 3); /* Block_Type 0 = raw */
-        dst[o++] = (uint8_t)bh;
-        dst[o++] = (uint8_t)(bh >> 8);
-        dst[o++] = (uint8_t)(bh >> 16);
-        memcpy(dst + o, src + off, b);
-        o += b;
-        off += b;
-    } while (off < n);
-    return o;
-}
-
-/* The response prefix of an entry (malloc'd, *len bytes): its envelope
- * header, which the payload follows when the blob is raw; for a zstd frame,
- * the header wrapped in a raw-block frame, which the stored frame follows
- * to make the zstd stream of the envelope (RFC 8878 allows concatenated
- * frames). NULL when out of memory. */
-uint8_t *kc_store__response_prefix(const char *key, const char *kind, const char *meta,
-                                   uint64_t size, const uint8_t sha[KC_SHA256_LEN], bool framed,
-                                   size_t *len)
-{
-    size_t hlen = kc_envelope_header_size(strlen(kind), strlen(meta));
-    uint8_t *hdr = malloc(hlen);
-    uint8_t *out = framed && hdr ? malloc(kc_store__raw_frame_bound(hlen)) : hdr;
-    if (!out) {
-        free(hdr);
-        return NULL;
-    }
-    kc_envelope_write_header(hdr, key, kind, meta, size, sha);
-    *len = hlen;
-    if (framed) {
-        *len = kc_store__raw_frame(out, hdr, hlen);
-        free(hdr);
-    }
-    return out;
-}
-
-static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
-                           kc_err *err);
-
-/* Appends a blob's bytes, after prelen bytes of response prefix (may be
- * 0), to the newest pack, or to a new one when that is full, and counts the
- * blob's bytes there (the prefix is dead space to compaction); *off is where
- * the blob's bytes start. Inside the write txn that inserts the blob's row,
- * so the bytes are referenced only if that commits. */
-kc_code kc_store__pack_store(kc_store *s, const void *prefix, size_t prelen, const void *z,
-                             size_t zlen, int64_t *pack, uint64_t *off, kc_err *err)
-{
-    uint8_t *joined = NULL;
-    if (prelen) {
-        if (!(joined = malloc(prelen + zlen)))
-            return kc_err_set(err, KC_ERR_NOMEM, "out of memory packing %zu bytes", zlen);
-        memcpy(joined, prefix, prelen);
-        memcpy(joined + prelen, z, zlen);
-        z = joined;
-        zlen += prelen;
-    }
-    kc_code code = pack_append(s, z, zlen, pack, off, err);
-    free(joined);
-    if (code != KC_OK)
-        return code;
-    *off += prelen;
-    int rc = kc_store__pack_add(s, *pack, (int64_t)(zlen - prelen));
-    return rc == SQLITE_OK ? KC_OK : kc_store__db_err(s, err, rc, "recording a pack");
-}
-
-static kc_code pack_append(kc_store *s, const void *z, size_t zlen, int64_t *pack, uint64_t *off,
-                           kc_err *err)
-{
-    int64_t id;
-    int rc = kc_store__newest_pack(s, &id);
-    if (rc != SQLITE_OK)
-        return kc_store__db_err(s, err, rc, "choosing a pack");
-    uint64_t limit = s->opts.pack_max ? s->opts.pack_max : KC_PACK_MAX;
-    bool full = id == 0;
-    kc_code code = id ? kc_packs_append(s->packs, id, z, zlen, limit, off, &full, err) : KC_OK;
-    if (code == KC_OK && full) {
-        if ((rc = kc_store__exec_stmt(s, ST_PACK_NEW)) != SQLITE_OK)
-            return kc_store__db_err(s, err, rc, "starting a pack");
-        id = sqlite3_last_insert_rowid(s->db);
-        code = kc_packs_append(s->packs, id, z, zlen, UINT64_MAX, off, &full, err);
-    }
-    if (code != KC_OK)
-        return code;
-    *pack = id;
-    return KC_OK;
-}
-
-/* Deletes entry id; deletes its blob too when nothing else refers to it.
- * *freed receives the stored bytes released. Inside a write txn. */
-int kc_store__drop_entry(kc_store *s, int64_t id, int64_t blob, int64_t *freed)
-{
-    *freed = 0;
-    sqlite3_stmt *st = kc_store__stmt(s, ST_DEL_ENTRY);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, id);
-    int rc = kc_store__step_retry(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return rc;
-    st = kc_store__stmt(s, ST_BLOB_ORPHAN);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_int64(st, 1, blob);
-    rc = kc_store__step_retry(st); /* RETURNING: the update is complete after the first step */
-    int64_t refs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
-    int64_t z = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return rc;
-    if (refs > 0)
-        return SQLITE_OK;
-    rc = kc_store__delete_blob(s, blob, &z);
-    if (rc != SQLITE_OK)
-        return rc;
-    *freed = z;
-    return kc_store__add_counter(s, "stored_bytes", -z);
-}
-
-static int get_counter(kc_store *s, const char *name, int64_t *v)
-{
-    sqlite3_stmt *st = kc_store__stmt(s, ST_COUNTER_GET);
-    if (!st)
-        return sqlite3_errcode(s->db);
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = kc_store__step_retry(st);
-    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-/* Evicts LRU entries (never `keep`) until stored_bytes <= limit. Inside a
- * write txn. *met says whether the limit was reached. */
-int kc_store__evict_to(kc_store *s, uint64_t limit, int64_t keep, uint64_t *evicted, bool *met,
-                       size_t max_rounds)
-{
-    int64_t stored;
-    int rc = get_counter(s, "stored_bytes", &stored);
-    *met = false;
-    for (size_t round = 0; rc == SQLITE_OK && (uint64_t)stored > limit && round < max_rounds;
-         round++) {
-        sqlite3_stmt *st = kc_store__stmt(s, ST_LRU);
-        if (!st)
-            return sqlite3_errcode(s->db);
-        int64_t ids[64], blobs[64];
-        int n = 0;
-        sqlite3_bind_int64(st, 1, keep);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 64) {
-            ids[n] = sqlite3_column_int64(st, 0);
-            blobs[n] = sqlite3_column_int64(st, 1);
-            n++;
-        }
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-            return rc;
-        rc = SQLITE_OK;
-        if (n == 0)
-            break;
-        for (int i = 0; i < n && (uint64_t)stored > limit; i++) {
-            int64_t freed;
-            rc = kc_store__drop_entry(s, ids[i], blobs[i], &freed);
-            if (rc != SQLITE_OK)
-                return rc;
-            stored -= freed;
-            (*evicted)++;
-        }
-    }
-    if (rc == SQLITE_OK)
-        *met = (uint64_t)stored <= limit;
-    return rc;
-}
+/* What a put does when the key is already stored. */
+enum put_rule {
+    PUT_KEEP_FIRST, /* keep the stored entry (content-addressed keys) */
+    PUT_REPLACE     /* swap it for this one in the same transaction */
+};
 
 /* Bytes of the blob to insert for a put: the payload compressed here, or a
  * zstd frame that came compressed (bundle import), accepted only when it is
  * one frame that decompresses to exactly the payload the artifact's header
  * describes (kc_frame_check; skipped when the caller already checked it).
  * On success *z is the blob (*owned: the caller frees it) and *xxh its XXH3. */
-static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *frame, size_t frame_len,
-                          bool frame_checked, int level, const void **z, size_t *zlen, bool *owned,
-                          bool *raw, uint64_t *xxh, kc_err *err)
+static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const put_source *src, int level,
+                          const void **z, size_t *zlen, bool *owned, bool *raw, uint64_t *xxh,
+                          kc_err *err)
 {
+    const uint8_t *frame = src->frame;
+    size_t frame_len = src->frame_len;
     *owned = false;
     *raw = false;
     if (!frame) {
@@ -397,7 +149,7 @@ static kc_code blob_bytes(kc_store *s, const kc_artifact *a, const uint8_t *fram
         *xxh = XXH3_64bits(buf, got);
         return KC_OK;
     }
-    if (!frame_checked) {
+    if (!src->payload_checked) {
         if (!s->checker && !(s->checker = kc_frame_checker_new()))
             return kc_err_set(err, KC_ERR_NOMEM, "out of memory checking %s", a->key);
         kc_code code = kc_frame_check(s->checker, a->key, frame, frame_len, a->payload_len,
@@ -431,16 +183,13 @@ static int drop_key(kc_store *s, const char *key)
     return kc_store__drop_entry(s, id, blob, &freed);
 }
 
-/* Stores a. With frame (a->payload then unused), the payload arrives as a
- * zstd frame, checked against a->payload_sha unless verified says that was
- * done; without, verified says a->payload_sha is already known to match
- * a->payload.
- * replace: an existing entry for the key is swapped for this one in the same
- * transaction (readers see the old entry or the new one, never neither). */
-static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool foreign,
-                        kc_origin origin, const uint8_t *frame, size_t frame_len, bool replace,
-                        bool *created, kc_err *err)
+/* Stores a, whose payload comes as src says. With PUT_REPLACE an existing
+ * entry for the key is swapped for this one in the same transaction
+ * (readers see the old entry or the new one, never neither). */
+static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src,
+                        enum put_rule rule, bool *created, kc_err *err)
 {
+    const bool replace = rule == PUT_REPLACE;
     if (created)
         *created = false;
     if (!kc_key_valid(a->key))
@@ -460,7 +209,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return code;
     int level = s->batch ? s->import_level : s->opts.zstd_level;
     uint8_t sha[KC_SHA256_LEN];
-    if (verified || frame)
+    if (src->payload_checked || src->frame)
         memcpy(sha, a->payload_sha, sizeof sha);
     else
         kc_store__store_sha(s, a->payload, a->payload_len, sha);
@@ -473,19 +222,20 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         return KC_OK;
     if (rc != SQLITE_OK)
         return kc_store__db_err(s, err, rc, "looking up");
-    if (foreign && (code = kc_store_trusts(s, a, err)) != KC_OK)
+    if (src->origin != KC_ORIGIN_LOCAL && !src->trust_checked &&
+        (code = kc_store_trusts(s, a, err)) != KC_OK)
         return code;
-    /* checked here or by the caller (foreign false for an outside origin) */
-    const char *sig = s->opts.trust && origin != KC_ORIGIN_LOCAL ? "verified"
-                      : mf.has_sig                               ? "signed"
-                                                                 : "none";
+    /* an outside origin was checked here or by the caller */
+    const char *sig = s->opts.trust && src->origin != KC_ORIGIN_LOCAL ? "verified"
+                      : mf.has_sig                                    ? "signed"
+                                                                      : "none";
 
     const void *z = NULL;
     size_t zlen = 0;
     bool z_owned = false, raw = false;
     uint64_t xxh = 0;
-    if (blob == 0 && (code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen,
-                                        &z_owned, &raw, &xxh, err)) != KC_OK)
+    if (blob == 0 &&
+        (code = blob_bytes(s, a, src, level, &z, &zlen, &z_owned, &raw, &xxh, err)) != KC_OK)
         return code;
 
     if ((code = kc_store__begin_write(s, err)) != KC_OK) {
@@ -514,8 +264,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
     }
     if (rc == SQLITE_OK && blob == 0 && !z) {
         /* the blob we saw vanished meanwhile (evicted): make it now */
-        code = blob_bytes(s, a, frame, frame_len, verified, level, &z, &zlen, &z_owned, &raw, &xxh,
-                          err);
+        code = blob_bytes(s, a, src, level, &z, &zlen, &z_owned, &raw, &xxh, err);
         if (code != KC_OK) {
             kc_store__rollback_write(s);
             return code;
@@ -588,7 +337,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
             sqlite3_bind_int64(st, 6, kc_store__now_us(s));
             sqlite3_bind_text(st, 7, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 8, blob);
-            sqlite3_bind_text(st, 9, kc_origin_name(origin), -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 9, kc_origin_name(src->origin), -1, SQLITE_STATIC);
             sqlite3_bind_text(st, 10, sig, -1, SQLITE_STATIC);
             rc = kc_store__step_retry(st);
             sqlite3_reset(st);
@@ -602,12 +351,8 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, bool verified, bool f
         what = "evicting for";
         uint64_t evicted = 0;
         bool met = false;
-        rc = kc_store__apply_pending(s);
-        if (rc == SQLITE_OK) {
-            s->ntouch = 0;
-            s->hits = s->misses = s->untrusted = 0;
-            rc = kc_store__evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
-        }
+        kc_store__fold_access(s); /* recent reads count in the LRU order */
+        rc = kc_store__evict_to(s, s->opts.max_size, entry_id, &evicted, &met, SIZE_MAX);
         if (rc == SQLITE_OK && !met) {
             kc_store__rollback_write(s);
             return kc_err_set(err, KC_ERR_FULL,
@@ -642,45 +387,26 @@ kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err)
                           err);
 }
 
-const char *kc_origin_name(kc_origin o)
-{
-    switch (o) {
-    case KC_ORIGIN_LOCAL:
-        return "local";
-    case KC_ORIGIN_REMOTE:
-        return "remote";
-    case KC_ORIGIN_IMPORT:
-        return "import";
-    default:
-        return "unknown";
-    }
-}
-
-/* Entries re-checked at load when the store has trusted keys. */
-bool kc_store__origin_outside(const char *origin)
-{
-    return origin && (strcmp(origin, "remote") == 0 || strcmp(origin, "import") == 0);
-}
-
 kc_code kc_store_put(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, false, created, err);
+    return put_impl(s, a, &(put_source){.origin = KC_ORIGIN_LOCAL}, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, bool *created,
                           kc_err *err)
 {
-    return put_impl(s, a, false, origin != KC_ORIGIN_LOCAL, origin, NULL, 0, false, created, err);
+    return put_impl(s, a, &(put_source){.origin = origin}, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, false, false, KC_ORIGIN_LOCAL, NULL, 0, true, created, err);
+    return put_impl(s, a, &(put_source){.origin = KC_ORIGIN_LOCAL}, PUT_REPLACE, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
-    return put_impl(s, a, true, true, KC_ORIGIN_IMPORT, NULL, 0, false, created, err);
+    put_source src = {.origin = KC_ORIGIN_IMPORT, .payload_checked = true};
+    return put_impl(s, a, &src, PUT_KEEP_FIRST, created, err);
 }
 
 const struct kc_trust *kc_store__trust(const kc_store *s)
@@ -696,8 +422,12 @@ kc_code kc_store__put_stored(kc_store *s, const kc_envelope_header *h, const uin
     memcpy(a.key, h->key, sizeof a.key);
     memcpy(a.kind, h->kind, sizeof a.kind);
     memcpy(a.payload_sha, h->payload_sha, sizeof a.payload_sha);
-    return put_impl(s, &a, frame_checked, !trust_checked, KC_ORIGIN_IMPORT, frame, frame_len, false,
-                    created, err);
+    put_source src = {.origin = KC_ORIGIN_IMPORT,
+                      .frame = frame,
+                      .frame_len = frame_len,
+                      .payload_checked = frame_checked,
+                      .trust_checked = trust_checked};
+    return put_impl(s, &a, &src, PUT_KEEP_FIRST, created, err);
 }
 
 kc_code kc_store__wants_payload(kc_store *s, const char *key, const uint8_t sha[KC_SHA256_LEN],
@@ -730,9 +460,48 @@ kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const
         kc_artifact_free(&a);
         return code;
     }
-    code = put_impl(s, &a, true, true, KC_ORIGIN_REMOTE, NULL, 0, false, created, err);
+    put_source src = {.origin = KC_ORIGIN_REMOTE, .payload_checked = true};
+    code = put_impl(s, &a, &src, PUT_KEEP_FIRST, created, err);
     kc_artifact_free(&a);
     return code;
+}
+
+kc_code kc_store_delete(kc_store *s, const char *key, kc_err *err)
+{
+    if (!kc_key_valid(key))
+        return kc_err_set(err, KC_ERR_INVALID, "invalid key '%.80s' (need 64 lowercase hex)",
+                          key ? key : "(null)");
+    kc_code code = kc_store__begin_write(s, err);
+    if (code != KC_OK)
+        return code;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_ENTRY_BY_KEY);
+    int rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
+    int64_t id = 0, blob = 0;
+    bool found = false;
+    if (st) {
+        sqlite3_bind_text(st, 1, key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+        rc = kc_store__step_retry(st);
+        if (rc == SQLITE_ROW) {
+            found = true;
+            id = sqlite3_column_int64(st, 0);
+            blob = sqlite3_column_int64(st, 1);
+        }
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_OK && !found) {
+        kc_store__rollback_write(s);
+        return kc_err_set(err, KC_ERR_NOT_FOUND, "%s: not in the cache", key);
+    }
+    int64_t freed;
+    if (rc == SQLITE_OK)
+        rc = kc_store__drop_entry(s, id, blob, &freed);
+    if (rc != SQLITE_OK) {
+        code = kc_store__db_err(s, err, rc, "deleting");
+        kc_store__rollback_write(s);
+        return kc_err_prefix(err, "%s", key), code;
+    }
+    return kc_store__commit_write(s, err);
 }
 
 kc_code kc_store_batch_begin(kc_store *s, kc_err *err)

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 kc_code kc_parse_size(const char *text, uint64_t *out, kc_err *err)
 {

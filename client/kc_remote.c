@@ -15,8 +15,8 @@
 #include <openssl/crypto.h>
 
 #include "kc_remote_internal.h"
-#include "kc_log.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_util.h>
 
 /* ---------------------------------------------------------------- setup -- */
 
@@ -322,7 +322,7 @@ static const char *server_url(const kc_remote *r)
 
 void kc_rbuf_free(kc_rbuf *b)
 {
-    free(b->data);
+    kc_buf_free(&b->body);
     memset(b, 0, sizeof *b);
 }
 
@@ -330,10 +330,10 @@ size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
 {
     kc_rbuf *b = ctx;
     size_t n = size * nmemb;
-    if (b->limit && b->len + n > b->limit) {
+    if (b->limit && b->body.len + n > b->limit) {
         /* Error bodies are capped; keep what fits, accept the rest. */
         if (b->truncate_ok) {
-            size_t room = b->limit > b->len ? b->limit - b->len : 0;
+            size_t room = b->limit > b->body.len ? b->limit - b->body.len : 0;
             n = n < room ? n : room;
             if (n == 0)
                 return size * nmemb;
@@ -342,21 +342,10 @@ size_t kc_rbuf_write(char *ptr, size_t size, size_t nmemb, void *ctx)
             return 0;
         }
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        uint8_t *p = realloc(b->data, cap);
-        if (!p) {
-            b->overflow = true;
-            return 0;
-        }
-        b->data = p;
-        b->cap = cap;
+    if (!kc_buf_add(&b->body, ptr, n)) {
+        b->overflow = true;
+        return 0;
     }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = 0;
     return size * nmemb;
 }
 
@@ -514,7 +503,7 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         q->resp.truncate_ok = true;
         return kc_rbuf_write(ptr, size, nmemb, &q->resp);
     }
-    if (q->resp.len == 0) { /* a new attempt */
+    if (q->resp.body.len == 0) { /* a new attempt */
         q->gate_total = 0;
         q->gate_code = KC_OK;
         q->resp.limit = 0; /* until the header is read: at most its size plus one chunk */
@@ -527,9 +516,10 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
         return n; /* the header passed; kc_rbuf_write keeps to its length */
     kc_envelope_header h;
     kc_err e = {0};
-    kc_code rc = kc_envelope_parse_header(q->resp.data, q->resp.len, &h, &e);
+    kc_code rc =
+        kc_envelope_parse_header((const uint8_t *)q->resp.body.data, q->resp.body.len, &h, &e);
     if (rc == KC_ERR_TRUNCATED) {
-        if (q->resp.len >= KC_GATE_HEADER_MAX)
+        if (q->resp.body.len >= KC_GATE_HEADER_MAX)
             return gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s", "envelope header too long");
         return n;
     }
@@ -552,7 +542,7 @@ static size_t gate_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     } else {
         q->gate_total = h.header_len + h.payload_len;
         q->resp.limit = (size_t)q->gate_total; /* a running cap on what decompresses */
-        if (q->resp.len > q->gate_total)
+        if (q->resp.body.len > q->gate_total)
             gate_refuse(q, KC_ERR_CORRUPT, "GET %s: %s",
                         "the answer is longer than its envelope header says");
     }
@@ -574,11 +564,11 @@ void kc_remote_gate_envelope(kc_req *q, const char *key)
 static void server_message(const kc_rbuf *b, char *out, size_t cap)
 {
     out[0] = '\0';
-    if (!b->data || b->len == 0)
+    if (b->body.len == 0)
         return;
-    const char *text = (const char *)b->data;
+    const char *text = b->body.data;
     json_t *j = NULL;
-    if (text[0] == '{' && (j = json_loadb(text, b->len, 0, NULL)) != NULL) {
+    if (text[0] == '{' && (j = json_loadb(text, b->body.len, 0, NULL)) != NULL) {
         const char *names[] = {"error", "message", "msg"};
         for (size_t i = 0; i < 3; i++) {
             json_t *v = json_object_get(j, names[i]);
@@ -592,7 +582,7 @@ static void server_message(const kc_rbuf *b, char *out, size_t cap)
             return;
     }
     size_t n = 0;
-    while (n < b->len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
+    while (n < b->body.len && n + 1 < cap && text[n] != '\n' && text[n] != '\r')
         n++;
     while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
         n--;
@@ -830,7 +820,7 @@ static kc_code server_get(kc_remote *r, const char *key, kc_artifact *a, kc_err 
     if (rc == KC_OK) {
         if (q.status == 200) {
             kc_err de = {0};
-            rc = kc_envelope_decode(q.resp.data, q.resp.len, a, &de);
+            rc = kc_envelope_decode((const uint8_t *)q.resp.body.data, q.resp.body.len, a, &de);
             if (rc != KC_OK) {
                 rc = kc_err_set(err, rc == KC_ERR_NOMEM ? KC_ERR_NOMEM : KC_ERR_CORRUPT,
                                 "GET %s: bad envelope from the server: %s", q.url, de.msg);
@@ -965,7 +955,7 @@ static kc_code missing_batch(kc_remote *r, const char *const *keys, size_t n, bo
         rc = kc_remote_http_error(r, &q, err);
     if (rc == KC_OK) {
         json_error_t je;
-        json_t *ans = json_loadb((const char *)q.resp.data, q.resp.len, 0, &je);
+        json_t *ans = json_loadb(q.resp.body.data, q.resp.body.len, 0, &je);
         json_t *m = ans ? json_object_get(ans, "missing") : NULL;
         if (!json_is_array(m)) {
             rc = kc_err_set(err, KC_ERR_REMOTE, "POST %s: answer is not {\"missing\": [...]} (%s)",
@@ -999,8 +989,8 @@ static kc_code missing_batch(kc_remote *r, const char *const *keys, size_t n, bo
     return rc;
 }
 
-static kc_code server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
-                              kc_err *err)
+kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                 kc_err *err)
 {
     for (size_t off = 0; off < n; off += MISSING_BATCH) {
         size_t m = n - off < MISSING_BATCH ? n - off : MISSING_BATCH;
@@ -1028,7 +1018,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .put_async = kc_remote_server_put_async,
                                          .flush = kc_remote_server_flush,
                                          .queue_stats = kc_remote_server_queue_stats,
-                                         .missing = server_missing,
+                                         .missing = kc_remote_server_missing,
                                          .pull = kc_remote_server_pull,
                                          .pull_keys = kc_remote_server_pull_keys,
                                          .fetch = kc_remote_server_fetch,

@@ -137,13 +137,16 @@ kc_code kc_remote_push_ex(kc_remote *r, kc_store *s, const kc_filter *f,
     const kc_remote_ops *ops = kc_remote_ops_of(r);
     if (ops->offline(r))
         return ops->offline_error(r, "PUT", err);
-    kc_key_list l;
-    kc_code rc = kc_remote_list_keys(s, f, &l, err);
-    if (rc != KC_OK)
+    char(*keys)[KC_KEY_HEX_LEN + 1];
+    size_t n;
+    kc_code rc = kc_store_list_keys(s, f, &keys, &n, err);
+    if (rc != KC_OK) {
+        kc_err_prefix(err, "push");
         return rc;
-    ps->considered = l.n;
-    rc = ops->push_keys(r, s, l.keys, l.n, progress, pctx, 0, l.n, ps, err);
-    free(l.keys);
+    }
+    ps->considered = n;
+    rc = ops->push_keys(r, s, keys, n, progress, pctx, 0, n, ps, err);
+    free(keys);
     return rc;
 }
 

@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "kc_remote_internal.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 /* ------------------------------------------------------------------ pull -- */
 
@@ -246,68 +246,38 @@ static size_t pull_write(char *ptr, size_t size, size_t nmemb, void *ctx)
     return n;
 }
 
-static kc_code append(char **buf, size_t *len, size_t *cap, const char *s)
-{
-    size_t n = strlen(s);
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return KC_ERR_NOMEM;
-        *buf = p;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n + 1);
-    *len += n;
-    return KC_OK;
-}
-
-static kc_code append_param(CURL *h, char **buf, size_t *len, size_t *cap, bool *first,
-                            const char *name, const char *value)
+/* Appends ?name=value or &name=value, the value URL-escaped. */
+static void append_param(CURL *h, kc_buf *u, bool *first, const char *name, const char *value)
 {
     char *esc = curl_easy_escape(h, value, 0);
-    if (!esc)
-        return KC_ERR_NOMEM;
-    kc_code rc = append(buf, len, cap, *first ? "?" : "&");
-    if (rc == KC_OK)
-        rc = append(buf, len, cap, name);
-    if (rc == KC_OK)
-        rc = append(buf, len, cap, "=");
-    if (rc == KC_OK)
-        rc = append(buf, len, cap, esc);
+    if (!esc) {
+        u->failed = true;
+        return;
+    }
+    kc_buf_printf(u, "%s%s=%s", *first ? "?" : "&", name, esc);
     curl_free(esc);
     *first = false;
-    return rc;
 }
 
 char *kc_remote_server_bundle_url(kc_remote *r, const char *device, const kc_filter *f)
 {
-    char *u = NULL;
-    size_t len = 0, cap = 0;
+    kc_buf u = {0};
     bool first = true;
-    kc_code rc = append(&u, &len, &cap, r->base);
-    if (rc == KC_OK)
-        rc = append(&u, &len, &cap, "/v1/bundle");
-    if (rc == KC_OK && (!device || !*device) && f && f->device && *f->device)
+    kc_buf_printf(&u, "%s/v1/bundle", r->base);
+    if ((!device || !*device) && f && f->device && *f->device)
         device = f->device;
-    if (rc == KC_OK && device && *device)
-        rc = append_param(r->easy, &u, &len, &cap, &first, "device", device);
-    if (rc == KC_OK && f && f->kind && *f->kind)
-        rc = append_param(r->easy, &u, &len, &cap, &first, "kind", f->kind);
-    if (rc == KC_OK && f && f->tag && *f->tag)
-        rc = append_param(r->easy, &u, &len, &cap, &first, "tag", f->tag);
-    if (rc == KC_OK && f && f->since > 0) {
+    if (device && *device)
+        append_param(r->easy, &u, &first, "device", device);
+    if (f && f->kind && *f->kind)
+        append_param(r->easy, &u, &first, "kind", f->kind);
+    if (f && f->tag && *f->tag)
+        append_param(r->easy, &u, &first, "tag", f->tag);
+    if (f && f->since > 0) {
         char num[32];
         snprintf(num, sizeof num, "%lld", (long long)f->since);
-        rc = append_param(r->easy, &u, &len, &cap, &first, "since", num);
+        append_param(r->easy, &u, &first, "since", num);
     }
-    if (rc != KC_OK) {
-        free(u);
-        return NULL;
-    }
-    return u;
+    return kc_buf_take(&u); /* NULL when out of memory */
 }
 
 /* One streamed GET of url into s; with a JSON body, a POST. */
@@ -420,7 +390,7 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
             strcat(joined, ",");
         strcat(joined, devices[i]);
     }
-    char *url = kc_remote_bundle_url(r, joined[0] ? joined : NULL, f);
+    char *url = kc_remote_server_bundle_url(r, joined[0] ? joined : NULL, f);
     free(joined);
     if (!url)
         return kc_err_set(err, KC_ERR_NOMEM, "pull from %s: out of memory", r->base);
@@ -458,38 +428,6 @@ kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const 
     free(body);
     if (st)
         *st = total;
-    return rc;
-}
-
-/* --------------------------------------------------- keys to push -- */
-
-static int collect_key(const kc_entry_info *info, void *ctx)
-{
-    kc_key_list *l = ctx;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        void *p = realloc(l->keys, cap * sizeof *l->keys);
-        if (!p) {
-            l->nomem = true;
-            return 1;
-        }
-        l->keys = p;
-        l->cap = cap;
-    }
-    memcpy(l->keys[l->n++], info->key, KC_KEY_HEX_LEN + 1);
-    return 0;
-}
-
-kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err)
-{
-    memset(l, 0, sizeof *l);
-    kc_code rc = kc_store_list(s, f, collect_key, l, err);
-    if (rc == KC_OK && l->nomem)
-        rc = kc_err_set(err, KC_ERR_NOMEM, "push: out of memory listing the store");
-    if (rc != KC_OK) {
-        free(l->keys);
-        memset(l, 0, sizeof *l);
-    }
     return rc;
 }
 
@@ -761,8 +699,8 @@ static kc_code fetch_finish(void *ctx, size_t idx, slot *sl, kc_err *err)
         return kc_remote_http_error(fc->r, &sl->q, err);
     bool created = false;
     kc_err pe = {0};
-    kc_code rc =
-        kc_store_put_envelope(fc->s, sl->q.resp.data, sl->q.resp.len, fc->keys[idx], &created, &pe);
+    kc_code rc = kc_store_put_envelope(fc->s, (const uint8_t *)sl->q.resp.body.data,
+                                       sl->q.resp.body.len, fc->keys[idx], &created, &pe);
     if (rc != KC_OK) {
         /* a damaged or foreign envelope from the server is corrupt data;
          * a failing local store keeps its own code */
@@ -774,7 +712,7 @@ static kc_code fetch_finish(void *ctx, size_t idx, slot *sl, kc_err *err)
     if (fc->fetched)
         fc->fetched[idx] = true;
     fc->stored++;
-    fc->bytes += sl->q.resp.len;
+    fc->bytes += sl->q.resp.body.len;
     return KC_OK;
 }
 
@@ -810,7 +748,7 @@ kc_code kc_remote_push_keys(kc_remote *r, kc_store *s, char (*keys)[KC_KEY_HEX_L
         size_t m = n - off < batch ? n - off : batch;
         for (size_t i = 0; i < m; i++)
             ptrs[i] = keys[off + i];
-        rc = kc_remote_missing(r, ptrs, m, miss, err);
+        rc = kc_remote_server_missing(r, ptrs, m, miss, err);
         if (rc != KC_OK)
             break;
         size_t nu = 0;

@@ -3,7 +3,7 @@
  * hits and background upload of fresh artifacts, behind kc_cache (kc_remote_cache.h).
  * Every remote call of the compile path lives here.
  */
-#include "kc_remote_cache.h"
+#include <kcache/kc_remote_cache.h>
 
 #include <stdio.h>
 #include <stdlib.h>

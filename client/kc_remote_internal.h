@@ -12,17 +12,17 @@
 
 #include <curl/curl.h>
 
-#include "kc_remote.h"
+#include <kcache/kc_buf.h>
+#include <kcache/kc_remote.h>
 #include "kc_remote_ops.h"
 
 #define KC_REMOTE_SHARE_LOCKS 8
 #define KC_REMOTE_QUEUE_MAX_ITEMS 1024
 #define KC_REMOTE_QUEUE_MAX_BYTES (256u << 20)
 
-/* A growing response buffer. limit 0 = unbounded. */
+/* A response body with a size limit (0 = unbounded). */
 typedef struct kc_rbuf {
-    uint8_t *data;
-    size_t len, cap;
+    kc_buf body;
     size_t limit;
     bool truncate_ok; /* past limit: drop the rest instead of failing */
     bool overflow;
@@ -163,6 +163,10 @@ kc_code kc_remote_server_pull(kc_remote *r, kc_store *s, const char *const *devi
 kc_code kc_remote_server_pull_keys(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                    const kc_bundle_sink *sink, kc_remote_progress_fn progress,
                                    void *pctx, kc_bundle_stats *st, kc_err *err);
+/* POST /v1/artifacts/missing in batches; keys must be valid (the callers list them from the
+ * store or checked them). */
+kc_code kc_remote_server_missing(kc_remote *r, const char *const *keys, size_t n, bool *missing,
+                                 kc_err *err);
 kc_code kc_remote_server_fetch(kc_remote *r, kc_store *s, const char *const *keys, size_t n,
                                bool *fetched, size_t *nfetched, kc_err *err);
 

@@ -8,7 +8,7 @@
 #ifndef KC_REMOTE_OPS_H
 #define KC_REMOTE_OPS_H
 
-#include "kc_remote.h"
+#include <kcache/kc_remote.h>
 
 /* What an implementation provides; arguments are checked by kc_remote_api.c first
  * (keys valid, outputs cleared). */
@@ -62,17 +62,5 @@ kc_code kc_remote_server_open(const char *base_url, const kc_remote_opts *opts, 
                               kc_err *err);
 kc_code kc_remote_shard_open(const char *list, const kc_remote_opts *opts, kc_remote **out,
                              kc_err *err);
-
-/* The keys of a store listing, in listing order: keys is malloc'd (the caller frees it),
- * n of them. */
-typedef struct kc_key_list {
-    char (*keys)[KC_KEY_HEX_LEN + 1];
-    size_t n, cap;
-    bool nomem; /* growing failed: the listing stopped */
-} kc_key_list;
-
-/* Lists the keys of s matching f (NULL: all) into *l (zeroed first). On failure (the
- * store's error, or KC_ERR_NOMEM naming the push) l holds nothing to free. */
-kc_code kc_remote_list_keys(kc_store *s, const kc_filter *f, kc_key_list *l, kc_err *err);
 
 #endif

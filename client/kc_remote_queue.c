@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 #include "kc_remote_internal.h"
 
 void kc_remote_queue_init(kc_remote *r)
@@ -145,7 +145,7 @@ void kc_remote_queue_shutdown(kc_remote *r, long limit_ms)
 {
     if (!r->q_inited)
         return;
-    size_t left = kc_remote_flush(r, limit_ms);
+    size_t left = kc_remote_server_flush(r, limit_ms);
     pthread_mutex_lock(&r->q_mu);
     r->q_stop = true;
     /* Whatever is still queued after the limit is given up. */

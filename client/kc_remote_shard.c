@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "kc_remote_ops.h"
-#include "kc_shard.h"
-#include "kc_util.h"
+#include <kcache/kc_shard.h>
+#include <kcache/kc_util.h>
 
 /* The composite: a kc_remote * of this implementation points at one of these. */
 typedef struct sharded {

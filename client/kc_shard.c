@@ -3,7 +3,7 @@
  * kc_shard.h). Scores are XXH3-64 of the key seeded by each server's own
  * hash, so a server's identity is its URL, never its position in the list.
  */
-#include "kc_shard.h"
+#include <kcache/kc_shard.h>
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -33,12 +33,13 @@ LIBDIR=$(dirname "$(find "$P" -name kcache.pc -path '*pkgconfig*' | head -1)")
 [ -n "$LIBDIR" ] && [ "$LIBDIR" != . ] || fail "kcache.pc not installed"
 LIBDIR=$(dirname "$LIBDIR")
 for f in bin/kcache bin/kcached include/kcache/kc_store.h include/kcache/kc_remote.h \
-         include/kcache/kc_envelope.h include/kcache/kc_error.h share/man/man1/kcache.1 \
+         include/kcache/kc_envelope.h include/kcache/kc_error.h include/kcache/kc_onnx.h \
+         include/kcache/kc_kernel.h share/man/man1/kcache.1 \
          share/man/man8/kcached.8 lib/systemd/system/kcached.service \
          share/doc/kcache/examples/kcached.conf; do
   [ -e "$P/$f" ] || fail "cmake --install did not install $f"
 done
-for l in libkccore.a libkcremote.a libkccompiler.a libkcache.so; do
+for l in libkccore.a libkcremote.a libkccompiler.a libkconnx.a libkcache.so; do
   [ -f "$LIBDIR/$l" ] || fail "cmake --install did not install $l"
 done
 if find "$P/include" -name '*_internal.h' | grep -q .; then fail "internal headers installed"; fi
@@ -47,11 +48,16 @@ pass "cmake --install puts binaries, libraries, headers, kcache.pc, man pages, u
 # --- 2. pkg-config: compile, link and run a program against the install ----
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig
 flags=$(pkg-config --cflags --libs kcache) || fail "pkg-config --cflags --libs kcache"
+# headers are included as <kcache/kc_x.h>: Cflags name the include root, not include/kcache
+incdirs=$(for i in $(pkg-config --cflags-only-I kcache); do readlink -f "${i#-I}"; done)
+root=$(readlink -f "$P/include")
+grep -qx "$root" <<<"$incdirs" && ! grep -qx "$root/kcache" <<<"$incdirs" ||
+  fail "kcache.pc Cflags are not the include root: $(pkg-config --cflags-only-I kcache)"
 [ "$(pkg-config --modversion kcache)" = "$(sed -n 's/^project(kcache VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)" ] ||
   fail "kcache.pc version differs from the project version"
 cat >"$T/use.c" <<'EOF'
-#include <kc_remote.h>
-#include <kc_store.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_store.h>
 #include <stdio.h>
 int main(int argc, char **argv)
 {
@@ -77,6 +83,37 @@ PKG_CONFIG_PATH=${LIBDIR/$P/$T/moved}/pkgconfig pkg-config --cflags kcache | gre
   fail "kcache.pc is not relocatable"
 mv "$T/moved" "$P"
 pass "pkg-config --cflags --libs kcache builds and runs a client on libkcache.so (relocatable prefix)"
+
+# --- 2a. the static libraries with their headers, e.g. the ONNX importer ------
+# (kc_onnx.h and libkconnx.a are installed together: a program built from them
+# alone, with their system libraries, loads a real model and refuses a bad one)
+cat >"$T/onnx.c" <<'EOF'
+#include <kcache/kc_onnx.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    kc_err err = {0};
+    kc_graph *g = NULL;
+    if (argc != 3 || kc_onnx_load(argv[1], NULL, &g, &err) != KC_OK)
+        return fprintf(stderr, "onnx: %s\n", err.msg), 1;
+    printf("nodes %d\n", g->n_nodes);
+    kc_graph_free(g);
+    if (kc_onnx_load(argv[2], NULL, &g, &err) == KC_OK)
+        return 1;
+    printf("refused: %s\n", err.msg);
+    return 0;
+}
+EOF
+onnx_model=/usr/share/libonnx-testdata/data/node/test_relu/model.onnx
+[ -f "$onnx_model" ] || fail "$onnx_model missing (libonnx-testdata, scripts/setup.sh)"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "$T/onnx.c" -o "$T/onnx" -I"$P/include" -L"$LIBDIR" -lkconnx \
+  -lkccompiler -lkccore $(pkg-config --libs libprotobuf-c jansson sqlite3 libzstd libcrypto libxxhash) \
+  -ldnnl -lze_loader -ldl -lm -pthread || fail "no program builds on the installed kc_onnx.h + libkconnx.a"
+echo "not a model" >"$T/bad.onnx"
+"$T/onnx" "$onnx_model" "$T/bad.onnx" >"$T/onnx.out" 2>&1 && grep -q '^nodes 1$' "$T/onnx.out" &&
+  grep -q '^refused: ' "$T/onnx.out" || { cat "$T/onnx.out"; fail "the program on libkconnx.a did not load and refuse"; }
+pass "the installed kc_onnx.h and libkconnx.a build a program that loads an ONNX model"
 
 # --- 2b. the GUIDE's libkcache.so example, against a live kcached ------------
 sed -n '/<!-- libkcache-example -->/,/^```$/p' docs/GUIDE.md | sed '1,2d;$d' >"$T/example.c"

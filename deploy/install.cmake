@@ -4,7 +4,8 @@
 include(GNUInstallDirs)
 
 install(TARGETS kcache kcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS kccore kcremote kccompiler ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# each static library with its own public headers below (kconnx: the ONNX importer)
+install(TARGETS kccore kcremote kccompiler kconnx ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # libkcache.so.MAJOR.MINOR.PATCH, its soname link libkcache.so.MAJOR.MINOR and the
 # development link libkcache.so.
 if(TARGET kcache_shared)
@@ -12,10 +13,12 @@ if(TARGET kcache_shared)
 endif()
 
 # Public headers: each library's include/kcache/ (nothing else is public), all under
-# include/kcache/.
+# include/kcache/; users include them as <kcache/kc_cache.h> (kcache.pc's Cflags name
+# include/, as the libraries' own include paths do in the tree).
 file(GLOB KC_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/cachecore/include/kcache/*.h
      ${PROJECT_SOURCE_DIR}/client/include/kcache/*.h
-     ${PROJECT_SOURCE_DIR}/compiler_stub/include/kcache/*.h)
+     ${PROJECT_SOURCE_DIR}/compiler_stub/include/kcache/*.h
+     ${PROJECT_SOURCE_DIR}/compiler_stub/onnx/include/kcache/*.h)
 install(FILES ${KC_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kcache)
 
 # pkg-config: the prefix is ${pcfiledir}/../.. (as many ".." as LIBDIR has

@@ -205,5 +205,29 @@ check "9 the temp dir was left out" test ! -e "$T/triton-ci/ABC/tmp.pid_1_2"
 check "9 dir status" kcache --cache-dir "$T/dB" dir status triton "$T/triton-ci" --version-key triton=3.3.0 --device-key h100
 check "9 a miss names the differing part" bash -c "kcache --cache-dir '$T/dC' --remote '$DURL' dir pull triton '$T/x' --version-key triton=3.4.0 --device-key h100 2>&1 | grep -q 'differs: version'"
 
+# Section 12: the Python package, as the build leaves it in $BUILD/python.
+start pysrv --data "$T/pysrv"
+PYENV=(env PYTHONPATH="$BUILD/python" KCACHE_DIR="$T/py" KCACHE_REMOTE=http://127.0.0.1:$PORT)
+check "12.1 Store, Remote, compile" "${PYENV[@]}" /usr/bin/python3 -c "
+import kcache
+with kcache.Store() as store:
+    key = store.put(b'compiled bytes', kind='blob', meta={'tag': 'demo'})
+    assert store.get(key) == b'compiled bytes' and store.stats()['entries'] == 1
+assert kcache.Remote().push()['uploaded'] == 1
+s = kcache.compile('$ROOT/examples/mlp.json', device='cpu')
+assert s['kernels'] == 4 and s['backend'] == 'cpu'
+try:
+    kcache.Remote().get('0' * 64)
+    raise SystemExit('no NotFound')
+except kcache.NotFound as e:
+    assert e.code == 'not-found'"
+check "12.3 kcache.torch names a torch without Mega Cache" "${PYENV[@]}" /usr/bin/python3 -c "
+import kcache, kcache.torch
+try:
+    kcache.torch.save('m', version_key='v')
+    raise SystemExit('no error')
+except kcache.UnsupportedError as e:
+    assert 'save_cache_artifacts' in str(e) and 'torch 1.' in str(e), e"
+
 echo "$fails failure(s)"
 [[ $fails = 0 ]]

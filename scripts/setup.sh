@@ -14,6 +14,8 @@ PACKAGES=(
   ccache nginx-light wrk procps iproute2 python3 time
   libonnx-dev libonnx-testdata libprotobuf-c-dev protobuf-c-compiler
   python3-onnx python3-numpy python3-redis redis-server redis-tools
+  # the Python package: its build, its tests, an offline `pip install ./python`
+  python3-dev python3-pytest python3-setuptools python3-wheel python3-venv python3-pip
   chromium prometheus
 )
 

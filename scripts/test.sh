@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # README command (2): set up, build, and run the whole test suite twice: a
-# normal -Werror build, then an AddressSanitizer + UBSan build.
+# normal -Werror build, then an AddressSanitizer + UBSan build. Between them,
+# the packagers' builds (Release, Debian's hardening flags) are built, not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash tests/s3/install.sh
 bash scripts/check-format.sh
 bash scripts/check-standalone.sh
+bash docs/check-index.sh
 bash scripts/build.sh build
 # every header and library the build used comes from a package setup.sh installs
 bash scripts/check-deps.sh build
 bash scripts/check-deps.sh --self-test build
+# the builds packagers make, -Werror on, so neither breaks again (about 2 min of CPU)
+bash scripts/build-packagers.sh build-pkg
 (cd build && ctest --output-on-failure -j2)
 # ONNX conformance (docs/CONFORMANCE.md has the last full report): every
 # libonnx-testdata model through `kcache run --data`, one shared cache in the

@@ -16,7 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 
 typedef struct kcd_token {
     uint8_t digest[KC_SHA256_LEN];

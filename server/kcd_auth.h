@@ -15,7 +15,7 @@
 
 #include <stdbool.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 enum {
     KCD_SCOPE_NONE = 0, /* no scope needed (/healthz) */

@@ -19,8 +19,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "kc_sign.h"
-#include "kc_util.h"
+#include <kcache/kc_sign.h>
+#include <kcache/kc_util.h>
 #include "kcd_auth.h"
 #include "kcd_log.h"
 
@@ -143,7 +143,7 @@ static const opt_def kcd_opts[] = {
     S3OPT("s3-virtual-host", OPT_BOOL, virtual_host, NULL, 0,
           "bucket.host/key URLs instead of host/bucket/key"),
     S3OPT("s3-write-through", OPT_BOOL, write_through, NULL, 0,
-          "PUT waits for the bucket instead of queueing the upload"),
+          "a write (PUT, Redis SET) waits for the bucket instead of queueing the upload"),
     S3NUM("s3-queue", OPT_UINT, queue_max, "N", 1, 1000000,
           "queued uploads at most (default 1024)"),
     S3OPT("s3-queue-bytes", OPT_SIZE, queue_max_bytes, "SIZE", 0,

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_s3_config.h"
 
 /* Built-in TLS: TLS 1.2 and 1.3 only, GnuTLS's NORMAL cipher choice. */

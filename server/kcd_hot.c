@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 
 #define HOT_SHARDS 1 /* one LRU: a byte budget split across shards strands large bodies */
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 static const int kcd_status_codes[KCD_STATUS_SLOTS - 1] = {
     200, 201, 204, 206, 304, 400, 401, 403, 404, 405, 408, 411, 413, 414, 415, 431, 500, 503, 507};
@@ -23,11 +23,6 @@ static const char *const kcd_route_names[KCD_R_COUNT] = {
     "bundle_get",   "bundle_post",   "bundle_select", "ccache_get",      "ccache_head",
     "ccache_put",   "ccache_delete", "stats",         "metrics",         "healthz",
     "status",       "other"};
-
-const char *kcd_route_name(kcd_route r)
-{
-    return (unsigned)r < KCD_R_COUNT ? kcd_route_names[r] : "other";
-}
 
 void kcd_metrics_init(kcd_metrics *m)
 {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kcd_s3.h"
 
 typedef enum kcd_route {
@@ -33,9 +33,6 @@ typedef enum kcd_route {
     KCD_R_OTHER,
     KCD_R_COUNT
 } kcd_route;
-
-/* Route label as used in /metrics ("artifact_get", ...). */
-const char *kcd_route_name(kcd_route r);
 
 #define KCD_STATUS_SLOTS 20
 /* Commands of the Redis listener's table (kcd_redis.c) that are counted. */

@@ -27,12 +27,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
-#include "kc_util.h"
-#include "kcd_routes.h"
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
+#include "kcd_ctx.h"
 #include "kcd_log.h"
+#include "kcd_net.h"
 #include "kcd_redis_int.h"
-#include "kcd_server.h"
 
 /* ------------------------------------------------------------- connections */
 
@@ -355,15 +355,15 @@ static bool next_write(rconn *c)
     return true;
 }
 
-/* Runs one batch of deferred commands and hands each connection back. */
+/* Runs one batch of deferred commands in one transaction of the context's
+ * write door and hands each connection back. The door drops the batch's
+ * keys from the memory cache again and notes the write at the end, before
+ * any reply goes out, so bundles show the batch. */
 static void commit_batch(kcd_redis *r, rconn *batch)
 {
     kc_err e = {0};
-    kc_store *s = kcd_ctx_store(r->ctx, &e);
-    /* without a store handle each command replies its own error */
-    bool batched = s && kc_store_batch_begin(s, &e) == KC_OK;
-    r->batching = batched;
-    r->ntouched = 0;
+    /* without one, each command writes (or fails) on its own */
+    bool batched = kcd_ctx_batch_begin(r->ctx, &e) == KC_OK;
     size_t n = 0;
     for (rconn *c = batch; c; c = c->qnext) {
         c->batch_out0 = c->pending_out0;
@@ -374,19 +374,14 @@ static void commit_batch(kcd_redis *r, rconn *batch)
         } while (c->batch_n < KCD_REDIS_PIPELINED_WRITES && next_write(c));
         n += c->batch_n;
     }
-    r->batching = false;
     kcd_metrics_add(&r->m->redis.writes, n);
-    if (batched && kc_store_batch_end(s, true, &e) != KC_OK) {
+    if (batched && kcd_ctx_batch_end(r->ctx, true, &e) != KC_OK) {
         kcd_log(KCD_LOG_WARN, "redis: committing a batch of %zu writes: %s", n, e.msg);
         for (rconn *c = batch; c; c = c->qnext)
             kcd_redis_reply_failed(c, &e);
     } else if (batched) {
         kcd_metrics_add(&r->m->redis.commits, 1);
     }
-    for (size_t i = 0; i < r->ntouched; i++)
-        kcd_hot_drop_bin(r->hot, r->touched[i]);
-    if (n)
-        kcd_ctx_note_write(r->ctx); /* before any reply goes out: bundles show the batch */
     for (rconn *c = batch, *next; c; c = next) {
         next = c->qnext;
         rworker *w = c->w;
@@ -582,7 +577,6 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->auth = kcd_ctx_auth(ctx);
     r->auth_on = kcd_auth_count(r->auth) > 0;
     r->anonymous_read = cfg->anonymous_read;
-    r->hot = kcd_ctx_hot(ctx);
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
     r->max_clients = cfg->max_connections;
@@ -596,7 +590,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     pthread_cond_init(&r->q_cv, NULL);
     r->q_inited = true;
     kcd_redis_command_names(&r->m->redis.names, &r->m->redis.ncommands);
-    kc_code rc = kcd_bind_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
+    kc_code rc = kcd_net_listen(cfg->redis_listen, &r->listen_fd, &r->port, err);
     if (rc != KC_OK) {
         kc_err_prefix(err, "--redis-listen");
         kcd_redis_stop(r);
@@ -658,11 +652,6 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     return KC_OK;
 }
 
-unsigned kcd_redis_port(const kcd_redis *r)
-{
-    return r->port;
-}
-
 void kcd_redis_stop(kcd_redis *r)
 {
     if (!r)
@@ -694,7 +683,6 @@ void kcd_redis_stop(kcd_redis *r)
             pthread_mutex_destroy(&w->done_mu);
     }
     free(r->workers);
-    free(r->touched);
     for (int i = 0; i < KCD_REDIS_ADDR_BUCKETS; i++) /* emptied by conn_close */
         while (r->addrs[i]) {
             struct raddr *a = r->addrs[i];

@@ -2,7 +2,8 @@
  * kcd_redis.h - kcached's Redis protocol listener (--redis-listen): enough
  * of RESP2/RESP3 that Inductor's and Triton's remote caches and ccache's
  * redis:// storage work unchanged, on the same store, limits, tokens,
- * metrics and access log as the HTTP API (kcd_routes.h).
+ * metrics and access log as the HTTP API (kcd_routes.h), through the
+ * context both share (kcd_ctx.h).
  *
  * Values are store entries of kind "redis" keyed by SHA-256 over "redis:"
  * and the Redis key's bytes; the key itself and the expiry (absolute unix
@@ -13,9 +14,9 @@
 #ifndef KCD_REDIS_H
 #define KCD_REDIS_H
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
-#include "kcd_routes.h"
+#include "kcd_ctx.h"
 
 typedef struct kcd_redis kcd_redis;
 
@@ -23,9 +24,6 @@ typedef struct kcd_redis kcd_redis;
  * threads serving ctx, which must outlive the listener. Writes the bound
  * port to cfg->redis_port_file when set. Errors name the address. */
 kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc_err *err);
-
-/* The bound TCP port. */
-unsigned kcd_redis_port(const kcd_redis *r);
 
 /* Stops accepting, closes every connection (a command being executed
  * finishes first), joins the threads and frees r. NULL is a no-op. */

@@ -1,9 +1,10 @@
 /*
  * kcd_redis_cmd.c - the command half of kcached's Redis listener: Redis
  * strings as store entries (kind redis, the key and the absolute expiry in
- * their metadata, the memory cache in front, per-key write locks), and one
- * command table, as Redis' own redisCommandTable: name, handler, arity,
- * flags. The event loop that feeds it is kcd_redis.c.
+ * their metadata), read and written only through the context's doors
+ * (kcd_ctx.h), and one command table, as Redis' own redisCommandTable:
+ * name, handler, arity, flags. The event loop that feeds it, and runs every
+ * write on one committer thread, is kcd_redis.c.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -18,9 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_hash.h"
-#include "kc_store.h"
-#include "kc_util.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
+#include <kcache/kc_util.h>
+#include "kcd_hot.h"
 #include "kcd_log.h"
 #include "kcd_redis_int.h"
 
@@ -33,64 +35,24 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* A Redis key's name in the store (hex) and in the memory cache (binary). */
-typedef struct rkey {
-    uint8_t d[KC_SHA256_LEN];
-    char hex[KC_KEY_HEX_LEN + 1];
-} rkey;
-
 /* The store key of a Redis key: SHA-256 over "redis:" + the key's bytes. */
-static void store_key(const uint8_t *key, size_t len, rkey *k)
+static void store_key(const uint8_t *key, size_t len, kcd_key *k)
 {
-    uint8_t *d = k->d;
-    uint8_t small[256];
-    kc_sha256_ctx *h = NULL;
-    if (len <= sizeof small - 6) { /* the usual case: one call, no allocation */
-        memcpy(small, "redis:", 6);
-        memcpy(small + 6, key, len);
-        kc_sha256(small, len + 6, d);
-    } else if ((h = kc_sha256_new()) != NULL) {
-        kc_sha256_update(h, "redis:", 6);
-        kc_sha256_update(h, key, len);
-        kc_sha256_final(h, d);
-        kc_sha256_free(h);
-    } else {
-        memset(d, 0, KC_SHA256_LEN); /* out of memory: callers see a miss or a store error */
-    }
-    kc_hex_encode(d, KC_SHA256_LEN, k->hex);
+    kcd_key_name(k, "redis:", key, len);
 }
 
-/* A value read from the memory cache or the store. */
+/* A value read through the context's read door. */
 typedef struct rval {
     const uint8_t *data;
     size_t len;
     int64_t expire_ms; /* 0 = none */
-    kcd_blob *blob;    /* the memory-cache copy holding data, or NULL */
-    uint8_t *owned;    /* the store's payload, or NULL */
+    kcd_value v;       /* holds data */
 } rval;
 
 static void rval_free(rval *v)
 {
-    if (v->blob)
-        kcd_blob_unref(v->blob);
-    free(v->owned);
+    kcd_value_free(&v->v);
     memset(v, 0, sizeof *v);
-}
-
-/* Memory-cache layout: 8 bytes of expiry (little-endian ms), the value. */
-static void hot_keep(kcd_redis *r, const rkey *k, const uint8_t *data, size_t len, int64_t exp,
-                     uint64_t epoch)
-{
-    if (!r->hot || len > SIZE_MAX - 8)
-        return;
-    uint8_t *b = malloc(len + 8);
-    if (!b)
-        return;
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)((uint64_t)exp >> (8 * i));
-    memcpy(b + 8, data, len);
-    kcd_hot_put_bin(r->hot, KCD_HOT_REDIS, k->d, b, len + 8, kc_now(), epoch);
-    free(b);
 }
 
 static int64_t meta_expiry(const char *meta)
@@ -103,71 +65,58 @@ static int64_t meta_expiry(const char *meta)
     return v > 0 ? v : 0;
 }
 
+/* A value as the memory cache keeps it (kcd_fetch_fn): 8 bytes of expiry
+ * (little-endian ms, 0 = none), then the value, so a hit needs no JSON. */
+static kc_code fetch_value(kc_store *s, const char *key, void *ud, uint8_t **body, size_t *len,
+                           kc_err *e)
+{
+    (void)ud;
+    kc_artifact a = {0};
+    kc_code rc = kc_store_get(s, key, &a, e);
+    if (rc != KC_OK)
+        return rc;
+    uint8_t *b = a.payload_len <= SIZE_MAX - 8 ? malloc(a.payload_len + 8) : NULL;
+    if (!b) {
+        kc_artifact_free(&a);
+        return kc_err_set(e, KC_ERR_NOMEM, "out of memory reading Redis value %s", key);
+    }
+    uint64_t exp = (uint64_t)meta_expiry(a.meta);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(exp >> (8 * i));
+    if (a.payload_len)
+        memcpy(b + 8, a.payload, a.payload_len);
+    *body = b;
+    *len = a.payload_len + 8;
+    kc_artifact_free(&a);
+    return KC_OK;
+}
+
 typedef enum { R_MISS = 0, R_HIT = 1, R_ERROR = -1 } rstatus;
 
-/* A reader (not the committer) found key expired: removes it in a write
- * transaction of its own that looks again first, so a value the committer
- * stored since is kept. Failures are left for a later access. */
-static void expire_now(kcd_redis *r, kc_store *s, const rkey *k)
+/* kcd_still_fn: the stored value has expired by *(int64_t *)now_ms. */
+static bool still_expired(const kc_artifact *entry, void *now_ms)
 {
-    kc_err e = {0};
-    if (kc_store_batch_begin(s, &e) != KC_OK)
-        return;
-    kc_artifact a = {0};
-    bool removed = false;
-    if (kc_store_get(s, k->hex, &a, &e) == KC_OK) {
-        int64_t exp = meta_expiry(a.meta);
-        kc_artifact_free(&a);
-        kcd_hot_drop_bin(r->hot, k->d);
-        removed = exp && exp <= now_ms() && kc_store_delete(s, k->hex, &e) == KC_OK;
-    }
-    if (kc_store_batch_end(s, true, &e) == KC_OK && removed) {
-        kcd_hot_drop_bin(r->hot, k->d);
-        kcd_ctx_note_write(r->ctx);
-    }
+    int64_t exp = meta_expiry(entry->meta);
+    return exp && exp <= *(int64_t *)now_ms;
 }
 
 static void reply_store_error(rconn *c, const kc_err *e);
-static rstatus rdelete_locked(rconn *c, const rkey *k);
 
-/* Looks key up (memory cache, then store); an expired entry is removed and
- * reads as missing and is removed. locked: a write command reading first,
- * on the committer (the only thread that writes Redis keys, so no other
- * writer can come between its read and its write). R_ERROR: an error reply
- * has been written. */
-static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, bool locked)
+/* Looks key up through the context's read door (memory cache, then the
+ * store). An expired value reads as missing and is removed, as Redis
+ * expires on access: in a write transaction that looks at it again first,
+ * so a value the committer stored since is kept; a failure there is left
+ * for a later access. R_ERROR: an error reply has been written. */
+static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
 {
     kcd_redis *r = c->w->r;
     memset(out, 0, sizeof *out);
-    rkey k;
+    kcd_key k;
     store_key(key, klen, &k);
-    int64_t now = now_ms();
-    bool refresh = false;
-    kcd_blob *b = kcd_hot_get_bin(r->hot, KCD_HOT_REDIS, k.d, kc_now(), &refresh);
-    if (b && !refresh && b->len >= 8) {
-        uint64_t exp = 0;
-        for (int i = 0; i < 8; i++)
-            exp |= (uint64_t)b->data[i] << (8 * i);
-        if (exp == 0 || (int64_t)exp > now) {
-            out->blob = b;
-            out->data = b->data + 8;
-            out->len = b->len - 8;
-            out->expire_ms = (int64_t)exp;
-            kcd_metrics_add(&r->m->redis.hits, 1);
-            return R_HIT;
-        }
-    }
-    if (b)
-        kcd_blob_unref(b);
-    kc_err e = {0};
-    kc_store *s = kcd_ctx_store(r->ctx, &e);
-    if (!s) {
-        reply_store_error(c, &e);
-        return R_ERROR;
-    }
-    uint64_t epoch = kcd_hot_epoch_bin(r->hot, k.d);
-    kc_artifact a = {0};
-    kc_code rc = kc_store_get(s, k.hex, &a, &e);
+    kc_err e; /* not cleared up front: a memory-cache hit never looks at it */
+    e.code = KC_OK;
+    e.msg[0] = 0;
+    kc_code rc = kcd_ctx_get(r->ctx, KCD_HOT_REDIS, &k, fetch_value, NULL, &out->v, &e);
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&r->m->corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt Redis value %s quarantined: %s", k.hex, e.msg);
@@ -181,66 +130,33 @@ static rstatus rget_ex(rconn *c, const uint8_t *key, size_t klen, rval *out, boo
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    int64_t exp = meta_expiry(a.meta);
-    if (exp && exp <= now) {
-        kc_artifact_free(&a);
-        /* removed lazily, as Redis expires on access */
-        if (locked)
-            rdelete_locked(c, &k);
-        else
-            expire_now(r, s, &k);
+    uint64_t exp = 0;
+    for (int i = 0; i < 8; i++)
+        exp |= (uint64_t)out->v.data[i] << (8 * i);
+    int64_t now = now_ms();
+    if (exp && (int64_t)exp <= now) {
+        rval_free(out);
+        kcd_ctx_delete_if(r->ctx, &k, still_expired, &now, &e);
         kcd_metrics_add(&r->m->redis.misses, 1);
         return R_MISS;
     }
-    hot_keep(r, &k, a.payload, a.payload_len, exp, epoch);
-    out->owned = a.payload ? a.payload : malloc(1);
-    out->data = out->owned;
-    out->len = a.payload_len;
-    out->expire_ms = exp;
-    a.payload = NULL;
-    kc_artifact_free(&a);
+    out->data = out->v.data + 8;
+    out->len = out->v.len - 8;
+    out->expire_ms = (int64_t)exp;
     kcd_metrics_add(&r->m->redis.hits, 1);
     return R_HIT;
 }
 
-static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
-{
-    return rget_ex(c, key, klen, out, false);
-}
-
 /* Stores key = value with an absolute expiry (0 = none), replacing any
- * previous value. On the committer. R_ERROR: reply written. */
-/* In a batch: the memory cache must not hold a value before it commits,
- * and forgets the key again after (a reader may have put the old value
- * back meanwhile). Returns true when the committer will do that. */
-static bool batch_touch(kcd_redis *r, const rkey *k)
-{
-    if (!r->batching)
-        return false;
-    if (r->ntouched == r->touched_cap) {
-        size_t cap = r->touched_cap ? r->touched_cap * 2 : 64;
-        uint8_t(*t)[32] = realloc(r->touched, cap * sizeof *t);
-        if (!t)
-            return true; /* no value is kept, so nothing stale can stay */
-        r->touched = t;
-        r->touched_cap = cap;
-    }
-    memcpy(r->touched[r->ntouched++], k->d, KC_SHA256_LEN);
-    return true;
-}
-
-static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint8_t *val,
-                           size_t vlen, int64_t expire_ms)
+ * previous value, through the write door. On the committer (in its batch).
+ * R_ERROR: reply written. */
+static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                    int64_t expire_ms)
 {
     kcd_redis *r = c->w->r;
-    rkey k;
+    kcd_key k;
     store_key(key, klen, &k);
     kc_err e = {0};
-    kc_store *s = kcd_ctx_store(r->ctx, &e);
-    if (!s) {
-        reply_store_error(c, &e);
-        return R_ERROR;
-    }
     /* metadata: the key (as text when it is UTF-8, else hex) and the expiry */
     json_t *m = json_object();
     json_t *ks = json_stringn((const char *)key, klen);
@@ -271,35 +187,21 @@ static rstatus rset_locked(rconn *c, const uint8_t *key, size_t klen, const uint
     a.meta = meta;
     a.payload = (uint8_t *)val;
     a.payload_len = vlen;
-    /* the memory cache forgets the old value before and after; a reader
-     * that read the store in between cannot put it back (kcd_hot_epoch) */
-    kcd_hot_drop_bin(r->hot, k.d);
-    kc_code rc = kc_store_replace(s, &a, NULL, &e);
-    kcd_hot_drop_bin(r->hot, k.d);
+    kc_code rc = kcd_ctx_replace(r->ctx, &a, NULL, &e);
     free(meta);
     if (rc != KC_OK) {
         reply_store_error(c, &e);
         return R_ERROR;
     }
-    if (!batch_touch(r, &k))
-        hot_keep(r, &k, val, vlen, expire_ms, kcd_hot_epoch_bin(r->hot, k.d));
     return R_HIT;
 }
 
-/* Removes a key's entry. R_HIT removed, R_MISS absent. On the committer. */
-static rstatus rdelete_locked(rconn *c, const rkey *k)
+/* Removes a key's entry through the write door. R_HIT removed, R_MISS
+ * absent. On the committer. */
+static rstatus rdelete(rconn *c, const kcd_key *k)
 {
-    kcd_redis *r = c->w->r;
     kc_err e = {0};
-    kc_store *s = kcd_ctx_store(r->ctx, &e);
-    if (!s) {
-        reply_store_error(c, &e);
-        return R_ERROR;
-    }
-    kcd_hot_drop_bin(r->hot, k->d);
-    kc_code rc = kc_store_delete(s, k->hex, &e);
-    kcd_hot_drop_bin(r->hot, k->d);
-    batch_touch(r, k);
+    kc_code rc = kcd_ctx_delete(c->w->r->ctx, k, &e);
     if (rc == KC_OK)
         return R_HIT;
     if (rc == KC_ERR_NOT_FOUND)
@@ -660,18 +562,16 @@ static void do_set(rconn *c, size_t kidx, size_t vidx, size_t opt_from, int64_t 
         } else
             return reply_error(c, "ERR syntax error");
     }
-    rkey k;
-    store_key(c->argv[kidx], ARGL(kidx), &k);
     rval old = {0};
     rstatus st = R_MISS;
     if (nx || xx || get || keepttl)
-        st = rget_ex(c, c->argv[kidx], ARGL(kidx), &old, true);
+        st = rget(c, c->argv[kidx], ARGL(kidx), &old);
     if (st != R_ERROR) {
         bool skip = (nx && st == R_HIT) || (xx && st == R_MISS);
         if (keepttl && st == R_HIT)
             expire = old.expire_ms;
-        if (!skip && rset_locked(c, c->argv[kidx], ARGL(kidx), c->argv[vidx], ARGL(vidx), expire) ==
-                         R_ERROR) {
+        if (!skip &&
+            rset(c, c->argv[kidx], ARGL(kidx), c->argv[vidx], ARGL(vidx), expire) == R_ERROR) {
             /* error replied */
         } else if (get) {
             if (st == R_HIT)
@@ -717,14 +617,14 @@ static void cmd_del(rconn *c)
 {
     long long n = 0;
     for (size_t i = 1; i < c->argc; i++) {
-        rkey k;
+        kcd_key k;
         store_key(c->argv[i], ARGL(i), &k);
         /* an expired entry still stored does not count as deleted */
         rval v;
-        rstatus st = rget_ex(c, c->argv[i], ARGL(i), &v, true);
+        rstatus st = rget(c, c->argv[i], ARGL(i), &v);
         rval_free(&v);
         if (st == R_HIT)
-            st = rdelete_locked(c, &k);
+            st = rdelete(c, &k);
         if (st == R_ERROR)
             return;
         n += st == R_HIT;
@@ -762,10 +662,10 @@ static void do_expire(rconn *c, bool persist)
             return reply_error(c, "ERR NX and XX, GT or LT options at the same time are not "
                                   "compatible");
     }
-    rkey k;
+    kcd_key k;
     store_key(c->argv[1], ARGL(1), &k);
     rval v;
-    rstatus st = rget_ex(c, c->argv[1], ARGL(1), &v, true);
+    rstatus st = rget(c, c->argv[1], ARGL(1), &v);
     long long result = 0;
     if (st == R_HIT) {
         int64_t cur = v.expire_ms; /* 0 = none: "infinite" for GT/LT */
@@ -773,9 +673,9 @@ static void do_expire(rconn *c, bool persist)
                              : !((nx && cur) || (xx && !cur) || (gt && (!cur || when <= cur)) ||
                                  (lt && cur && when >= cur));
         if (apply && !persist && when <= now_ms())
-            st = rdelete_locked(c, &k);
+            st = rdelete(c, &k);
         else if (apply)
-            st = rset_locked(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : when);
+            st = rset(c, c->argv[1], ARGL(1), v.data, v.len, persist ? 0 : when);
         result = apply;
     }
     rval_free(&v);

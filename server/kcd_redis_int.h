@@ -12,9 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_auth.h"
-#include "kcd_hot.h"
 #include "kcd_metrics.h"
 #include "kcd_redis.h"
 #include "kcd_resp.h"
@@ -47,7 +46,6 @@ typedef struct rworker rworker;
 struct kcd_redis {
     kcd_ctx *ctx;
     const kcd_auth *auth;
-    kcd_hot *hot;
     kcd_metrics *m;
     bool auth_on, anonymous_read;
     uint64_t max_blob;
@@ -72,11 +70,6 @@ struct kcd_redis {
     bool q_stop, q_inited;
     pthread_t committer;
     bool committer_started;
-    /* the committer's own: inside a batch, and the keys the batch wrote
-     * (their memory-cache copies are dropped once it commits) */
-    bool batching;
-    uint8_t (*touched)[32];
-    size_t ntouched, touched_cap;
 };
 
 struct rworker {

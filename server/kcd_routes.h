@@ -10,12 +10,8 @@
  * size with kcd_exchange_feed() and closed with kcd_exchange_end(). Uploads
  * are hashed while they stream and nothing is stored until the whole body
  * has been checked. kcd_exchange_finish() records metrics and the access-log
- * line and frees the exchange.
- *
- * Store handles: a kc_store handle is single-threaded, so the context opens
- * one per calling thread, lazily, and closes them all in kcd_ctx_free().
- * Streams (GET /v1/bundle) and bundle imports open a dedicated handle for
- * their lifetime because they span many calls.
+ * line and frees the exchange. Every exchange runs against a kcd_ctx
+ * (kcd_ctx.h), the context the Redis listener shares.
  */
 #ifndef KCD_ROUTES_H
 #define KCD_ROUTES_H
@@ -25,8 +21,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
+#include "kcd_ctx.h"
 #include "kcd_metrics.h"
 
 /* Longest accepted /ccache/{path} (after the prefix). */
@@ -34,43 +31,6 @@
 /* Largest POST /v1/artifacts/missing body and key count. */
 #define KCD_MISSING_BODY_MAX (16u << 20)
 #define KCD_MISSING_KEYS_MAX 100000
-
-typedef struct kcd_ctx kcd_ctx;
-
-/* Creates the shared request context from a validated configuration: loads
- * the tokens file and opens the store once (creating it) to fail early.
- * Copies what it needs from cfg. Thread-safe to use from any number of
- * threads afterwards. */
-kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err);
-
-/* Closes every per-thread store handle (flushing access times) and frees the
- * context. Call only after every thread using it has stopped. */
-void kcd_ctx_free(kcd_ctx *ctx);
-
-/* The context's counters (lives as long as the context). */
-kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx);
-
-/* The context's S3 tier, NULL without one: for tests that move its clock
- * (kcd_s3_set_clock) before the first request. */
-struct kcd_s3 *kcd_ctx_s3(kcd_ctx *ctx);
-
-/* For the Redis listener (kcd_redis.h), which shares the context: this
- * thread's store handle (opened on first use, closed by kcd_ctx_free; NULL
- * with *err set when it cannot be opened), the token table and the memory
- * cache (NULL when --memory-cache is 0). */
-struct kc_store *kcd_ctx_store(kcd_ctx *ctx, kc_err *err);
-const struct kcd_auth *kcd_ctx_auth(const kcd_ctx *ctx);
-struct kcd_hot *kcd_ctx_hot(const kcd_ctx *ctx);
-
-/* Counts a write to the store (any path: HTTP, Redis). A finished bundle
- * is kept in the memory cache under its query and this count, so a write
- * counted before its answer goes out shows in every bundle asked for
- * after that answer. Thread-safe. */
-void kcd_ctx_note_write(kcd_ctx *ctx);
-
-/* Store upkeep (kc_store_compact) on a handle of its own; counted in
- * /metrics (kcached_compactions_total). For the server's upkeep thread. */
-kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
 
 /* Header or query-argument lookup supplied by the caller: returns the value
  * (valid for the request's lifetime) or NULL. Header names are matched
@@ -150,9 +110,6 @@ void kcd_exchange_end(kcd_exchange *x);
 /* Records metrics and the access-log line (completed = the response was
  * fully sent), then frees the exchange and whatever response it still owns. */
 void kcd_exchange_finish(kcd_exchange *x, bool completed);
-
-/* Route of an exchange, for callers that add their own accounting. */
-kcd_route kcd_exchange_route(const kcd_exchange *x);
 
 typedef struct kcd_kv {
     const char *name;

@@ -17,10 +17,10 @@
 #include <strings.h>
 #include <time.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_sign.h"
-#include "kc_util.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_util.h>
 
 #define S3_POOL_MAX 16
 #define S3_FAILS_BEFORE_DOWN 3

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_s3_config.h" /* its settings: kcd_s3_config */
 
 typedef struct kcd_s3 kcd_s3; /* opaque */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 static char *s3_strdup(const char *s)
 {

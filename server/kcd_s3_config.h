@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 /* Settings of the tier. Every string is owned by the struct (malloc'd; free
  * with kcd_s3_config_free). kcached's options (kcd_config.c, `kcached

@@ -1,10 +1,10 @@
 /*
  * kcd_server.c - thin libmicrohttpd glue around kcd_routes: binds the
- * socket itself (so port 0 can be reported), runs MHD with epoll and an
- * internal thread pool, maps kcd_response onto MHD responses (buffers handed
- * over without copying, large bodies sent with sendfile or from a mapping as
- * --send-mode says, bundles streamed with a content-reader callback) and
- * drains in-flight requests on shutdown.
+ * socket itself (kcd_net.h, so port 0 can be reported), runs MHD with epoll
+ * and an internal thread pool, maps kcd_response onto MHD responses (buffers
+ * handed over without copying, large bodies sent with sendfile or from a
+ * mapping as --send-mode says, bundles streamed with a content-reader
+ * callback) and drains in-flight requests on shutdown.
  */
 #include "kcd_server.h"
 
@@ -14,7 +14,6 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -28,9 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 #include "kcd_hot.h"
 #include "kcd_log.h"
+#include "kcd_net.h"
 #include "kcd_redis.h"
 #include "kcd_routes.h"
 
@@ -497,54 +497,6 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     kcd_log(KCD_LOG_DEBUG, "mhd: %s", msg);
 }
 
-kc_code kcd_bind_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err)
-{
-    char host[256];
-    unsigned port;
-    kc_code rc = kcd_parse_listen(listen_spec, host, sizeof host, &port, err);
-    if (rc != KC_OK)
-        return rc;
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%u", port);
-    int gai = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
-    if (gai != 0)
-        return kc_err_set(err, KC_ERR_INVALID, "cannot resolve %s: %s", listen_spec,
-                          gai_strerror(gai));
-    int fd = -1, saved = 0;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-        if (fd < 0) {
-            saved = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
-            break;
-        saved = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        return kc_err_errno(err, KC_ERR_IO, saved, "cannot listen on %s", listen_spec);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        saved = errno;
-        close(fd);
-        return kc_err_errno(err, KC_ERR_IO, saved, "getsockname on %s", listen_spec);
-    }
-    *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                               : ((struct sockaddr_in *)&ss)->sin_port);
-    *fd_out = fd;
-    return KC_OK;
-}
-
 kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
 {
     *out = NULL;
@@ -573,7 +525,7 @@ kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err)
     }
     if ((rc = kcd_ctx_new(cfg, &srv->ctx, err)) != KC_OK)
         goto fail;
-    if ((rc = kcd_bind_listen(cfg->listen, &srv->listen_fd, &srv->port, err)) != KC_OK)
+    if ((rc = kcd_net_listen(cfg->listen, &srv->listen_fd, &srv->port, err)) != KC_OK)
         goto fail;
     unsigned threads = cfg->threads;
     if (threads == 0) {

@@ -6,7 +6,7 @@
 #ifndef KCD_SERVER_H
 #define KCD_SERVER_H
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcd_config.h"
 
 typedef struct kcd_server kcd_server;
@@ -17,14 +17,10 @@ typedef struct kcd_server kcd_server;
  * Errors name the address, file or directory involved. */
 kc_code kcd_server_start(const kcd_config *cfg, kcd_server **out, kc_err *err);
 
-/* Binds and listens on a "HOST:PORT" address (kcd_parse_listen) with a
- * non-blocking, close-on-exec socket; *port_out is the bound port. */
-kc_code kcd_bind_listen(const char *listen_spec, int *fd_out, unsigned *port_out, kc_err *err);
-
 /* The bound TCP port (useful with port 0). */
 unsigned kcd_server_port(const kcd_server *srv);
 
-/* The request context it serves (kcd_routes.h): for in-process tests. */
+/* The request context it serves (kcd_ctx.h): for in-process tests. */
 struct kcd_ctx *kcd_server_ctx(kcd_server *srv);
 
 /* Graceful stop: stop accepting, let in-flight requests finish (up to

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 typedef struct sample {
     double t;

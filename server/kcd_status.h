@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kcd_metrics.h"
 #include "kcd_s3.h"
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 #include "kcd_config.h"
 #include "kcd_log.h"
 #include "kcd_server.h"

@@ -13,7 +13,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "kc_bundle.h"
+#include <kcache/kc_bundle.h>
 #include "kc_bytes.h"
 #include "kc_testutil.h"
 

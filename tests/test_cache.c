@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_cache.h"
-#include "kc_keys.h"
-#include "kc_remote_cache.h"
+#include <kcache/kc_cache.h>
+#include <kcache/kc_keys.h>
+#include <kcache/kc_remote_cache.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 /* ---- a counting in-memory cache ------------------------------------------------- */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 #include "kc_testutil.h"
 
 static char *dir, *cache, *cache2;

@@ -4,7 +4,8 @@
  * target, compiler flag or kernel template misses; failures show the
  * compiler's message and the generated file; --require-hit fails loudly;
  * two processes compiling the same graph at once both succeed; autotune
- * decisions are cached; explain names the differing ingredient.
+ * decisions are cached; explain names the differing ingredient; the prewarm
+ * walk (kc_prewarm.h) reports every pair and counts what failed.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -19,6 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <kcache/kc_cache.h>
+#include <kcache/kc_prewarm.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 extern char **environ;
@@ -451,4 +455,90 @@ Test(compile_cache, run_check_fails_on_a_wrong_kernel)
     free(text);
     free(sm);
     free(bad);
+}
+
+/* ---- the prewarm walk as a library (kc_prewarm.h) ---------------------------- */
+
+typedef struct pairs_seen {
+    int n;
+    int gi[8];
+    bool ok[8];
+    char why[8][KC_ERR_MSG_MAX];
+} pairs_seen;
+
+static void note_pair(const kc_manifest *m, int ti, int gi, const kc_program *p, const kc_err *err,
+                      void *ctx)
+{
+    (void)m;
+    (void)ti;
+    pairs_seen *x = ctx;
+    cr_assert_lt(x->n, 8);
+    cr_assert((p == NULL) != (err == NULL), "exactly one of program and error");
+    x->gi[x->n] = gi;
+    x->ok[x->n] = p != NULL;
+    snprintf(x->why[x->n], sizeof x->why[0], "%s", err ? err->msg : "");
+    x->n++;
+}
+
+Test(compile_cache, prewarm_walks_every_pair_reports_each_and_counts_what_failed)
+{
+    char *man = kc_test_path(dir, "manifest.json"), *sdir = kc_test_path(dir, "libcache");
+    const char *text = "{\"format\":\"kcache-manifest/1\",\"graphs\":[\"tiny.json\","
+                       "\"missing.json\",{\"graph\":\"tiny.json\",\"shape\":[\"N=1\"]}],"
+                       "\"targets\":[{\"device\":\"cpu\"}]}";
+    cr_assert_eq(kc_test_write_file(man, text, strlen(text)), 0);
+    kc_err err = {0};
+    kc_manifest *m;
+    cr_assert_eq(kc_manifest_load(man, &m, &err), KC_OK, "%s", err.msg);
+    kc_store *s;
+    kc_cache *c;
+    cr_assert_eq(kc_store_open(sdir, NULL, &s, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_cache_local_open(s, &c, &err), KC_OK, "%s", err.msg);
+
+    pairs_seen seen = {0};
+    kc_prewarm_opts o = {
+        .backend = {.work_dir = dir}, .source = man, .done = note_pair, .done_ctx = &seen};
+    kc_prewarm_stats st;
+    kc_code rc = kc_prewarm(m, c, &o, &st, &err);
+    cr_expect_neq(rc, KC_OK, "two pairs failed, yet KC_OK");
+    cr_expect(strstr(err.msg, "2 of 3 graph x target pairs failed"), "%s", err.msg);
+    cr_expect_eq(st.pairs, 3);
+    cr_expect_eq(st.failed, 2);
+    cr_expect_gt(st.kernels, 0);
+    cr_expect_eq(st.hits, 0);
+    cr_assert_eq(st.n_devices, 1);
+    cr_expect(strncmp(st.devices[0], "cpu-", 4) == 0, "%s", st.devices[0]);
+    cr_assert_eq(seen.n, 3, "one report per pair");
+    cr_expect(seen.ok[0] && !seen.ok[1] && !seen.ok[2]);
+    cr_expect_eq(seen.gi[1], 1);
+    cr_expect(strstr(seen.why[1], "missing.json"), "%s", seen.why[1]);
+    cr_expect(strstr(seen.why[2], "graphs[2]") && strstr(seen.why[2], "loader"),
+              "shape bindings without an ONNX loader: %s", seen.why[2]);
+    kc_prewarm_stats_free(&st);
+
+    /* the same walk again: every kernel a hit, nothing compiled */
+    seen.n = 0;
+    kc_prewarm(m, c, &o, &st, &err);
+    cr_expect_eq(st.compiled, 0);
+    cr_expect_eq(st.hits, st.kernels);
+    kc_prewarm_stats_free(&st);
+    kc_manifest_free(m);
+
+    /* flags that could run a program stop the walk before anything is compiled */
+    text = "{\"format\":\"kcache-manifest/1\",\"graphs\":[\"tiny.json\"],"
+           "\"targets\":[{\"device\":\"cpu\",\"cflags\":\"-wrapper /bin/sh,-c,true\"}]}";
+    cr_assert_eq(kc_test_write_file(man, text, strlen(text)), 0);
+    cr_assert_eq(kc_manifest_load(man, &m, &err), KC_OK, "%s", err.msg);
+    seen.n = 0;
+    cr_expect_eq(kc_prewarm(m, c, &o, &st, &err), KC_ERR_INVALID);
+    cr_expect(strstr(err.msg, "-wrapper") && strstr(err.msg, man), "%s", err.msg);
+    cr_expect_eq(st.pairs, 0);
+    cr_expect_eq(seen.n, 0);
+    kc_prewarm_stats_free(&st);
+    kc_manifest_free(m);
+
+    kc_cache_close(c);
+    kc_store_close(s);
+    free(man);
+    free(sdir);
 }

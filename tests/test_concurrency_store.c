@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "test_fault_util.h"
 
 #define PROCS 4

@@ -3,7 +3,9 @@
  * kcached: two cache directories stand for two machines. Round trip (bytes,
  * modes, nesting, empty files and dirs), dedup between snapshots, every
  * hostile-manifest case served by kcached, a reader during the restore, a
- * server killed mid-stream, a full disk, signing and trust, presets.
+ * server killed mid-stream, a full disk, signing and trust, the global
+ * options (size limit, trusted keys) reaching every file a pull fetches,
+ * presets.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -23,9 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_snapshot.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_snap.h>
+#include <kcache/kc_snapshot.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -308,6 +311,147 @@ Test(dir_snapshot, explain_names_the_part_that_differs)
     kc_test_result_free(&r);
     free(src);
     free(dst);
+}
+
+/* ---- the library the tool and the Python package share ---------------------- */
+
+typedef struct reported {
+    char paths[8][64];
+    int n;
+} reported;
+
+static void collect_report(const char *path, void *ctx)
+{
+    reported *r = ctx;
+    if (r->n < 8)
+        snprintf(r->paths[r->n++], sizeof r->paths[0], "%s", path);
+}
+
+Test(dir_snapshot, kc_snap_library_pushes_pulls_checks_and_explains_without_the_tool)
+{
+    char *src = P("src"), *dst = P("dst"), *dirA = P("libA"), *dirB = P("libB");
+    mkdir(src, 0755);
+    write_at(src, "a/x", "one", 3, 0644);
+    write_at(src, "b", "two", 3, 0600);
+    kc_err err = {0};
+    kc_remote *r;
+    cr_assert_eq(kc_remote_open(ts.url, NULL, &r, &err), KC_OK, "%s", err.msg);
+
+    kc_snap_opts o = {.cache_dir = dirA,
+                      .remote = r,
+                      .name = "lib",
+                      .device_key = "g",
+                      .version_key = "v1",
+                      .dir = src};
+    kc_snap_push_result pr;
+    cr_assert_eq(kc_snap_push(&o, &pr, &err), KC_OK, "%s", err.msg);
+    char slot[KC_KEY_HEX_LEN + 1];
+    kc_snapshot_key("lib", "g", "v1", slot);
+    cr_expect_str_eq(pr.slot, slot);
+    cr_expect_eq(pr.scan.files, 2);
+    cr_expect_eq(pr.sent.uploaded, 2);
+    cr_expect(pr.manifest_sent);
+    cr_expect(kc_key_valid(pr.manifest));
+
+    kc_store *sb;
+    cr_assert_eq(kc_store_open(dirB, NULL, &sb, &err), KC_OK, "%s", err.msg);
+    o = (kc_snap_opts){.store = sb,
+                       .cache_dir = dirB,
+                       .remote = r,
+                       .name = "lib",
+                       .device_key = "g",
+                       .version_key = "v1",
+                       .dir = dst,
+                       .verify = true};
+    kc_snap_pull_result res;
+    cr_assert_eq(kc_snap_pull(&o, &res, &err), KC_OK, "%s", err.msg);
+    cr_expect(res.found);
+    cr_expect_str_eq(res.manifest, pr.manifest);
+    cr_expect_eq(res.files, 2);
+    cr_expect_eq(res.restore.written, 2);
+    cr_expect_eq(res.files_received, 2);
+    cr_expect_eq(res.missing, 0);
+    chmod(dst, 0755);
+    same_tree(src, dst);
+
+    /* status reports each file that changed, through the callback */
+    write_at(dst, "a/x", "changed", 7, 0644);
+    reported rep = {0};
+    o.report = collect_report;
+    o.report_ctx = &rep;
+    kc_snap_info info;
+    cr_assert_eq(kc_snap_status(&o, &info, &err), KC_OK, "%s", err.msg);
+    cr_expect(info.found);
+    cr_expect_eq(info.files, 2);
+    cr_expect_eq(info.missing, 1);
+    cr_assert_eq(rep.n, 1);
+    cr_expect_str_eq(rep.paths[0], "a/x");
+
+    /* another version: explain says not found, nearest says what differs,
+     * pull fails with not-found */
+    o.version_key = "v2";
+    cr_assert_eq(kc_snap_explain(&o, &info, &err), KC_OK, "%s", err.msg);
+    cr_expect_not(info.found);
+    cr_expect_str_eq(info.manifest, "");
+    kc_snap_near *near;
+    size_t n;
+    cr_assert_eq(kc_snap_nearest(&o, &near, &n, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_str_eq(near[0].device_key, "g");
+    cr_expect_str_eq(near[0].version_key, "v1");
+    cr_expect_str_eq(near[0].differs, "version");
+    free(near);
+    cr_expect_eq(kc_snap_pull(&o, &res, &err), KC_ERR_NOT_FOUND);
+    cr_expect_not(res.found);
+    cr_expect(strstr(err.msg, "no snapshot 'lib'") && strstr(err.msg, ts.url), "%s", err.msg);
+
+    /* a store that trusts a key refuses the unsigned manifest pushed from it
+     * (found, then judged), also for a caller that passes no kc_err */
+    char *key = P("sign.pem"), *pub = P("trusted.pem");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    kc_trust *trust;
+    cr_assert_eq(kc_trust_load(pub, &trust, &err), KC_OK, "%s", err.msg);
+    kc_store *strust;
+    kc_store_opts so = {.trust = trust};
+    cr_assert_eq(kc_store_open(dirA, &so, &strust, &err), KC_OK, "%s", err.msg);
+    kc_snap_opts ot = o;
+    ot.store = strust;
+    ot.cache_dir = dirA;
+    ot.remote = NULL;
+    ot.version_key = "v1";
+    ot.report = NULL;
+    kc_code trc = kc_snap_pull(&ot, &res, NULL);
+    cr_expect_eq(trc, KC_ERR_UNTRUSTED, "%s", kc_code_name(trc));
+    cr_expect_not(res.found);
+    kc_store_close(strust);
+    kc_trust_free(trust);
+    free(key);
+    free(pub);
+
+    /* bad words are refused, naming which */
+    o.name = "a b";
+    cr_expect_eq(kc_snap_pull(&o, &res, &err), KC_ERR_INVALID);
+    cr_expect(strstr(err.msg, "snapshot name"), "%s", err.msg);
+    o.name = "lib";
+    o.store = NULL;
+    cr_expect_eq(kc_snap_status(&o, &info, &err), KC_ERR_INVALID);
+
+    /* every preset the message lists can be found */
+    char names[128];
+    snprintf(names, sizeof names, "%s", kc_snap_preset_names());
+    int found = 0;
+    for (char *save = NULL, *t = strtok_r(names, ", ", &save); t;
+         t = strtok_r(NULL, ", ", &save), found++)
+        cr_expect_not_null(kc_snap_preset_find(t), "%s", t);
+    cr_expect_eq(found, 5);
+    cr_expect_null(kc_snap_preset_find("torch"));
+
+    kc_store_close(sb);
+    kc_remote_close(r);
+    free(src);
+    free(dst);
+    free(dirA);
+    free(dirB);
 }
 
 /* ---- hostile manifests ---------------------------------------------------- */
@@ -806,6 +950,108 @@ Test(dir_snapshot, trusted_keys_refuse_an_unsigned_manifest_and_accept_a_signed_
     free(pub);
     free(src);
     free(dst);
+}
+
+/* ---- the global options reach dir commands ---------------------------------- */
+
+/* n random files k/0.bin .. of len bytes each under root, seeded from seed. */
+static void write_kernels(const char *root, int n, size_t len, uint64_t seed)
+{
+    mkdir(root, 0755);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k/%d.bin", i);
+        write_random(root, name, len, seed + (uint64_t)i);
+    }
+}
+
+/* A second server beside ts; *list receives "URL1,URL2" (client-side sharding:
+ * a dir pull then fetches each file with its own GET). */
+static void start_second(kc_testserver *t2, char *list, size_t cap)
+{
+    memset(t2, 0, sizeof *t2);
+    cr_assert_eq(kc_testserver_start(t2, NULL, NULL), 0, "second kcached did not start");
+    snprintf(list, cap, "%s,%s", ts.url, t2->url);
+}
+
+Test(dir_snapshot, dir_pull_keeps_kcache_max_artifact_for_every_file_it_fetches)
+{
+    kc_testserver t2;
+    char list[256];
+    start_second(&t2, list, sizeof list);
+    char *src = P("src"), *dst = P("dst"), *dst2 = P("dst2");
+    write_kernels(src, 6, 4096, 100);
+    kc_test_result r;
+    KC(&r, "hostA", list, "dir", "push", src, "--name", "big", "--version-key", "v", "--device-key",
+       "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+
+    setenv("KCACHE_MAX_ARTIFACT", "1K", 1);
+    KC(&r, "hostB", list, "dir", "pull", "big", dst, "--version-key", "v", "--device-key", "g");
+    unsetenv("KCACHE_MAX_ARTIFACT");
+    cr_expect_eq(r.exit_code, 1, "4 KiB files came past a 1 KiB limit: %s", r.err);
+    cr_expect(strstr(r.err, "KCACHE_MAX_ARTIFACT"), "the error names the limit: %s", r.err);
+    kc_test_result_free(&r);
+
+    KC(&r, "hostC", list, "dir", "pull", "big", dst2, "--version-key", "v", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "without the limit: %s", r.err);
+    kc_test_result_free(&r);
+    same_tree(src, dst2);
+    kc_testserver_cleanup(&t2);
+    free(src);
+    free(dst);
+    free(dst2);
+}
+
+Test(dir_snapshot, dir_pull_with_trusted_keys_takes_only_signed_files_it_fetches)
+{
+    kc_testserver t2;
+    char list[256];
+    start_second(&t2, list, sizeof list);
+    char *key = P("sign.pem"), *pub = P("trusted.pem");
+    char *src = P("src"), *src2 = P("src2"), *dst = P("dst"), *dst2 = P("dst2");
+    cr_assert_eq(kc_test_make_ed25519(key, pub), 0);
+    write_kernels(src, 6, 2000, 200);
+    write_kernels(src2, 6, 2000, 300);
+    kc_test_result r;
+    /* the files reach the servers unsigned; a later signed push finds them
+     * there and sends only its signed manifest */
+    KC(&r, "hostA", list, "dir", "push", src, "--name", "s", "--version-key", "v1", "--device-key",
+       "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostA", list, "--sign-key", key, "--json", "dir", "push", src, "--name", "s",
+       "--version-key", "v2", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j = out_json(&r);
+    cr_assert_eq(jint(j, "files_sent"), 0, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    KC(&r, "hostB", list, "--trusted-keys", pub, "dir", "pull", "s", dst, "--version-key", "v2",
+       "--device-key", "g");
+    cr_expect_eq(r.exit_code, 1, "unsigned files were taken with --trusted-keys: %s", r.err);
+    cr_expect(strstr(r.err, "refused before downloading") && strstr(r.err, "not signed"),
+              "the error says why: %s", r.err);
+    kc_test_result_free(&r);
+
+    /* a snapshot signed throughout comes through */
+    KC(&r, "hostA", list, "--sign-key", key, "dir", "push", src2, "--name", "s", "--version-key",
+       "v3", "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    KC(&r, "hostC", list, "--trusted-keys", pub, "dir", "pull", "s", dst2, "--version-key", "v3",
+       "--device-key", "g");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    same_tree(src2, dst2);
+    kc_testserver_cleanup(&t2);
+    free(key);
+    free(pub);
+    free(src);
+    free(src2);
+    free(dst);
+    free(dst2);
 }
 
 Test(dir_snapshot, presets_find_the_directory_skip_locks_and_exact_removes_extras)

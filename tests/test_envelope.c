@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 #include "kc_testutil.h"
 
 static void make(kc_artifact *a, size_t n, const char *meta)

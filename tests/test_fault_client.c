@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_remote.h"
-#include "kc_store.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 typedef enum mb_mode {

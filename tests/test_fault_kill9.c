@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kc_testserver.h"
 #include "test_fault_util.h"
 

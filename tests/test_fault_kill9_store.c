@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "test_fault_util.h"
 
 #define ROUNDS 20

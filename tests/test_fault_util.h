@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include "kc_testutil.h"
 
 /* A test artifact: its key and encoded envelope (owned). The payload is

@@ -13,8 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_backend.h"
-#include "kc_compile.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_compile.h>
+#include <kcache/kc_xpu.h>
 #include "kc_testutil.h"
 
 static void open_fp(const char *target, const char *flags, const char *tpl, kc_device_fp *fp,
@@ -24,9 +25,33 @@ static void open_fp(const char *target, const char *flags, const char *tpl, kc_d
     kc_backend *b = NULL;
     kc_err err = {0};
     cr_assert_eq(kc_cpu_backend_open(&o, &b, &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(b->device_fp(b, fp, &err), KC_OK, "%s", err.msg);
-    cr_assert_eq(b->compiler_fp(b, cfp, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(b->ops->device_fp(b, fp, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(b->ops->compiler_fp(b, cfp, &err), KC_OK, "%s", err.msg);
     kc_backend_close(b);
+}
+
+/* Every handle of a backend shares its one static const table (the name, the
+ * artifact kind and the functions are the backend's, not the handle's). */
+Test(fingerprint, backends_share_one_static_ops_table)
+{
+    kc_backend *a = NULL, *b = NULL, *s = NULL;
+    kc_err err = {0};
+    kc_backend_opts v3 = {.target = "x86-64-v3"};
+    cr_assert_eq(kc_backend_open("cpu", NULL, &a, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(kc_backend_open("cpu", &v3, &b, &err), KC_OK, "%s", err.msg);
+    cr_expect_eq(a->ops, &kc_cpu_backend_ops);
+    cr_expect_eq(b->ops, &kc_cpu_backend_ops);
+    cr_expect_neq(a->impl, b->impl, "each handle has its own state");
+    cr_expect_str_eq(a->ops->name, "cpu");
+    cr_expect_str_eq(a->ops->artifact_kind, "cpu-so");
+    cr_assert_eq(kc_backend_open("xpu-spirv", NULL, &s, &err), KC_OK, "%s", err.msg);
+    cr_expect_eq(s->ops, &kc_xpu_spirv_backend_ops);
+    cr_expect_str_eq(s->ops->artifact_kind, "spirv");
+    cr_expect_neq(kc_xpu_backend_ops.artifact_kind, NULL);
+    cr_expect_str_eq(kc_xpu_backend_ops.artifact_kind, "ze-native");
+    kc_backend_close(s);
+    kc_backend_close(b);
+    kc_backend_close(a);
 }
 
 Test(fingerprint, cpu_id_is_readable_and_json_complete)

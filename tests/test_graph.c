@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_graph.h"
-#include "kc_lower.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_lower.h>
 
 static kc_graph *parse_ok(const char *text)
 {

@@ -5,9 +5,9 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
-#include "kc_util.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_util.h>
 
 Test(hash, sha256_matches_known_vectors)
 {

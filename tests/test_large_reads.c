@@ -23,9 +23,9 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 

@@ -17,10 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kc_bundle.h"
-#include "kc_hash.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_hash.h>
 #include "kc_testutil.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 enum { NART = 8 };
 

@@ -18,9 +18,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "kc_bundle.h"
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 
@@ -96,21 +96,11 @@ static void rs_stop(rserver *rs)
  * newline removed. */
 static char *cli(const rserver *rs, const char *arg, ...)
 {
-    char *argv[32] = {"redis-cli", "-p", (char *)rs->portstr};
-    int n = 3;
     va_list ap;
     va_start(ap, arg);
-    for (const char *a = arg; a && n < 31; a = va_arg(ap, const char *))
-        argv[n++] = (char *)a;
+    char *out = kc_test_redis_cliv(rs->portstr, arg, ap);
     va_end(ap);
-    argv[n] = NULL;
-    kc_test_result r;
-    cr_assert_eq(kc_test_run(argv, NULL, 0, 30, &r), 0, "redis-cli did not run");
-    char *out = strdup(r.out ? r.out : "");
-    kc_test_result_free(&r);
-    size_t len = strlen(out);
-    while (len && out[len - 1] == '\n')
-        out[--len] = 0;
+    cr_assert_not_null(out, "redis-cli did not run");
     return out;
 }
 

@@ -18,10 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kc_bundle.h"
-#include "kc_remote.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_remote.h>
 #include "kc_testutil.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 /* ---------------------------------------------------- scripted server -- */
 

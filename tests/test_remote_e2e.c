@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_remote.h"
+#include <kcache/kc_remote.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 #define DEVICE "cpu-e2e-test"
 

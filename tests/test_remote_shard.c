@@ -15,11 +15,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kc_remote.h"
-#include "kc_shard.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_shard.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 #define NSERV 3
 #define NART 90

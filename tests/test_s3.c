@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"
 #include "kc_testutil.h"

@@ -17,12 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_cflags.h"
-#include "kc_remote.h"
-#include "kc_sign.h"
+#include <kcache/kc_cflags.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_sign.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 static char *root;
 static const char *graph = KC_TEST_SOURCE_DIR "/examples/mlp.json";

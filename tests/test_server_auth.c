@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 

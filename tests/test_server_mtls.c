@@ -5,13 +5,16 @@
  * from another CA); no certificate or one from the wrong CA is refused, a
  * subject named in the tokens file (`cert:SUBJECT SCOPES NAME`) gets its
  * scopes, any other good certificate still needs a token; `kcache` presents
- * one with --client-cert/--client-key or $KCACHE_CLIENT_CERT/_KEY.
+ * one with --client-cert/--client-key or $KCACHE_CLIENT_CERT/_KEY, for every
+ * command that reaches the server (pull, and dir push/pull, which once
+ * opened the server without it).
  */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kc_testserver.h"
 #include "kc_testutil.h"
@@ -134,6 +137,25 @@ static reply request(const kc_testserver *ts, const char *method, const char *p,
     return r;
 }
 
+/* Starts kcached over TLS (server.pem) requiring client certificates signed by
+ * ca.pem, with tokens_text as its tokens file; ts->cainfo is ca.pem. */
+static void start_mtls(kc_testserver *ts, const char *tokens_text)
+{
+    char *tokens = path("tokens"), *sc = path("server.pem"), *sk = path("server.key"),
+         *ca = path("ca.pem");
+    cr_assert_eq(kc_test_write_file(tokens, tokens_text, strlen(tokens_text)), 0);
+    const char *args[] = {"--tls-cert",      sc,     "--tls-key", sk,
+                          "--tls-client-ca", ca,     "--tokens",  tokens,
+                          "--log-level",     "warn", NULL};
+    memset(ts, 0, sizeof *ts);
+    cr_assert_eq(kc_testserver_start(ts, NULL, args), 0, "kcached did not start");
+    snprintf(ts->cainfo, sizeof ts->cainfo, "%s", ca);
+    free(tokens);
+    free(sc);
+    free(sk);
+    free(ca);
+}
+
 Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout = 180)
 {
     dir = kc_test_mkdtemp("kcdmtls");
@@ -146,20 +168,12 @@ Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout =
     make_cert("writer", "ca", "/CN=ci-writer", client_ext);
     make_cert("unmapped", "ca", "/CN=someone-else", client_ext);
     make_cert("stranger", "other-ca", "/CN=ci-writer", client_ext); /* right name, wrong CA */
-    char *tokens = path("tokens");
-    const char *tt = "# bearer tokens and certificate subjects\n"
-                     "s3cret-admin-token-0123456789 admin ops\n"
-                     "cert:CN=ci-reader,O=kcache\\20test read reader\n"
-                     "cert:CN=ci-writer read,write writer\n";
-    cr_assert_eq(kc_test_write_file(tokens, tt, strlen(tt)), 0);
-    char *sc = path("server.pem"), *sk = path("server.key"), *ca = path("ca.pem");
-    const char *args[] = {"--tls-cert",      sc,     "--tls-key", sk,
-                          "--tls-client-ca", ca,     "--tokens",  tokens,
-                          "--log-level",     "warn", NULL};
     kc_testserver ts;
-    memset(&ts, 0, sizeof ts);
-    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "kcached did not start");
-    snprintf(ts.cainfo, sizeof ts.cainfo, "%s", ca);
+    start_mtls(&ts, "# bearer tokens and certificate subjects\n"
+                    "s3cret-admin-token-0123456789 admin ops\n"
+                    "cert:CN=ci-reader,O=kcache\\20test read reader\n"
+                    "cert:CN=ci-writer read,write writer\n");
+    char *ca = path("ca.pem");
 
     reply r = request(&ts, "GET", "/v1/stats", NULL, "s3cret-admin-token-0123456789", NULL);
     cr_expect(r.status == 403 || r.status == 0, "no certificate: refused even with a token (%ld)",
@@ -218,10 +232,7 @@ Test(server_mtls, client_certificates_are_required_and_map_to_scopes, .timeout =
     free(cache);
     free(wc);
     free(wk);
-    free(sc);
-    free(sk);
     free(ca);
-    free(tokens);
     kc_test_rmtree(dir);
     free(dir);
 }
@@ -236,4 +247,75 @@ Test(server_mtls, tls_client_ca_needs_tls)
     cr_expect(log && strstr(log, "--tls-client-ca needs --tls-cert"), "%s", log);
     free(log);
     kc_testserver_cleanup(&ts);
+}
+
+/* kcache dir push and dir pull open the server through the same options as
+ * pull: the client certificate is presented, so an mTLS kcached accepts
+ * both, and refuses both without it. */
+Test(server_mtls, dir_push_and_pull_present_the_client_certificate, .timeout = 180)
+{
+    dir = kc_test_mkdtemp("kcdmtlsdir");
+    make_ca("ca");
+    make_cert("server", "ca", "/CN=127.0.0.1",
+              "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+    make_cert("writer", "ca", "/CN=ci-writer", "extendedKeyUsage=clientAuth\n");
+    kc_testserver ts;
+    start_mtls(&ts, "cert:CN=ci-writer read,write writer\n");
+    setenv("KCACHE_CA_FILE", ts.cainfo, 1);
+
+    char *src = path("src"), *dst = path("dst"), *file = path("src/kernels/k.bin");
+    char *cacheA = path("hostA"), *cacheB = path("hostB");
+    char *wc = path("writer.pem"), *wk = path("writer.key");
+    cr_assert_eq(mkdir(src, 0755), 0);
+    char *sub = path("src/kernels");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    free(sub);
+    cr_assert_eq(kc_test_write_file(file, "kernel bytes", 12), 0);
+
+    kc_test_result res;
+    const char *push_bare[] = {"dir", "push",         src, "--name", "snap", "--version-key",
+                               "v",   "--device-key", "d", NULL};
+    cr_assert_eq(kc_test_kcache(&res, KC_TEST_KCACHE, cacheA, ts.url, push_bare), 0);
+    cr_expect_neq(res.exit_code, 0, "dir push without a certificate must fail: %s", res.err);
+    kc_test_result_free(&res);
+
+    const char *push[] = {
+        "--client-cert", wc,     "--client-key",  wk,  "--json",       "dir", "push", src,
+        "--name",        "snap", "--version-key", "v", "--device-key", "d",   NULL};
+    cr_assert_eq(kc_test_kcache(&res, KC_TEST_KCACHE, cacheA, ts.url, push), 0);
+    cr_assert_eq(res.exit_code, 0, "dir push with --client-cert: %s", res.err);
+    cr_expect(strstr(res.out, "\"files_sent\":1") && strstr(res.out, "\"manifest_sent\":true"),
+              "the file and the manifest reached the server: %s", res.out);
+    kc_test_result_free(&res);
+
+    const char *pull_bare[] = {"dir", "pull",         "snap", dst, "--version-key",
+                               "v",   "--device-key", "d",    NULL};
+    cr_assert_eq(kc_test_kcache(&res, KC_TEST_KCACHE, cacheB, ts.url, pull_bare), 0);
+    cr_expect_neq(res.exit_code, 0, "dir pull without a certificate must fail: %s", res.err);
+    kc_test_result_free(&res);
+
+    const char *pull[] = {"--client-cert", wc,  "--client-key", wk,  "dir", "pull", "snap", dst,
+                          "--version-key", "v", "--device-key", "d", NULL};
+    cr_assert_eq(kc_test_kcache(&res, KC_TEST_KCACHE, cacheB, ts.url, pull), 0);
+    cr_assert_eq(res.exit_code, 0, "dir pull with --client-cert: %s", res.err);
+    kc_test_result_free(&res);
+    char *got_path = path("dst/kernels/k.bin");
+    size_t len = 0;
+    char *got = kc_test_read_file(got_path, &len);
+    cr_expect(got && len == 12 && memcmp(got, "kernel bytes", 12) == 0,
+              "the pulled file holds the pushed bytes");
+    free(got);
+    free(got_path);
+    unsetenv("KCACHE_CA_FILE");
+
+    kc_testserver_cleanup(&ts);
+    free(src);
+    free(dst);
+    free(file);
+    free(cacheA);
+    free(cacheB);
+    free(wc);
+    free(wk);
+    kc_test_rmtree(dir);
+    free(dir);
 }

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 #include "kcd_config.h"
 #include "kcd_log.h"
@@ -188,6 +189,86 @@ Test(server_routes, a_kept_bundle_is_never_older_than_the_writes_answered_before
     free(b5);
     free(b6);
     free(env);
+}
+
+/* A bundle import refused at its end (no end record) has still stored the
+ * records it checked, and a bundle asked for after that answer shows them:
+ * the import counts as a write whatever its answer (issue 24; kcached
+ * counted only answered-200 imports, so the kept bundle stayed stale for
+ * up to 30 s). */
+Test(server_routes, a_bundle_import_cut_short_shows_what_it_stored_at_once)
+{
+    char key_a[65], key_b[65], path_b[128];
+    size_t len_a, len_b;
+    uint8_t *env_a = envelope("routes-cut-a", key_a, &len_a);
+    uint8_t *env_b = envelope("routes-cut-b", key_b, &len_b);
+    char path_a[128];
+    snprintf(path_a, sizeof path_a, "/v1/artifacts/%s", key_a);
+    snprintf(path_b, sizeof path_b, "/v1/artifacts/%s", key_b);
+    cr_assert_eq(status("PUT", path_a, env_a, len_a), 201);
+    cr_assert_eq(status("PUT", path_b, env_b, len_b), 201);
+    size_t n_ab, n_a, n;
+    bool mem;
+    uint8_t *both = get_bundle_body(&n_ab, &mem);
+    size_t ends[2], end_record = 0;
+    cr_assert_eq(kc_test_bundle_records(both, n_ab, ends, 2, &end_record), 2);
+    cr_assert_eq(status("DELETE", path_b, NULL, 0), 204);
+    free(get_bundle_body(&n_a, &mem));
+    uint8_t *kept = get_bundle_body(&n, &mem);
+    cr_assert(mem && n == n_a, "the bundle without b is kept in memory");
+    free(kept);
+    /* both artifact records, then the stream stops before its end record */
+    cr_expect_eq(status("POST", "/v1/bundle", both, end_record), 400);
+    cr_expect_eq(status("GET", path_b, NULL, 0), 200, "the import stored b before it failed");
+    uint8_t *after = get_bundle_body(&n, &mem);
+    cr_expect_not(mem, "the import counted as a write: the bundle is built again");
+    cr_expect_gt(n, n_a + len_b / 2, "and holds b");
+    free(after);
+    free(both);
+    free(env_a);
+    free(env_b);
+}
+
+static bool still_says(const kc_artifact *entry, void *verdict)
+{
+    (void)entry;
+    return *(bool *)verdict;
+}
+
+/* The write door's batches nest (the store's own batch_end would commit an
+ * outer batch at an inner end): only the outermost end commits and counts
+ * the write, and a conditional delete inside keeps the batch open. */
+Test(server_routes, write_door_batches_nest_and_commit_at_the_outermost_end)
+{
+    kc_err e = {0};
+    kcd_key k;
+    kcd_key_name(&k, "redis:", "nested", 6);
+    kc_artifact a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.key, k.hex, sizeof a.key);
+    snprintf(a.kind, sizeof a.kind, "redis");
+    a.meta = "{}";
+    a.payload = (uint8_t *)"value";
+    a.payload_len = 5;
+    kc_store *other;
+    cr_assert_eq(kcd_ctx_store_open(ctx, &other, &e), KC_OK, "%s", e.msg);
+    uint64_t w0 = kcd_ctx_writes(ctx);
+    cr_assert_eq(kcd_ctx_batch_begin(ctx, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kcd_ctx_batch_begin(ctx, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kcd_ctx_replace(ctx, &a, NULL, &e), KC_OK, "%s", e.msg);
+    bool verdict = false;
+    cr_expect_eq(kcd_ctx_delete_if(ctx, &k, still_says, &verdict, &e), KC_ERR_NOT_FOUND,
+                 "still() said no: kept");
+    cr_assert_eq(kcd_ctx_batch_end(ctx, true, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_ERR_NOT_FOUND, "an inner end commits nothing");
+    cr_expect_eq(kcd_ctx_writes(ctx), w0, "and counts no write yet");
+    cr_assert_eq(kcd_ctx_batch_end(ctx, true, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_OK, "the outermost end commits");
+    cr_expect_gt(kcd_ctx_writes(ctx), w0, "and counts the write");
+    verdict = true;
+    cr_expect_eq(kcd_ctx_delete_if(ctx, &k, still_says, &verdict, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_has(other, k.hex, &e), KC_ERR_NOT_FOUND, "removed and committed");
+    kc_store_close(other);
 }
 
 Test(server_routes, bundle_stream_drains_in_process)

@@ -2,7 +2,8 @@
  * test_server_s3.c - two real kcached instances sharing one S3 bucket
  * (s3rver on loopback) through the kcd_s3 tier: an artifact PUT to one is
  * read through by the other, and the tier's counters appear in /metrics;
- * a --trusted-keys instance serves only signed objects from the bucket.
+ * a --trusted-keys instance serves only signed objects from the bucket;
+ * Redis SETs (real redis-cli) and ccache PUTs reach the bucket too.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_sign.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_sign.h>
 #include "kcd_s3.h"
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"
@@ -195,4 +196,104 @@ Test(server_s3, trusted_keys_hold_for_objects_read_from_the_bucket, .timeout = 1
     free(root);
     free(sign_pem);
     free(pub_pem);
+}
+
+/* out, what kc_test_redis_cli printed, is want; frees out. */
+static void expect_cli(const char *want, char *out)
+{
+    cr_assert_not_null(out, "redis-cli did not run");
+    cr_expect_str_eq(out, want);
+    free(out);
+}
+
+/* The object the server wrote for key decodes to an envelope of this kind
+ * and payload. */
+static void expect_object(const kc_s3server *s3, const char *key, const char *kind,
+                          const char *payload, const char *meta_part)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/%s/kcache/v1/%s", s3->endpoint, BUCKET, key);
+    uint8_t *got = NULL;
+    size_t len = 0;
+    cr_assert_eq(kc_s3server_object(url, "GET", &got, &len, NULL), 200,
+                 "no object for %s in the bucket", key);
+    kc_artifact a;
+    kc_err e = {0};
+    cr_assert_eq(kc_envelope_decode(got, len, &a, &e), KC_OK, "%s", e.msg);
+    cr_expect_str_eq(a.key, key);
+    cr_expect_str_eq(a.kind, kind);
+    cr_expect(a.payload_len == strlen(payload) && !memcmp(a.payload, payload, a.payload_len),
+              "the bucket holds another value for %s", key);
+    cr_expect(strstr(a.meta, meta_part) != NULL, "%s", a.meta);
+    kc_artifact_free(&a);
+    free(got);
+}
+
+/* Issue 24: S3 write-through was written into the HTTP artifact PUT alone,
+ * so a Redis SET (and a ccache PUT) never reached the bucket. Every write
+ * now goes through the context's one door, which copies every put and
+ * replace to the tier: with --s3-write-through the object is there when
+ * the client's OK arrives, and another server reads it through. */
+Test(server_s3, redis_and_ccache_writes_reach_the_bucket_like_an_http_put, .timeout = 120)
+{
+    kc_s3server s3;
+    kc_s3server_start_or_skip(&s3, BUCKET, true);
+    char *root = kc_test_mkdtemp("s3redis");
+    char *rpf = kc_test_path(root, "redis.port");
+    const char *args[] = {
+        "--s3-endpoint",  s3.endpoint,   "--s3-bucket",       BUCKET, "--s3-write-through",
+        "--redis-listen", "127.0.0.1:0", "--redis-port-file", rpf,    NULL};
+    kc_testserver a;
+    cr_assert_eq(kc_testserver_start(&a, NULL, args), 0, "log %s", a.log);
+    size_t n;
+    char *port = kc_test_read_file(rpf, &n);
+    cr_assert_not_null(port, "no Redis port file");
+    port[strcspn(port, "\n")] = 0;
+
+    expect_cli("OK", kc_test_redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-one", NULL));
+    char rkey[65];
+    kc_sha256_hex("redis:pt2:fx-graph:9f1c", 23, rkey);
+    expect_object(&s3, rkey, "redis", "value-one", "\"redis_key\":\"pt2:fx-graph:9f1c\"");
+    /* a replace, with an expiry: the bucket follows */
+    expect_cli(
+        "OK", kc_test_redis_cli(port, "SET", "pt2:fx-graph:9f1c", "value-two", "EX", "3600", NULL));
+    expect_object(&s3, rkey, "redis", "value-two", "\"expire_ms\":");
+
+    kc_http_result r;
+    kc_testserver_http(&a, "PUT", "/ccache/ab/cdef0123", NULL, "ccache-result", 13, false, &r);
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    kc_http_result_free(&r);
+    char ckey[65];
+    kc_sha256_hex("ccache:ab/cdef0123", 18, ckey);
+    expect_object(&s3, ckey, "blob", "ccache-result", "\"ccache_path\":\"ab/cdef0123\"");
+
+    /* another server on the bucket reads the value through and then has it
+     * for its own Redis clients */
+    char *rpf_b = kc_test_path(root, "redis-b.port");
+    const char *args_b[] = {
+        "--s3-endpoint", s3.endpoint,         "--s3-bucket", BUCKET, "--redis-listen",
+        "127.0.0.1:0",   "--redis-port-file", rpf_b,         NULL};
+    kc_testserver b;
+    cr_assert_eq(kc_testserver_start(&b, NULL, args_b), 0, "log %s", b.log);
+    char *port_b = kc_test_read_file(rpf_b, &n);
+    cr_assert_not_null(port_b);
+    port_b[strcspn(port_b, "\n")] = 0;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/artifacts/%s", rkey);
+    kc_testserver_http(&b, "GET", path, NULL, NULL, 0, false, &r);
+    cr_expect_eq(r.status, 200, "read-through of the Redis value: %s", r.body);
+    kc_http_result_free(&r);
+    expect_cli("value-two", kc_test_redis_cli(port_b, "GET", "pt2:fx-graph:9f1c", NULL));
+
+    cr_expect_eq(kc_testserver_stop(&a), 0);
+    cr_expect_eq(kc_testserver_stop(&b), 0);
+    kc_testserver_cleanup(&a);
+    kc_testserver_cleanup(&b);
+    kc_s3server_stop(&s3);
+    free(port);
+    free(port_b);
+    free(rpf);
+    free(rpf_b);
+    kc_test_rmtree(root);
+    free(root);
 }

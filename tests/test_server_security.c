@@ -20,11 +20,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "kc_bundle.h"
+#include <kcache/kc_bundle.h>
 #include "kc_bytes.h"
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 

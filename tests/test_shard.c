@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kc_hash.h"
-#include "kc_shard.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_shard.h>
 
 #define NKEYS 20000
 

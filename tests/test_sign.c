@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_bundle.h"
-#include "kc_sign.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_sign.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"
 #include "kc_testserver.h"
@@ -61,7 +61,8 @@ static long get(const kc_testserver *ts, const char *path)
 static long long dom_figure(const char *dom, const char *id)
 {
     char pat[64];
-    snprintf(pat, sizeof pat, "id=\"%s\">", id);
+    int n = snprintf(pat, sizeof pat, "id=\"%s\">", id);
+    cr_assert(n > 0 && n < (int)sizeof pat, "element id too long: %s", id);
     const char *p = strstr(dom, pat);
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 static char *dir;

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_bundle.h"
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 static char *dir;

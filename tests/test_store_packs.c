@@ -14,7 +14,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
 
 #define BIG (100 * 1024) /* random: stays ~100 KiB compressed, so goes to a pack */

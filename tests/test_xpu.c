@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 #ifndef KC_ZE_TEST_DRIVER
@@ -642,45 +642,46 @@ Test(xpu, backend_adapter_compiles_and_loads_through_the_test_driver)
     kc_backend *b = NULL;
     kc_err e;
     cr_assert_eq(kc_backend_open("xpu", &bo, &b, &e), KC_OK, "%s", e.msg);
-    cr_expect_str_eq(b->name, "xpu");
-    cr_expect_str_eq(b->artifact_kind, "ze-native");
+    cr_expect_str_eq(b->ops->name, "xpu");
+    cr_expect_str_eq(b->ops->artifact_kind, "ze-native");
     kc_device_fp fp;
-    cr_assert_eq(b->device_fp(b, &fp, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->device_fp(b, &fp, &e), KC_OK, "%s", e.msg);
     cr_expect(strncmp(fp.id, "xpu-8086-56a0", 13) == 0, "%s", fp.id);
     char cfp[KC_KEY_HEX_LEN + 1];
-    cr_assert_eq(b->compiler_fp(b, cfp, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->compiler_fp(b, cfp, &e), KC_OK, "%s", e.msg);
     kc_kernel ks[8];
     make_kernels(ks);
     char *src = NULL;
-    cr_assert_eq(b->generate(b, &ks[1], &src, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->generate(b, &ks[1], &src, &e), KC_OK, "%s", e.msg);
     uint8_t *payload = NULL;
     size_t len = 0;
     int ran = 0;
-    cr_assert_eq(b->compile(b, &ks[1], src, NULL, &payload, &len, &ran, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->compile(b, &ks[1], src, NULL, &payload, &len, &ran, &e), KC_OK, "%s",
+                 e.msg);
     cr_expect(ran);
     kc_loaded *l = NULL;
-    cr_assert_eq(b->load(b, &ks[1], payload, len, &l, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->load(b, &ks[1], payload, len, &l, &e), KC_OK, "%s", e.msg);
     /* The test driver checks the launch (device buffers, copies, group size, one argument
      * per kernel parameter) but cannot execute kernels: a clear error, not a crash. */
     float in0[2 * 16 * 24] = {0}, in1[24 * 40] = {0}, in2[40] = {0}, out[2 * 16 * 40];
     const float *ins[3] = {in0, in1, in2};
     reset_events();
-    cr_expect_eq(b->run(b, l, &ks[1], ins, out, &e), KC_ERR_UNSUPPORTED);
+    cr_expect_eq(b->ops->run(b, l, &ks[1], ins, out, &e), KC_ERR_UNSUPPORTED);
     cr_expect(strstr(e.msg, "zeCommandListAppendLaunchKernel") != NULL, "%s", e.msg);
     cr_expect_eq(count_events("launch kc_gemm groups=3,1,2 local=16,16,1 args=4"), 1,
                  "launch not seen as expected by the test driver");
-    b->unload(b, l);
+    b->ops->unload(b, l);
 
     /* A binary the driver rejects (a driver update, a damaged entry): load() says
      * KC_ERR_MISS, and compiling again (what the compile driver does before it replaces
      * the entry) takes the SPIR-V from the cache: no second clang run. */
     reset_events();
-    cr_expect_eq(b->load(b, &ks[1], (const uint8_t *)"stale!!!", 8, &l, &e), KC_ERR_MISS, "%s",
+    cr_expect_eq(b->ops->load(b, &ks[1], (const uint8_t *)"stale!!!", 8, &l, &e), KC_ERR_MISS, "%s",
                  e.msg);
     cr_expect_eq(count_events("native-reject"), 1);
     uint8_t *again = NULL;
     size_t again_len = 0;
-    cr_assert_eq(b->compile(b, &ks[1], src, NULL, &again, &again_len, &ran, &e), KC_OK, "%s",
+    cr_assert_eq(b->ops->compile(b, &ks[1], src, NULL, &again, &again_len, &ran, &e), KC_OK, "%s",
                  e.msg);
     cr_expect(again_len == len && memcmp(again, payload, len) == 0);
     free(again);
@@ -706,9 +707,9 @@ Test(xpu, spirv_backend_opens_without_a_driver)
     cr_expect_eq(kc_xpu_backend_open(NULL, false, &b, &e), KC_ERR_UNSUPPORTED);
     cr_expect(strstr(e.msg, "no Level Zero driver or device found") != NULL, "%s", e.msg);
     cr_assert_eq(kc_xpu_backend_open(NULL, true, &b, &e), KC_OK, "%s", e.msg);
-    cr_expect_str_eq(b->artifact_kind, "spirv");
+    cr_expect_str_eq(b->ops->artifact_kind, "spirv");
     kc_device_fp fp;
-    cr_assert_eq(b->device_fp(b, &fp, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b->ops->device_fp(b, &fp, &e), KC_OK, "%s", e.msg);
     cr_expect(strncmp(fp.id, "xpu-spirv-spir64-", 17) == 0, "%s", fp.id);
     kc_device_fp_free(&fp);
     kc_backend_close(b);

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kc_testserver.h"
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 #ifndef KC_ZE_TEST_DRIVER
 #error "KC_ZE_TEST_DRIVER must name the test driver library (tests/ze_test_driver)"

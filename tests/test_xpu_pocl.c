@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
-#include "kc_lower.h"
-#include "kc_onnx.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_onnx.h>
 #include "kc_testutil.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 /* Under ASan/LSan (CI's sanitizer run): PoCL and its LLVM keep compiler state alive until
@@ -235,7 +235,16 @@ static void check_onnx(const char *model)
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     kc_graph *g = NULL;
     kc_err err;
-    cr_assert_eq(kc_onnx_load(path, NULL, &g, &err), KC_OK, "%s", err.msg);
+    /* inputs that decide a shape or attribute (Resize's scales) bound from the data, as
+     * kcache run --data binds them */
+    char data[600];
+    snprintf(data, sizeof data, "%s/test_data_set_0", dir);
+    kc_shape_bind binds[16];
+    int nb = 0;
+    kc_onnx_data_binds(data, binds, &nb, 16);
+    kc_onnx_opts opts = {.binds = binds, .n_binds = nb};
+    cr_assert_eq(kc_onnx_load(path, &opts, &g, &err), KC_OK, "%s", err.msg);
+    kc_shape_binds_free(binds, nb);
     ocl o;
     memset(&o, 0, sizeof o);
     if (!ocl_open(&o))
@@ -283,6 +292,15 @@ Test(xpu_pocl, onnx_embedding_gather_op_kernels_match_the_test_data)
 Test(xpu_pocl, onnx_logsoftmax_op_kernels_match_the_test_data)
 {
     check_onnx("pytorch-converted/test_LogSoftmax");
+}
+Test(xpu_pocl, onnx_scatternd_resize_and_recurrent_op_kernels_match_the_test_data)
+{
+    check_onnx("node/test_scatternd_add");
+    check_onnx("node/test_resize_upsample_scales_cubic_align_corners");
+    check_onnx("node/test_resize_downsample_sizes_linear_pytorch_half_pixel");
+    check_onnx("node/test_lstm_with_peepholes");
+    check_onnx("node/test_gru_seq_length");
+    check_onnx("node/test_simple_rnn_batchwise");
 }
 Test(xpu_pocl, onnx_permute_reshape_reduce_and_pad_op_kernels_match_the_test_data)
 {

@@ -18,17 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kc_backend.h"
-#include "kc_cflags.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_cflags.h>
 #include "kc_cli_opts.h"
-#include "kc_compile.h"
-#include "kc_graph.h"
-#include "kc_lower.h"
-#include "kc_manifest.h"
-#include "kc_onnx.h"
-#include "kc_remote.h"
-#include "kc_remote_cache.h"
-#include "kc_util.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_graph.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_manifest.h>
+#include <kcache/kc_onnx.h>
+#include <kcache/kc_prewarm.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_remote_cache.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* Options every compile-family command understands. */
@@ -169,19 +170,8 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (kc_mkdirs(s->state, &ignore) != KC_OK)
         s->state[0] = 0;
     if (cli->remote && !o->offline) {
-        /* same CA variable as pull/push, so a private-CA server works here too */
-        const char *ca = getenv("KCACHE_CA_FILE");
-        kc_remote_opts ro = {
-            .token = cli->token,
-            .ca_file = ca && *ca ? ca : NULL,
-            .client_cert = cli->client_cert && *cli->client_cert ? cli->client_cert : NULL,
-            .client_key = cli->client_key && *cli->client_key ? cli->client_key : NULL,
-            .quiet = cli->verbosity < 0,
-            .quiet_token_warning = cli->verbosity < 0,
-            .trust = cli->trust,
-            .max_artifact = cli->max_artifact,
-            .signer = cli->signer};
-        if (kc_remote_open(cli->remote, &ro, &s->remote, &err) != KC_OK) {
+        const kc_cli_conn tier = {.tier = true};
+        if (kc_cli_remote_open(cli, &tier, &s->remote, &err) != KC_OK) {
             fprintf(stderr, "kcache: warning: %s (continuing with the local cache)\n", err.msg);
             s->remote = NULL;
         }
@@ -243,19 +233,25 @@ static void session_close(session *s)
     kc_store_close(s->store);
 }
 
-/* Opens the backend for device/target through the registry; its own artifacts (SPIR-V,
- * probes) go through the session's cache. */
+/* The backend options of the session: scratch and state directories, and the
+ * session's cache for the backend's own artifacts (SPIR-V, probes). */
+static kc_backend_opts backend_opts(const copts *o, const session *s, const char *target)
+{
+    return (kc_backend_opts){.target = target,
+                             .extra_flags = o->cflags,
+                             .templates_dir = o->templates,
+                             .work_dir = s ? s->work : "/tmp",
+                             .verbosity = s ? s->cli->verbosity : 0,
+                             .state_dir = s && s->state[0] ? s->state : NULL,
+                             .cache = s ? s->cache : NULL,
+                             .threads = o->threads};
+}
+
+/* Opens the backend for device/target through the registry. */
 static kc_code open_backend(const copts *o, const session *s, const char *target, kc_backend **out,
                             kc_err *err)
 {
-    kc_backend_opts bo = {.target = target,
-                          .extra_flags = o->cflags,
-                          .templates_dir = o->templates,
-                          .work_dir = s ? s->work : "/tmp",
-                          .verbosity = s ? s->cli->verbosity : 0,
-                          .state_dir = s && s->state[0] ? s->state : NULL,
-                          .cache = s ? s->cache : NULL,
-                          .threads = o->threads};
+    kc_backend_opts bo = backend_opts(o, s, target);
     return kc_backend_open(o->device, &bo, out, err);
 }
 
@@ -271,7 +267,7 @@ static json_t *program_json(const char *path, const kc_program *p)
 {
     return json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:i,s:i,s:i,s:i,s:i,s:i,s:f}", "graph", path,
                      "graph_fp", p->graph->fp, "graph_key", p->graph_key, "device", p->device.id,
-                     "backend", p->backend->name, "graph_hit", p->graph_hit, "kernels",
+                     "backend", p->backend->ops->name, "graph_hit", p->graph_hit, "kernels",
                      p->n_kernels, "hits", p->hits, "misses", p->misses, "compiled", p->compiled,
                      "remote_hits", p->remote_hits, "autotuned", p->autotuned, "seconds",
                      p->seconds);
@@ -779,7 +775,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     printf("  graph            %s (%s): %d inputs, %d params, %d nodes, %d outputs\n", o.graph,
            g->name[0] ? g->name : "unnamed", g->n_inputs, g->n_params, g->n_nodes, g->n_outputs);
     printf("  graph fp         %s\n", g->fp);
-    printf("  device           %s (%s backend)\n", dev.id, b->name);
+    printf("  device           %s (%s backend)\n", dev.id, b->ops->name);
     printf("  device fp        %s\n", dev.hash);
     printf("  device json      %s\n", dev.json);
     printf("  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
@@ -853,8 +849,12 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
     copts o;
     if (parse_opts(cli, argc, argv, &o, false) < 0)
         return KC_EXIT_USAGE;
-    kc_backend_opts bo = {
-        .target = o.target, .extra_flags = o.cflags, .templates_dir = o.templates};
+    /* the compiler's --version answer and content hash are remembered there */
+    char state[4096];
+    kc_backend_opts bo = {.target = o.target,
+                          .extra_flags = o.cflags,
+                          .templates_dir = o.templates,
+                          .state_dir = kc_cli_state_dir(cli, state, sizeof state)};
     kc_fingerprint *fps = NULL;
     int n = 0;
     kc_err err = {0};
@@ -893,6 +893,49 @@ int kc_cmd_fingerprint(kc_cli *cli, int argc, char **argv)
 
 /* ---- prewarm ------------------------------------------------------------------- */
 
+/* What kc_prewarm's loader and report share with the command. */
+typedef struct prewarm_ctx {
+    session *s;
+    const copts *o;
+    json_t *results; /* one program_json per pair that compiled */
+} prewarm_ctx;
+
+/* The manifest's graphs load as compile's do: ONNX models with the --shape
+ * bindings plus the entry's own. */
+static kc_code prewarm_load(const kc_manifest *m, int gi, void *ctx, kc_graph **out, kc_err *err)
+{
+    const prewarm_ctx *x = ctx;
+    kc_shape_bind binds[KC_OPT_LIST_MAX];
+    int n = x->o->n_binds;
+    memcpy(binds, x->o->binds, (size_t)n * sizeof *binds);
+    const kc_manifest_shapes *sh = &m->shapes[gi];
+    for (int k = 0; k < sh->n; k++) {
+        char msg[256] = "too many shape bindings";
+        if (n >= KC_OPT_LIST_MAX || !kc_shape_bind_parse(sh->v[k], &binds[n++], msg, sizeof msg))
+            return kc_err_set(err, KC_ERR_INVALID, "%s: graphs[%d]: %s", x->o->graph, gi, msg);
+    }
+    kc_onnx_opts oo = {.binds = binds, .n_binds = n, .skip_weights = true};
+    return kc_model_load(m->graphs[gi], &oo, out, err);
+}
+
+/* One line (or JSON result) per pair, as compile prints; failures as errors. */
+static void prewarm_done(const kc_manifest *m, int ti, int gi, const kc_program *p,
+                         const kc_err *err, void *ctx)
+{
+    (void)ti;
+    prewarm_ctx *x = ctx;
+    kc_cli *cli = x->s->cli;
+    if (!p) {
+        if (err->code == KC_ERR_COMPILE)
+            x->s->keep_work = true; /* the failed source stays for inspection */
+        kc_cli_fail(cli, err);
+        return;
+    }
+    if (!cli->json)
+        print_program(cli, m->graphs[gi], p);
+    json_array_append_new(x->results, program_json(m->graphs[gi], p));
+}
+
 int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -902,70 +945,42 @@ int kc_cmd_prewarm(kc_cli *cli, int argc, char **argv)
     kc_err err = {0};
     if (kc_manifest_load(o.graph, &m, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
+    kc_prewarm_opts po = {.compile = {.autotune = o.autotune,
+                                      .require_hit = o.require_hit,
+                                      .jobs = o.jobs,
+                                      .tag = o.tag,
+                                      .verbosity = cli->verbosity},
+                          .allow_cflags = o.allow_cflags,
+                          .source = o.graph,
+                          .load = prewarm_load,
+                          .done = prewarm_done};
     /* a manifest is data, not a script: flags that could run a program are
      * refused before anything is compiled */
-    for (int ti = 0; ti < m->n_targets; ti++) {
-        if (!o.allow_cflags && kc_cflags_check(m->targets[ti].cflags, o.graph, &err) != KC_OK) {
-            kc_manifest_free(m);
-            return kc_cli_fail(cli, &err);
-        }
+    if (kc_prewarm_check(m, &po, &err) != KC_OK) {
+        kc_manifest_free(m);
+        return kc_cli_fail(cli, &err);
     }
-    if (m->autotune)
-        o.autotune = true;
     session s;
     int rc = session_open(cli, &o, &s);
     if (rc) {
         kc_manifest_free(m);
         return rc;
     }
-    int total = 0, compiled = 0, kernels = 0, hits = 0, failed = 0;
-    double t0 = kc_now();
     json_t *devices = json_array(), *results = json_array();
-    for (int ti = 0; ti < m->n_targets; ti++) {
-        const kc_manifest_target *t = &m->targets[ti];
-        copts to = o;
-        to.device = t->device;
-        if (t->cflags)
-            to.cflags = t->cflags;
-        for (int gi = 0; gi < m->n_graphs; gi++) {
-            /* ONNX models with symbolic dimensions carry their own --shape bindings */
-            const char *path = m->graphs[gi];
-            copts go = to;
-            const kc_manifest_shapes *sh = &m->shapes[gi];
-            bool bad = false;
-            for (int k = 0; k < sh->n && !bad; k++) {
-                char msg[256] = "too many shape bindings";
-                bad = go.n_binds >= KC_OPT_LIST_MAX ||
-                      !kc_shape_bind_parse(sh->v[k], &go.binds[go.n_binds++], msg, sizeof msg);
-                if (bad) {
-                    kc_err_set(&err, KC_ERR_INVALID, "%s: graphs[%d]: %s", o.graph, gi, msg);
-                    kc_cli_fail(cli, &err);
-                }
-            }
-            compiled_graph c;
-            total++;
-            if (bad || compile_one(&s, &go, path, t->target, false, &c) != KC_EXIT_OK) {
-                failed++;
-                continue;
-            }
-            const kc_program *p = c.p;
-            if (!cli->json)
-                print_program(cli, path, p);
-            json_array_append_new(results, program_json(path, p));
-            compiled += p->compiled;
-            kernels += p->n_kernels;
-            hits += p->hits;
-            bool seen = false;
-            size_t di;
-            json_t *d;
-            json_array_foreach(devices, di, d) seen =
-                seen || strcmp(json_string_value(d), p->device.id) == 0;
-            if (!seen)
-                json_array_append_new(devices, json_string(p->device.id));
-            compiled_free(&c);
-        }
+    prewarm_ctx x = {&s, &o, results};
+    po.backend = backend_opts(&o, &s, NULL);
+    po.load_ctx = po.done_ctx = &x;
+    kc_prewarm_stats st;
+    if (kc_prewarm(m, s.cache, &po, &st, &err) != KC_OK && st.failed == 0) {
+        kc_cli_fail(cli, &err); /* stopped before a pair could fail on its own */
+        st.failed++;
     }
-    double secs = kc_now() - t0;
+    for (int i = 0; i < st.n_devices; i++)
+        json_array_append_new(devices, json_string(st.devices[i]));
+    int total = st.pairs, compiled = st.compiled, kernels = st.kernels, hits = st.hits,
+        failed = st.failed;
+    double secs = st.seconds;
+    kc_prewarm_stats_free(&st);
     uint64_t up = 0, skipped = 0;
     if (o.push) {
         if (!s.remote) {

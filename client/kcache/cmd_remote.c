@@ -13,10 +13,10 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cli_opts.h"
-#include "kc_remote.h"
-#include "kc_util.h"
+#include <kcache/kc_remote.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 typedef struct progress_state {
@@ -62,9 +62,7 @@ typedef struct remote_args {
     int nowned;
     bool device_auto; /* --device auto: add this machine's ids */
     bool device_all;  /* --device all: no device filter */
-    int jobs;
-    const char *ca_file;
-    int connect_ms;
+    kc_cli_conn conn; /* --jobs, --ca-file, --connect-timeout */
 } remote_args;
 
 /* One --device value (or, for pull, an argument after --device ID): auto,
@@ -101,15 +99,12 @@ static int take_device(kc_cli *cli, const char *cmd, bool pull, remote_args *a, 
 static int parse_args(kc_cli *cli, int argc, char **argv, bool pull, remote_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->ca_file = getenv("KCACHE_CA_FILE");
     kc_opt_list devices = {0};
     const kc_opt opts[] = {{"--device", NULL, KC_OPT_LIST, &devices, 0, 0},
                            {"--tag", NULL, KC_OPT_STRING, &a->f.tag, 0, 0},
                            {"--kind", NULL, KC_OPT_KIND, &a->f.kind, 0, 0},
                            {"--since", NULL, KC_OPT_AGE, &a->f.since, 0, 0},
-                           {"--jobs", "-j", KC_OPT_INT, &a->jobs, 1, 64},
-                           {"--ca-file", NULL, KC_OPT_STRING, &a->ca_file, 0, 0},
-                           {"--connect-timeout", NULL, KC_OPT_INT, &a->connect_ms, 1, INT_MAX},
+                           KC_OPTS_CONN(&a->conn),
                            {0}};
     int nargs = kc_opts_parse(cli, argc, argv, opts, 0, pull ? KC_OPT_LIST_MAX : 0);
     if (nargs < 0)
@@ -185,25 +180,8 @@ static void free_args(remote_args *a)
 static int open_remote(kc_cli *cli, const remote_args *a, kc_remote **r, kc_store **s)
 {
     kc_err err = {0};
-    *r = NULL;
     *s = NULL;
-    if (!cli->remote) {
-        kc_err_set(&err, KC_ERR_INVALID, "no server: give --remote URL or set $KCACHE_REMOTE");
-        return kc_cli_fail(cli, &err);
-    }
-    kc_remote_opts o = {.token = cli->token,
-                        .ca_file = a->ca_file,
-                        .client_cert =
-                            cli->client_cert && *cli->client_cert ? cli->client_cert : NULL,
-                        .client_key = cli->client_key && *cli->client_key ? cli->client_key : NULL,
-                        .concurrency = a->jobs,
-                        .connect_timeout_ms = a->connect_ms,
-                        .quiet = true,
-                        .quiet_token_warning = cli->verbosity < 0,
-                        .trust = cli->trust,
-                        .max_artifact = cli->max_artifact,
-                        .signer = cli->signer};
-    if (kc_remote_open(cli->remote, &o, r, &err) != KC_OK)
+    if (kc_cli_remote_open(cli, &a->conn, r, &err) != KC_OK)
         return kc_cli_fail(cli, &err);
     if (kc_cli_open_store(cli, NULL, s) != KC_OK) {
         kc_remote_close(*r);

@@ -18,10 +18,10 @@
 
 #include <jansson.h>
 
-#include "kc_bundle.h"
-#include "kc_hash.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_hash.h>
 #include "kc_cli_opts.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 static int print_json_to(FILE *out, json_t *j)

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kc_envelope.h"
-#include "kc_util.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_util.h>
 
 static void vreport(const kc_cli *cli, const char *cmd, const char *fmt, va_list ap)
 {

@@ -7,10 +7,11 @@
 #ifndef KC_CLI_OPTS_H
 #define KC_CLI_OPTS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 #include "kcache_cli.h"
 
 /* What an option takes, and what its out pointer points to. */
@@ -54,6 +55,16 @@ typedef struct kc_opt {
         {"--tag", NULL, KC_OPT_STRING, &(f)->tag, 0, 0},                                           \
     {                                                                                              \
         "--since", NULL, KC_OPT_AGE, &(f)->since, 0, 0                                             \
+    }
+
+/* The connection options of the commands that move artifacts (pull, push,
+ * dir), writing into a kc_cli_conn *c: --jobs N (parallel transfers),
+ * --ca-file F, --connect-timeout MS. */
+#define KC_OPTS_CONN(c)                                                                            \
+    {"--jobs", "-j", KC_OPT_INT, &(c)->jobs, 1, 64},                                               \
+        {"--ca-file", NULL, KC_OPT_STRING, &(c)->ca_file, 0, 0},                                   \
+    {                                                                                              \
+        "--connect-timeout", NULL, KC_OPT_INT, &(c)->connect_ms, 1, INT_MAX                        \
     }
 
 /* Parses the command line argv[0..argc) of one command (argv[0] is the

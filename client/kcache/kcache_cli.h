@@ -10,9 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kc_error.h"
-#include "kc_sign.h"
-#include "kc_store.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
 
 /* Exit codes (docs/DESIGN.md §5). */
 enum { KC_EXIT_OK = 0, KC_EXIT_FAIL = 1, KC_EXIT_USAGE = 2 };
@@ -35,6 +36,19 @@ typedef struct kc_cli {
     const char *synopsis;     /* the running command's usage line (main.c's table) */
 } kc_cli;
 
+/* How one command reaches the server, beside the global options above: its
+ * own connection options (KC_OPTS_CONN in kc_cli_opts.h) and whether the
+ * server is a cache tier the command carries on without. */
+typedef struct kc_cli_conn {
+    const char *ca_file; /* --ca-file; NULL: $KCACHE_CA_FILE */
+    int connect_ms;      /* --connect-timeout; 0: the library's default */
+    int jobs;            /* --jobs: parallel transfers; 0: the library's default */
+    bool tier;           /* compile, run, explain, prewarm: the handle warns once when the
+                            server goes offline (unless -q). Otherwise (pull, push, dir)
+                            every failure comes back as an error the command prints, and
+                            the handle stays quiet */
+} kc_cli_conn;
+
 /* A command receives argv with the global options removed; argv[0] is the
  * command name. It returns one of the exit codes above. */
 typedef int (*kc_cmd_fn)(kc_cli *cli, int argc, char **argv);
@@ -53,8 +67,22 @@ kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store
  * how many (of source, when not NULL) and returns KC_EXIT_FAIL; KC_EXIT_OK
  * when refused is 0. */
 int kc_cli_refused(uint64_t refused, const char *source);
+/* kc_cli_remote.c: the one place where the tool's configuration (the global
+ * options and their environment variables, conn) becomes kc_remote_opts, for
+ * every command. conn may be NULL (no per-command options). The pointers in
+ * *o borrow from cli and conn. */
+void kc_cli_remote_opts(const kc_cli *cli, const kc_cli_conn *conn, kc_remote_opts *o);
+/* Opens cli->remote with those options (kc_remote_open: no network traffic
+ * yet). KC_ERR_INVALID "no server: ..." when no --remote or $KCACHE_REMOTE
+ * was given; kc_remote_open's errors otherwise. Prints nothing. */
+kc_code kc_cli_remote_open(const kc_cli *cli, const kc_cli_conn *conn, kc_remote **out,
+                           kc_err *err);
 /* Prints to stderr unless -q. */
 void kc_cli_info(const kc_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The cache directory's state/ folder (toolchain memos), created 0700 with
+ * the cache directory when missing; NULL when it cannot be made (then
+ * nothing is remembered). buf holds the path. */
+const char *kc_cli_state_dir(const kc_cli *cli, char *buf, size_t cap);
 
 /* cmd_store.c: local store operations and bundles */
 int kc_cmd_put(kc_cli *cli, int argc, char **argv);

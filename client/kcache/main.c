@@ -13,9 +13,9 @@
 
 #include <openssl/crypto.h>
 
-#include "kc_log.h"
-#include "kc_remote.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_util.h>
 #include "kcache_cli.h"
 
 /* The synopsis here is what `kcache CMD --help` prints; each command's own
@@ -131,6 +131,16 @@ void kc_cli_info(const kc_cli *cli, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+}
+
+const char *kc_cli_state_dir(const kc_cli *cli, char *buf, size_t cap)
+{
+    kc_err ignore;
+    int n = snprintf(buf, cap, "%s/state", cli->cache_dir);
+    if (n <= 0 || (size_t)n >= cap || kc_mkdirs_mode(cli->cache_dir, 0700, &ignore) != KC_OK ||
+        kc_mkdirs_mode(buf, 0700, &ignore) != KC_OK)
+        return NULL;
+    return buf;
 }
 
 kc_code kc_cli_open_store(const kc_cli *cli, const kc_store_opts *opts, kc_store **out)

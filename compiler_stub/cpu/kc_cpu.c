@@ -22,13 +22,16 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cpu.h"
-#include "kc_hash.h"
-#include "kc_lower.h"
+#include "kc_cpu_ops.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_lower.h>
+#include "kc_memo.h"
+#include "kc_onednn_id.h"
 #include "kc_templates.h"
 #include "kc_toolid.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 extern char **environ;
 
@@ -97,6 +100,26 @@ static const char *onednn_isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
+/* The coarse ISA classes of the cost model. */
+static kc_cpu_isa isa_class(dnnl_cpu_isa_t isa)
+{
+    switch (isa) {
+    case dnnl_cpu_isa_sse41:
+    case dnnl_cpu_isa_avx:
+        return KC_CPU_ISA_SSE41;
+    case dnnl_cpu_isa_avx2:
+    case dnnl_cpu_isa_avx2_vnni:
+        return KC_CPU_ISA_AVX2;
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+        return KC_CPU_ISA_AVX512;
+    default:
+        return KC_CPU_ISA_NONE;
+    }
+}
+
 json_t *kc_cpu_native_features(void)
 {
     json_t *a = json_array();
@@ -158,7 +181,7 @@ static void compiler_stamp(const cpu_impl *c, char out[KC_KEY_HEX_LEN + 1])
  * compiler binary from state_dir) and records identity and version. */
 static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    char stamp[KC_KEY_HEX_LEN + 1], cache[4096] = "";
+    char stamp[KC_KEY_HEX_LEN + 1];
     char line[256] = "";
     bool fsf = false;
     kc_code rc = kc_toolid_get(c->cc_prog, state_dir, &c->tool, err);
@@ -167,19 +190,18 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         snprintf(why, sizeof why, "%s", err->msg);
         return kc_err_set(err, rc, "the C compiler '%s' (from $CC) cannot be used: %s", c->cc, why);
     }
-    if (state_dir) {
+    bool memo = state_dir && c->tool.settled;
+    char text[300];
+    if (memo) {
         compiler_stamp(c, stamp);
-        snprintf(cache, sizeof cache, "%s/cc-probe-%.24s.txt", state_dir, stamp);
-        FILE *f = fopen(cache, "r");
-        if (f) {
-            char flag[16] = "";
-            bool ok = fgets(flag, sizeof flag, f) && fgets(line, sizeof line, f);
-            fclose(f);
-            line[strcspn(line, "\r\n")] = 0;
-            if (ok && line[0]) {
-                fsf = flag[0] == '1';
-                goto parsed;
-            }
+        char *nl;
+        if (kc_memo_get(state_dir, "cc-probe", stamp, text, sizeof text) > 2 &&
+            (text[0] == '0' || text[0] == '1') && text[1] == '\n' &&
+            (nl = strchr(text + 2, '\n')) && nl > text + 2 &&
+            (size_t)(nl - text - 2) < sizeof line) {
+            fsf = text[0] == '1';
+            snprintf(line, sizeof line, "%.*s", (int)(nl - text - 2), text + 2);
+            goto parsed;
         }
     }
     char cmd[512];
@@ -198,11 +220,9 @@ static kc_code probe_compiler(cpu_impl *c, const char *state_dir, kc_err *err)
         return kc_err_set(err, KC_ERR_COMPILE,
                           "the C compiler '%s' did not answer --version (set $CC to a C compiler)",
                           c->cc);
-    if (cache[0]) {
-        char body[300];
-        int n = snprintf(body, sizeof body, "%d\n%s\n", fsf, line);
-        kc_err ignore;
-        kc_write_file_atomic(cache, body, (size_t)n, &ignore); /* best effort */
+    if (memo) {
+        int n = snprintf(text, sizeof text, "%d\n%s\n", fsf, line);
+        kc_memo_put(state_dir, "cc-probe", stamp, text, (size_t)n);
     }
 parsed:
     snprintf(c->cc_ident, sizeof c->cc_ident, "%s", line);
@@ -222,11 +242,12 @@ parsed:
     return KC_OK;
 }
 
-static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
+static kc_code compute_device_fp(cpu_impl *c, const char *state_dir, kc_err *err)
 {
-    const dnnl_version_t *dv = dnnl_version();
-    char dver[32];
-    snprintf(dver, sizeof dver, "%d.%d.%d", dv->major, dv->minor, dv->patch);
+    /* remembered: a warm start does not load oneDNN only to ask it */
+    kc_onednn_id dn;
+    kc_onednn_id_get(state_dir, &dn);
+    c->isa = isa_class((dnnl_cpu_isa_t)dn.isa);
     json_t *o = json_object();
     json_object_set_new(o, "kind", json_string("cpu"));
 #if defined(__x86_64__)
@@ -248,9 +269,8 @@ static kc_code compute_device_fp(cpu_impl *c, kc_err *err)
     json_object_set_new(o, "compiler_command", json_string(c->cc));
     json_object_set_new(o, "compiler_sha256", json_string(c->tool.sha256));
     json_object_set_new(o, "flags", json_string(c->flags));
-    json_object_set_new(o, "onednn_version", json_string(dver));
-    json_object_set_new(o, "onednn_isa",
-                        json_string(onednn_isa_name(dnnl_get_effective_cpu_isa())));
+    json_object_set_new(o, "onednn_version", json_string(dn.version));
+    json_object_set_new(o, "onednn_isa", json_string(onednn_isa_name((dnnl_cpu_isa_t)dn.isa)));
     json_object_set_new(o, "abi", json_string(KC_CPU_ABI));
     c->dev_json = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
@@ -284,14 +304,6 @@ static kc_code cpu_compiler_fp(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_e
     (void)err;
     memcpy(out, ((cpu_impl *)b->impl)->compiler_fp, KC_KEY_HEX_LEN + 1);
     return KC_OK;
-}
-
-void kc_device_fp_free(kc_device_fp *fp)
-{
-    if (fp) {
-        free(fp->json);
-        fp->json = NULL;
-    }
 }
 
 /* ---- code generation -------------------------------------------------------- */
@@ -818,34 +830,9 @@ static void cpu_choose_impl(kc_backend *b, const kc_kernel *k, char impl[32])
     kc_cpu_cost_choose(k, ((cpu_impl *)b->impl)->isa, impl);
 }
 
-/* The coarse ISA classes of the cost model. */
-static kc_cpu_isa isa_class(dnnl_cpu_isa_t isa)
-{
-    switch (isa) {
-    case dnnl_cpu_isa_sse41:
-    case dnnl_cpu_isa_avx:
-        return KC_CPU_ISA_SSE41;
-    case dnnl_cpu_isa_avx2:
-    case dnnl_cpu_isa_avx2_vnni:
-        return KC_CPU_ISA_AVX2;
-    case dnnl_cpu_isa_avx512_core:
-    case dnnl_cpu_isa_avx512_core_vnni:
-    case dnnl_cpu_isa_avx512_core_bf16:
-    case dnnl_cpu_isa_avx512_core_amx:
-        return KC_CPU_ISA_AVX512;
-    default:
-        return KC_CPU_ISA_NONE;
-    }
-}
-
 int kc_backend_default_threads(void)
 {
     return kc_cpu_available();
-}
-
-kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l)
-{
-    return l->fn;
 }
 
 static void cpu_forget(kc_backend *b, kc_loaded *l)
@@ -882,13 +869,24 @@ static void cpu_destroy(kc_backend *b)
     free(b);
 }
 
-void kc_backend_close(kc_backend *b)
-{
-    if (b && b->destroy)
-        b->destroy(b);
-}
-
 /* ---- open ------------------------------------------------------------------------ */
+
+const kc_backend_ops kc_cpu_backend_ops = {
+    .name = "cpu",
+    .artifact_kind = "cpu-so",
+    .device_fp = cpu_device_fp,
+    .compiler_fp = cpu_compiler_fp,
+    .generate = cpu_generate,
+    .compile = cpu_compile,
+    .load = cpu_load,
+    .run = cpu_run,
+    .unload = cpu_unload,
+    .destroy = cpu_destroy,
+    .choose_impl = cpu_choose_impl,
+    .impl_model = KC_CPU_COST_MODEL,
+    .lower_flags = KC_LOWER_EXT_CHAINS | KC_LOWER_GROUPED_CONV,
+    .forget = cpu_forget,
+};
 
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err)
 {
@@ -914,24 +912,10 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
         free(c);
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
     }
+    b->ops = &kc_cpu_backend_ops;
     b->impl = c;
-    b->name = "cpu";
-    b->artifact_kind = "cpu-so";
-    b->device_fp = cpu_device_fp;
-    b->compiler_fp = cpu_compiler_fp;
-    b->generate = cpu_generate;
-    b->compile = cpu_compile;
-    b->load = cpu_load;
-    b->run = cpu_run;
-    b->unload = cpu_unload;
-    b->destroy = cpu_destroy;
-    b->choose_impl = cpu_choose_impl;
-    b->forget = cpu_forget;
-    b->impl_model = KC_CPU_COST_MODEL;
-    b->lower_flags = KC_LOWER_EXT_CHAINS | KC_LOWER_GROUPED_CONV;
     c->threads = o.threads > 0 ? o.threads : kc_cpu_available();
     b->threads = c->threads;
-    c->isa = isa_class(dnnl_get_effective_cpu_isa());
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");
@@ -989,11 +973,17 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
         kc_sha256_update(h, nm, strlen(nm) + 1);
         kc_sha256_update(h, c->tpl[i], strlen(c->tpl[i]) + 1);
     }
+    /* Op kernels come from kernels/cpu/ops.c, which is not among the templates above:
+     * without its hash a graph record stays a hit after ops.c changes and rebinds the
+     * old op kernels without lowering again. */
+    const char *ops_fp = kc_ops_codegen_fp();
+    kc_sha256_update(h, "ops.c", 6);
+    kc_sha256_update(h, ops_fp, strlen(ops_fp) + 1);
     uint8_t d[KC_SHA256_LEN];
     kc_sha256_final(h, d);
     kc_sha256_free(h);
     kc_hex_encode(d, KC_SHA256_LEN, c->compiler_fp);
-    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, err)))
+    if ((rc = probe_compiler(c, o.state_dir, err)) || (rc = compute_device_fp(c, o.state_dir, err)))
         goto fail;
     *out = b;
     return KC_OK;

@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 
 /* Host services handed to every kernel call (keep in sync with common.h): oneDNN primitives
  * (0 on success, -1 when oneDNN cannot run the shape: the kernel then computes it itself)
@@ -29,9 +29,6 @@ typedef struct kc_rt {
 
 /* The one symbol a cpu-so exports. */
 typedef void (*kc_kernel_fn)(const float *const *in, float *out, const kc_rt *rt);
-
-/* The loaded kernel's entry point. */
-kc_kernel_fn kc_cpu_loaded_fn(kc_loaded *l);
 
 /* oneDNN matmul (kc_rt.sgemm) and convolution (kc_rt.conv2d) primitives; ctx is a
  * kc_onednn_gemm * (the lazily built primitive for one kernel's shape, cached for every later

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_backend.h"
-#include "kc_hash.h"
-#include "kc_ops.h"
+#include "kc_cpu_ops.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_ops.h>
 
 #ifndef KC_KERNELS_DIR
 #error "KC_KERNELS_DIR must name the kernels/ directory"
@@ -284,7 +284,7 @@ kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err)
         fprintf(f, "#define KC_EW_N %d\n#define KC_EW_EXPR(a, b, c) %s\n", k->n_in, ew);
         for (int i = 0; i < k->n_in; i++)
             fprintf(f, "#define KC_SAME%d %d\n", i, kc_shape_equal(&k->in_shape[i], o));
-    } else if (k->op >= KC_OP_REDUCE_SUM && k->op <= KC_OP_REDUCE_LOG_SUM_EXP) {
+    } else if (kc_op_has(k->op, KC_OPF_REDUCE)) {
         unsigned mask = 0;
         for (int i = 0; i < k->xa.n[0]; i++)
             mask |= 1u << k->xa.i[0][i];

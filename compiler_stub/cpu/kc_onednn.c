@@ -14,7 +14,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "kc_cpu.h"
-#include "kc_log.h"
+#include <kcache/kc_log.h>
 
 /* Weight tensors one loaded matmul keeps prepared: equal layers of a model share one
  * kernel and call it with their own weights. Beyond this many, the others run unprepared. */

@@ -1,7 +1,8 @@
 /*
  * kc_backends.c - the backend registry (kc_backend_open): one table of device names and
  * their open functions, so programs pick a backend by name instead of wiring each one,
- * and "auto" (an XPU when one answers, else the CPU) is decided in one place.
+ * and "auto" (an XPU when one answers, else the CPU) is decided in one place. Also the
+ * rest of kc_backend.h that belongs to no one backend: closing, device fingerprints.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +10,9 @@
 
 #include <jansson.h>
 
-#include "kc_backend.h"
+#include <kcache/kc_backend.h>
 #include "kc_cpu.h"
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 static kc_code open_cpu(const kc_backend_opts *o, kc_backend **out, kc_err *err)
 {
@@ -60,6 +61,20 @@ kc_code kc_backend_open(const char *device, const kc_backend_opts *opts, kc_back
                       device);
 }
 
+void kc_backend_close(kc_backend *b)
+{
+    if (b && b->ops->destroy)
+        b->ops->destroy(b);
+}
+
+void kc_device_fp_free(kc_device_fp *fp)
+{
+    if (fp) {
+        free(fp->json);
+        fp->json = NULL;
+    }
+}
+
 bool kc_backend_target_runs_here(const char *device, const char *target)
 {
     if (!target || (device && strcmp(device, "cpu") != 0))
@@ -92,8 +107,8 @@ kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fing
         bo.target = targets[i];
         kc_backend *b = NULL;
         kc_fingerprint *f = &fps[*n];
-        if (kc_cpu_backend_open(&bo, &b, err) || b->device_fp(b, &f->fp, err) ||
-            b->compiler_fp(b, f->compiler_fp, err)) {
+        if (kc_cpu_backend_open(&bo, &b, err) || b->ops->device_fp(b, &f->fp, err) ||
+            b->ops->compiler_fp(b, f->compiler_fp, err)) {
             kc_backend_close(b);
             kc_fingerprints_free(fps, *n + 1);
             *n = 0;
@@ -135,7 +150,7 @@ void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx)
         kc_err err = {0};
         char what[64];
         snprintf(what, sizeof what, "CPU fingerprint for %s", targets[i]);
-        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->device_fp(b, &fp, &err) == KC_OK)
+        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->ops->device_fp(b, &fp, &err) == KC_OK)
             fn(fp.id, what, NULL, ctx);
         else
             fn(NULL, what, err.msg, ctx);
@@ -150,7 +165,7 @@ void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx)
         kc_device_fp fp = {0};
         kc_err err = {0};
         bool ok = kc_xpu_backend_open(&bo, spirv == 1, &b, &err) == KC_OK &&
-                  b->device_fp(b, &fp, &err) == KC_OK;
+                  b->ops->device_fp(b, &fp, &err) == KC_OK;
         fn(ok ? fp.id : NULL, "XPU fingerprint", ok ? NULL : err.msg, ctx);
         kc_device_fp_free(&fp);
         kc_backend_close(b);

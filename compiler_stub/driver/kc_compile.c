@@ -3,7 +3,7 @@
  * autotuning, kernel lookups, parallel compilation of misses (one worker per
  * core), write-back through the tiers, loading, and the runner.
  */
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
 
 #include "kc_driver.h"
 
@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "kc_kernel_json.h"
-#include "kc_log.h"
-#include "kc_lower.h"
-#include "kc_util.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_util.h>
 
 #define KC_RECORD_FORMAT "kcache-graph-record/1"
 
@@ -38,7 +38,7 @@ static kc_code kernel_key(kc_program *p, const kc_kernel *k, char out[KC_KEY_HEX
     char fp[KC_KEY_HEX_LEN + 1];
     kc_code rc = kc_kernel_fp(k, fp, err);
     if (rc == KC_OK)
-        kc_key_kernel(p->backend->artifact_kind, fp, p->device.hash, p->compiler_fp, out);
+        kc_key_kernel(p->backend->ops->artifact_kind, fp, p->device.hash, p->compiler_fp, out);
     return rc;
 }
 
@@ -93,10 +93,10 @@ static void *worker(void *arg)
         job *j = &pl->jobs[i];
         double t0 = kc_now();
         char *src = NULL;
-        j->rc = pl->b->generate(pl->b, j->k, &src, &j->err);
+        j->rc = pl->b->ops->generate(pl->b, j->k, &src, &j->err);
         if (j->rc == KC_OK)
-            j->rc =
-                pl->b->compile(pl->b, j->k, src, j->key, &j->payload, &j->len, &j->ran, &j->err);
+            j->rc = pl->b->ops->compile(pl->b, j->k, src, j->key, &j->payload, &j->len, &j->ran,
+                                        &j->err);
         free(src);
         j->secs = kc_now() - t0;
     }
@@ -157,8 +157,8 @@ static kc_code run_jobs(kc_program *p, kc_cache *t, job *jobs, int n, const kc_c
             continue;
         }
         kc_artifact a;
-        kc_code prc =
-            kc_artifact_init(&a, j->key, p->backend->artifact_kind, meta, j->payload, j->len, err);
+        kc_code prc = kc_artifact_init(&a, j->key, p->backend->ops->artifact_kind, meta, j->payload,
+                                       j->len, err);
         if (prc == KC_OK) {
             prc = kc_cache_put(t, &a, 0, err);
             kc_artifact_free(&a);
@@ -303,7 +303,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
                           kc_err *err)
 {
     kc_loaded *l = NULL;
-    if (b->load(b, k, payload, len, &l, err) != KC_OK)
+    if (b->ops->load(b, k, payload, len, &l, err) != KC_OK)
         return -1;
     float *in[KC_KERNEL_MAX_IN];
     uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -322,11 +322,11 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
     for (int i = 0; i < k->n_in; i++)
         ok = ok && in[i] != NULL;
     double best = 1e30;
-    if (ok && b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) /* warm-up */
+    if (ok && b->ops->run(b, l, k, (const float *const *)in, out, err) != KC_OK) /* warm-up */
         ok = false;
     for (int r = 0; ok && r < 5; r++) {
         double t0 = kc_now();
-        if (b->run(b, l, k, (const float *const *)in, out, err) != KC_OK) {
+        if (b->ops->run(b, l, k, (const float *const *)in, out, err) != KC_OK) {
             ok = false;
             break;
         }
@@ -339,7 +339,7 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
     for (int i = 0; i < k->n_in; i++)
         free(in[i]);
     free(out);
-    b->unload(b, l);
+    b->ops->unload(b, l);
     return ok ? best : -1;
 }
 
@@ -364,8 +364,8 @@ bool kc_autotune_decision(kc_cache *t, const char *tkey, char impl[32])
 
 void kc_choose_impls(kc_backend *b, kc_kernel *ks, int n)
 {
-    for (int i = 0; b->choose_impl && i < n; i++)
-        b->choose_impl(b, &ks[i], ks[i].impl);
+    for (int i = 0; b->ops->choose_impl && i < n; i++)
+        b->ops->choose_impl(b, &ks[i], ks[i].impl);
 }
 
 bool kc_impl_tunable(const kc_kernel *k)
@@ -395,7 +395,7 @@ static void tuned_shape(const kc_kernel *k, char *out, size_t n)
 static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc_err *err)
 {
     kc_backend *b = p->backend;
-    if (strcmp(b->name, "cpu") != 0)
+    if (strcmp(b->ops->name, "cpu") != 0)
         return KC_OK; /* the CPU backend is the one with tile/oneDNN choices */
     int n = p->n_kernels;
     char(*tkey)[KC_KEY_HEX_LEN + 1] = calloc((size_t)n + 1, sizeof *tkey);
@@ -679,7 +679,8 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     p->backend = b;
     kc_code rc;
     job *jobs = NULL;
-    if ((rc = b->device_fp(b, &p->device, err)) || (rc = b->compiler_fp(b, p->compiler_fp, err)))
+    if ((rc = b->ops->device_fp(b, &p->device, err)) ||
+        (rc = b->ops->compiler_fp(b, p->compiler_fp, err)))
         goto fail;
     kc_compile_options_text(b, o, p->options);
     kc_key_graph_record(g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
@@ -706,7 +707,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
         }
     }
     if (!p->graph_hit) {
-        if ((rc = kc_lower_ex(g, b->lower_flags, &p->kernels, &p->n_kernels, err)))
+        if ((rc = kc_lower_ex(g, b->ops->lower_flags, &p->kernels, &p->n_kernels, err)))
             goto fail;
         kc_choose_impls(b, p->kernels, p->n_kernels);
         p->keys = calloc((size_t)p->n_kernels + 1, sizeof *p->keys);
@@ -767,7 +768,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
             hrc = kc_cache_get(t, p->keys[i], 0, &a, &e);
             remote = remote_hits(t) > before;
             if (hrc == KC_OK) {
-                hrc = b->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
+                hrc = b->ops->load(b, &p->kernels[i], a.payload, a.payload_len, &p->loaded[i], err);
                 kc_artifact_free(&a);
                 if (hrc == KC_ERR_MISS) {
                     /* the device refused a cached binary (e.g. a driver update):
@@ -813,7 +814,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     if (o->load) {
         for (int x = 0; x < nj; x++) {
             int i = (int)(jobs[x].k - p->kernels);
-            if ((rc = b->load(b, jobs[x].k, jobs[x].payload, jobs[x].len, &p->loaded[i], err)))
+            if ((rc = b->ops->load(b, jobs[x].k, jobs[x].payload, jobs[x].len, &p->loaded[i], err)))
                 goto fail;
         }
         for (int i = 0; i < n; i++)
@@ -844,7 +845,7 @@ void kc_program_free(kc_program *p)
     if (p->loaded)
         for (int i = 0; i < p->n_kernels; i++)
             if (p->load_owner[i] == i && p->loaded[i])
-                p->backend->unload(p->backend, p->loaded[i]);
+                p->backend->ops->unload(p->backend, p->loaded[i]);
     free(p->loaded);
     free(p->load_owner);
     free(p->kernels);
@@ -863,7 +864,8 @@ kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *ker
         for (int j = 0; j < k->n_in; j++)
             in[j] = values[k->in_value[j]];
         double t0 = kernel_s ? kc_now() : 0;
-        kc_code rc = p->backend->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
+        kc_code rc =
+            p->backend->ops->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
         if (rc)
             return rc;
         if (kernel_s)
@@ -874,9 +876,9 @@ kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *ker
 
 void kc_program_forget_params(kc_program *p)
 {
-    for (int i = 0; p && p->loaded && p->backend->forget && i < p->n_kernels; i++)
+    for (int i = 0; p && p->loaded && p->backend->ops->forget && i < p->n_kernels; i++)
         if (p->load_owner[i] == i && p->loaded[i])
-            p->backend->forget(p->backend, p->loaded[i]);
+            p->backend->ops->forget(p->backend, p->loaded[i]);
 }
 
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)

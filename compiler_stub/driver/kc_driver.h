@@ -8,11 +8,11 @@
 
 #include <stdbool.h>
 
-#include "kc_backend.h"
-#include "kc_cache.h"
-#include "kc_compile.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_cache.h>
+#include <kcache/kc_compile.h>
 
-/* Sets each kernel's impl from b's cost model (b->choose_impl; unchanged without one). */
+/* Sets each kernel's impl from b's cost model (b->ops->choose_impl; unchanged without one). */
 void kc_choose_impls(kc_backend *b, kc_kernel *ks, int n);
 
 /* True when --autotune times candidate implementations for k (GEMM, conv2d). */

@@ -7,15 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
+#include <kcache/kc_lower.h>
+
 #include "kc_driver.h"
-#include "kc_lower.h"
 
 void kc_compile_options_text(const kc_backend *b, const kc_compile_opts *o, char out[64])
 {
     /* without tuning the cost model decides the code: its version is part of the record */
-    if (!(o && o->autotune) && b && b->impl_model)
-        snprintf(out, 64, "autotune=0 impl=%s", b->impl_model);
+    if (!(o && o->autotune) && b && b->ops->impl_model)
+        snprintf(out, 64, "autotune=0 impl=%s", b->ops->impl_model);
     else
         snprintf(out, 64, "autotune=%d", o && o->autotune);
 }
@@ -49,7 +50,7 @@ static kc_code from_record(kc_backend *b, kc_cache *t, const kc_graph *g, const 
     kc_impl_from *from = calloc((size_t)n + 1, sizeof *from);
     for (int i = 0; rc == KC_OK && fps && i < n; i++) {
         rc = kc_kernel_fp(&p.kernels[i], fps[i], err);
-        from[i] = !kc_impl_tunable(&p.kernels[i]) || (!b->choose_impl && !(o && o->autotune))
+        from[i] = !kc_impl_tunable(&p.kernels[i]) || (!b->ops->choose_impl && !(o && o->autotune))
                       ? KC_IMPL_FIXED
                   : o && o->autotune ? KC_IMPL_TUNED
                                      : KC_IMPL_COST;
@@ -81,9 +82,9 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
 {
     memset(x, 0, sizeof *x);
     x->n_kernels = -1;
-    kc_code rc = b->device_fp(b, &x->device, err);
+    kc_code rc = b->ops->device_fp(b, &x->device, err);
     if (rc == KC_OK)
-        rc = b->compiler_fp(b, x->compiler_fp, err);
+        rc = b->ops->compiler_fp(b, x->compiler_fp, err);
     if (rc != KC_OK) {
         kc_explain_free(x);
         return rc;
@@ -91,7 +92,7 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
     kc_compile_options_text(b, o, x->options);
     kc_key_graph_record(g->fp, x->device.hash, x->compiler_fp, x->options, x->graph_key);
     int n = 0;
-    if (kc_lower_ex(g, b->lower_flags, &x->kernels, &n, &x->lower_err) != KC_OK)
+    if (kc_lower_ex(g, b->ops->lower_flags, &x->kernels, &n, &x->lower_err) != KC_OK)
         return KC_OK; /* the record key stands; the kernels cannot be listed */
     x->kernel_fps = calloc((size_t)n + 1, sizeof *x->kernel_fps);
     x->kernel_keys = calloc((size_t)n + 1, sizeof *x->kernel_keys);
@@ -103,7 +104,8 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
     kc_choose_impls(b, x->kernels, n);
     for (int i = 0; i < n; i++) {
         kc_kernel *k = &x->kernels[i];
-        x->impl_from[i] = !kc_impl_tunable(k) || !b->choose_impl ? KC_IMPL_FIXED : KC_IMPL_COST;
+        x->impl_from[i] =
+            !kc_impl_tunable(k) || !b->ops->choose_impl ? KC_IMPL_FIXED : KC_IMPL_COST;
         if (!o || !o->autotune || !kc_impl_tunable(k) || !t)
             continue;
         /* --autotune: the stored decision, as kc_compile reads it (keyed without impl) */
@@ -126,7 +128,7 @@ kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_
             kc_explain_free(x);
             return rc;
         }
-        kc_key_kernel(b->artifact_kind, x->kernel_fps[i], x->device.hash, x->compiler_fp,
+        kc_key_kernel(b->ops->artifact_kind, x->kernel_fps[i], x->device.hash, x->compiler_fp,
                       x->kernel_keys[i]);
     }
     x->n_kernels = n;

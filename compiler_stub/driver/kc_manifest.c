@@ -1,7 +1,7 @@
 /*
  * kc_manifest.c - reading a prewarm manifest (kc_manifest.h) into plain C arrays.
  */
-#include "kc_manifest.h"
+#include <kcache/kc_manifest.h>
 
 #include <jansson.h>
 #include <libgen.h>

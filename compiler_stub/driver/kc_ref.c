@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_compile.h"
+#include <kcache/kc_compile.h>
 
 static uint64_t next_rand(uint64_t *s)
 {
@@ -225,7 +225,7 @@ static void ref_node(const kc_graph *g, const kc_node *n, float *const *v)
 const char *kc_reference_unsupported(const kc_graph *g)
 {
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op >= KC_OP_EXT_FIRST)
+        if (!kc_op_has(g->nodes[i].op, KC_OPF_CORE))
             return kc_op_name(g->nodes[i].op);
     return NULL;
 }

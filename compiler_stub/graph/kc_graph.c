@@ -13,7 +13,7 @@
  * of the graph (n log n for the ready heap): 100,000 nodes take well under a
  * second, where a scan of every node per step took minutes.
  */
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 #include <errno.h>
 #include <jansson.h>
@@ -23,31 +23,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "kc_ops.h"
-#include "kc_util.h"
-
-static const char *const op_names[KC_OP_COUNT] = {
-    "matmul", "add", "sub",     "mul",       "div",     "relu",      "gelu", "silu",
-    "tanh",   "exp", "softmax", "layernorm", "rmsnorm", "transpose", "sdpa", "conv2d",
-#define KC_OP_X(id, name, lo, hi) name,
-#include "kc_ops_list.h"
-#undef KC_OP_X
-};
-
-const char *kc_op_name(kc_op op)
-{
-    return (op >= 0 && op < KC_OP_COUNT) ? op_names[op] : "?";
-}
-
-bool kc_op_is_pointwise(kc_op op)
-{
-    return op >= KC_OP_ADD && op <= KC_OP_EXP;
-}
-
-bool kc_op_is_binary(kc_op op)
-{
-    return op >= KC_OP_ADD && op <= KC_OP_DIV;
-}
+#include <kcache/kc_buf.h>
+#include <kcache/kc_ops.h>
+#include <kcache/kc_util.h>
 
 const char *kc_dtype_name(kc_dtype dt)
 {
@@ -263,39 +241,6 @@ static kc_code parse_decls(parse_ctx *c, kc_graph *g, json_t *names, json_t *arr
     return KC_OK;
 }
 
-static int op_from_name(const char *s)
-{
-    for (int i = 0; i < KC_OP_COUNT; i++)
-        if (strcmp(s, op_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-static void arity(kc_op op, int *lo, int *hi)
-{
-    if (op >= KC_OP_EXT_FIRST) {
-        kc_op_ext_arity(op, lo, hi);
-        return;
-    }
-    switch (op) {
-    case KC_OP_MATMUL:
-    case KC_OP_ADD:
-    case KC_OP_SUB:
-    case KC_OP_MUL:
-    case KC_OP_DIV:
-    case KC_OP_RMSNORM:
-    case KC_OP_CONV2D:
-        *lo = *hi = 2;
-        break;
-    case KC_OP_LAYERNORM:
-    case KC_OP_SDPA:
-        *lo = *hi = 3;
-        break;
-    default:
-        *lo = *hi = 1;
-    }
-}
-
 /* Extended ops: attributes by the op's schema (kc_ops.c). */
 static kc_code parse_xattrs(parse_ctx *c, const char *label, kc_node *n, json_t *attrs)
 {
@@ -354,7 +299,7 @@ static kc_code parse_attrs(parse_ctx *c, const char *label, kc_node *n, json_t *
     a->heads = 1;
     a->stride = 1;
     a->scale = NAN; /* resolved once shapes are known */
-    if (n->op >= KC_OP_EXT_FIRST)
+    if (!kc_op_has(n->op, KC_OPF_CORE))
         return parse_xattrs(c, label, n, attrs);
     if (!attrs)
         return KC_OK;
@@ -406,8 +351,8 @@ static kc_code infer(parse_ctx *c, kc_graph *g, int ni)
     kc_node *n = &g->nodes[ni];
     char label[160], s1[96], s2[96];
 #define LABEL node_label(g, ni, n, label, sizeof label)
-    const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: arity() */
-    if (n->op >= KC_OP_EXT_FIRST) {
+    const kc_value *in[KC_NODE_MAX_IN] = {0}; /* n_in >= 1: kc_op_arity() */
+    if (!kc_op_has(n->op, KC_OPF_CORE)) {
         char why[400];
         if (!kc_ops_infer(g, ni, why, sizeof why))
             return kc_err_set(c->err, KC_ERR_INVALID, "%s: %s: shape mismatch: %s", c->origin,
@@ -573,7 +518,7 @@ static void sh_once(const void *p, size_t n, uint8_t out[HLEN])
 
 static void attrs_text(const kc_node *n, char *buf, size_t cap)
 {
-    if (n->op >= KC_OP_EXT_FIRST) {
+    if (!kc_op_has(n->op, KC_OPF_CORE)) {
         kc_xattrs_text(n->op, n->xa, buf, cap);
         return;
     }
@@ -756,11 +701,12 @@ static kc_code canon_order(parse_ctx *c, kc_graph *g, const int *topo, const kc_
         sh_reset(sh);
         sh_update(sh, hdr, sizeof hdr);
         sh_update(sh, val->shape.dims, sizeof(int64_t) * (size_t)val->shape.rank);
-        if (n->op == KC_OP_MATMUL || n->op == KC_OP_LAYERNORM || n->op == KC_OP_RMSNORM ||
-            n->op == KC_OP_SDPA || n->op == KC_OP_CONV2D || n->op >= KC_OP_EXT_FIRST) {
-            attrs_text(n, at, sizeof at);
+        /* the attribute text of every op that has attributes, and of every
+         * extended op even without (an empty text): what the fingerprints
+         * of existing graphs were computed with */
+        attrs_text(n, at, sizeof at);
+        if (at[0] || !kc_op_has(n->op, KC_OPF_CORE))
             sh_update(sh, at, strlen(at) + 1);
-        }
         for (int i = 0; i < n->n_in; i++)
             sh_update(sh, fwd[n->in[i]].h, HLEN);
         sh_final(sh, fwd[n->out].h);
@@ -884,43 +830,12 @@ out:
     return rc;
 }
 
-/* A growable text buffer for the canonical form: it is rendered on every
- * parse (a warm compile too), so values are appended directly instead of
- * through stdio formatting, which cost more than the rest of the rendering. */
-typedef struct tbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tbuf;
-
-static void tb_put(tbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (b->n + n + 1 > cap)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void tb_str(tbuf *b, const char *s)
-{
-    tb_put(b, s, strlen(s));
-}
+/* The canonical form is rendered on every parse (a warm compile too), so values
+ * are appended directly instead of through stdio formatting, which cost more
+ * than the rest of the rendering. */
 
 /* Decimal, exactly as printf("%lld") writes it. */
-static void tb_int(tbuf *b, long long v)
+static void tb_int(kc_buf *b, long long v)
 {
     char d[24];
     int i = (int)sizeof d;
@@ -931,75 +846,71 @@ static void tb_int(tbuf *b, long long v)
     } while (u);
     if (v < 0)
         d[--i] = '-';
-    tb_put(b, d + i, sizeof d - (size_t)i);
+    kc_buf_add(b, d + i, sizeof d - (size_t)i);
 }
 
 /* "f32 [2,3,4]": dtype and shape as kc_shape_str writes it. */
-static void tb_sig(tbuf *b, const kc_value *v)
+static void tb_sig(kc_buf *b, const kc_value *v)
 {
-    tb_str(b, kc_dtype_name(v->dtype));
-    tb_put(b, " [", 2);
+    kc_buf_addstr(b, kc_dtype_name(v->dtype));
+    kc_buf_add(b, " [", 2);
     for (int i = 0; i < v->shape.rank; i++) {
         if (i)
-            tb_put(b, ",", 1);
+            kc_buf_add(b, ",", 1);
         tb_int(b, (long long)v->shape.dims[i]);
     }
-    tb_put(b, "]", 1);
+    kc_buf_add(b, "]", 1);
 }
 
 char *kc_graph_canonical_text(const kc_graph *g)
 {
-    tbuf b = {0};
+    kc_buf b = {0};
     char at[KC_ATTR_TEXT_MAX];
-    tb_str(&b, KC_GRAPH_FORMAT "\ninputs ");
+    kc_buf_addstr(&b, KC_GRAPH_FORMAT "\ninputs ");
     tb_int(&b, g->n_inputs);
-    tb_put(&b, "\n", 1);
+    kc_buf_add(&b, "\n", 1);
     for (int v = 0; v < g->n_inputs + g->n_params; v++) {
         if (v == g->n_inputs) {
-            tb_str(&b, "params ");
+            kc_buf_addstr(&b, "params ");
             tb_int(&b, g->n_params);
-            tb_put(&b, "\n", 1);
+            kc_buf_add(&b, "\n", 1);
         }
-        tb_put(&b, "v", 1);
+        kc_buf_add(&b, "v", 1);
         tb_int(&b, v);
-        tb_put(&b, " ", 1);
+        kc_buf_add(&b, " ", 1);
         tb_sig(&b, &g->values[v]);
-        tb_put(&b, "\n", 1);
+        kc_buf_add(&b, "\n", 1);
     }
     if (g->n_inputs + g->n_params == g->n_inputs)
-        tb_str(&b, "params 0\n");
-    tb_str(&b, "nodes ");
+        kc_buf_addstr(&b, "params 0\n");
+    kc_buf_addstr(&b, "nodes ");
     tb_int(&b, g->n_nodes);
-    tb_put(&b, "\n", 1);
+    kc_buf_add(&b, "\n", 1);
     for (int t = 0; t < g->n_nodes; t++) {
         const kc_node *n = &g->nodes[t];
         attrs_text(n, at, sizeof at);
-        tb_put(&b, "v", 1);
+        kc_buf_add(&b, "v", 1);
         tb_int(&b, n->out);
-        tb_put(&b, " = ", 3);
-        tb_str(&b, kc_op_name(n->op));
-        tb_put(&b, "(", 1);
+        kc_buf_add(&b, " = ", 3);
+        kc_buf_addstr(&b, kc_op_name(n->op));
+        kc_buf_add(&b, "(", 1);
         for (int i = 0; i < n->n_in; i++) {
-            tb_str(&b, i ? ",v" : "v");
+            kc_buf_addstr(&b, i ? ",v" : "v");
             tb_int(&b, n->in[i]);
         }
-        tb_put(&b, ") {", 3);
-        tb_str(&b, at);
-        tb_put(&b, "} ", 2);
+        kc_buf_add(&b, ") {", 3);
+        kc_buf_addstr(&b, at);
+        kc_buf_add(&b, "} ", 2);
         tb_sig(&b, &g->values[n->out]);
-        tb_put(&b, "\n", 1);
+        kc_buf_add(&b, "\n", 1);
     }
-    tb_str(&b, "outputs");
+    kc_buf_addstr(&b, "outputs");
     for (int o = 0; o < g->n_outputs; o++) {
-        tb_put(&b, " v", 2);
+        kc_buf_add(&b, " v", 2);
         tb_int(&b, g->outputs[o]);
     }
-    tb_put(&b, "\n", 1);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    kc_buf_add(&b, "\n", 1);
+    return kc_buf_take(&b);
 }
 
 kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_graph **out,
@@ -1087,7 +998,7 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         g->values[n->out].producer = g->n_nodes;
         g->n_nodes++;
         const char *op = json_string_value(json_object_get(jn, "op"));
-        int opi = op ? op_from_name(op) : -1;
+        int opi = op ? kc_op_from_name(op) : -1;
         if (opi < 0) {
             rc = kc_err_set(err, KC_ERR_INVALID, "%s: node %zu '%s': unknown op '%s'", c.origin, i,
                             oname, op ? op : "(missing)");
@@ -1096,7 +1007,7 @@ kc_code kc_graph_parse(const char *text, size_t len, const char *origin, kc_grap
         n->op = (kc_op)opi;
         json_t *ji = json_object_get(jn, "in");
         int lo, hi;
-        arity(n->op, &lo, &hi);
+        kc_op_arity(n->op, &lo, &hi);
         if (!json_is_array(ji) || (int)json_array_size(ji) < lo || (int)json_array_size(ji) > hi) {
             rc = kc_err_set(err, KC_ERR_INVALID,
                             "%s: node %zu '%s' (%s): wrong arity: %s takes %d input%s, got %d",

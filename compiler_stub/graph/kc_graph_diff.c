@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 typedef struct cnode {
     int id;       /* the value the node defines */

@@ -1,28 +1,15 @@
 /*
- * kc_ops.c - schemas and shape/dtype inference of the extended operator set
- * (kc_ops_list.h). Inference also resolves defaults (empty strides become
+ * kc_ops.c - the operator table (kc_ops_list.h expanded once: names, arity,
+ * flags, attribute schemas, ONNX op types) and shape/dtype inference of the
+ * extended ops. Inference also resolves defaults (empty strides become
  * ones, empty reduce axes become every axis, negative axes become
  * positive), so the canonical text never depends on what was spelled out.
  */
-#include "kc_ops.h"
+#include <kcache/kc_ops.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static const struct {
-    int lo, hi;
-} arity_tab[] = {
-#define KC_OP_X(id, name, lo, hi) {lo, hi},
-#include "kc_ops_list.h"
-#undef KC_OP_X
-};
-
-void kc_op_ext_arity(kc_op op, int *lo, int *hi)
-{
-    *lo = arity_tab[op - KC_OP_EXT_FIRST].lo;
-    *hi = arity_tab[op - KC_OP_EXT_FIRST].hi;
-}
 
 #define L(n)                                                                                       \
     {                                                                                              \
@@ -41,7 +28,7 @@ void kc_op_ext_arity(kc_op op, int *lo, int *hi)
         n, KC_XA_FLOAT, d, false                                                                   \
     }
 
-static const kc_xa_field no_fields[] = {{0}};
+static const kc_xa_field f_none[] = {{0}};
 static const kc_xa_field f_alpha001[] = {F("alpha", 0.01), {0}};
 static const kc_xa_field f_alpha1[] = {F("alpha", 1.0), {0}};
 static const kc_xa_field f_selu[] = {
@@ -74,6 +61,11 @@ static const kc_xa_field f_arith[] = {I("mode", 0), {0}};
 static const kc_xa_field f_isinf[] = {I("detect_positive", 1), I("detect_negative", 1), {0}};
 static const kc_xa_field f_trilu[] = {I("upper", 1), I("k", 0), {0}};
 static const kc_xa_field f_cumsum[] = {I("axis", 0), I("exclusive", 0), I("reverse", 0), {0}};
+static const kc_xa_field f_scatter[] = {I("reduction", 0), {0}};
+static const kc_xa_field f_resize[] = {LR("cfg"), LR("sizes"),         LR("scales"),
+                                       L("roi"),  F("cubic_a", -0.75), F("extrapolation", 0),
+                                       {0}};
+static const kc_xa_field f_rnn[] = {LR("cfg"), LR("acts"), F("clip", 0), {0}};
 static const kc_xa_field f_lrn[] = {
     I("size", 1), F("alpha", 1e-4), F("beta", 0.75), F("bias", 1.0), {0}};
 #undef L
@@ -81,106 +73,71 @@ static const kc_xa_field f_lrn[] = {
 #undef I
 #undef F
 
+/* ---- the table ----------------------------------------------------------------- */
+
+static const struct op_row {
+    const char *name;
+    int lo, hi;
+    const kc_xa_field *fields;
+    unsigned flags;
+    const char *onnx;
+} op_tab[KC_OP_COUNT] = {
+#define KC_OP_X(id, name, lo, hi, fields, flags, onnx)                                             \
+    [KC_OP_##id] = {name, lo, hi, f_##fields, flags, onnx},
+#include <kcache/kc_ops_list.h>
+#undef KC_OP_X
+};
+
+const char *kc_op_name(kc_op op)
+{
+    return (op >= 0 && op < KC_OP_COUNT) ? op_tab[op].name : "?";
+}
+
+int kc_op_from_name(const char *name)
+{
+    for (int i = 0; i < KC_OP_COUNT; i++)
+        if (strcmp(name, op_tab[i].name) == 0)
+            return i;
+    return -1;
+}
+
+kc_op kc_op_from_onnx(const char *op_type)
+{
+    for (int i = 0; i < KC_OP_COUNT; i++)
+        if (op_tab[i].onnx[0] && strcmp(op_type, op_tab[i].onnx) == 0)
+            return (kc_op)i;
+    return KC_OP_COUNT;
+}
+
+void kc_op_arity(kc_op op, int *lo, int *hi)
+{
+    *lo = op_tab[op].lo;
+    *hi = op_tab[op].hi;
+}
+
+bool kc_op_has(kc_op op, unsigned flags)
+{
+    return op >= 0 && op < KC_OP_COUNT && (op_tab[op].flags & flags) == flags;
+}
+
+bool kc_op_is_pointwise(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_POINTWISE);
+}
+
+bool kc_op_is_binary(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_BINARY);
+}
+
+bool kc_op_is_elementwise(kc_op op)
+{
+    return kc_op_has(op, KC_OPF_EW);
+}
+
 const kc_xa_field *kc_op_fields(kc_op op, int *n_fields)
 {
-    const kc_xa_field *f = no_fields;
-    switch (op) {
-    case KC_OP_LEAKY_RELU:
-        f = f_alpha001;
-        break;
-    case KC_OP_ELU:
-    case KC_OP_CELU:
-    case KC_OP_THRESHOLDED_RELU:
-        f = f_alpha1;
-        break;
-    case KC_OP_SELU:
-        f = f_selu;
-        break;
-    case KC_OP_HARD_SIGMOID:
-        f = f_hsig;
-        break;
-    case KC_OP_CLIP:
-        f = f_clip;
-        break;
-    case KC_OP_SHRINK:
-        f = f_shrink;
-        break;
-    case KC_OP_CAST:
-        f = f_cast;
-        break;
-    case KC_OP_PERMUTE:
-        f = f_perm;
-        break;
-    case KC_OP_CONCAT:
-    case KC_OP_GATHER:
-        f = f_axis;
-        break;
-    case KC_OP_SLICE:
-        f = f_slice;
-        break;
-    case KC_OP_PAD:
-        f = f_pad;
-        break;
-    case KC_OP_RESHAPE:
-    case KC_OP_EXPAND:
-        f = f_shape;
-        break;
-    case KC_OP_TILE:
-        f = f_tile;
-        break;
-    case KC_OP_CONV:
-        f = f_conv;
-        break;
-    case KC_OP_CONV_TRANSPOSE:
-        f = f_convt;
-        break;
-    case KC_OP_MAXPOOL:
-        f = f_maxpool;
-        break;
-    case KC_OP_AVGPOOL:
-        f = f_avgpool;
-        break;
-    case KC_OP_BATCHNORM:
-    case KC_OP_INSTANCENORM:
-        f = f_eps;
-        break;
-    case KC_OP_LAYERNORM_ND:
-        f = f_lnorm;
-        break;
-    case KC_OP_SOFTMAX_ND:
-    case KC_OP_LOGSOFTMAX:
-    case KC_OP_HARDMAX:
-        f = f_softmax;
-        break;
-    case KC_OP_ARGMAX:
-    case KC_OP_ARGMIN:
-        f = f_arg;
-        break;
-    case KC_OP_GEMM:
-        f = f_gemm;
-        break;
-    case KC_OP_LRN:
-        f = f_lrn;
-        break;
-    case KC_OP_ARITH:
-        f = f_arith;
-        break;
-    case KC_OP_ISINF:
-        f = f_isinf;
-        break;
-    case KC_OP_TRILU:
-        f = f_trilu;
-        break;
-    case KC_OP_GATHER_ELEMENTS:
-        f = f_axis;
-        break;
-    case KC_OP_CUMSUM:
-        f = f_cumsum;
-        break;
-    default:
-        if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP)
-            f = f_reduce;
-    }
+    const kc_xa_field *f = (op >= 0 && op < KC_OP_COUNT) ? op_tab[op].fields : f_none;
     if (n_fields) {
         int n = 0;
         while (f[n].name)
@@ -228,11 +185,6 @@ void kc_xattrs_text(kc_op op, const kc_xattrs *xa, char *buf, size_t cap)
         for (int j = 0; j < xa->n[i] && n < cap; j++)
             n += (size_t)snprintf(buf + n, cap - n, "%s%lld", j ? "," : "", (long long)xa->i[i][j]);
     }
-}
-
-bool kc_op_is_elementwise(kc_op op)
-{
-    return (op >= KC_OP_SIGMOID && op <= KC_OP_MOD);
 }
 
 /* ---- inference -------------------------------------------------------------- */
@@ -324,13 +276,112 @@ static bool bcast(const kc_shape *a, const kc_shape *b, kc_shape *o, char *msg, 
     return true;
 }
 
+/* ScatterND: updates fit indices[:-1] + data[k:], k = indices' last dim. */
+static bool infer_scatter_nd(const kc_value *const *in, const kc_xattrs *xa, char *msg, size_t cap)
+{
+    const kc_shape *d = &in[0]->shape, *ix = &in[1]->shape, *u = &in[2]->shape;
+    char s1[96], s2[96];
+    if (in[1]->dtype != KC_DT_I64 || in[2]->dtype != in[0]->dtype)
+        return FAIL("scatter_nd takes (T, int64 indices, T updates)");
+    if (xa->i[0][0] < 0 || xa->i[0][0] > 4 || (xa->i[0][0] && in[0]->dtype == KC_DT_BOOL))
+        return FAIL("reduction must be 0..4 (none, add, mul, max, min) on a numeric tensor");
+    int64_t k = ix->rank ? ix->dims[ix->rank - 1] : 0;
+    if (ix->rank < 1 || k < 1 || k > d->rank)
+        return FAIL("indices %s: the last dimension must be 1..%d", kc_shape_str(ix, s1, sizeof s1),
+                    d->rank);
+    kc_shape want = {.rank = 0};
+    for (int i = 0; i < ix->rank - 1; i++)
+        want.dims[want.rank++] = ix->dims[i];
+    for (int i = (int)k; i < d->rank && want.rank < KC_MAX_RANK; i++)
+        want.dims[want.rank++] = d->dims[i];
+    if (ix->rank - 1 + d->rank - k > KC_MAX_RANK || !kc_shape_equal(&want, u))
+        return FAIL("updates %s must have shape %s", kc_shape_str(u, s1, sizeof s1),
+                    kc_shape_str(&want, s2, sizeof s2));
+    return true;
+}
+
+/* Resize: output dims are `sizes`; one scale per dim, roi 2 x rank when cropping. */
+static bool infer_resize(const kc_value *const *in, const kc_xattrs *xa, kc_shape *o, char *msg,
+                         size_t cap)
+{
+    const kc_shape *a = &in[0]->shape;
+    if (in[0]->dtype != KC_DT_F32)
+        return FAIL("resize takes f32");
+    if (xa->n[0] != 4 || xa->i[0][0] < 0 || xa->i[0][0] > 2 || xa->i[0][1] < 0 || xa->i[0][1] > 5 ||
+        xa->i[0][2] < 0 || xa->i[0][2] > 3)
+        return FAIL("cfg must be mode 0..2, coordinate mode 0..5, nearest mode 0..3, "
+                    "exclude_outside");
+    if (xa->n[1] != a->rank || xa->n[2] != a->rank || (xa->i[0][1] == 5 && xa->n[3] != 2 * a->rank))
+        return FAIL("sizes and scales need %d entries (roi %d when cropping)", a->rank,
+                    2 * a->rank);
+    o->rank = a->rank;
+    for (int d = 0; d < a->rank; d++) {
+        double sc;
+        memcpy(&sc, &xa->i[2][d], sizeof sc);
+        if (!(sc > 0) || !isfinite(sc) || xa->i[1][d] < 1 || xa->i[1][d] > KC_ATTR_LIM)
+            return FAIL("dimension %d: scale and size must be positive", d);
+        o->dims[d] = xa->i[1][d];
+    }
+    if (!dims_ok(o))
+        return FAIL("resized shape is too large");
+    return true;
+}
+
+/* RNN/GRU/LSTM: X [T,B,I] (layout 1: [B,T,I]), W [D,G*H,I], R [D,G*H,H],
+ * B [D,2*G*H], sequence_lens [B] int64, initial_h [D,B,H] (layout 1: [B,D,H]),
+ * (LSTM) initial_c like initial_h, P [D,3H]. Output: Y, Y_h, Y_c flattened one after the other. */
+static bool infer_rnn(const kc_node *n, const kc_value *const *in, const kc_xattrs *xa, kc_shape *o,
+                      char *msg, size_t cap)
+{
+    if (xa->n[0] != 6 || xa->i[0][0] < 0 || xa->i[0][0] > 2 || xa->i[0][1] < 0 || xa->i[0][1] > 2 ||
+        xa->i[0][2] < 1 || xa->i[0][2] > 65536 || xa->i[0][3] < 0 || xa->i[0][3] > 1)
+        return FAIL("cfg must be cell 0..2, direction 0..2, hidden_size, layout 0..1, "
+                    "linear_before_reset, input_forget");
+    int64_t cell = xa->i[0][0], D = xa->i[0][1] == 2 ? 2 : 1, H = xa->i[0][2];
+    int64_t G = cell == 2 ? 4 : cell == 1 ? 3 : 1, nacts = cell == 2 ? 3 : cell == 1 ? 2 : 1;
+    if (n->n_in != (cell == 2 ? 8 : 6))
+        return FAIL("%s takes %d inputs", cell == 2 ? "an LSTM" : "an RNN or GRU",
+                    cell == 2 ? 8 : 6);
+    if (xa->n[1] != nacts * D)
+        return FAIL("acts needs %lld entries", (long long)(nacts * D));
+    for (int i = 0; i < xa->n[1]; i++)
+        if (xa->i[1][i] < 0 || xa->i[1][i] > 5)
+            return FAIL("activation code %lld is not 0..5", (long long)xa->i[1][i]);
+    const kc_shape *x = &in[0]->shape;
+    if (x->rank != 3)
+        return FAIL("X must have rank 3");
+    int64_t T = x->dims[xa->i[0][3] ? 1 : 0], B = x->dims[xa->i[0][3] ? 0 : 1], I = x->dims[2];
+    const kc_shape want[8] = {
+        *x,
+        {3, {D, G * H, I}},
+        {3, {D, G * H, H}},
+        {2, {D, 2 * G * H}},
+        {1, {B}},
+        {3, {xa->i[0][3] ? B : D, xa->i[0][3] ? D : B, H}},
+        {3, {xa->i[0][3] ? B : D, xa->i[0][3] ? D : B, H}},
+        {2, {D, 3 * H}},
+    };
+    for (int i = 0; i < n->n_in; i++) {
+        char s1[96], s2[96];
+        kc_dtype dt = i == 4 ? KC_DT_I64 : KC_DT_F32;
+        if (in[i]->dtype != dt || !kc_shape_equal(&in[i]->shape, &want[i]))
+            return FAIL("input %d ('%s') is %s %s, expected %s %s", i, in[i]->name,
+                        kc_dtype_name(in[i]->dtype), kc_shape_str(&in[i]->shape, s1, sizeof s1),
+                        kc_dtype_name(dt), kc_shape_str(&want[i], s2, sizeof s2));
+    }
+    *o = (kc_shape){1, {T * D * B * H + 2 * D * B * H}};
+    if (!dims_ok(o))
+        return FAIL("the output is too large");
+    return true;
+}
+
 bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
 {
     kc_node *n = &g->nodes[ni];
     kc_xattrs *xa = n->xa;
     const kc_value *in[KC_NODE_MAX_IN];
     int lo, hi;
-    kc_op_ext_arity(n->op, &lo, &hi);
+    kc_op_arity(n->op, &lo, &hi);
     if (n->n_in < lo || n->n_in > hi || !xa)
         return FAIL("%s takes %d to %d inputs, got %d", kc_op_name(n->op), lo, hi, n->n_in);
     for (int i = 0; i < n->n_in; i++)
@@ -346,8 +397,7 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
     /* dtypes: the numeric elementwise ops, reductions, softmax and argmax
      * take f32 and f64 (a few int64 as well); convolution, pooling and
      * normalisation are f32 only */
-    bool is_reduce = (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP) ||
-                     op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
+    bool is_reduce = kc_op_has(op, KC_OPF_REDUCE) || op == KC_OP_ARGMAX || op == KC_OP_ARGMIN;
     bool ints_ok = op == KC_OP_NEG || op == KC_OP_ABS || op == KC_OP_CLIP || op == KC_OP_SIGN ||
                    op == KC_OP_MAX || op == KC_OP_MIN || op == KC_OP_PYMOD || op == KC_OP_MOD ||
                    op == KC_OP_REDUCE_SUM || op == KC_OP_REDUCE_MAX || op == KC_OP_REDUCE_MIN ||
@@ -392,6 +442,12 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("axis out of range for rank %d", a->rank);
         *o = in[1]->shape;
         break;
+    case KC_OP_SCATTER_ND:
+        return infer_scatter_nd(in, xa, msg, cap);
+    case KC_OP_RESIZE:
+        return infer_resize(in, xa, o, msg, cap);
+    case KC_OP_RNN:
+        return infer_rnn(n, in, xa, o, msg, cap);
     case KC_OP_CUMSUM:
         if (dt == KC_DT_BOOL || !norm_axis(&xa->i[0][0], a->rank, false))
             return FAIL("cumsum takes a numeric tensor and an axis within rank %d", a->rank);
@@ -690,7 +746,7 @@ bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap)
             return FAIL("lrn needs [N, C, ...] and size >= 1");
         break;
     default:
-        if (op >= KC_OP_REDUCE_SUM && op <= KC_OP_REDUCE_LOG_SUM_EXP) {
+        if (kc_op_has(op, KC_OPF_REDUCE)) {
             bool mark[KC_MAX_RANK] = {false};
             if (!xa->n[0]) {
                 xa->n[0] = a->rank;

@@ -5,7 +5,7 @@
  * conversion is one table of handlers (kc_onnx_ops.c); this file holds the
  * model, tensors, constants and the graph under construction.
  */
-#include "kc_onnx.h"
+#include <kcache/kc_onnx.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "kc_onnx_internal.h"
-#include "kc_ops.h"
-#include "kc_util.h"
+#include <kcache/kc_ops.h>
+#include <kcache/kc_util.h>
 
 /* ---- shape bindings ----------------------------------------------------------- */
 
@@ -406,6 +406,13 @@ int ox_use(ox_ctx *c, ox_val *v)
         return v->id;
     if (!v->is_const)
         return -1;
+    if (kc_shape_numel(&v->shape) == 0) { /* only shape arithmetic may hold one */
+        kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                   "%s: %s: '%s' is empty (empty tensors are not "
+                   "supported)",
+                   c->origin, c->label, v->name);
+        return -1;
+    }
     /* a constant read as data: a param whose values ride along */
     int id = new_value(c, v->name, KC_VAL_PARAM);
     if (id < 0)
@@ -468,7 +475,7 @@ int ox_emit_attrs(ox_ctx *c, kc_op op, const int *ins, int n_in, const kc_xattrs
     n->attrs.stride = 1;
     if (at)
         n->attrs = *at;
-    if (op >= KC_OP_EXT_FIRST) {
+    if (!kc_op_has(op, KC_OPF_CORE)) {
         n->xa = malloc(sizeof *n->xa);
         if (!n->xa) {
             kc_err_set(c->err, KC_ERR_NOMEM, "%s: out of memory", c->origin);
@@ -741,7 +748,21 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
     int n_binds = o->n_binds;
     *out = NULL;
     origin = origin ? origin : "<onnx>";
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    /* the weights are most of a model's bytes and protobuf-c would copy
+     * each one: unpack the model without them and read them in place */
+    ox_slim slim;
+    bool slimmed = ox_slim_model(buf, len, &slim);
+    Onnx__ModelProto *m = slimmed ? onnx__model_proto__unpack(NULL, slim.len, slim.buf) : NULL;
+    if (m && (m->graph ? m->graph->n_initializer : 0) != slim.n_payloads) {
+        onnx__model_proto__free_unpacked(m, NULL); /* not the shape the walk expected */
+        m = NULL;
+    }
+    if (!m && slimmed) {
+        ox_slim_free(&slim);
+        slimmed = false;
+    }
+    if (!m)
+        m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m)
         return kc_err_set(err, KC_ERR_INVALID,
                           "%s: not an ONNX model (the protobuf is damaged or truncated)", origin);
@@ -779,19 +800,9 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
                         origin, (long long)c.opset);
         goto out;
     }
-    /* every operator first: an unsupported one is the error that matters */
-    for (size_t i = 0; i < gp->n_node; i++) {
-        const Onnx__NodeProto *np = gp->node[i];
-        const char *t = np->op_type ? np->op_type : "";
-        bool other = np->domain && *np->domain && strcmp(np->domain, "ai.onnx") != 0;
-        if (other || !ox_op_known(t)) {
-            rc = kc_err_set(err, KC_ERR_UNSUPPORTED,
-                            "%s: node %zu '%s' (%s, opset %lld): unsupported operator '%s%s%s'",
-                            origin, i, np->name ? np->name : "", t, (long long)c.opset,
-                            other ? np->domain : "", other ? "." : "", t);
-            goto out;
-        }
-    }
+    /* every operator first: unsupported ones are the error that matters */
+    if ((rc = ox_check_ops(&c, m)))
+        goto out;
     c.g->name = strdup(gp->name ? gp->name : ""); /* never part of the fingerprint */
     if (!c.g->name) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);
@@ -802,13 +813,17 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
         const Onnx__TensorProto *t = gp->initializer[i];
         char what[512];
         snprintf(what, sizeof what, "%s: initializer '%s'", origin, t->name ? t->name : "");
+        bool values = !o->skip_weights || ox_tensor_numel(t) <= OX_FOLD_MAX;
+        if (values && slimmed && (rc = ox_slim_restore(&slim, buf, m->graph, i, what, err)))
+            goto out;
+        t = gp->initializer[i];
         ox_val *v = ox_define(&c, t->name ? t->name : "");
         if (!v) {
             rc = kc_err_set(err, KC_ERR_NOMEM, "%s: out of memory", origin);
             goto out;
         }
         v->is_const = true;
-        if (o->skip_weights && ox_tensor_numel(t) > OX_FOLD_MAX) {
+        if (!values) {
             /* shape and dtype only: never folded, becomes a param without values */
             if ((rc = ox_tensor_decode(t, what, &v->dt, &v->shape, NULL, err)))
                 goto out;
@@ -918,6 +933,7 @@ kc_code kc_onnx_parse(const uint8_t *buf, size_t len, const char *origin, const 
 out:
     kc_graph_free(c.g);
     ctx_free(&c);
+    ox_slim_free(&slim);
     onnx__model_proto__free_unpacked(m, NULL);
     return rc;
 }

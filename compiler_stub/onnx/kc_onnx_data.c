@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kc_onnx.h"
+#include <kcache/kc_onnx.h>
 
 /* How many PREFIX_K.pb files DIR holds (K = 0, 1, ... without gaps). */
 static int count_files(const char *dir, const char *prefix)

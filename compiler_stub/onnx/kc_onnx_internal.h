@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "kc_onnx.h"
+#include <kcache/kc_onnx.h>
 #include "onnx.pb-c.h"
 
 /* An ONNX value by name: a graph value (id >= 0), a constant (data), or both
@@ -36,6 +36,32 @@ typedef struct ox_ctx {
     const char *cur_name; /* base for the names of helper values */
     int n_tmp;
 } ox_ctx;
+
+/* The model without its weights (kc_onnx_wire.c): the ModelProto's bytes
+ * with every large graph initializer stripped of its values, and where each
+ * initializer lies in the original buffer (in initializer order). */
+typedef struct ox_payload {
+    size_t off, len; /* the TensorProto's bytes in the original buffer */
+    bool slim;       /* its values were left out */
+} ox_payload;
+
+typedef struct ox_slim {
+    uint8_t *buf; /* owned */
+    size_t len;
+    ox_payload *payloads; /* one per initializer, owned */
+    size_t n_payloads, cap_payloads;
+} ox_slim;
+
+/* Fills *s from the model in buf; false when the wire format does not walk
+ * (damaged, or an encoding kcache does not expect): unpack buf itself then,
+ * which names the problem. */
+bool ox_slim_model(const uint8_t *buf, size_t len, ox_slim *s);
+void ox_slim_free(ox_slim *s);
+/* Replaces initializer i of gp (unpacked from s->buf) by the whole tensor
+ * unpacked from model, when it was slimmed; what names it in the error
+ * (KC_ERR_INVALID: a damaged tensor). */
+kc_code ox_slim_restore(const ox_slim *s, const uint8_t *model, Onnx__GraphProto *gp, size_t i,
+                        const char *what, kc_err *err);
 
 /* Constants up to this many elements may be folded (evaluated at import);
  * larger ones are only ever params. */
@@ -82,8 +108,10 @@ int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int c
 const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, const char *dflt, char *buf,
                         size_t cap);
 
-/* True when kc_onnx_ops.c has a handler for op_type. */
-bool ox_op_known(const char *op_type);
+/* KC_ERR_UNSUPPORTED naming every node of m whose operator has no handler
+ * (op type, node name, opset): as many as the message holds, the rest each
+ * in a kc_log warning. KC_OK when every node converts. */
+kc_code ox_check_ops(ox_ctx *c, const Onnx__ModelProto *m);
 /* Converts one node (kc_onnx_ops.c). */
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np);
 

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kcache/kc_log.h>
 #include "kc_onnx_internal.h"
-#include "kc_ops.h"
+#include <kcache/kc_ops.h>
 
 typedef kc_code (*ox_handler)(ox_ctx *c, const Onnx__NodeProto *np);
 
@@ -233,58 +234,89 @@ static bool all_const(ox_ctx *c, const Onnx__NodeProto *np)
     return true;
 }
 
-static double ew_fold(const char *op, double a, double b, double x, kc_dtype dt)
+/* The value of np's op for elements a, b, x (dt: the first input's) into
+ * *out; false for an op this does not fold. */
+static bool ew_fold(const Onnx__NodeProto *np, double a, double b, double x, kc_dtype dt,
+                    double *out)
 {
+    const char *op = np->op_type;
+    bool ints = dt == KC_DT_I64;
+    double r;
     if (!strcmp(op, "Add") || !strcmp(op, "Sum"))
-        return a + b;
-    if (!strcmp(op, "Sub"))
-        return a - b;
-    if (!strcmp(op, "Mul"))
-        return a * b;
-    if (!strcmp(op, "Div"))
+        r = a + b;
+    else if (!strcmp(op, "Mean"))
+        r = np->n_input == 1 ? a : (a + b) / 2;
+    else if (!strcmp(op, "Sub"))
+        r = a - b;
+    else if (!strcmp(op, "Mul"))
+        r = a * b;
+    else if (!strcmp(op, "Div"))
         /* integer division that cannot trap: x / 0 is 0, x / -1 is -x */
-        return dt != KC_DT_I64       ? a / b
-               : ox_sat_i64(b) == 0  ? 0
-               : ox_sat_i64(b) == -1 ? -a
-                                     : (double)(ox_sat_i64(a) / ox_sat_i64(b));
-    if (!strcmp(op, "Equal"))
-        return a == b;
-    if (!strcmp(op, "Less"))
-        return a < b;
-    if (!strcmp(op, "Greater"))
-        return a > b;
-    if (!strcmp(op, "LessOrEqual"))
-        return a <= b;
-    if (!strcmp(op, "GreaterOrEqual"))
-        return a >= b;
-    if (!strcmp(op, "And"))
-        return a != 0 && b != 0;
-    if (!strcmp(op, "Or"))
-        return a != 0 || b != 0;
-    if (!strcmp(op, "Not"))
-        return a == 0;
-    if (!strcmp(op, "Neg"))
-        return -a;
-    if (!strcmp(op, "Abs"))
-        return fabs(a);
-    if (!strcmp(op, "Max"))
-        return a > b ? a : b;
-    if (!strcmp(op, "Min"))
-        return a < b ? a : b;
-    if (!strcmp(op, "Where"))
-        return a != 0 ? b : x;
-    if (!strcmp(op, "Sqrt"))
-        return sqrt(a);
-    if (!strcmp(op, "Pow"))
-        return pow(a, b);
-    return a; /* Cast, Identity */
+        r = !ints                 ? a / b
+            : ox_sat_i64(b) == 0  ? 0
+            : ox_sat_i64(b) == -1 ? -a
+                                  : (double)(ox_sat_i64(a) / ox_sat_i64(b));
+    else if (!strcmp(op, "Mod")) {
+        /* fmod=0: the divisor's sign (Python's %), as the mod kernel computes it */
+        bool c_fmod = ox_attr_int(np, "fmod", 0) != 0;
+        if (ints) {
+            int64_t ia = ox_sat_i64(a), ib = ox_sat_i64(b);
+            r = ib == 0 || ib == -1 ? 0
+                : c_fmod            ? (double)(ia % ib)
+                                    : (double)(((ia % ib) + ib) % ib);
+        } else {
+            r = fmod(a, b);
+            if (!c_fmod && r != 0 && ((r < 0) != (b < 0)))
+                r += b;
+        }
+    } else if (!strcmp(op, "Equal"))
+        r = a == b;
+    else if (!strcmp(op, "Less"))
+        r = a < b;
+    else if (!strcmp(op, "Greater"))
+        r = a > b;
+    else if (!strcmp(op, "LessOrEqual"))
+        r = a <= b;
+    else if (!strcmp(op, "GreaterOrEqual"))
+        r = a >= b;
+    else if (!strcmp(op, "And"))
+        r = a != 0 && b != 0;
+    else if (!strcmp(op, "Or"))
+        r = a != 0 || b != 0;
+    else if (!strcmp(op, "Xor"))
+        r = (a != 0) != (b != 0);
+    else if (!strcmp(op, "Not"))
+        r = a == 0;
+    else if (!strcmp(op, "Neg"))
+        r = -a;
+    else if (!strcmp(op, "Abs"))
+        r = fabs(a);
+    else if (!strcmp(op, "Max"))
+        r = a > b ? a : b;
+    else if (!strcmp(op, "Min"))
+        r = a < b ? a : b;
+    else if (!strcmp(op, "Where"))
+        r = a != 0 ? b : x;
+    else if (!strcmp(op, "Sqrt"))
+        r = sqrt(a);
+    else if (!strcmp(op, "Pow"))
+        r = pow(a, b);
+    else if (!strcmp(op, "Cast") || !strcmp(op, "CastLike") || !strcmp(op, "Identity"))
+        r = a;
+    else
+        return false;
+    *out = r;
+    return true;
 }
 
 /* Folds an elementwise op whose inputs are all constants; false if not
  * applicable. out_dt < 0: the first input's dtype (or the third's for Where). */
 static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *rc)
 {
-    if (!all_const(c, np) || np->n_input > 3)
+    double probe;
+    /* variadic ops (Sum, Mean, Max, Min) fold two inputs at most */
+    if (!all_const(c, np) || np->n_input > (strcmp(np->op_type, "Where") ? 2u : 3u) ||
+        !ew_fold(np, 1, 1, 1, KC_DT_F32, &probe))
         return false;
     ox_val *v[3] = {NULL, NULL, NULL};
     kc_shape t = {.rank = 0};
@@ -313,7 +345,9 @@ static bool fold_ew(ox_ctx *c, const Onnx__NodeProto *np, int out_dt, kc_code *r
         double a = ox_const_num(v[0], kc_shape_bcast_offset(&v[0]->shape, &t, i));
         double b = v[1] ? ox_const_num(v[1], kc_shape_bcast_offset(&v[1]->shape, &t, i)) : 0;
         double x = v[2] ? ox_const_num(v[2], kc_shape_bcast_offset(&v[2]->shape, &t, i)) : 0;
-        ox_const_set(o, i, ew_fold(op, a, b, x, v[0]->dt));
+        double r = 0;
+        ew_fold(np, a, b, x, v[0]->dt, &r);
+        ox_const_set(o, i, r);
     }
     return true;
 }
@@ -341,27 +375,10 @@ static kc_code legacy_bcast(ox_ctx *c, const Onnx__NodeProto *np, int *a, int *b
     return *b < 0 ? c->err->code : KC_OK;
 }
 
+/* Sum and Mean chain adds; the others convert one to one (kc_ops_list.h). */
 static kc_op binary_op(const char *t)
 {
-    return !strcmp(t, "Add")              ? KC_OP_ADD
-           : !strcmp(t, "Sub")            ? KC_OP_SUB
-           : !strcmp(t, "Mul")            ? KC_OP_MUL
-           : !strcmp(t, "Div")            ? KC_OP_DIV
-           : !strcmp(t, "Pow")            ? KC_OP_POW
-           : !strcmp(t, "Max")            ? KC_OP_MAX
-           : !strcmp(t, "Min")            ? KC_OP_MIN
-           : !strcmp(t, "Sum")            ? KC_OP_ADD
-           : !strcmp(t, "Mean")           ? KC_OP_ADD
-           : !strcmp(t, "Equal")          ? KC_OP_EQUAL
-           : !strcmp(t, "Less")           ? KC_OP_LESS
-           : !strcmp(t, "Greater")        ? KC_OP_GREATER
-           : !strcmp(t, "LessOrEqual")    ? KC_OP_LESS_EQUAL
-           : !strcmp(t, "GreaterOrEqual") ? KC_OP_GREATER_EQUAL
-           : !strcmp(t, "And")            ? KC_OP_AND
-           : !strcmp(t, "Or")             ? KC_OP_OR
-           : !strcmp(t, "Xor")            ? KC_OP_XOR
-           : !strcmp(t, "Mod")            ? KC_OP_MOD
-                                          : KC_OP_COUNT;
+    return !strcmp(t, "Sum") || !strcmp(t, "Mean") ? KC_OP_ADD : kc_op_from_onnx(t);
 }
 
 /* Binary and variadic elementwise ops (Sum/Max/Min/Mean chain pairwise). */
@@ -431,47 +448,6 @@ static kc_code h_binary(ox_ctx *c, const Onnx__NodeProto *np)
     return bind(c, np, 0, acc);
 }
 
-static kc_op unary_op(const char *t)
-{
-    static const struct {
-        const char *name;
-        kc_op op;
-    } tab[] = {{"Relu", KC_OP_RELU},
-               {"Tanh", KC_OP_TANH},
-               {"Exp", KC_OP_EXP},
-               {"Sigmoid", KC_OP_SIGMOID},
-               {"Neg", KC_OP_NEG},
-               {"Abs", KC_OP_ABS},
-               {"Sqrt", KC_OP_SQRT},
-               {"Log", KC_OP_LOG},
-               {"Reciprocal", KC_OP_RECIPROCAL},
-               {"Floor", KC_OP_FLOOR},
-               {"Ceil", KC_OP_CEIL},
-               {"Erf", KC_OP_ERF},
-               {"Sin", KC_OP_SIN},
-               {"Cos", KC_OP_COS},
-               {"Tan", KC_OP_TAN},
-               {"Asin", KC_OP_ASIN},
-               {"Acos", KC_OP_ACOS},
-               {"Atan", KC_OP_ATAN},
-               {"Sinh", KC_OP_SINH},
-               {"Cosh", KC_OP_COSH},
-               {"Asinh", KC_OP_ASINH},
-               {"Acosh", KC_OP_ACOSH},
-               {"Atanh", KC_OP_ATANH},
-               {"Sign", KC_OP_SIGN},
-               {"Softplus", KC_OP_SOFTPLUS},
-               {"Softsign", KC_OP_SOFTSIGN},
-               {"Round", KC_OP_ROUND},
-               {"HardSwish", KC_OP_HARDSWISH},
-               {"Not", KC_OP_NOT},
-               {NULL, KC_OP_COUNT}};
-    for (int i = 0; tab[i].name; i++)
-        if (!strcmp(tab[i].name, t))
-            return tab[i].op;
-    return KC_OP_COUNT;
-}
-
 static kc_code h_unary(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
@@ -479,20 +455,13 @@ static kc_code h_unary(ox_ctx *c, const Onnx__NodeProto *np)
          !strcmp(np->op_type, "Abs") || !strcmp(np->op_type, "Sqrt")) &&
         fold_ew(c, np, -1, &rc))
         return rc;
-    return simple(c, np, unary_op(np->op_type), 1, NULL);
+    return simple(c, np, kc_op_from_onnx(np->op_type), 1, NULL);
 }
 
 /* Unary ops with float attributes: (ONNX name, default) per field. */
 static kc_code h_unary_attr(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    const char *t = np->op_type;
-    kc_op op = !strcmp(t, "LeakyRelu")         ? KC_OP_LEAKY_RELU
-               : !strcmp(t, "Elu")             ? KC_OP_ELU
-               : !strcmp(t, "Selu")            ? KC_OP_SELU
-               : !strcmp(t, "Celu")            ? KC_OP_CELU
-               : !strcmp(t, "ThresholdedRelu") ? KC_OP_THRESHOLDED_RELU
-               : !strcmp(t, "HardSigmoid")     ? KC_OP_HARD_SIGMOID
-                                               : KC_OP_SHRINK;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_xattrs xa;
     xa_init(op, &xa);
     int nf;
@@ -639,6 +608,16 @@ static kc_code h_constant(ox_ctx *c, const Onnx__NodeProto *np)
         return fail(c, KC_ERR_INVALID, "Constant without a value");
     kc_shape s = {.rank = 0};
     ox_val *o = NULL;
+    if (!strcmp(a->name, "value") && a->t && a->t->n_dims == 1 && a->t->dims[0] == 0) {
+        /* an empty 1-D constant (Resize's unused roi or scales, shape arithmetic) */
+        kc_dtype dt;
+        if (!ox_dtype_from_onnx(a->t->data_type, &dt))
+            return fail(c, KC_ERR_UNSUPPORTED, "tensor data type %s is not supported",
+                        ox_onnx_type_name(a->t->data_type));
+        s.rank = 1;
+        return ox_const_new(c, out_name(np, 0), dt, &s) ? KC_OK
+                                                        : fail(c, KC_ERR_NOMEM, "out of memory");
+    }
     if (!strcmp(a->name, "value") && a->t) {
         o = ox_define(c, out_name(np, 0));
         if (!o)
@@ -877,30 +856,69 @@ static kc_code h_squeeze(ox_ctx *c, const Onnx__NodeProto *np)
     return out_reshape(c, np, x, &t);
 }
 
+/* Transpose of a small constant (shape arithmetic: torch reorders Pad's
+ * pads this way), folded. */
+static kc_code fold_transpose(ox_ctx *c, const Onnx__NodeProto *np, const ox_val *v,
+                              const int64_t *perm)
+{
+    const kc_shape *xs = &v->shape;
+    kc_shape t = {.rank = xs->rank};
+    int64_t stride[KC_MAX_RANK], s = 1;
+    for (int d = xs->rank - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= xs->dims[d];
+    }
+    for (int d = 0; d < xs->rank; d++)
+        t.dims[d] = xs->dims[perm[d]];
+    ox_val *o = ox_const_new(c, out_name(np, 0), v->dt, &t);
+    if (!o)
+        return fail(c, KC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < kc_shape_numel(&t); i++) {
+        int64_t rem = i, off = 0;
+        for (int d = t.rank - 1; d >= 0; d--) {
+            off += (rem % t.dims[d]) * stride[perm[d]];
+            rem /= t.dims[d];
+        }
+        ox_const_set(o, i, ox_const_num(v, off));
+    }
+    return KC_OK;
+}
+
 static kc_code h_transpose(ox_ctx *c, const Onnx__NodeProto *np)
 {
     kc_code rc = KC_OK;
+    ox_val *v = need_in(c, np, 0, &rc);
+    if (!v)
+        return rc;
+    int64_t perm[MAXI];
+    const kc_shape *vs = shape_of(c, v);
+    int n = ox_attr_ints(np, "perm", perm, MAXI);
+    if (n < 0) {
+        n = vs->rank;
+        for (int i = 0; i < n; i++)
+            perm[i] = n - 1 - i;
+    }
+    /* a permutation (anything else goes to the permute op, which says so) */
+    bool valid = n == vs->rank, seen[KC_MAX_RANK] = {false};
+    for (int i = 0; i < n && valid; i++) {
+        valid = perm[i] >= 0 && perm[i] < n && !seen[perm[i]];
+        if (valid)
+            seen[perm[i]] = true;
+    }
+    if (folds(v) && v->id < 0 && valid)
+        return fold_transpose(c, np, v, perm);
     int x = in_id(c, np, 0, &rc);
     if (x < 0)
         return rc;
     const kc_shape *xs = &ox_kv(c, x)->shape;
-    int64_t perm[MAXI];
-    int n = ox_attr_ints(np, "perm", perm, MAXI);
-    if (n < 0) {
-        n = xs->rank;
-        for (int i = 0; i < n; i++)
-            perm[i] = n - 1 - i;
-    }
     bool last2 = n == xs->rank && n >= 2 && perm[n - 1] == n - 2 && perm[n - 2] == n - 1;
     bool ident = n == xs->rank;
     for (int i = 0; i < n - 2 && last2; i++)
         last2 = perm[i] == i;
     for (int i = 0; i < n && ident; i++)
         ident = perm[i] == i;
-    if (ident) {
-        ox_val *v = in_val(c, np, 0, &rc);
+    if (ident)
         return alias(c, np, 0, v);
-    }
     if (last2 && ox_kv(c, x)->dtype == KC_DT_F32)
         return bind(c, np, 0, ox_emit(c, KC_OP_TRANSPOSE, &x, 1, NULL, out_name(np, 0)));
     if (n > KC_MAX_RANK)
@@ -972,6 +990,11 @@ static kc_code h_concat(ox_ctx *c, const Onnx__NodeProto *np)
             n = 0;
             ins[n++] = acc;
         }
+        ox_val *v = in_val(c, np, i, &rc);
+        if (rc)
+            return rc;
+        if (v && v->is_const && v->id < 0 && kc_shape_numel(&v->shape) == 0)
+            continue; /* an empty constant adds nothing */
         if ((ins[n++] = in_id(c, np, i, &rc)) < 0)
             return rc;
     }
@@ -998,9 +1021,9 @@ static kc_code slice_out(ox_ctx *c, const Onnx__NodeProto *np, size_t k, ox_val 
         for (int d = 0; d < xs->rank; d++) {
             int64_t len = sp[d] > 0 ? (en[d] - st[d] + sp[d] - 1) / sp[d]
                                     : (st[d] - en[d] - sp[d] - 1) / -sp[d];
-            if (len < 1)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
-            t.dims[d] = len;
+            /* an empty constant is fine in shape arithmetic (Shape[2:] of a 2-D
+             * tensor, concatenated); ox_use refuses it as a graph value */
+            t.dims[d] = len < 0 ? 0 : len;
         }
         ox_val *o = ox_const_new(c, out_name(np, k), x->dt, &t);
         if (!o)
@@ -1066,17 +1089,18 @@ static kc_code h_slice(ox_ctx *c, const Onnx__NodeProto *np)
             s += D;
         if (e < 0)
             e += D;
+        bool empty;
         if (step > 0) {
             s = s < 0 ? 0 : s > D ? D : s;
             e = e < 0 ? 0 : e > D ? D : e;
-            if (s >= e)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+            empty = s >= e;
         } else {
             s = s < 0 ? -1 : s > D - 1 ? D - 1 : s;
             e = e < -1 ? -1 : e > D - 1 ? D - 1 : e;
-            if (s <= e)
-                return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
+            empty = s <= e;
         }
+        if (empty && !(folds(x) && x->id < 0)) /* constants may be empty (slice_out) */
+            return fail(c, KC_ERR_UNSUPPORTED, "empty slice (empty tensors are unsupported)");
         st[a] = s;
         en[a] = e;
         /* a step beyond the dimension takes one element either way */
@@ -1601,9 +1625,7 @@ static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
     int64_t axis = ox_attr_int(np, "axis", legacy ? 1 : -1);
     if (axis < 0)
         axis += xs->rank;
-    kc_op op = !strcmp(np->op_type, "Softmax")      ? KC_OP_SOFTMAX_ND
-               : !strcmp(np->op_type, "LogSoftmax") ? KC_OP_LOGSOFTMAX
-                                                    : KC_OP_HARDMAX;
+    kc_op op = kc_op_from_onnx(np->op_type);
     if (op == KC_OP_SOFTMAX_ND && axis == xs->rank - 1 && xs->rank >= 1)
         return bind(c, np, 0, ox_emit(c, KC_OP_SOFTMAX, &x, 1, NULL, out_name(np, 0)));
     kc_xattrs xa;
@@ -1615,24 +1637,7 @@ static kc_code h_softmax(ox_ctx *c, const Onnx__NodeProto *np)
 
 static kc_code h_reduce(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    static const struct {
-        const char *name;
-        kc_op op;
-    } tab[] = {{"ReduceSum", KC_OP_REDUCE_SUM},
-               {"ReduceMean", KC_OP_REDUCE_MEAN},
-               {"ReduceMax", KC_OP_REDUCE_MAX},
-               {"ReduceMin", KC_OP_REDUCE_MIN},
-               {"ReduceProd", KC_OP_REDUCE_PROD},
-               {"ReduceL1", KC_OP_REDUCE_L1},
-               {"ReduceL2", KC_OP_REDUCE_L2},
-               {"ReduceSumSquare", KC_OP_REDUCE_SUM_SQUARE},
-               {"ReduceLogSum", KC_OP_REDUCE_LOG_SUM},
-               {"ReduceLogSumExp", KC_OP_REDUCE_LOG_SUM_EXP},
-               {NULL, KC_OP_COUNT}};
-    kc_op op = KC_OP_COUNT;
-    for (int i = 0; tab[i].name; i++)
-        if (!strcmp(tab[i].name, np->op_type))
-            op = tab[i].op;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_code rc = KC_OK;
     int64_t axes[MAXI];
     int n;
@@ -1659,7 +1664,7 @@ static kc_code h_reduce(ox_ctx *c, const Onnx__NodeProto *np)
 
 static kc_code h_argmax(ox_ctx *c, const Onnx__NodeProto *np)
 {
-    kc_op op = !strcmp(np->op_type, "ArgMax") ? KC_OP_ARGMAX : KC_OP_ARGMIN;
+    kc_op op = kc_op_from_onnx(np->op_type);
     kc_xattrs xa;
     xa_init(op, &xa);
     xa.i[0][0] = ox_attr_int(np, "axis", 0);
@@ -1832,6 +1837,279 @@ static kc_code h_eyelike(ox_ctx *c, const Onnx__NodeProto *np)
     return KC_OK;
 }
 
+/* ---- scatter, resize, recurrent layers -------------------------------------------------- */
+
+/* The index of s in names (n of them), or -1. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+static kc_code h_scatter_nd(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const reductions[] = {"none", "add", "mul", "max", "min"};
+    char buf[32];
+    const char *red = ox_attr_str(np, "reduction", "none", buf, sizeof buf);
+    int r = name_index(red, reductions, 5);
+    if (r < 0)
+        return fail(c, KC_ERR_UNSUPPORTED, "reduction '%s'", red);
+    kc_xattrs xa;
+    xa_init(KC_OP_SCATTER_ND, &xa);
+    xa.i[0][0] = r;
+    return simple(c, np, KC_OP_SCATTER_ND, 3, &xa);
+}
+
+/* The values of a constant float input (scales, roi) into out; -1 when
+ * absent or empty, else their count. */
+static int const_floats(ox_ctx *c, const Onnx__NodeProto *np, size_t i, const char *what,
+                        double *out, int cap, kc_code *rc)
+{
+    ox_val *v = in_val(c, np, i, rc);
+    if (*rc || !v)
+        return -1;
+    int64_t n = kc_shape_numel(&v->shape);
+    if (!(v->is_const || v->bound) || !v->data) {
+        *rc = fail(c, KC_ERR_UNSUPPORTED,
+                   "%s ('%s') must be a constant: kcache folds it into the compiled kernel", what,
+                   np->input[i]);
+        return -1;
+    }
+    if (n > cap) {
+        *rc = fail(c, KC_ERR_INVALID, "%s has %lld entries", what, (long long)n);
+        return -1;
+    }
+    for (int64_t k = 0; k < n; k++)
+        out[k] = ox_const_num(v, k);
+    return n ? (int)n : -1;
+}
+
+static void xa_bits(kc_xattrs *xa, int f, const double *v, int n)
+{
+    xa->n[f] = n;
+    for (int i = 0; i < n && i < KC_XA_INTS; i++)
+        memcpy(&xa->i[f][i], &v[i], sizeof v[i]);
+}
+
+/* Resize (opsets 10-17) and Upsample: output sizes from `sizes` or from
+ * floor(input x scale); the scales (sizes / input when sizes are given) and
+ * roi go into the key exactly. */
+static kc_code h_resize(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const coords[] = {"half_pixel",           "asymmetric",
+                                         "align_corners",        "pytorch_half_pixel",
+                                         "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+    static const char *const nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                          "ceil"};
+    kc_code rc = KC_OK;
+    int x = in_id(c, np, 0, &rc);
+    if (x < 0)
+        return rc;
+    const kc_shape xs = ox_kv(c, x)->shape;
+    int r = xs.rank;
+    bool legacy = !strcmp(np->op_type, "Upsample") || c->opset < 11;
+    char b1[64], b2[64], b3[64];
+    const char *mode = ox_attr_str(np, "mode", "nearest", b1, sizeof b1);
+    int m = !strcmp(mode, "bilinear") ? 1 : name_index(mode, modes, 3);
+    /* before opset 11: asymmetric coordinates, the nearest input below */
+    const char *cm =
+        legacy ? "asymmetric"
+               : ox_attr_str(np, "coordinate_transformation_mode", "half_pixel", b2, sizeof b2);
+    const char *nm =
+        legacy ? "floor" : ox_attr_str(np, "nearest_mode", "round_prefer_floor", b3, sizeof b3);
+    int coord = name_index(cm, coords, 6), nmode = name_index(nm, nearest, 4);
+    if (m < 0 || coord < 0 || nmode < 0)
+        return fail(c, KC_ERR_UNSUPPORTED,
+                    "mode '%s', coordinate_transformation_mode '%s' or "
+                    "nearest_mode '%s'",
+                    mode, cm, nm);
+    double scales[KC_XA_INTS], roi[KC_XA_INTS];
+    int64_t sizes[MAXI];
+    int ns = -1, nz = -1, nr = -1;
+    const Onnx__AttributeProto *sa = ox_attr(np, "scales");
+    if (sa && !strcmp(np->op_type, "Upsample")) { /* Upsample-7: an attribute */
+        ns = (int)(sa->n_floats < KC_XA_INTS ? sa->n_floats : KC_XA_INTS + 1);
+        for (int i = 0; i < ns && i < KC_XA_INTS; i++)
+            scales[i] = sa->floats[i];
+    } else if (legacy) {
+        ns = const_floats(c, np, 1, "scales", scales, KC_XA_INTS, &rc);
+    } else {
+        if (coord == 5)
+            nr = const_floats(c, np, 1, "roi", roi, KC_XA_INTS, &rc);
+        if (!rc)
+            ns = const_floats(c, np, 2, "scales", scales, KC_XA_INTS, &rc);
+        if (!rc && ns < 0)
+            nz = const_ints(c, np, 3, "sizes", sizes, &rc);
+    }
+    if (rc)
+        return rc;
+    if (r > KC_XA_INTS / 2 && coord == 5)
+        return fail(c, KC_ERR_UNSUPPORTED, "tf_crop_and_resize of rank %d (at most %d)", r,
+                    KC_XA_INTS / 2);
+    if ((ns >= 0 ? ns : nz) != r || (coord == 5 && nr != 2 * r))
+        return fail(c, KC_ERR_INVALID, "needs %d scales or sizes%s", r,
+                    coord == 5 ? " and 2 x rank roi values" : "");
+    for (int d = 0; d < r; d++) {
+        double in = (double)xs.dims[d];
+        if (ns >= 0) {
+            double span = coord == 5 ? roi[d + r] - roi[d] : 1;
+            double o = floor(in * span * scales[d]);
+            if (!(scales[d] > 0) || !(o >= 1) || o > (1 << 24))
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "scale %g of dimension %d gives an empty or too large output (empty "
+                            "tensors are unsupported)",
+                            scales[d], d);
+            sizes[d] = (int64_t)o;
+        } else {
+            if (sizes[d] < 1 || sizes[d] > (1 << 24))
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "size %lld of dimension %d (empty tensors are "
+                            "unsupported)",
+                            (long long)sizes[d], d);
+            scales[d] = (double)sizes[d] / in;
+        }
+    }
+    kc_xattrs xa;
+    xa_init(KC_OP_RESIZE, &xa);
+    xa_list(&xa, 0, (int64_t[]){m, coord, nmode, ox_attr_int(np, "exclude_outside", 0) != 0}, 4);
+    xa_list(&xa, 1, sizes, r);
+    xa_bits(&xa, 2, scales, r);
+    if (coord == 5)
+        xa_bits(&xa, 3, roi, 2 * r);
+    xa.f[4] = ox_attr_float(np, "cubic_coeff_a", -0.75);
+    xa.f[5] = ox_attr_float(np, "extrapolation_value", 0);
+    return bind(c, np, 0, ox_emit(c, KC_OP_RESIZE, &x, 1, &xa, out_name(np, 0)));
+}
+
+/* A constant of shape s filled with v, as a graph value (optional inputs the
+ * op kernel reads by position). */
+static int filled(ox_ctx *c, const char *what, kc_dtype dt, const kc_shape *s, double v)
+{
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s#%s", c->cur_name, what);
+    ox_val *k = ox_const_new(c, nm, dt, s);
+    if (!k) {
+        fail(c, KC_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; i < kc_shape_numel(s); i++)
+        ox_const_set(k, i, v);
+    return ox_use(c, k);
+}
+
+/* RNN, GRU and LSTM: one rnn node computes Y, Y_h and Y_c into one flat
+ * tensor; each output the model uses is a slice of it, reshaped. */
+static kc_code h_rnn(ox_ctx *c, const Onnx__NodeProto *np)
+{
+    static const char *const dirs[] = {"forward", "reverse", "bidirectional"};
+    static const char *const acts[] = {"Sigmoid", "Tanh", "Relu", "Softsign", "Softplus"};
+    kc_code rc = KC_OK;
+    int cell = !strcmp(np->op_type, "LSTM") ? 2 : !strcmp(np->op_type, "GRU") ? 1 : 0;
+    int nin = cell == 2 ? 8 : 6, nacts = cell == 2 ? 3 : cell == 1 ? 2 : 1;
+    int64_t G = cell == 2 ? 4 : cell == 1 ? 3 : 1;
+    int ins[8];
+    for (int i = 0; i < 3; i++)
+        if ((ins[i] = in_id(c, np, (size_t)i, &rc)) < 0)
+            return rc;
+    char b1[32];
+    const char *dir = ox_attr_str(np, "direction", "forward", b1, sizeof b1);
+    int di = name_index(dir, dirs, 3);
+    if (di < 0)
+        return fail(c, KC_ERR_INVALID, "direction '%s'", dir);
+    int64_t layout = ox_attr_int(np, "layout", 0), D = di == 2 ? 2 : 1;
+    const kc_shape *xs = &ox_kv(c, ins[0])->shape, *ws = &ox_kv(c, ins[1])->shape;
+    if (xs->rank != 3 || ws->rank != 3 || ws->dims[1] % G)
+        return fail(c, KC_ERR_INVALID,
+                    "X and W must have rank 3 (W: [directions, %lld x hidden, "
+                    "input])",
+                    (long long)G);
+    int64_t H = ox_attr_int(np, "hidden_size", ws->dims[1] / G);
+    if (H < 1 || H > 65536 || H * G != ws->dims[1])
+        return fail(c, KC_ERR_INVALID, "hidden_size %lld does not fit W's %lld rows", (long long)H,
+                    (long long)ws->dims[1]);
+    int64_t T = xs->dims[layout ? 1 : 0], B = xs->dims[layout ? 0 : 1];
+    if (ox_attr(np, "activation_alpha") || ox_attr(np, "activation_beta"))
+        return fail(c, KC_ERR_UNSUPPORTED,
+                    "activation_alpha and activation_beta are not "
+                    "supported");
+    kc_xattrs xa;
+    xa_init(KC_OP_RNN, &xa);
+    xa_list(&xa, 0,
+            (int64_t[]){cell, di, H, layout, ox_attr_int(np, "linear_before_reset", 0) != 0,
+                        ox_attr_int(np, "input_forget", 0) != 0},
+            6);
+    const Onnx__AttributeProto *aa = ox_attr(np, "activations");
+    if (aa && aa->n_strings != (size_t)(nacts * D))
+        return fail(c, KC_ERR_INVALID, "activations needs %lld names", (long long)(nacts * D));
+    xa.n[1] = (int)(nacts * D);
+    for (int i = 0; i < xa.n[1]; i++) {
+        /* defaults: f = Sigmoid (Tanh for a plain RNN), g = h = Tanh */
+        int code = i % nacts == 0 && cell ? 0 : 1;
+        if (aa) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)aa->strings[i].len,
+                     (const char *)aa->strings[i].data);
+            if ((code = name_index(name, acts, 5)) < 0)
+                return fail(c, KC_ERR_UNSUPPORTED,
+                            "activation '%s' (kcache takes Sigmoid, Tanh, "
+                            "Relu, Softsign and Softplus)",
+                            name);
+        }
+        xa.i[1][i] = code;
+    }
+    xa.f[2] = ox_attr_float(np, "clip", 0);
+    const kc_shape opt[8] = {{0},
+                             {0},
+                             {0},
+                             {2, {D, 2 * G * H}},
+                             {1, {B}},
+                             {3, {layout ? B : D, layout ? D : B, H}},
+                             {3, {layout ? B : D, layout ? D : B, H}},
+                             {2, {D, 3 * H}}};
+    static const char *const what[8] = {"",          "",          "", "B", "sequence_lens",
+                                        "initial_h", "initial_c", "P"};
+    for (int i = 3; i < nin; i++) {
+        ox_val *v = in_val(c, np, (size_t)i, &rc);
+        if (rc)
+            return rc;
+        ins[i] = v ? ox_use(c, v)
+                   : filled(c, what[i], i == 4 ? KC_DT_I64 : KC_DT_F32, &opt[i], i == 4 ? T : 0);
+        if (ins[i] < 0)
+            return c->err->code ? c->err->code : fail(c, KC_ERR_INVALID, "bad input %d", i);
+    }
+    int all = ox_emit(c, KC_OP_RNN, ins, nin, &xa, NULL);
+    if (all < 0)
+        return c->err->code;
+    /* Y [T, D, B, H] (layout 1: [B, T, D, H]); Y_h, Y_c [D, B, H] ([B, D, H]) */
+    const kc_shape outs[3] = {layout ? (kc_shape){4, {B, T, D, H}} : (kc_shape){4, {T, D, B, H}},
+                              opt[5], opt[5]};
+    int64_t off = 0;
+    for (int k = 0; k < (cell == 2 ? 3 : 2); k++) {
+        int64_t len = kc_shape_numel(&outs[k]);
+        if (*out_name(np, k)) {
+            kc_xattrs sx;
+            xa_init(KC_OP_SLICE, &sx);
+            xa_list(&sx, 0, (int64_t[]){off}, 1);
+            xa_list(&sx, 1, (int64_t[]){off + len}, 1);
+            xa_list(&sx, 2, (int64_t[]){1}, 1);
+            int part = ox_emit(c, KC_OP_SLICE, &all, 1, &sx, NULL);
+            if (part < 0)
+                return c->err->code;
+            kc_xattrs rx;
+            xa_init(KC_OP_RESHAPE, &rx);
+            xa_list(&rx, 0, outs[k].dims, outs[k].rank);
+            if ((rc = bind(c, np, (size_t)k,
+                           ox_emit(c, KC_OP_RESHAPE, &part, 1, &rx, out_name(np, k)))))
+                return rc;
+        }
+        off += len;
+    }
+    return KC_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 static const struct {
@@ -1951,14 +2229,70 @@ static const struct {
     {"ArgMin", h_argmax},
     {"Gemm", h_gemm},
     {"MatMul", h_matmul},
+    {"ScatterND", h_scatter_nd},
+    {"Resize", h_resize},
+    {"Upsample", h_resize},
+    {"RNN", h_rnn},
+    {"GRU", h_rnn},
+    {"LSTM", h_rnn},
 };
 
-bool ox_op_known(const char *op_type)
+static bool op_known(const char *op_type)
 {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (!strcmp(ops[i].op_type, op_type))
             return true;
     return false;
+}
+
+/* The opset m imports for domain ("" = ai.onnx), or -1. */
+static int64_t domain_opset(const Onnx__ModelProto *m, const char *domain)
+{
+    bool onnx = !*domain || !strcmp(domain, "ai.onnx");
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const char *d = m->opset_import[i]->domain ? m->opset_import[i]->domain : "";
+        if (onnx ? (!*d || !strcmp(d, "ai.onnx")) : !strcmp(d, domain))
+            return m->opset_import[i]->has_version ? m->opset_import[i]->version : 1;
+    }
+    return -1;
+}
+
+kc_code ox_check_ops(ox_ctx *c, const Onnx__ModelProto *m)
+{
+    const Onnx__GraphProto *gp = m->graph;
+    char list[KC_ERR_MSG_MAX];
+    size_t len = 0;
+    int bad = 0, logged = 0;
+    list[0] = 0;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *t = np->op_type ? np->op_type : "";
+        const char *dom = np->domain ? np->domain : "";
+        bool other = *dom && strcmp(dom, "ai.onnx") != 0;
+        if (!other && op_known(t))
+            continue;
+        int64_t opset = other ? domain_opset(m, dom) : c->opset;
+        char one[600];
+        snprintf(one, sizeof one, "node %zu '%.200s' (%.100s%s%.100s, opset %lld)", i,
+                 np->name ? np->name : "", other ? dom : "", other ? "." : "", t, (long long)opset);
+        /* room for the origin, the count and the tail that says how many went
+         * to warnings; those are logged whole, so no node goes unnamed */
+        if (len + strlen(one) + 2 < sizeof list - strlen(c->origin) - 160) {
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", bad ? ", " : "", one);
+        } else {
+            kc_log(KC_LOG_WARN, "%s: %s: unsupported operator", c->origin, one);
+            logged++;
+        }
+        bad++;
+    }
+    if (!bad)
+        return KC_OK;
+    char tail[96] = "";
+    if (logged)
+        snprintf(tail, sizeof tail, ", and %d more named in the warnings above", logged);
+    return kc_err_set(c->err, KC_ERR_UNSUPPORTED,
+                      "%s: unsupported operator%s in %d of %zu nodes: %s%s", c->origin,
+                      bad == 1 ? "" : "s", bad, gp->n_node, list, tail);
 }
 
 kc_code ox_convert_node(ox_ctx *c, const Onnx__NodeProto *np)

@@ -3,7 +3,7 @@
  * a manifest or an environment hands to the C compiler must not be able to
  * run a program, load a plugin or read a file.
  */
-#include "kc_cflags.h"
+#include <kcache/kc_cflags.h>
 
 #include <stdbool.h>
 #include <stdio.h>

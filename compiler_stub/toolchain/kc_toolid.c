@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kc_memo.h"
 #include "kc_toolid.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 kc_code kc_toolid_resolve(const char *prog, char real[4096], struct stat *st, kc_err *err)
 {
@@ -63,10 +64,7 @@ static kc_code hash_file(const char *path, char hex[KC_KEY_HEX_LEN + 1], kc_err 
 
 static bool is_hex64(const char *s)
 {
-    for (int i = 0; i < KC_KEY_HEX_LEN; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
+    return strlen(s) == KC_KEY_HEX_LEN && strspn(s, "0123456789abcdef") == KC_KEY_HEX_LEN;
 }
 
 kc_code kc_toolid_get(const char *prog, const char *state_dir, kc_toolid *out, kc_err *err)
@@ -76,34 +74,21 @@ kc_code kc_toolid_get(const char *prog, const char *state_dir, kc_toolid *out, k
     kc_code rc = kc_toolid_resolve(prog, out->path, &st, err);
     if (rc)
         return rc;
-    char buf[4400];
-    int n =
-        snprintf(buf, sizeof buf, "toolid/1\n%s\n%lld\n%lld.%09ld\n%lld.%09ld\n%llu", out->path,
-                 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                 (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec, (unsigned long long)st.st_ino);
-    kc_sha256_hex(buf, (size_t)n, out->stamp);
-    char cache[4096] = "";
-    if (state_dir) {
-        snprintf(cache, sizeof cache, "%s/tool-sha256-%.32s.txt", state_dir, out->stamp);
-        uint8_t *text = NULL;
-        size_t len = 0;
-        kc_err ignore;
-        if (kc_read_file(cache, &text, &len, &ignore) == KC_OK && len >= KC_KEY_HEX_LEN &&
-            is_hex64((const char *)text)) {
-            memcpy(out->sha256, text, KC_KEY_HEX_LEN);
-            out->sha256[KC_KEY_HEX_LEN] = 0;
-            free(text);
-            return KC_OK;
-        }
-        free(text);
+    kc_stamp stamp;
+    kc_stamp_of("toolid/1", out->path, &st, &stamp);
+    memcpy(out->stamp, stamp.hex, sizeof out->stamp);
+    out->settled = stamp.settled;
+    bool memo = state_dir && stamp.settled;
+    char text[KC_KEY_HEX_LEN + 1];
+    if (memo &&
+        kc_memo_get(state_dir, "tool-sha256", stamp.hex, text, sizeof text) == KC_KEY_HEX_LEN &&
+        is_hex64(text)) {
+        memcpy(out->sha256, text, sizeof out->sha256);
+        return KC_OK;
     }
     if ((rc = hash_file(out->path, out->sha256, err)))
         return rc;
-    if (cache[0]) {
-        char body[KC_KEY_HEX_LEN + 2];
-        snprintf(body, sizeof body, "%s\n", out->sha256);
-        kc_err ignore;
-        kc_write_file_atomic(cache, body, KC_KEY_HEX_LEN + 1, &ignore); /* best effort */
-    }
+    if (memo)
+        kc_memo_put(state_dir, "tool-sha256", stamp.hex, out->sha256, KC_KEY_HEX_LEN);
     return KC_OK;
 }

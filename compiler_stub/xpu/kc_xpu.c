@@ -5,7 +5,7 @@
  * Code generation from lowered kernels lives in kc_xpu_codegen.c, the kc_backend adapter in
  * kc_xpu_backend.c.
  */
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include <level_zero/ze_api.h>
 
 #include "kc_toolid.h"
-#include "kc_util.h"
+#include <kcache/kc_util.h>
 
 extern char **environ;
 

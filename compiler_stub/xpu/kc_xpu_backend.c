@@ -13,9 +13,9 @@
 
 #include <jansson.h>
 
-#include "kc_log.h"
-#include "kc_util.h"
-#include "kc_xpu.h"
+#include <kcache/kc_log.h>
+#include <kcache/kc_util.h>
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 typedef struct kc_xpu_backend {
@@ -85,7 +85,7 @@ static kc_code xb_compiler_fp(kc_backend *b, char out[KC_KEY_HEX_LEN + 1], kc_er
         return c;
     char text[512];
     snprintf(text, sizeof text, "kcache=%s\nbackend=%s\ntemplates=%s\ntoolchain=%s\n", KC_VERSION,
-             b->name, tpl, tc);
+             b->ops->name, tpl, tc);
     kc_sha256_hex(text, strlen(text), out);
     return KC_OK;
 }
@@ -239,6 +239,34 @@ static void xb_destroy(kc_backend *b)
     free(b);
 }
 
+/* The same functions under two names: xpu-spirv (xb->spirv_only) stops at SPIR-V and
+ * needs no device. */
+const kc_backend_ops kc_xpu_backend_ops = {
+    .name = "xpu",
+    .artifact_kind = "ze-native",
+    .device_fp = xb_device_fp,
+    .compiler_fp = xb_compiler_fp,
+    .generate = xb_generate,
+    .compile = xb_compile,
+    .load = xb_load,
+    .run = xb_run,
+    .unload = xb_unload,
+    .destroy = xb_destroy,
+};
+
+const kc_backend_ops kc_xpu_spirv_backend_ops = {
+    .name = "xpu-spirv",
+    .artifact_kind = "spirv",
+    .device_fp = xb_device_fp,
+    .compiler_fp = xb_compiler_fp,
+    .generate = xb_generate,
+    .compile = xb_compile,
+    .load = xb_load,
+    .run = xb_run,
+    .unload = xb_unload,
+    .destroy = xb_destroy,
+};
+
 kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
                             kc_err *err)
 {
@@ -253,8 +281,8 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
     pthread_mutex_init(&xb->lock, NULL);
     xb->spirv_only = spirv_only;
     xb->cache = opts ? opts->cache : NULL;
+    b->ops = spirv_only ? &kc_xpu_spirv_backend_ops : &kc_xpu_backend_ops;
     b->impl = xb;
-    b->destroy = xb_destroy;
     kc_code c = KC_OK;
     if (opts && opts->templates_dir && !(xb->templates_dir = strdup(opts->templates_dir)))
         c = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
@@ -272,15 +300,6 @@ kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_bac
         xb_destroy(b);
         return c;
     }
-    b->name = spirv_only ? "xpu-spirv" : "xpu";
-    b->artifact_kind = spirv_only ? "spirv" : "ze-native";
-    b->device_fp = xb_device_fp;
-    b->compiler_fp = xb_compiler_fp;
-    b->generate = xb_generate;
-    b->compile = xb_compile;
-    b->load = xb_load;
-    b->run = xb_run;
-    b->unload = xb_unload;
     *out = b;
     return KC_OK;
 }
@@ -291,10 +310,4 @@ void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st)
     pthread_mutex_lock(&xb->lock);
     *st = xb->stats;
     pthread_mutex_unlock(&xb->lock);
-}
-
-kc_xpu *kc_xpu_backend_device(kc_backend *b)
-{
-    kc_xpu_backend *xb = b->impl;
-    return xb->x;
 }

@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_cpu_ops.h"
 #include "kc_incbin.h"
-#include "kc_util.h"
-#include "kc_xpu.h"
+#include <kcache/kc_util.h>
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
+#include <kcache/kc_buf.h>
 
 static const char *const kc_xpu_template_names[] = {
     "common.cl", "pointwise.cl", "gemm.cl",      "softmax.cl", "layernorm.cl",
@@ -132,74 +134,6 @@ kc_code kc_xpu_templates_hash(const char *templates_dir, char out[KC_KEY_HEX_LEN
     return KC_OK;
 }
 
-kc_code kc_xpu_specialize(const char *name, const char *const *names, const char *const *values,
-                          size_t ndefs, char **source, kc_err *err)
-{
-    const char *text;
-    char *owned;
-    *source = NULL;
-    kc_code c = kc_xpu_template(NULL, name, &text, &owned, err);
-    if (c != KC_OK)
-        return c;
-    size_t cap = strlen(text) + 1;
-    for (size_t i = 0; i < ndefs; i++)
-        cap += strlen(names[i]) + strlen(values[i]) + 16;
-    char *s = malloc(cap);
-    if (!s) {
-        free(owned);
-        return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    }
-    size_t o = 0;
-    for (size_t i = 0; i < ndefs; i++)
-        o += (size_t)snprintf(s + o, cap - o, "#define %s %s\n", names[i], values[i]);
-    snprintf(s + o, cap - o, "%s", text);
-    free(owned);
-    *source = s;
-    return KC_OK;
-}
-
-/* ---- a growable string ---------------------------------------------------------------- */
-
-typedef struct kc_sb {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} kc_sb;
-
-static void kc_sb_printf(kc_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void kc_sb_printf(kc_sb *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t ncap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
-        char *ns = realloc(b->s, ncap);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns;
-        b->cap = ncap;
-    }
-}
-
-static void kc_sb_puts(kc_sb *b, const char *s)
-{
-    kc_sb_printf(b, "%s", s);
-}
-
 /* ---- generated pieces ------------------------------------------------------------------ */
 
 /* A float literal OpenCL C accepts without fp64 ("1.000000000e+00f"). */
@@ -210,28 +144,28 @@ static void kc_flt(char *buf, size_t cap, double v)
 
 /* kc_idx_<tag>(lin): the offset into input `in` (shape s) of element `lin` of the logical
  * shape t, broadcasting numpy-style (dims aligned on the right; size-1 dims repeat). */
-static void kc_gen_index(kc_sb *b, const char *tag, const kc_shape *s, const kc_shape *t)
+static void kc_gen_index(kc_buf *b, const char *tag, const kc_shape *s, const kc_shape *t)
 {
-    kc_sb_printf(b, "static inline long kc_idx_%s(long lin)\n{\n", tag);
+    kc_buf_printf(b, "static inline long kc_idx_%s(long lin)\n{\n", tag);
     if (kc_shape_equal(s, t)) {
-        kc_sb_puts(b, "    return lin;\n}\n");
+        kc_buf_addstr(b, "    return lin;\n}\n");
         return;
     }
-    kc_sb_puts(b, "    long off = 0;\n");
+    kc_buf_addstr(b, "    long off = 0;\n");
     int64_t stride = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
         int sd = s->rank - (t->rank - d);
         int64_t sdim = sd >= 0 ? s->dims[sd] : 1;
         int64_t tdim = t->dims[d];
         if (sdim != 1 && sdim == tdim)
-            kc_sb_printf(b, "    off += (lin %% %lld) * %lld;\n", (long long)tdim,
-                         (long long)stride);
+            kc_buf_printf(b, "    off += (lin %% %lld) * %lld;\n", (long long)tdim,
+                          (long long)stride);
         if (d > 0)
-            kc_sb_printf(b, "    lin /= %lld;\n", (long long)tdim);
+            kc_buf_printf(b, "    lin /= %lld;\n", (long long)tdim);
         if (sd >= 0)
             stride *= sdim;
     }
-    kc_sb_puts(b, "    return off;\n}\n");
+    kc_buf_addstr(b, "    return off;\n}\n");
 }
 
 static const char *kc_pw_fmt(kc_op op)
@@ -285,7 +219,7 @@ static kc_code kc_operand(const kc_kernel *k, const char *fn, const kc_pw_operan
 
 /* inline float kc_<fn>(KC_INS_DECL, float acc, long i): the chain evaluated at element i of
  * `shape`, with one index function per input it reads. */
-static kc_code kc_gen_chain(kc_sb *b, const kc_kernel *k, const char *fn, const kc_pw_chain *ch,
+static kc_code kc_gen_chain(kc_buf *b, const kc_kernel *k, const char *fn, const kc_pw_chain *ch,
                             const kc_shape *shape, kc_err *err)
 {
     bool used[KC_KERNEL_MAX_IN] = {false};
@@ -303,7 +237,7 @@ static kc_code kc_gen_chain(kc_sb *b, const kc_kernel *k, const char *fn, const 
         snprintf(tag, sizeof tag, "%s_%d", fn, i);
         kc_gen_index(b, tag, &k->in_shape[i], shape);
     }
-    kc_sb_printf(b, "static inline float kc_%s(KC_INS_DECL, float acc, long i)\n{\n", fn);
+    kc_buf_printf(b, "static inline float kc_%s(KC_INS_DECL, float acc, long i)\n{\n", fn);
     if (ch->n > KC_PW_MAX)
         return kc_err_set(err, KC_ERR_INVALID, "%s: chain of %d ops exceeds %d", fn, ch->n,
                           KC_PW_MAX);
@@ -318,18 +252,18 @@ static kc_code kc_gen_chain(kc_sb *b, const kc_kernel *k, const char *fn, const 
             c = kc_operand(k, fn, &ch->ins[i].b, i, bb, sizeof bb, err);
         if (c != KC_OK)
             return c;
-        kc_sb_printf(b, "    const float t%d = ", i);
+        kc_buf_printf(b, "    const float t%d = ", i);
         if (kc_op_is_binary(ch->ins[i].op))
-            kc_sb_printf(b, f, a, bb);
+            kc_buf_printf(b, f, a, bb);
         else
-            kc_sb_printf(b, f, a);
-        kc_sb_puts(b, ";\n");
+            kc_buf_printf(b, f, a);
+        kc_buf_addstr(b, ";\n");
     }
-    kc_sb_puts(b, "    (void)acc;\n    (void)i;\n");
+    kc_buf_addstr(b, "    (void)acc;\n    (void)i;\n");
     if (ch->n == 0)
-        kc_sb_puts(b, "    return acc;\n}\n");
+        kc_buf_addstr(b, "    return acc;\n}\n");
     else
-        kc_sb_printf(b, "    return t%d;\n}\n", ch->n - 1);
+        kc_buf_printf(b, "    return t%d;\n}\n", ch->n - 1);
     return KC_OK;
 }
 
@@ -408,17 +342,17 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
     if (k->n_in < 1 || k->n_in > KC_KERNEL_MAX_IN)
         return kc_err_set(err, KC_ERR_INVALID, "XPU %s kernel with %d inputs",
                           kc_kernel_kind_name(k->kind), k->n_in);
-    kc_sb b = {0};
+    kc_buf b = {0};
     char f[64];
-    kc_sb_printf(&b, "/* generated by kcache (XPU codegen %s): %s kernel */\n",
-                 KC_XPU_CODEGEN_VERSION, kc_kernel_kind_name(k->kind));
-    kc_sb_puts(&b, "#define KC_WG 64\n#define KC_INS_DECL ");
+    kc_buf_printf(&b, "/* generated by kcache (XPU codegen %s): %s kernel */\n",
+                  KC_XPU_CODEGEN_VERSION, kc_kernel_kind_name(k->kind));
+    kc_buf_addstr(&b, "#define KC_WG 64\n#define KC_INS_DECL ");
     for (int i = 0; i < k->n_in; i++)
-        kc_sb_printf(&b, "%s__global const float *restrict in%d", i ? ", " : "", i);
-    kc_sb_puts(&b, "\n#define KC_INS ");
+        kc_buf_printf(&b, "%s__global const float *restrict in%d", i ? ", " : "", i);
+    kc_buf_addstr(&b, "\n#define KC_INS ");
     for (int i = 0; i < k->n_in; i++)
-        kc_sb_printf(&b, "%sin%d", i ? ", " : "", i);
-    kc_sb_puts(&b, "\n");
+        kc_buf_printf(&b, "%sin%d", i ? ", " : "", i);
+    kc_buf_addstr(&b, "\n");
     /* Lowering merges repeated operands (self-attention sdpa(x, x, x) has one input); the
      * templates name the operands in0..in<arity-1>, so alias them. With two distinct
      * inputs for three operands the operand order is lost: refuse rather than guess. */
@@ -426,75 +360,75 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
                 : k->kind == KC_KK_RMSNORM || k->kind == KC_KK_CONV2D ? 2
                                                                       : 1;
     if (k->n_in < arity && k->n_in != 1) {
-        free(b.s);
+        kc_buf_free(&b);
         return kc_err_set(err, KC_ERR_INVALID,
                           "XPU %s kernel with %d distinct inputs for %d operands: cannot tell "
                           "which operands repeat",
                           kc_kernel_kind_name(k->kind), k->n_in, arity);
     }
     for (int i = k->n_in; i < arity; i++)
-        kc_sb_printf(&b, "#define in%d in0\n", i);
+        kc_buf_printf(&b, "#define in%d in0\n", i);
     switch (k->kind) {
     case KC_KK_POINTWISE:
-        kc_sb_printf(&b, "#define KC_NUMEL %lldL\n", (long long)kc_shape_numel(&k->out_shape));
+        kc_buf_printf(&b, "#define KC_NUMEL %lldL\n", (long long)kc_shape_numel(&k->out_shape));
         break;
     case KC_KK_GEMM:
-        kc_sb_printf(&b,
-                     "#define KC_BATCH %lldL\n#define KC_M %lldL\n#define KC_N %lldL\n"
-                     "#define KC_K %lldL\n#define KC_TRANS_B %d\n#define KC_B_BATCHED %d\n"
-                     "#define KC_HAS_PROLOGUE %d\n#define KC_TILE %d\n#define KC_B_PTR in%d\n",
-                     (long long)k->gemm.batch, (long long)k->gemm.m, (long long)k->gemm.n,
-                     (long long)k->gemm.k, k->gemm.trans_b ? 1 : 0, k->gemm.b_batched ? 1 : 0,
-                     k->gemm.a_in < 0 ? 1 : 0, kc_tile_from_impl(k->impl), k->gemm.b_in);
+        kc_buf_printf(&b,
+                      "#define KC_BATCH %lldL\n#define KC_M %lldL\n#define KC_N %lldL\n"
+                      "#define KC_K %lldL\n#define KC_TRANS_B %d\n#define KC_B_BATCHED %d\n"
+                      "#define KC_HAS_PROLOGUE %d\n#define KC_TILE %d\n#define KC_B_PTR in%d\n",
+                      (long long)k->gemm.batch, (long long)k->gemm.m, (long long)k->gemm.n,
+                      (long long)k->gemm.k, k->gemm.trans_b ? 1 : 0, k->gemm.b_batched ? 1 : 0,
+                      k->gemm.a_in < 0 ? 1 : 0, kc_tile_from_impl(k->impl), k->gemm.b_in);
         if (k->gemm.a_in >= 0)
-            kc_sb_printf(&b, "#define KC_A_PTR in%d\n", k->gemm.a_in);
+            kc_buf_printf(&b, "#define KC_A_PTR in%d\n", k->gemm.a_in);
         break;
     case KC_KK_SOFTMAX:
     case KC_KK_LAYERNORM:
     case KC_KK_RMSNORM:
         kc_flt(f, sizeof f, k->norm.eps);
-        kc_sb_printf(&b,
-                     "#define KC_ROWS %lldL\n#define KC_COLS %lldL\n#define KC_EPS %s\n"
-                     "#define KC_RMS %d\n",
-                     (long long)k->norm.rows, (long long)k->norm.cols, f,
-                     k->kind == KC_KK_RMSNORM ? 1 : 0);
+        kc_buf_printf(&b,
+                      "#define KC_ROWS %lldL\n#define KC_COLS %lldL\n#define KC_EPS %s\n"
+                      "#define KC_RMS %d\n",
+                      (long long)k->norm.rows, (long long)k->norm.cols, f,
+                      k->kind == KC_KK_RMSNORM ? 1 : 0);
         break;
     case KC_KK_SDPA:
         if (k->sdpa.heads <= 0 || k->sdpa.dim % k->sdpa.heads != 0) {
-            free(b.s);
+            kc_buf_free(&b);
             return kc_err_set(err, KC_ERR_INVALID, "XPU sdpa: dim %lld not divisible by %d heads",
                               (long long)k->sdpa.dim, k->sdpa.heads);
         }
         kc_flt(f, sizeof f, k->sdpa.scale);
-        kc_sb_printf(&b,
-                     "#define KC_B %lldL\n#define KC_SQ %lldL\n#define KC_SK %lldL\n"
-                     "#define KC_D %lldL\n#define KC_H %d\n#define KC_DH %lld\n"
-                     "#define KC_CAUSAL %d\n#define KC_SCALE %s\n",
-                     (long long)k->sdpa.batch, (long long)k->sdpa.sq, (long long)k->sdpa.sk,
-                     (long long)k->sdpa.dim, k->sdpa.heads,
-                     (long long)(k->sdpa.dim / k->sdpa.heads), k->sdpa.causal ? 1 : 0, f);
+        kc_buf_printf(&b,
+                      "#define KC_B %lldL\n#define KC_SQ %lldL\n#define KC_SK %lldL\n"
+                      "#define KC_D %lldL\n#define KC_H %d\n#define KC_DH %lld\n"
+                      "#define KC_CAUSAL %d\n#define KC_SCALE %s\n",
+                      (long long)k->sdpa.batch, (long long)k->sdpa.sq, (long long)k->sdpa.sk,
+                      (long long)k->sdpa.dim, k->sdpa.heads,
+                      (long long)(k->sdpa.dim / k->sdpa.heads), k->sdpa.causal ? 1 : 0, f);
         break;
     case KC_KK_CONV2D:
-        kc_sb_printf(&b,
-                     "#define KC_CN %lldL\n#define KC_CC %lldL\n#define KC_H %lldL\n"
-                     "#define KC_W %lldL\n#define KC_CO %lldL\n#define KC_KH %lldL\n"
-                     "#define KC_KW %lldL\n#define KC_OH %lldL\n#define KC_OW %lldL\n"
-                     "#define KC_STRIDE %d\n#define KC_PAD %d\n",
-                     (long long)k->conv.n, (long long)k->conv.c, (long long)k->conv.h,
-                     (long long)k->conv.w, (long long)k->conv.o, (long long)k->conv.kh,
-                     (long long)k->conv.kw, (long long)k->conv.oh, (long long)k->conv.ow,
-                     k->conv.stride, k->conv.padding);
+        kc_buf_printf(&b,
+                      "#define KC_CN %lldL\n#define KC_CC %lldL\n#define KC_H %lldL\n"
+                      "#define KC_W %lldL\n#define KC_CO %lldL\n#define KC_KH %lldL\n"
+                      "#define KC_KW %lldL\n#define KC_OH %lldL\n#define KC_OW %lldL\n"
+                      "#define KC_STRIDE %d\n#define KC_PAD %d\n",
+                      (long long)k->conv.n, (long long)k->conv.c, (long long)k->conv.h,
+                      (long long)k->conv.w, (long long)k->conv.o, (long long)k->conv.kh,
+                      (long long)k->conv.kw, (long long)k->conv.oh, (long long)k->conv.ow,
+                      k->conv.stride, k->conv.padding);
         break;
     case KC_KK_TRANSPOSE: {
         const kc_shape *s = &k->in_shape[0];
         if (s->rank < 2) {
-            free(b.s);
+            kc_buf_free(&b);
             return kc_err_set(err, KC_ERR_INVALID, "XPU transpose of a rank-%d tensor", s->rank);
         }
         int64_t r = s->dims[s->rank - 2], c = s->dims[s->rank - 1];
-        kc_sb_printf(&b, "#define KC_BATCH %lldL\n#define KC_R %lldL\n#define KC_C %lldL\n",
-                     (long long)(r * c > 0 ? kc_shape_numel(s) / (r * c) : 0), (long long)r,
-                     (long long)c);
+        kc_buf_printf(&b, "#define KC_BATCH %lldL\n#define KC_R %lldL\n#define KC_C %lldL\n",
+                      (long long)(r * c > 0 ? kc_shape_numel(s) / (r * c) : 0), (long long)r,
+                      (long long)c);
         break;
     }
     default:
@@ -506,11 +440,11 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
     if (c == KC_OK)
         c = kc_xpu_template(templates_dir, tpl, &body, &own_body, err);
     if (c == KC_OK) {
-        kc_sb_puts(&b, common);
+        kc_buf_addstr(&b, common);
         switch (k->kind) {
         case KC_KK_POINTWISE:
             c = kc_gen_chain(&b, k, "body", &k->body, &k->out_shape, err);
-            kc_sb_puts(&b, "#define kc_body(INS, i) kc_body(INS, 0.f, i)\n");
+            kc_buf_addstr(&b, "#define kc_body(INS, i) kc_body(INS, 0.f, i)\n");
             break;
         case KC_KK_GEMM:
             if (k->gemm.a_in >= 0 && k->gemm.a_in < k->n_in)
@@ -520,7 +454,7 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
             if (c == KC_OK)
                 c = kc_gen_chain(&b, k, "epilogue", &k->epilogue, &k->out_shape, err);
             if (c == KC_OK && k->gemm.a_in < 0)
-                kc_sb_puts(&b, "#define kc_prologue(INS, i) kc_prologue(INS, 0.f, i)\n");
+                kc_buf_addstr(&b, "#define kc_prologue(INS, i) kc_prologue(INS, 0.f, i)\n");
             break;
         case KC_KK_CONV2D:
             c = kc_gen_chain(&b, k, "epilogue", &k->epilogue, &k->out_shape, err);
@@ -528,17 +462,17 @@ kc_code kc_xpu_generate(const kc_kernel *k, const char *templates_dir, char **so
         default:
             break;
         }
-        kc_sb_puts(&b, body);
+        kc_buf_addstr(&b, body);
     }
     free(own_common);
     free(own_body);
-    if (c == KC_OK && b.oom)
+    if (c == KC_OK && b.failed)
         c = kc_err_set(err, KC_ERR_NOMEM, "out of memory generating an XPU kernel");
     if (c != KC_OK) {
-        free(b.s);
+        kc_buf_free(&b);
         return c;
     }
-    *source = b.s;
+    *source = kc_buf_take(&b);
     return KC_OK;
 }
 

@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-#include "kc_backend.h"
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 /* Bumped whenever the generated text changes shape; part of the compiler fingerprint. */
 #define KC_XPU_CODEGEN_VERSION "xpu-codegen/1"

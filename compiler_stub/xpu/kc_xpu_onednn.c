@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <oneapi/dnnl/dnnl.h>
 
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 
 struct kc_xpu_onednn {
     dnnl_engine_t eng;
@@ -66,11 +66,6 @@ void kc_xpu_onednn_prim_free(kc_xpu_onednn_prim *p)
     if (p->prim)
         dnnl_primitive_destroy(p->prim);
     free(p);
-}
-
-void *kc_xpu_onednn_prim_handle(kc_xpu_onednn_prim *p)
-{
-    return p ? (void *)p->prim : NULL;
 }
 
 static kc_code kc_dnnl(kc_err *err, dnnl_status_t st, const char *call)

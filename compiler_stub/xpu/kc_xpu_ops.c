@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_cpu_ops.h"
 #include "kc_xpu_codegen.h"
 
 static const char *kc_xpu_op_ctype(kc_dtype dt)

@@ -12,7 +12,7 @@
 
 #include <level_zero/ze_api.h>
 
-#include "kc_xpu.h"
+#include <kcache/kc_xpu.h>
 #include "kc_xpu_codegen.h"
 
 static kc_code kc_xpu_ze(kc_err *err, ze_result_t r, const char *call)

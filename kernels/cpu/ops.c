@@ -717,3 +717,362 @@ KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *o
         }
 }
 #endif
+
+#if defined(KC_OPK_SCATTER_ND)
+/* out = data, then each index tuple (the last axis of indices) takes its
+ * slice of updates; an index out of range is skipped, never a stray write */
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
+{
+    (void)rt;
+    const KC_GLOBAL kc_t0 *x = (const KC_GLOBAL kc_t0 *)in[0];
+    const KC_GLOBAL int64_t *ix = (const KC_GLOBAL int64_t *)in[1];
+    const KC_GLOBAL kc_t2 *u = (const KC_GLOBAL kc_t2 *)in[2];
+    KC_GLOBAL kc_to *y = (KC_GLOBAL kc_to *)out;
+    const long n = KC_OUT_N, k = KC_IN[1][KC_RANK_IN[1] - 1];
+    const long tuples = kc_numel(KC_IN[1], KC_RANK_IN[1]) / k;
+    long slice = 1;
+    for (int d = (int)k; d < KC_RANK_IN[0]; d++)
+        slice *= KC_IN[0][d];
+    for (long i = 0; i < n; i++)
+        y[i] = x[i];
+    for (long t = 0; t < tuples; t++) {
+        long off = 0;
+        int bad = 0;
+        for (int d = 0; d < k; d++) {
+            long c = (long)ix[t * k + d];
+            c = c < 0 ? c + KC_IN[0][d] : c;
+            bad |= c < 0 || c >= KC_IN[0][d];
+            off = off * KC_IN[0][d] + c;
+        }
+        if (bad)
+            continue;
+        KC_GLOBAL kc_to *dst = y + off * slice;
+        const KC_GLOBAL kc_t2 *src = u + t * slice;
+        for (long i = 0; i < slice; i++) {
+            const kc_to v = (kc_to)src[i];
+            switch (KC_AI[0][0]) {
+            case 1:
+                dst[i] += v;
+                break;
+            case 2:
+                dst[i] *= v;
+                break;
+            case 3:
+                dst[i] = v > dst[i] ? v : dst[i];
+                break;
+            case 4:
+                dst[i] = v < dst[i] ? v : dst[i];
+                break;
+            default:
+                dst[i] = v;
+            }
+        }
+    }
+}
+#endif
+
+#if defined(KC_OPK_RESIZE)
+/* An attribute double stored by its bits (scales, roi: exact in the key). */
+#ifdef __OPENCL_C_VERSION__
+#define kc_bits_double(v) as_double((long)(v))
+#else
+static inline double kc_bits_double(long v)
+{
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+#endif
+#endif
+
+#if defined(KC_OPK_RESIZE)
+/* ONNX Resize as its reference computes it: per dimension the source
+ * coordinate of an output index (cfg[1]), the neighbours nearest to it
+ * (edge-clamped) and their weights (nearest 1, linear 2, cubic 4 taps),
+ * combined as the product over dimensions (the reference's recursion). */
+#define KC_RMODE KC_AI[0][0]
+#define KC_RCOORD KC_AI[0][1]
+
+/* Taps of output index x along dimension d: indices and weights, how many in *nt; returns 0 when
+ * a crop samples outside the input (the extrapolation value). */
+static int kc_resize_taps(int d, long x, long *idx, double *w, int *nt)
+{
+    /* the output length as torch and onnxruntime take it (ONNX 1.12's reference
+     * takes scale x input, unrounded: two align_corners node tests differ) */
+    const long L = KC_IN[0][d];
+    const double s = kc_bits_double(KC_AI[2][d]), ow = (double)KC_OUT[d];
+    double xo;
+    switch (KC_RCOORD) {
+    case 1:
+        xo = (double)x / s;
+        break;
+    case 2:
+        xo = ow == 1 ? 0 : (double)x * (double)(L - 1) / (ow - 1);
+        break;
+    case 3:
+        xo = ow == 1 ? -0.5 : ((double)x + 0.5) / s - 0.5;
+        break;
+    case 4:
+        xo = ((double)x + 0.5) / s;
+        break;
+    case 5: {
+        const double r0 = kc_bits_double(KC_AI[3][d]),
+                     r1 = kc_bits_double(KC_AI[3][d + KC_RANK_OUT]);
+        xo = ow == 1 ? (r1 - r0) * (double)(L - 1) / 2
+                     : (double)x * (r1 - r0) * (double)(L - 1) / (ow - 1);
+        xo += r0 * (double)(L - 1);
+        if (xo < 0 || xo > (double)(L - 1))
+            return 0;
+        break;
+    }
+    default:
+        xo = ((double)x + 0.5) / s - 0.5;
+    }
+    const double fl = floor(xo);
+    const int whole = xo == fl;
+    /* the reference prefers the left neighbour: a whole coordinate has ratio 1 */
+    const double ratio = whole ? 1 : xo - fl;
+    const long left = whole ? (long)fl - 1 : (long)fl;
+    double c[4];
+    int n;
+    long first;
+    if (KC_RMODE == 2) {
+        const double A = KC_AF[4], r = ratio, q = 1 - ratio;
+        c[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+        c[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+        c[2] = ((A + 2) * q - (A + 3)) * q * q + 1;
+        c[3] = ((A * (q + 1) - 5 * A) * (q + 1) + 8 * A) * (q + 1) - 4 * A;
+        n = 4;
+        first = left - 1;
+    } else if (KC_RMODE == 1) {
+        c[0] = 1 - ratio;
+        c[1] = ratio;
+        n = 2;
+        first = left;
+    } else {
+        int right;
+        switch (KC_AI[0][2]) {
+        case 1:
+            right = ratio >= 0.5;
+            break;
+        case 2:
+            right = 0;
+            break;
+        case 3:
+            right = 1;
+            break;
+        default:
+            right = ratio > 0.5;
+        }
+        if (whole)
+            right = 1;
+        c[0] = !right;
+        c[1] = right;
+        n = 2;
+        first = left;
+    }
+    if (KC_AI[0][3]) { /* exclude_outside: weights of outside taps go, the rest renormalised */
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            if (first + i < 0 || first + i >= L)
+                c[i] = 0;
+            sum += c[i];
+        }
+        for (int i = 0; sum != 0 && i < n; i++)
+            c[i] /= sum;
+    }
+    *nt = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i] == 0)
+            continue;
+        long j = first + i;
+        idx[*nt] = j < 0 ? 0 : j >= L ? L - 1 : j;
+        w[(*nt)++] = c[i];
+    }
+    return 1;
+}
+
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
+{
+    (void)rt;
+    const KC_GLOBAL float *x = (const KC_GLOBAL float *)in[0];
+    KC_GLOBAL float *y = (KC_GLOBAL float *)out;
+    const int r = KC_RANK_OUT;
+    const long n = KC_OUT_N;
+    long idx[8][4], cnt[8], at[8], stride[8];
+    double w[8][4];
+    long s = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= KC_IN[0][d];
+    }
+    for (long i = 0; i < n; i++) {
+        long rem = i;
+        int inside = 1;
+        for (int d = r - 1; d >= 0; d--) {
+            int nt = 0;
+            inside &= kc_resize_taps(d, rem % KC_OUT[d], idx[d], w[d], &nt);
+            rem /= KC_OUT[d];
+            cnt[d] = nt;
+            at[d] = 0;
+        }
+        if (!inside) {
+            y[i] = (float)KC_AF[5];
+            continue;
+        }
+        double acc = 0;
+        for (;;) { /* every combination of taps, an odometer over dimensions */
+            double wt = 1;
+            long off = 0;
+            for (int d = 0; d < r; d++) {
+                wt *= w[d][at[d]];
+                off += idx[d][at[d]] * stride[d];
+            }
+            acc += wt * x[off];
+            int d = r - 1;
+            while (d >= 0 && ++at[d] == cnt[d])
+                at[d--] = 0;
+            if (d < 0)
+                break;
+        }
+        y[i] = (float)acc;
+    }
+}
+#endif
+
+#if defined(KC_OPK_RNN)
+/* ONNX RNN (cfg[0] 0), GRU (1) and LSTM (2) over a whole sequence, both
+ * directions, per sequence_lens. Output: Y, then Y_h, then Y_c (flat). The
+ * state lives in the Y_h/Y_c slots of the output and each step's new hidden
+ * state is computed into its Y slot, so no allocation is needed (OpenCL C
+ * has none); a GRU keeps its reset gate in the unused Y_c slot. */
+#define KC_CELL KC_AI[0][0]
+#define KC_RH KC_AI[0][2]
+#define KC_BATCHWISE KC_AI[0][3]
+
+/* codes: 0 Sigmoid, 1 Tanh, 2 Relu, 3 Softsign, 4 Softplus, 5 identity */
+static inline double kc_act(long code, double v)
+{
+    if (KC_AF[2] > 0) /* clip bounds the gates' inputs */
+        v = v < -KC_AF[2] ? -KC_AF[2] : v > KC_AF[2] ? KC_AF[2] : v;
+    switch (code) {
+    case 0:
+        return 1 / (1 + exp(-v));
+    case 1:
+        return tanh(v);
+    case 2:
+        return v > 0 ? v : 0;
+    case 3:
+        return v / (1 + fabs(v));
+    case 4:
+        return log(1 + exp(v));
+    default:
+        return v;
+    }
+}
+
+KC_EXPORT void kc_kernel_main(const KC_GLOBAL void *const *in, KC_GLOBAL void *out, const void *rt)
+{
+    (void)rt;
+    const KC_GLOBAL float *X = (const KC_GLOBAL float *)in[0], *W = (const KC_GLOBAL float *)in[1],
+                          *R = (const KC_GLOBAL float *)in[2], *Bi = (const KC_GLOBAL float *)in[3],
+                          *h0 = (const KC_GLOBAL float *)in[5];
+    const KC_GLOBAL int64_t *lens = (const KC_GLOBAL int64_t *)in[4];
+    const KC_GLOBAL float *c0 = KC_NIN > 6 ? (const KC_GLOBAL float *)in[6] : 0,
+                          *P = KC_NIN > 7 ? (const KC_GLOBAL float *)in[7] : 0;
+    KC_GLOBAL float *Y = (KC_GLOBAL float *)out;
+    const long T = KC_IN[0][KC_BATCHWISE ? 1 : 0], B = KC_IN[0][KC_BATCHWISE ? 0 : 1],
+               NI = KC_IN[0][2], H = KC_RH, D = KC_AI[0][1] == 2 ? 2 : 1;
+    const long G = KC_CELL == 2   ? 4
+                   : KC_CELL == 1 ? 3
+                                  : 1,
+               NA = KC_CELL == 2   ? 3
+                    : KC_CELL == 1 ? 2
+                                   : 1;
+    KC_GLOBAL float *Yh = Y + T * D * B * H, *Yc = Yh + D * B * H;
+    for (long i = 0; i < T * D * B * H; i++)
+        Y[i] = 0;
+    for (long d = 0; d < D; d++)
+        for (long b = 0; b < B; b++)
+            for (long j = 0; j < H; j++) {
+                /* states and initial states: [D, B, H], or [B, D, H] batchwise */
+                long s = KC_BATCHWISE ? (b * D + d) * H + j : (d * B + b) * H + j;
+                Yh[s] = h0[s];
+                Yc[s] = c0 ? c0[s] : 0;
+            }
+    for (long d = 0; d < D; d++) {
+        const int rev = KC_AI[0][1] == 1 || d == 1;
+        const KC_GLOBAL float *Wd = W + d * G * H * NI, *Rd = R + d * G * H * H,
+                              *Wb = Bi + d * 2 * G * H, *Rb = Wb + G * H;
+        const long a0 = KC_AI[1][d * NA];
+        const long a1 = NA > 1 ? KC_AI[1][d * NA + 1] : 0, a2 = NA > 2 ? KC_AI[1][d * NA + 2] : 0;
+        for (long b = 0; b < B; b++) {
+            const long len = lens[b] < 0 ? 0 : lens[b] > T ? T : (long)lens[b];
+            KC_GLOBAL float *h = Yh + (KC_BATCHWISE ? (b * D + d) * H : (d * B + b) * H);
+            KC_GLOBAL float *c = Yc + (KC_BATCHWISE ? (b * D + d) * H : (d * B + b) * H);
+            for (long step = 0; step < len; step++) {
+                const long t = rev ? len - 1 - step : step;
+                const KC_GLOBAL float *xt = X + (KC_BATCHWISE ? b * T + t : t * B + b) * NI;
+                KC_GLOBAL float *yt =
+                    Y + (KC_BATCHWISE ? ((b * T + t) * D + d) * H : ((t * D + d) * B + b) * H);
+                if (KC_CELL == 1) { /* GRU's reset gate r = f(x Wr + h Rr + b), kept in c */
+                    for (long j = 0; j < H; j++) {
+                        double v = Wb[H + j] + Rb[H + j];
+                        for (long k = 0; k < NI; k++)
+                            v += (double)xt[k] * Wd[(H + j) * NI + k];
+                        for (long k = 0; k < H; k++)
+                            v += (double)h[k] * Rd[(H + j) * H + k];
+                        c[j] = (float)kc_act(a0, v);
+                    }
+                }
+                for (long j = 0; j < H; j++) {
+                    double g[4], rh = 0;
+                    for (long q = 0; q < G; q++) {
+                        double v = Wb[q * H + j], r = Rb[q * H + j];
+                        for (long k = 0; k < NI; k++)
+                            v += (double)xt[k] * Wd[(q * H + j) * NI + k];
+                        if (KC_CELL == 1 && q == 2 && !KC_AI[0][4]) {
+                            /* h~ = g(x Wh + (r . h) Rh + Rbh + Wbh) */
+                            for (long k = 0; k < H; k++)
+                                r += (double)c[k] * h[k] * Rd[(q * H + j) * H + k];
+                        } else {
+                            for (long k = 0; k < H; k++)
+                                r += (double)h[k] * Rd[(q * H + j) * H + k];
+                        }
+                        g[q] = v;
+                        if (KC_CELL == 1 && q == 2 && KC_AI[0][4])
+                            rh = r; /* linear_before_reset: r . (h Rh + Rbh) */
+                        else
+                            g[q] += r;
+                    }
+                    double hn;
+                    if (KC_CELL == 2) { /* gates i, o, f, c; peepholes P = [pi, po, pf] */
+                        const double pi = P ? P[d * 3 * H + j] : 0,
+                                     po = P ? P[d * 3 * H + H + j] : 0,
+                                     pf = P ? P[d * 3 * H + 2 * H + j] : 0;
+                        const double it = kc_act(a0, g[0] + pi * c[j]);
+                        const double ft = KC_AI[0][5] ? 1 - it : kc_act(a0, g[2] + pf * c[j]);
+                        const double ct = kc_act(a1, g[3]);
+                        const double cn = ft * c[j] + it * ct;
+                        const double ot = kc_act(a0, g[1] + po * cn);
+                        c[j] = (float)cn;
+                        hn = ot * kc_act(a2, cn);
+                    } else if (KC_CELL == 1) { /* gates z, r, h */
+                        const double zt = kc_act(a0, g[0]);
+                        const double ht = kc_act(a1, KC_AI[0][4] ? g[2] + c[j] * rh : g[2]);
+                        hn = (1 - zt) * ht + zt * h[j];
+                    } else {
+                        hn = kc_act(a0, g[0]);
+                    }
+                    yt[j] = (float)hn;
+                }
+                for (long j = 0; j < H; j++)
+                    h[j] = yt[j];
+            }
+        }
+    }
+    if (KC_CELL != 2) /* only an LSTM has a cell state: the slot held the reset gate */
+        for (long i = 0; i < D * B * H; i++)
+            Yc[i] = 0;
+}
+#endif

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_bundle.h"
+#include <kcache/kc_bundle.h>
 #include "kc_fuzz.h"
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 
 static kc_store *store;
 static unsigned inputs_on_store;

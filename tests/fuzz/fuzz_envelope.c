@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 #include "kc_fuzz.h"
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 
 /* The header parser must be total on every prefix it is given. */
 static void check_header(const uint8_t *data, size_t len)

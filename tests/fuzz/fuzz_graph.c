@@ -10,8 +10,8 @@
 
 #include "kc_fuzz.h"
 #include "kc_fuzz_graph.h"
-#include "kc_graph.h"
-#include "kc_hash.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_hash.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {

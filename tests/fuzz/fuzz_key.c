@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "kc_fuzz.h"
-#include "kc_hash.h"
-#include "kc_util.h"
+#include <kcache/kc_hash.h>
+#include <kcache/kc_util.h>
 
 static bool ref_key_valid(const char *s)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kc_fuzz.h"
-#include "kc_snapshot.h"
+#include <kcache/kc_snapshot.h>
 
 static void check_path(const char *p)
 {

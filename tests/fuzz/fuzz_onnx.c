@@ -9,13 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kc_backend.h"
+#include "kc_cpu_ops.h"
+#include <kcache/kc_backend.h>
 #include "kc_fuzz.h"
 #include "kc_fuzz_graph.h"
-#include "kc_graph.h"
-#include "kc_hash.h"
-#include "kc_lower.h"
-#include "kc_onnx.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_lower.h>
+#include <kcache/kc_onnx.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kc_envelope.h"
+#include <kcache/kc_envelope.h>
 #include "kc_fuzz.h"
-#include "kc_store.h"
+#include <kcache/kc_store.h>
 #include "kcd_config.h"
 #include "kcd_log.h"
 #include "kcd_routes.h"

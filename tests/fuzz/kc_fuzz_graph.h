@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "kc_fuzz.h"
-#include "kc_graph.h"
-#include "kc_hash.h"
+#include <kcache/kc_graph.h>
+#include <kcache/kc_hash.h>
 
 static inline void kc_fuzz_check_graph(const kc_graph *g)
 {
@@ -27,7 +27,7 @@ static inline void kc_fuzz_check_graph(const kc_graph *g)
             KC_FUZZ_CHECK(n->in[j] >= 0 && n->in[j] < g->n_inputs + g->n_params + i,
                           "node %d reads value %d that is not produced before it", i, n->in[j]);
         KC_FUZZ_CHECK(n->out == g->n_inputs + g->n_params + i, "node %d writes %d", i, n->out);
-        KC_FUZZ_CHECK((n->op >= KC_OP_EXT_FIRST) == (n->xa != NULL), "node %d attributes", i);
+        KC_FUZZ_CHECK(kc_op_has(n->op, KC_OPF_CORE) == (n->xa == NULL), "node %d attributes", i);
     }
     for (int i = 0; i < g->n_outputs; i++)
         KC_FUZZ_CHECK(g->outputs[i] >= 0 && g->outputs[i] < g->n_values, "output %d bad", i);

@@ -18,9 +18,9 @@
 
 #include "kc_testutil.h"
 
-#include "kc_envelope.h"
-#include "kc_hash.h"
-#include "kc_log.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_log.h>
 
 extern char **environ;
 
@@ -335,6 +335,25 @@ int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, si
     return count;
 }
 
+int kc_test_settle(const char *path, int settle_s)
+{
+    for (;;) {
+        struct stat st;
+        struct timespec now;
+        if (stat(path, &st) != 0)
+            return -1;
+        clock_gettime(CLOCK_REALTIME, &now);
+        const struct timespec *t =
+            st.st_ctim.tv_sec > st.st_mtim.tv_sec ? &st.st_ctim : &st.st_mtim;
+        double age = (double)(now.tv_sec - t->tv_sec) + (now.tv_nsec - t->tv_nsec) / 1e9;
+        if (age > settle_s + 0.05)
+            return 0;
+        double left = settle_s + 0.1 - age;
+        struct timespec d = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&d, NULL);
+    }
+}
+
 char *kc_test_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -357,6 +376,34 @@ int kc_test_make_ed25519(const char *priv, const char *pub)
          r.exit_code == 0;
     kc_test_result_free(&r);
     return ok ? 0 : -1;
+}
+
+char *kc_test_redis_cliv(const char *port, const char *first, va_list ap)
+{
+    char *argv[32] = {"redis-cli", "-p", (char *)port};
+    int n = 3;
+    for (const char *a = first; a && n < 31; a = va_arg(ap, const char *))
+        argv[n++] = (char *)a;
+    argv[n] = NULL;
+    kc_test_result r;
+    if (kc_test_run(argv, NULL, 0, 30, &r) != 0)
+        return NULL;
+    char *out = strdup(r.out ? r.out : "");
+    kc_test_result_free(&r);
+    size_t len = out ? strlen(out) : 0;
+    while (len && out[len - 1] == '\n')
+        out[--len] = 0;
+    return out;
+}
+
+char *kc_test_redis_cli(const char *port, ...)
+{
+    va_list ap;
+    va_start(ap, port);
+    const char *first = va_arg(ap, const char *);
+    char *out = kc_test_redis_cliv(port, first, ap);
+    va_end(ap);
+    return out;
 }
 
 static void log_to_stderr(kc_log_level level, const char *msg, void *ctx)

@@ -6,6 +6,7 @@
 #ifndef KC_TESTUTIL_H
 #define KC_TESTUTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,6 +87,18 @@ int kc_test_bundle_records(const uint8_t *p, size_t n, size_t *ends, int max, si
  * (genpkey, then pkey -pubout): private key at priv, public key at pub.
  * Returns 0 on success. */
 int kc_test_make_ed25519(const char *priv, const char *pub);
+
+/* Waits until path's mtime and ctime are older than settle_s seconds, so
+ * that stamp-keyed memos (kc_memo.h) may remember answers about it; at most
+ * settle_s + 1 seconds. Returns 0, or -1 when path cannot be stat'ed. */
+int kc_test_settle(const char *path, int settle_s);
+
+/* Runs the real redis-cli -p port with the NULL-terminated arguments (at
+ * most 28; 30 s at most) and returns its stdout without trailing newlines
+ * (malloc'd, caller frees), or NULL when redis-cli could not be run. The v
+ * form takes the arguments from first on as a va_list. */
+char *kc_test_redis_cli(const char *port, ...) __attribute__((sentinel));
+char *kc_test_redis_cliv(const char *port, const char *first, va_list ap);
 
 /* Joins dir and name into a malloc'd "dir/name". */
 char *kc_test_path(const char *dir, const char *name);

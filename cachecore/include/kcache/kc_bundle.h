@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_sign.h"
-#include "kc_store.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
 
 #define KC_BUNDLE_MAGIC "KCBUNDLE"
 #define KC_BUNDLE_VERSION 2 /* written; 1 and 2 are read */
@@ -80,9 +80,6 @@ kc_code kc_bundle_cursor_open_keys(kc_store *s, const char *const *keys, size_t 
 kc_code kc_bundle_cursor_read(kc_bundle_cursor *c, uint8_t *buf, size_t cap, size_t *n,
                               kc_err *err);
 void kc_bundle_cursor_close(kc_bundle_cursor *c);
-/* Signs each artifact the cursor emits from now on (signer not owned; it
- * must outlive the cursor). */
-void kc_bundle_cursor_sign_with(kc_bundle_cursor *c, const kc_signer *signer);
 
 /* Push-style streaming importer: feed bytes as they arrive (from a file, a
  * curl write callback or an HTTP upload). Each artifact is stored once its

@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_envelope.h"
-#include "kc_error.h"
-#include "kc_store.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_store.h>
 
 /* Flags of get / has / put. */
 enum {

@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 #define KC_ENVELOPE_MAGIC "KCAE"
 #define KC_ENVELOPE_VERSION 1

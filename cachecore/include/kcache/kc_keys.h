@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_hash.h"
+#include <kcache/kc_hash.h>
 
 /* The generic recipe ("kcache-key/1"): SHA-256 over kind, subject (graph or kernel
  * fingerprint), device fingerprint hash, compiler fingerprint and options. Kernel

@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_envelope.h"
-#include "kc_error.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_error.h>
 
 #define KC_SIG_KEYID_HEX 16
 #define KC_SIG_TEXT_MAX 160 /* "ed25519:" + keyid + ":" + 128 hex + NUL */

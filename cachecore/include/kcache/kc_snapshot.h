@@ -32,10 +32,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_bundle.h"
-#include "kc_error.h"
-#include "kc_hash.h"
-#include "kc_store.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_store.h>
 
 #define KC_SNAP_KIND_MANIFEST "dir-manifest"
 #define KC_SNAP_KIND_FILE "dir-file"

@@ -2,8 +2,9 @@
  * kc_store.h - the local artifact store: one SQLite database (WAL mode) under
  * a cache directory, payloads zstd-compressed and deduplicated by content hash.
  *
- * Layout: DIR/kcache.db (+ -wal, -shm), DIR/packs/ for large payloads,
- * DIR/locks/ for claims (kc_store_claim). No file per entry.
+ * Layout: DIR/kcache.db (+ -wal, -shm), DIR/kcache.db-access (the reads'
+ * bookkeeping, below), DIR/packs/ for large payloads, DIR/locks/ for
+ * claims (kc_store_claim). No file per entry.
  *
  * Concurrency: a kc_store handle is used by one thread at a time; open one
  * handle per thread or process (cheap). Any number of handles and processes
@@ -22,9 +23,14 @@
  * kc_store_verify, and on a failed get to name the cause. The check guards
  * against damage, not against someone rewriting the database on purpose.
  *
- * Access times for LRU are recorded in memory and written in batches (on
- * close, on kc_store_flush, and every few seconds of activity), so a read is
- * never a synchronous write.
+ * Bookkeeping of reads: a read never writes the database, so a read-only
+ * process (a warm compile) syncs nothing. Hits, misses and access times for
+ * LRU are batched in memory, appended without fsync to DIR/kcache.db-access
+ * (on close, on kc_store_flush, every few seconds of activity) and folded
+ * into the database by the next write transaction of any handle; the
+ * statistics count what is still in the log. A crash or power loss may lose
+ * access times and counts not yet folded (LRU hints), never a stored
+ * artifact.
  */
 #ifndef KC_STORE_H
 #define KC_STORE_H
@@ -33,8 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_envelope.h"
-#include "kc_error.h"
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_error.h>
 
 typedef struct kc_store kc_store; /* opaque */
 
@@ -106,7 +112,8 @@ const char *kc_store_recovered(const kc_store *s, const char **why);
  * that the caller writes back with kc_store_put). */
 kc_code kc_store_trusts(const kc_store *s, const kc_artifact *a, kc_err *err);
 
-/* Flushes batched access times and statistics, then closes. NULL is a no-op. */
+/* Flushes batched access times and counts (kc_store_flush), then closes.
+ * NULL is a no-op. */
 void kc_store_close(kc_store *s);
 
 /* Read bursts: the reads between kc_store_read_begin and kc_store_read_end
@@ -119,7 +126,11 @@ void kc_store_close(kc_store *s);
 kc_code kc_store_read_begin(kc_store *s, kc_err *err);
 void kc_store_read_end(kc_store *s);
 
-/* Writes batched access times and counters now. */
+/* Appends this handle's batched access times and counts to the access log
+ * now: no database write and no fsync, unless the log has outgrown 1 MiB
+ * with thousands of distinct keys, when it is folded into the database in
+ * a transaction of its own. KC_ERR_IO or KC_ERR_FULL naming the log when it
+ * cannot be written; the batch is dropped either way. */
 kc_code kc_store_flush(kc_store *s, kc_err *err);
 
 /* The default cache directory: $KCACHE_DIR, else $XDG_CACHE_HOME/kcache, else
@@ -308,7 +319,7 @@ typedef struct kc_entry_info {
     uint64_t size;        /* payload bytes */
     uint64_t stored_size; /* compressed payload bytes */
     int64_t created;
-    int64_t atime;
+    int64_t atime;      /* last use, seconds: as of the last fold of the access log */
     const char *origin; /* "local", "remote", "import", "unknown"; callback only */
     const char *sig;    /* "none", "signed", "verified", "unknown"; callback only */
     const char *note;   /* kc_store_verify_trust: why it is reported; else NULL */
@@ -319,6 +330,12 @@ typedef struct kc_entry_info {
  * same handle (collect keys, then act on them). */
 typedef int (*kc_entry_fn)(const kc_entry_info *info, void *ctx);
 kc_code kc_store_list(kc_store *s, const kc_filter *f, kc_entry_fn fn, void *ctx, kc_err *err);
+
+/* The keys of the entries matching f (NULL: all), in key order, for callers that act on
+ * each one after the walk: *keys is malloc'd (the caller frees it, also when *n is 0) and
+ * holds *n keys. On failure (the store's error, or KC_ERR_NOMEM) *keys is NULL and *n 0. */
+kc_code kc_store_list_keys(kc_store *s, const kc_filter *f, char (**keys)[KC_KEY_HEX_LEN + 1],
+                           size_t *n, kc_err *err);
 
 typedef struct kc_store_stats {
     uint64_t entries;
@@ -331,6 +348,9 @@ typedef struct kc_store_stats {
     uint64_t untrusted; /* loads refused: not signed by a trusted key (cumulative) */
 } kc_store_stats;
 
+/* Fills st. hits, misses and untrusted include what the access log and this
+ * handle's batch hold, not yet folded into the database. KC_ERR_IO when
+ * the log cannot be read. */
 kc_code kc_store_stats_get(kc_store *s, kc_store_stats *st, kc_err *err);
 
 /* Entries and bytes per kind (by_device false) or per device id (true;

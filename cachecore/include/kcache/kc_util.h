@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 /* Parses "4096", "512K", "512M", "10G", "1T" (binary units; optional "iB"/"B").
  * KC_ERR_INVALID names the text on failure. */

@@ -49,11 +49,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_bundle.h"
-#include "kc_envelope.h"
-#include "kc_error.h"
-#include "kc_sign.h"
-#include "kc_store.h"
+#include <kcache/kc_bundle.h>
+#include <kcache/kc_envelope.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_sign.h>
+#include <kcache/kc_store.h>
 
 typedef struct kc_remote kc_remote; /* opaque */
 

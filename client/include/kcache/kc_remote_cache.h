@@ -10,9 +10,9 @@
 
 #include <stdbool.h>
 
-#include "kc_cache.h"
-#include "kc_remote.h"
-#include "kc_store.h"
+#include <kcache/kc_cache.h>
+#include <kcache/kc_remote.h>
+#include <kcache/kc_store.h>
 
 /* Opens the tiered cache over store s (required) and remote r (NULL = local only); both
  * borrowed and must outlive the handle. With offline set the server is never touched.

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 #define KC_SHARD_MAX 64 /* servers at most: liveness fits one uint64_t mask */
 

@@ -1,7 +1,8 @@
 /*
- * kc_backend.h - the contract between lowering and the code generators: the
- * lowered kernel description (kc_kernel) and the backend interface (CPU in
- * kc_cpu.c; XPU in kc_xpu*.c). Stable: add fields/functions, never change.
+ * kc_backend.h - the contract between the driver and the code generators: the
+ * backend interface (CPU in kc_cpu.c; XPU in kc_xpu*.c), device fingerprints
+ * and the registry that opens a backend by name. The kernels a backend builds
+ * are described by kc_kernel.h. Stable: add fields/functions, never change.
  *
  * Flow: kc_lower turns a kc_graph into kc_kernel[] (fusion decided there);
  * the driver (kc_compile.c) asks a backend for a device and compiler
@@ -15,121 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_cache.h"
-#include "kc_error.h"
-#include "kc_graph.h"
-
-/* ---- lowered kernels ---------------------------------------------------- */
-
-typedef enum kc_kernel_kind {
-    KC_KK_POINTWISE = 0, /* out[i] = body(inputs broadcast to out_shape) */
-    KC_KK_GEMM,          /* out = epilogue(prologue(A) @ B[^T]), batched */
-    KC_KK_SOFTMAX,       /* rows x cols, last axis */
-    KC_KK_LAYERNORM,     /* inputs x, gamma[cols], beta[cols]; eps */
-    KC_KK_RMSNORM,       /* inputs x, gamma[cols]; eps */
-    KC_KK_SDPA,          /* inputs q[B,Sq,D], k[B,Sk,D], v[B,Sk,D]; heads, causal, scale */
-    KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C/groups,KH,KW], [bias[O]], then epilogue
-                            inputs */
-    KC_KK_TRANSPOSE,     /* swap the last two dims */
-    KC_KK_OP,            /* one extended op (kc_ops_list.h): op, xa, dtypes */
-    KC_KK_ROWNORM,       /* inputs x, p (pow exponent, one element), eps (one element), then
-                            epilogue inputs: ONNX's decomposed LayerNorm over the last axis,
-                            (x - mean) / sqrt(mean((x - mean)^p) + eps), then the epilogue */
-    KC_KK_COUNT
-} kc_kernel_kind;
-
-#define KC_KERNEL_MAX_IN 16
-#define KC_PW_MAX 32
-
-/* An operand of a pointwise instruction. */
-typedef enum kc_pw_src {
-    KC_PW_ACC = 0, /* GEMM/conv accumulator (epilogues only) */
-    KC_PW_INPUT,   /* kernel input idx, broadcast to the chain's shape */
-    KC_PW_TMP      /* result of instruction idx (idx < this one) */
-} kc_pw_src;
-
-typedef struct kc_pw_operand {
-    kc_pw_src src;
-    int idx;
-} kc_pw_operand;
-
-/* One pointwise op: add..exp, or with KC_LOWER_EXT_CHAINS an elementwise extended op
- * (kc_pw_arity). Unary ops ignore b. */
-typedef struct kc_pw_instr {
-    kc_op op;
-    kc_pw_operand a, b;
-} kc_pw_instr;
-
-/* A fused pointwise chain in SSA form; its value is the last instruction's.
- * n == 0 means "identity": the chain's value is ACC (epilogue) or absent. */
-typedef struct kc_pw_chain {
-    int n;
-    kc_pw_instr ins[KC_PW_MAX];
-    double attr[KC_PW_MAX][2]; /* instruction i's numbers: clip's bounds, leaky_relu's alpha
-                                  (zero for ops without, kc_pw_arity) */
-} kc_pw_chain;
-
-typedef struct kc_kernel {
-    kc_kernel_kind kind;
-    kc_dtype dtype;
-    int n_in;
-    kc_shape in_shape[KC_KERNEL_MAX_IN];
-    kc_shape out_shape;
-    /* Runtime binding to graph value ids; NOT part of the kernel's identity. */
-    int in_value[KC_KERNEL_MAX_IN];
-    int out_value;
-    int n_fused; /* graph nodes this kernel covers (for reports) */
-
-    kc_pw_chain body;     /* POINTWISE: the whole kernel */
-    kc_pw_chain epilogue; /* GEMM, CONV2D: applied to ACC, broadcast to out_shape */
-    kc_pw_chain prologue; /* GEMM: computes A from inputs broadcast to a_shape */
-
-    struct {
-        int64_t batch, m, n, k; /* out = [batch..., m, n] */
-        bool trans_b;           /* B given as [n, k] */
-        bool b_batched;         /* B has the batch dims (else shared [k,n]) */
-        int a_in;               /* input index of A, or -1 when the prologue makes A */
-        int b_in;               /* input index of B */
-        kc_shape a_shape;       /* the logical A operand's shape */
-    } gemm;
-    struct {
-        int64_t rows, cols; /* SOFTMAX, LAYERNORM, RMSNORM */
-        double eps;
-    } norm;
-    struct {
-        int64_t batch, sq, sk, dim; /* dim = heads * head_dim */
-        int heads;
-        bool causal;
-        double scale;
-    } sdpa;
-    struct {
-        int64_t n, c, h, w, o, kh, kw, oh, ow;
-        int stride, padding;
-        int groups; /* 0 or 1: one group (every channel feeds every output) */
-        bool bias;  /* input 2 is a per-output-channel bias (ONNX Conv's third input) */
-    } conv;
-    /* OP: the extended op, its attributes and every operand's dtype (other
-     * kinds are f32 throughout and leave these zero). */
-    kc_op op;
-    kc_xattrs xa;
-    kc_dtype in_dt[KC_KERNEL_MAX_IN];
-    kc_dtype out_dt;
-    /* Implementation choice (autotuning): "" = backend default; CPU uses
-     * "tile:MRxNR" for micro-GEMM tiles and "onednn" for a oneDNN primitive. */
-    char impl[32];
-    /* Run-time only, never in the identity: bit i set when input i is a graph parameter,
-     * which keeps its values from one run to the next (a kernel may prepare it once). */
-    uint32_t const_in;
-} kc_kernel;
-
-const char *kc_kernel_kind_name(kc_kernel_kind k);
-
-/* Canonical JSON of a kernel's identity (everything except the runtime
- * bindings), malloc'd; its SHA-256 is the kernel fingerprint. */
-char *kc_kernel_identity_json(const kc_kernel *k);
-/* Full JSON (identity + bindings) as stored in graph records, and back. */
-char *kc_kernel_to_json(const kc_kernel *k);
-kc_code kc_kernel_from_json(const char *text, kc_kernel *k, kc_err *err);
+#include <kcache/kc_cache.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_graph.h>
+#include <kcache/kc_kernel.h>
 
 /* ---- fingerprints -------------------------------------------------------- */
 
@@ -170,10 +60,12 @@ typedef struct kc_backend kc_backend;
 /* A loaded kernel, backend-specific. */
 typedef struct kc_loaded kc_loaded;
 
-struct kc_backend {
+/* What a backend is: its names and its functions, one static const table per backend
+ * (kc_cpu_backend_ops below, kc_xpu_backend_ops and kc_xpu_spirv_backend_ops in
+ * kc_xpu.h), shared by every handle it opens. A new backend fills one of these. */
+typedef struct kc_backend_ops {
     const char *name;          /* "cpu", "xpu", "xpu-spirv" */
     const char *artifact_kind; /* "cpu-so", "ze-native", "spirv" */
-    void *impl;                /* backend state */
 
     /* Fills *fp (caller frees with kc_device_fp_free). */
     kc_code (*device_fp)(kc_backend *b, kc_device_fp *fp, kc_err *err);
@@ -206,23 +98,21 @@ struct kc_backend {
     /* Names the cost model behind choose_impl ("cpu-cost/1"); graph records compiled without
      * --autotune carry it in their options, so a changed model makes new records. */
     const char *impl_model;
-    /* The threads its kernels run on (kc_backend_opts.threads resolved; 0 where the backend
-     * has no such choice). */
-    int threads;
     /* The fusions its code generator takes beyond the original ones (KC_LOWER_* of
      * kc_lower.h); the driver lowers with them. */
     unsigned lower_flags;
     /* Drops what a loaded kernel prepared from its constant inputs (kc_kernel.const_in), such
      * as weights reordered for oneDNN, because their values changed. NULL = nothing kept. */
     void (*forget)(kc_backend *b, kc_loaded *l);
-};
+} kc_backend_ops;
 
-/* Fingerprint (16 hex) of the code generator and template behind OP
- * kernels (kc_cpu_ops.c, kernels/cpu/ops.c); part of every OP kernel's
- * identity, so the original kinds' keys do not move when it changes. */
-const char *kc_ops_codegen_fp(void);
-/* CPU source of an OP kernel (malloc'd, caller frees). */
-kc_code kc_cpu_ops_generate(const kc_kernel *k, char **source, kc_err *err);
+/* An open backend: calls go through b->ops, e.g. b->ops->generate(b, k, &src, err). */
+struct kc_backend {
+    const kc_backend_ops *ops; /* the backend's static table */
+    void *impl;                /* this handle's state, owned by the backend */
+    int threads; /* the threads its kernels run on (kc_backend_opts.threads resolved; 0 where
+                    the backend has no such choice) */
+};
 
 /* ---- the registry (kc_backends.c) ---------------------------------------------- */
 
@@ -237,6 +127,7 @@ void kc_backend_close(kc_backend *b);
 
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
+extern const kc_backend_ops kc_cpu_backend_ops;
 
 /* The threads a CPU kernel runs on when kc_backend_opts.threads is 0: the CPUs this process
  * may use (its affinity mask). */

@@ -6,7 +6,7 @@
 #ifndef KC_CFLAGS_H
 #define KC_CFLAGS_H
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 /* Checks space-separated flags (as the backends split them) against an
  * allow-list: -O, -O0..3, -Os, -Ofast, -Og, -Oz; -fNAME and -fno-NAME for

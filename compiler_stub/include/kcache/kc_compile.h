@@ -10,10 +10,10 @@
 
 #include <stdbool.h>
 
-#include "kc_backend.h"
-#include "kc_graph.h"
-#include "kc_cache.h"
-#include "kc_keys.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_graph.h>
+#include <kcache/kc_cache.h>
+#include <kcache/kc_keys.h>
 
 /* The kernel fingerprint: SHA-256 of kc_kernel_identity_json. */
 kc_code kc_kernel_fp(const kc_kernel *k, char out[KC_KEY_HEX_LEN + 1], kc_err *err);

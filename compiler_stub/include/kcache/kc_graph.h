@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_hash.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 
 #define KC_GRAPH_FORMAT "kcache-graph/1"
 #define KC_MAX_RANK 8
@@ -27,31 +27,20 @@
  * only flows through the typed elementwise ops (arith, compare, cast). */
 typedef enum kc_dtype { KC_DT_F32 = 0, KC_DT_I64, KC_DT_BOOL, KC_DT_F64, KC_DT_COUNT } kc_dtype;
 
+/* Operator flags (the flags column of kc_ops_list.h). */
+#define KC_OPF_CORE 0x1u      /* the original 16: kc_attrs, own kernel kinds, reference */
+#define KC_OPF_POINTWISE 0x2u /* fuses into pointwise groups and GEMM epilogues (add..exp) */
+#define KC_OPF_BINARY 0x4u    /* a pointwise op with two operands (add, sub, mul, div) */
+#define KC_OPF_EW 0x8u        /* f32 elementwise extended op (sigmoid..fmod) */
+#define KC_OPF_REDUCE 0x10u   /* reduce_*: axes, keepdims */
+
+/* Every operator, in the order of kc_ops_list.h (one list for all). */
 typedef enum kc_op {
-    KC_OP_MATMUL = 0,
-    KC_OP_ADD,
-    KC_OP_SUB,
-    KC_OP_MUL,
-    KC_OP_DIV,
-    KC_OP_RELU,
-    KC_OP_GELU,
-    KC_OP_SILU,
-    KC_OP_TANH,
-    KC_OP_EXP,
-    KC_OP_SOFTMAX,
-    KC_OP_LAYERNORM,
-    KC_OP_RMSNORM,
-    KC_OP_TRANSPOSE,
-    KC_OP_SDPA,
-    KC_OP_CONV2D,
-/* The extended set (kc_ops.h): ONNX operators. Each lowers to one "op"
- * kernel specialised on its shapes, dtypes and attributes (kc_xattrs). */
-#define KC_OP_X(id, name, lo, hi) KC_OP_##id,
-#include "kc_ops_list.h"
+#define KC_OP_X(id, name, lo, hi, fields, flags, onnx) KC_OP_##id,
+#include <kcache/kc_ops_list.h>
 #undef KC_OP_X
     KC_OP_COUNT
 } kc_op;
-#define KC_OP_EXT_FIRST (KC_OP_CONV2D + 1)
 
 typedef struct kc_shape {
     int rank;
@@ -102,7 +91,7 @@ typedef struct kc_node {
     int in[KC_NODE_MAX_IN]; /* value ids */
     int out;                /* value id */
     kc_attrs attrs;
-    kc_xattrs *xa; /* extended ops: attributes (owned); NULL for the original ops */
+    kc_xattrs *xa; /* attributes (owned) of ops without KC_OPF_CORE; NULL for those */
 } kc_node;
 
 /* A validated graph in canonical order: values are inputs (in declared
@@ -150,10 +139,19 @@ char *kc_graph_canonical_text(const kc_graph *g);
  * Writes one or more "  ..." lines into out; false if they are equal. */
 bool kc_graph_canon_diff(const kc_graph *g, const char *theirs, char *out, size_t cap);
 
-/* Helpers shared by lowering, backends and tools. */
-const char *kc_op_name(kc_op op);
-bool kc_op_is_pointwise(kc_op op); /* add..exp */
-bool kc_op_is_binary(kc_op op);    /* add, sub, mul, div */
+/* The operator table (kc_ops_list.h), shared by every consumer. */
+const char *kc_op_name(kc_op op); /* "?" when out of range */
+/* The op named name (as in JSON graphs and canonical text), or -1. */
+int kc_op_from_name(const char *name);
+/* The op the ONNX op type converts to one to one (the table's OnnxType
+ * column), or KC_OP_COUNT. */
+kc_op kc_op_from_onnx(const char *op_type);
+/* The op's input count range. */
+void kc_op_arity(kc_op op, int *lo, int *hi);
+/* True when op has every flag in flags (KC_OPF_*). */
+bool kc_op_has(kc_op op, unsigned flags);
+bool kc_op_is_pointwise(kc_op op); /* KC_OPF_POINTWISE: add..exp */
+bool kc_op_is_binary(kc_op op);    /* KC_OPF_BINARY: add, sub, mul, div */
 const char *kc_dtype_name(kc_dtype dt);
 size_t kc_dtype_size(kc_dtype dt); /* bytes per element: 4, 8, 1, 8 */
 int64_t kc_shape_numel(const kc_shape *s);

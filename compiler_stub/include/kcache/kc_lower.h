@@ -5,13 +5,13 @@
 #ifndef KC_LOWER_H
 #define KC_LOWER_H
 
-#include "kc_backend.h"
-#include "kc_graph.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_graph.h>
 
-/* Fusions a backend may ask for beyond the original ones (kc_backend.lower_flags). */
+/* Fusions a backend may ask for beyond the original ones (kc_backend_ops.lower_flags). */
 enum {
-    /* elementwise extended ops (erf, sqrt, pow, clip, ...; kc_pw_arity) join pointwise
-     * chains, prologues and epilogues like add..exp; the decomposition of LayerNorm that
+    /* elementwise extended ops (erf, sqrt, pow, clip, ...; kc_pw_arity of kc_kernel.h) join
+     * pointwise chains, prologues and epilogues like add..exp; the decomposition of LayerNorm that
      * ONNX exporters write (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div) becomes one
      * KC_KK_ROWNORM kernel, with what follows it as its epilogue */
     KC_LOWER_EXT_CHAINS = 1u << 0,
@@ -26,10 +26,5 @@ enum {
 kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *n, kc_err *err);
 /* kc_lower with the fusions of flags (KC_LOWER_*). */
 kc_code kc_lower_ex(const kc_graph *g, unsigned flags, kc_kernel **out, int *n, kc_err *err);
-
-/* How many operands (1 or 2) a pointwise chain instruction of op reads, and in *n_attrs
- * (may be NULL) how many numbers of kc_pw_instr.c it uses; 0 when op cannot be in a chain.
- * add..exp always can; the elementwise extended ops only with KC_LOWER_EXT_CHAINS. */
-int kc_pw_arity(kc_op op, int *n_attrs);
 
 #endif

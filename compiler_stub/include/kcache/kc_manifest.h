@@ -13,7 +13,7 @@
 
 #include <stdbool.h>
 
-#include "kc_error.h"
+#include <kcache/kc_error.h>
 
 typedef struct kc_manifest_target {
     char *device; /* "cpu" when absent */

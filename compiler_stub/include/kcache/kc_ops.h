@@ -1,8 +1,8 @@
 /*
- * kc_ops.h - the extended operator set (kc_ops_list.h): attribute schemas,
- * their canonical text, and shape/dtype inference. kc_graph.c calls these
- * for every op past KC_OP_CONV2D, so JSON graphs and imported ONNX models
- * share one set of rules and one fingerprint.
+ * kc_ops.h - the operator table's schemas (kc_ops_list.h): attribute fields,
+ * their canonical text, and shape/dtype inference of the extended ops (those
+ * without KC_OPF_CORE). kc_graph.c calls these, so JSON graphs and imported
+ * ONNX models share one set of rules and one fingerprint.
  */
 #ifndef KC_OPS_H
 #define KC_OPS_H
@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kc_graph.h"
+#include <kcache/kc_graph.h>
 
 typedef enum kc_xa_kind {
     KC_XA_LIST = 0, /* a list of integers (n[f] of them) */
@@ -30,8 +30,6 @@ typedef struct kc_xa_field {
 const kc_xa_field *kc_op_fields(kc_op op, int *n_fields);
 /* Field index of name for op, or -1. */
 int kc_op_field(kc_op op, const char *name);
-/* Input count range of an extended op. */
-void kc_op_ext_arity(kc_op op, int *lo, int *hi);
 /* Fills xa with the op's defaults (lists empty). */
 void kc_xattrs_defaults(kc_op op, kc_xattrs *xa);
 /* Canonical text "name=v,v name2=0x1p-2" (fields in schema order; numbers
@@ -43,8 +41,8 @@ void kc_xattrs_text(kc_op op, const kc_xattrs *xa, char *buf, size_t cap);
  * (without the node label, which the caller adds). */
 bool kc_ops_infer(kc_graph *g, int ni, char *msg, size_t cap);
 
-/* True for extended ops whose output is a function of one element of each
- * (broadcast) input; only f32 unary/binary ones. */
+/* KC_OPF_EW: extended ops whose output is a function of one element of
+ * each (broadcast) input; only f32 unary/binary ones. */
 bool kc_op_is_elementwise(kc_op op);
 
 #endif

@@ -18,11 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_backend.h"
-#include "kc_error.h"
-#include "kc_cache.h"
-#include "kc_hash.h"
-#include "kc_keys.h"
+#include <kcache/kc_backend.h>
+#include <kcache/kc_error.h>
+#include <kcache/kc_cache.h>
+#include <kcache/kc_hash.h>
+#include <kcache/kc_keys.h>
 
 #define KC_XPU_FP_ID_MAX 128
 
@@ -172,12 +172,6 @@ void *kc_xpu_device_handle(kc_xpu *x);
  * else the source tree's kernels/xpu compiled in. Owned by the library. */
 const char *kc_xpu_kernel_dir(void);
 
-/* Reads template `name` (e.g. "gemm.cl") from kc_xpu_kernel_dir() and
- * prepends "#define K V" lines for each of the ndefs (names[i], values[i]).
- * *source malloc'd (caller frees). KC_ERR_IO names the path. */
-kc_code kc_xpu_specialize(const char *name, const char *const *names, const char *const *values,
-                          size_t ndefs, char **source, kc_err *err);
-
 /* ---- the kc_backend adapter (kc_xpu_backend.c) ------------------------------------- */
 
 /* Opens the "xpu" backend (spirv_only false: probes Level Zero, artifacts are
@@ -192,13 +186,13 @@ kc_code kc_xpu_specialize(const char *name, const char *const *names, const char
  * and stores the fresh binary under the same key. */
 kc_code kc_xpu_backend_open(const kc_backend_opts *opts, bool spirv_only, kc_backend **out,
                             kc_err *err);
+/* Their tables: "xpu" (ze-native artifacts) and "xpu-spirv" (spirv artifacts). */
+extern const kc_backend_ops kc_xpu_backend_ops;
+extern const kc_backend_ops kc_xpu_spirv_backend_ops;
 
 /* Counters of an XPU backend since it was opened (SPIR-V builds/hits, native builds,
  * native loads, rejected native binaries). */
 void kc_xpu_backend_stats(kc_backend *b, kc_xpu_stats *st);
-
-/* The device of an "xpu" backend (NULL for "xpu-spirv"); owned by the backend. */
-kc_xpu *kc_xpu_backend_device(kc_backend *b);
 
 /* Runs kernel k of module m on the device (kc_xpu_run.c): copies the inputs (host
  * buffers of numel(k->in_shape[i]) floats) to device memory, launches with
@@ -247,8 +241,6 @@ typedef struct kc_xpu_blob_ops {
 kc_code kc_xpu_blob_through_cache(kc_cache *c, const char *key, const char *meta,
                                   const kc_xpu_blob_ops *ops, void *ctx, bool *hit, kc_err *err);
 void kc_xpu_onednn_prim_free(kc_xpu_onednn_prim *p);
-/* The dnnl_primitive_t (owned by p). */
-void *kc_xpu_onednn_prim_handle(kc_xpu_onednn_prim *p);
 
 /* The "onednn-blob" key for a cache blob id: kc_key_onednn_blob with this oneDNN's
  * version. */

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kc_error.h"
-#include "kc_graph.h"
+#include <kcache/kc_error.h>
+#include <kcache/kc_graph.h>
 
 /* A --shape binding: NAME=D1xD2x... names a graph input (its whole shape)
  * or a symbolic dimension (dim_param; then exactly one dimension). "#K"
