@@ -148,15 +148,6 @@ static void remove_ent(hot_shard *s, hot_ent **pp)
     free(e);
 }
 
-kcd_blob *kcd_hot_get(kcd_hot *h, int ns, const char *key_hex, double now, bool *refresh)
-{
-    *refresh = false;
-    uint8_t k[KC_SHA256_LEN];
-    if (!h || !parse_key(key_hex, k))
-        return NULL;
-    return kcd_hot_get_bin(h, ns, k, now, refresh);
-}
-
 kcd_blob *kcd_hot_get_bin(kcd_hot *h, int ns, const uint8_t k[KC_SHA256_LEN], double now,
                           bool *refresh)
 {
@@ -277,31 +268,9 @@ fail:
     return NULL;
 }
 
-uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex)
-{
-    uint8_t k[KC_SHA256_LEN];
-    if (!h || !parse_key(key_hex, k))
-        return 0;
-    return kcd_hot_epoch_bin(h, k);
-}
-
 uint64_t kcd_hot_epoch_bin(kcd_hot *h, const uint8_t k[KC_SHA256_LEN])
 {
     return h ? __atomic_load_n(&shard_of(h, k)->drops, __ATOMIC_ACQUIRE) : 0;
-}
-
-void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
-                 double now)
-{
-    kcd_hot_put_since(h, ns, key_hex, data, len, now, KCD_HOT_ANY_EPOCH);
-}
-
-void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
-                       double now, uint64_t epoch)
-{
-    uint8_t k[KC_SHA256_LEN];
-    if (h && parse_key(key_hex, k))
-        kcd_hot_put_bin(h, ns, k, data, len, now, epoch);
 }
 
 void kcd_hot_put_bin(kcd_hot *h, int ns, const uint8_t k[KC_SHA256_LEN], const uint8_t *data,

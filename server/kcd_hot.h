@@ -50,21 +50,10 @@ enum { KCD_HOT_ENVELOPE = 0, KCD_HOT_CCACHE = 1, KCD_HOT_REDIS = 2, KCD_HOT_BUND
 kcd_hot *kcd_hot_new(uint64_t capacity, size_t max_entry, double refresh_s);
 void kcd_hot_free(kcd_hot *h);
 
-/* Returns a referenced blob (caller unrefs) or NULL. *refresh is set when
- * the entry is due for a trip to the store (only one caller gets it). */
-kcd_blob *kcd_hot_get(kcd_hot *h, int ns, const char *key_hex, double now, bool *refresh);
-
-/* Inserts or replaces (copies data). */
-void kcd_hot_put(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
-                 double now);
-
 /* Read-then-cache without resurrecting replaced bytes: take the key's
- * epoch before reading the store, then kcd_hot_put_since inserts only when
- * no kcd_hot_drop (a replace or delete) came in between. */
+ * epoch (kcd_hot_epoch_bin) before reading the store, then kcd_hot_put_bin
+ * inserts only when no kcd_hot_drop (a replace or delete) came in between. */
 #define KCD_HOT_ANY_EPOCH UINT64_MAX
-uint64_t kcd_hot_epoch(kcd_hot *h, const char *key_hex);
-void kcd_hot_put_since(kcd_hot *h, int ns, const char *key_hex, const uint8_t *data, size_t len,
-                       double now, uint64_t epoch);
 
 /* True when a body of len bytes would be kept (see kcd_hot_put). */
 bool kcd_hot_accepts(const kcd_hot *h, size_t len);
@@ -73,9 +62,11 @@ bool kcd_hot_accepts(const kcd_hot *h, size_t len);
  * a query and a store generation, not an artifact). */
 void kcd_hot_drop(kcd_hot *h, const char *key_hex);
 
-/* The same operations on the key in binary form (the 32 bytes its 64 hex
- * characters spell), for a caller that hashes keys itself (the Redis
- * listener) and need not encode and parse hex on every lookup. */
+/* The key in binary form (the 32 bytes its 64 hex characters spell), as
+ * callers hold it after kcd_key_parse. get returns a referenced blob (caller
+ * unrefs) or NULL, and sets *refresh when the entry is due for a trip to the
+ * store (only one caller gets it); put inserts or replaces (copies data),
+ * only when epoch still matches (or is KCD_HOT_ANY_EPOCH). */
 kcd_blob *kcd_hot_get_bin(kcd_hot *h, int ns, const uint8_t key[32], double now, bool *refresh);
 void kcd_hot_put_bin(kcd_hot *h, int ns, const uint8_t key[32], const uint8_t *data, size_t len,
                      double now, uint64_t epoch);
