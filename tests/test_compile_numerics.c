@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <kcache/kc_compile.h>
 #include "kc_cpu.h"
@@ -339,6 +340,20 @@ static int process_threads(void)
     return n;
 }
 
+/* process_threads() once it has come down to want, polled for up to 5 s: a released OpenMP
+ * worker leaves the barrier first and exits a moment later (libgomp's threads are detached,
+ * so no one joins them). */
+static int process_threads_settle(int want)
+{
+    int n = process_threads();
+    for (int i = 0; i < 500 && n != want; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        n = process_threads();
+    }
+    return n;
+}
+
 Test(compile_numerics, a_kernel_runs_on_the_threads_it_is_given, .timeout = 120)
 {
     env e;
@@ -352,6 +367,24 @@ Test(compile_numerics, a_kernel_runs_on_the_threads_it_is_given, .timeout = 120)
     cr_expect_eq(process_threads(), before + 1, "--threads 2 adds one worker thread");
     kc_backend_close(one);
     kc_backend_close(two);
+    env_close(&e);
+}
+
+Test(compile_numerics, closing_the_backend_ends_its_worker_threads, .timeout = 120)
+{
+    env e;
+    env_open(&e);
+    int before = process_threads();
+    kc_backend *two = backend_with_threads(&e, 2);
+    /* the generated loops' team and a oneDNN primitive's */
+    free(run_variant(two, G(T("x", 8, 64, 80), "", N("exp", "\"x\"", "y"), "\"y\""), ""));
+    free(run_variant(two,
+                     G(T("x", 64, 96), T("w", 96, 128), N("matmul", "\"x\",\"w\"", "y"), "\"y\""),
+                     "onednn"));
+    cr_assert_gt(process_threads(), before, "the kernels ran on a second thread");
+    kc_backend_close(two);
+    /* nothing left for a leak checker to stop at exit, nor for fork to leave half-copied */
+    cr_expect_eq(process_threads_settle(before), before, "worker threads outlive the backend");
     env_close(&e);
 }
 
@@ -535,5 +568,41 @@ Test(compile_numerics, fused_extended_ops_compute_what_the_op_kernels_do, .timeo
     }
     kc_graph_free(g);
     env_close(&e2);
+    env_close(&e);
+}
+
+Test(compile_numerics, params_changed_in_place_are_read_again_after_forget, .timeout = 120)
+{
+    env e;
+    env_open(&e);
+    /* a transformer's projection (weights transposed, as torch.onnx writes Gemm): the cost
+     * model gives it to oneDNN, whose matmul here keeps its weights reordered per address */
+    const char *text = G(T("x", 128, 256), T("w", 1024, 256),
+                         NA("matmul", "\"x\",\"w\"", "y", "{\"transpose_b\":true}"), "\"y\"");
+    kc_graph *g = NULL;
+    kc_err err = {0};
+    cr_assert_eq(kc_graph_parse(text, strlen(text), "<t>", &g, &err), KC_OK, "%s", err.msg);
+    kc_compile_opts o = {.load = true};
+    kc_program *p = NULL;
+    cr_assert_eq(kc_compile(e.b, e.t, g, &o, &p, &err), KC_OK, "%s", err.msg);
+    cr_assert_eq(p->n_kernels, 1);
+    cr_assert_str_eq(p->kernels[0].impl, "onednn");
+    float **v = kc_values_new(g, 5), **r = kc_values_new(g, 5);
+    int w = -1, y = g->outputs[0];
+    for (int id = 0; id < g->n_values; id++)
+        w = strcmp(g->values[id].name, "w") == 0 ? id : w;
+    cr_assert_eq(kc_program_run(p, v, &err), KC_OK, "%s", err.msg);
+    for (int64_t j = 0; j < 256 * 1024; j++) /* new weights, same buffer */
+        v[w][j] = r[w][j] = 0.5f - v[w][j];
+    kc_program_forget_params(p);
+    cr_assert_eq(kc_program_run(p, v, &err), KC_OK, "%s", err.msg);
+    kc_reference_run(g, r);
+    double ma, mr;
+    cr_expect(kc_compare(v[y], r[y], 128 * 1024, 1e-4, &ma, &mr),
+              "the run used the old weights: max abs %g", ma);
+    kc_values_free(g, v);
+    kc_values_free(g, r);
+    kc_program_free(p);
+    kc_graph_free(g);
     env_close(&e);
 }

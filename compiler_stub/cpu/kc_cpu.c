@@ -867,6 +867,7 @@ static void cpu_destroy(kc_backend *b)
         free(c);
     }
     free(b);
+    kc_cpu_release_threads();
 }
 
 /* ---- open ------------------------------------------------------------------------ */

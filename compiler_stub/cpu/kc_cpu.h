@@ -53,6 +53,10 @@ void kc_cpu_parallel(const kc_rt *rt, long n, void (*fn)(void *arg, long t), voi
 /* Sets the thread count OpenMP regions started by the calling thread use (oneDNN's among
  * them). */
 void kc_cpu_set_threads(int threads);
+/* Ends the idle OpenMP worker threads of the calling thread's team, if any were started, so
+ * that closing the last backend leaves no thread behind it (leak checkers and fork see one
+ * thread again). Kernels run later start a new team. */
+void kc_cpu_release_threads(void);
 /* The CPUs this process may run on (its affinity mask), at least 1. */
 int kc_cpu_available(void);
 

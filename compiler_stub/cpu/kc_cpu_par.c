@@ -10,13 +10,19 @@
 #endif
 #include <omp.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "kc_cpu.h"
 
+/* Set once this process has asked OpenMP for a thread team (libgomp is loaded lazily: a
+ * process that never did must not load it only to release nothing). */
+static atomic_bool team_used;
+
 void kc_cpu_parallel(const kc_rt *rt, long n, void (*fn)(void *arg, long t), void *arg)
 {
     int nt = rt->threads < n ? rt->threads : (int)n;
+    atomic_store(&team_used, true);
     /* static: task t always lands on the same thread, which keeps its data in that core's
      * cache from one kernel call to the next */
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -26,7 +32,16 @@ void kc_cpu_parallel(const kc_rt *rt, long n, void (*fn)(void *arg, long t), voi
 
 void kc_cpu_set_threads(int threads)
 {
+    atomic_store(&team_used, true);
     omp_set_num_threads(threads > 0 ? threads : 1);
+}
+
+void kc_cpu_release_threads(void)
+{
+    /* the calling thread's idle team exits (libgomp: omp_pause_soft frees that thread's
+     * pool; -1, harmless, inside a parallel region); a later region starts a new one */
+    if (atomic_load(&team_used))
+        (void)omp_pause_resource_all(omp_pause_soft);
 }
 
 int kc_cpu_available(void)
