@@ -192,8 +192,8 @@ static char *template_copy(const char *name, const char *file, const char *text)
 {
     char *t = kc_test_path(dir, name);
     mkdir(t, 0755);
-    const char *files[] = {"common.h",    "pointwise.c", "gemm.c",   "softmax.c",
-                           "layernorm.c", "sdpa.c",      "conv2d.c", "transpose.c"};
+    const char *files[] = {"common.h", "pointwise.c", "gemm.c",      "softmax.c", "layernorm.c",
+                           "sdpa.c",   "conv2d.c",    "transpose.c", "rownorm.c"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char src[4096];
         snprintf(src, sizeof src, "%s/kernels/cpu/%s", KC_TEST_SOURCE_DIR, files[i]);

@@ -144,3 +144,49 @@ Test(compile_remote, dead_server_falls_back_to_the_compiler)
     json_decref(a);
     free(g);
 }
+
+/* The implementation column of `kcache explain --autotune` for the tunable kernels, one
+ * word per kernel ("onednn(tuned) tile:6x16(tuned) ..."), from cache dir `cache` offline. */
+static char *tuned_impls(const char *cache, const char *g)
+{
+    char *dir = kc_test_path(tmp, cache);
+    const char *argv[] = {KC_TEST_KCACHE, "--cache-dir", dir, "explain", g,
+                          "--autotune",   "--offline",   NULL};
+    kc_test_result r;
+    cr_assert_eq(kc_test_run((char *const *)argv, NULL, 0, 120, &r), 0);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *out = calloc(1, strlen(r.out) + 1);
+    for (char *l = strtok(r.out, "\n"); l; l = strtok(NULL, "\n")) {
+        char kind[32], shape[96], impl[64], from[64];
+        if (sscanf(l, " %*d %31s %95s %63s (%63[^)])", kind, shape, impl, from) == 4 &&
+            (!strcmp(kind, "gemm") || !strcmp(kind, "conv2d")))
+            sprintf(out + strlen(out), "%s(%s) ", impl, from);
+    }
+    kc_test_result_free(&r);
+    free(dir);
+    return out;
+}
+
+Test(compile_remote, a_pulling_client_gets_the_build_hosts_tuned_choice)
+{
+    /* the build host tunes and uploads; a fresh machine compiles the same graph with
+     * --autotune: no compiler run, no benchmark, and the host's choice for every kernel */
+    char *g = kc_test_path(KC_TEST_SOURCE_DIR, "examples/convnet.json");
+    int code;
+    json_t *host = kcache("host", ts.url, &code, "compile", g, "--autotune", NULL);
+    cr_assert_eq(code, 0);
+    cr_assert_gt(geti(host, "autotuned"), 0);
+    json_t *ci = kcache("ci", ts.url, &code, "compile", g, "--autotune", NULL);
+    cr_assert_eq(code, 0);
+    cr_expect_eq(geti(ci, "compiled"), 0);
+    cr_expect_eq(geti(ci, "autotuned"), 0, "the client must not tune again");
+    cr_expect(json_is_true(json_object_get(ci, "graph_hit")));
+    char *want = tuned_impls("host", g), *got = tuned_impls("ci", g);
+    cr_expect_eq(strlen(want) > 0 && !strstr(want, "cost model"), true, "host: %s", want);
+    cr_expect_str_eq(got, want, "the client's implementations differ from the build host's");
+    free(want);
+    free(got);
+    json_decref(host);
+    json_decref(ci);
+    free(g);
+}

@@ -122,8 +122,8 @@ Test(fingerprint, stable_and_sensitive_to_target_and_flags)
 Test(fingerprint, templates_decide_the_compiler_fingerprint)
 {
     char *dir = kc_test_mkdtemp("tpl");
-    const char *files[] = {"common.h",    "pointwise.c", "gemm.c",   "softmax.c",
-                           "layernorm.c", "sdpa.c",      "conv2d.c", "transpose.c"};
+    const char *files[] = {"common.h", "pointwise.c", "gemm.c",      "softmax.c", "layernorm.c",
+                           "sdpa.c",   "conv2d.c",    "transpose.c", "rownorm.c"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char src[4096];
         snprintf(src, sizeof src, "%s/kernels/cpu/%s", KC_TEST_SOURCE_DIR, files[i]);

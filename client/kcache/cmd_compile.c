@@ -46,8 +46,10 @@ typedef struct copts {
     const char *templates; /* template directory override */
     const char *tag;
     bool autotune, require_hit, offline, check, push;
+    bool profile;      /* run: time every kernel */
     bool allow_cflags; /* --allow-manifest-cflags: pass any compiler flag on */
     int jobs, iters;
+    int threads; /* kernels' threads at run time (0 = every online CPU) */
     uint64_t seed;
     kc_opt_list shapes;                   /* --shape NAME=D1xD2 (ONNX models) */
     kc_shape_bind binds[KC_OPT_LIST_MAX]; /* parsed from shapes */
@@ -112,6 +114,11 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
          "one per CPU", "compile,run,prewarm"},
         {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX, "N",
          "run the graph N times and report the time of one", "1", "run"},
+        {"--threads", NULL, KC_OPT_INT, &o->threads, 1, 4096, "N",
+         "run kernels on N threads (a run-time choice, never part of a key)", "every CPU",
+         "compile,run,prewarm"},
+        {"--profile", NULL, KC_OPT_FLAG, &o->profile, 0, 0, NULL,
+         "also print each kernel's time per call, slowest first", NULL, "run"},
         {"--seed", NULL, KC_OPT_U64, &o->seed, 0, 0, "N", "seed of the random inputs", "42", "run"},
         {"--shape", NULL, KC_OPT_LIST, &o->shapes, 0, 0, "NAME=D1xD2...",
          "bind a symbolic input dimension of an ONNX model (repeatable)", NULL,
@@ -316,7 +323,8 @@ static kc_backend_opts backend_opts(const copts *o, const session *s, const char
                              .work_dir = s ? s->work : "/tmp",
                              .verbosity = s ? s->cli->verbosity : 0,
                              .state_dir = s && s->state[0] ? s->state : NULL,
-                             .cache = s ? s->cache : NULL};
+                             .cache = s ? s->cache : NULL,
+                             .threads = o->threads};
 }
 
 /* Opens the backend for device/target through the registry. */
@@ -491,6 +499,110 @@ static int check_data(kc_cli *cli, const kc_graph *g, const char *dir, float *co
     return KC_EXIT_OK;
 }
 
+/* Per-iteration wall times of run --iters N, in milliseconds. */
+typedef struct run_times {
+    double warmup_ms; /* the first, cold call (page faults, lazily built primitives) */
+    double median_ms, min_ms, mean_ms; /* over the N calls after it */
+} run_times;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs p once untimed as a warm-up, then iters timed times; the outputs stay in vals. A
+ * cold first call is a benchmark's classic error: it would be averaged in otherwise. */
+static int time_runs(kc_cli *cli, kc_program *p, float *const *vals, int iters, double *kernel_s,
+                     run_times *tm)
+{
+    kc_err err = {0};
+    double *ms = malloc(sizeof(double) * (size_t)iters);
+    if (!ms) {
+        kc_err_set(&err, KC_ERR_NOMEM, "out of memory for %d iteration times", iters);
+        return kc_cli_fail(cli, &err);
+    }
+    double sum = 0;
+    for (int it = -1; it < iters; it++) {
+        double t0 = kc_now();
+        if (kc_program_run_profiled(p, vals, it < 0 ? NULL : kernel_s, &err) != KC_OK) {
+            free(ms);
+            return kc_cli_fail(cli, &err);
+        }
+        double dt = (kc_now() - t0) * 1e3;
+        if (it < 0) {
+            tm->warmup_ms = dt;
+            continue;
+        }
+        ms[it] = dt;
+        sum += dt;
+    }
+    qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
+    tm->min_ms = ms[0];
+    tm->median_ms = iters % 2 ? ms[iters / 2] : (ms[iters / 2 - 1] + ms[iters / 2]) / 2;
+    tm->mean_ms = sum / iters;
+    free(ms);
+    return KC_EXIT_OK;
+}
+
+/* Kernel indices of p, slowest first by kernel_s. */
+static int *by_time(const kc_program *p, const double *kernel_s)
+{
+    int *order = malloc(sizeof(int) * ((size_t)p->n_kernels + 1));
+    for (int i = 0; order && i < p->n_kernels; i++) {
+        int j = i;
+        for (; j > 0 && kernel_s[order[j - 1]] < kernel_s[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    return order;
+}
+
+/* What a profile line calls kernel i: its kind (an op kernel's op), output shape and
+ * implementation. */
+static void kernel_label(const kc_kernel *k, char *out, size_t n)
+{
+    char sh[96];
+    kc_shape_str(&k->out_shape, sh, sizeof sh);
+    snprintf(out, n, "%s %s%s%s",
+             k->kind == KC_KK_OP ? kc_op_name(k->op) : kc_kernel_kind_name(k->kind), sh,
+             k->impl[0] ? " " : "", k->impl);
+}
+
+/* run --profile: each kernel's share of the timed iterations, slowest first. */
+static void print_profile(const kc_program *p, const double *kernel_s, int iters)
+{
+    int *order = by_time(p, kernel_s);
+    double total = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        total += kernel_s[i];
+    printf("kernel profile (ms per iteration, slowest first):\n");
+    for (int x = 0; order && x < p->n_kernels; x++) {
+        int i = order[x];
+        char label[160];
+        kernel_label(&p->kernels[i], label, sizeof label);
+        printf("  %4d  %-48s %9.3f  %5.1f%%\n", i, label, kernel_s[i] * 1e3 / iters,
+               total > 0 ? 100 * kernel_s[i] / total : 0.0);
+    }
+    free(order);
+}
+
+static json_t *profile_json(const kc_program *p, const double *kernel_s, int iters)
+{
+    json_t *a = json_array();
+    int *order = by_time(p, kernel_s);
+    for (int x = 0; order && x < p->n_kernels; x++) {
+        int i = order[x];
+        const kc_kernel *k = &p->kernels[i];
+        json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:s,s:f}", "kernel", i, "kind",
+                                           kc_kernel_kind_name(k->kind), "op",
+                                           k->kind == KC_KK_OP ? kc_op_name(k->op) : "", "impl",
+                                           k->impl, "ms", kernel_s[i] * 1e3 / iters));
+    }
+    free(order);
+    return a;
+}
+
 int kc_cmd_run(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -524,7 +636,8 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
     float **vals = kc_values_new(g, o.seed), **ref = NULL;
     json_t *outs = json_array();
     bool all_ok = true;
-    double ms = 0;
+    run_times tm = {0};
+    double *kernel_s = NULL; /* --profile: seconds per kernel over the timed iterations */
     if (!vals) {
         kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the graph's tensors");
         rc = kc_cli_fail(cli, &err);
@@ -543,14 +656,13 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
-    double t0 = kc_now();
-    for (int it = 0; it < o.iters; it++) {
-        if (kc_program_run(p, vals, &err) != KC_OK) {
-            rc = kc_cli_fail(cli, &err);
-            goto done;
-        }
+    if (o.profile && !(kernel_s = calloc((size_t)p->n_kernels + 1, sizeof *kernel_s))) {
+        kc_err_set(&err, KC_ERR_NOMEM, "out of memory for the profile");
+        rc = kc_cli_fail(cli, &err);
+        goto done;
     }
-    ms = (kc_now() - t0) * 1e3 / o.iters;
+    if ((rc = time_runs(cli, p, vals, o.iters, kernel_s, &tm)) != KC_EXIT_OK)
+        goto done;
     if (o.check) {
         ref = kc_values_new(g, o.seed);
         if (!ref) {
@@ -584,11 +696,25 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         json_object_set_new(j, "ok", json_boolean(all_ok));
         json_object_set_new(j, "checked", json_boolean(o.check || o.data));
         json_object_set_new(j, "iters", json_integer(o.iters));
-        json_object_set_new(j, "ms_per_iter", json_real(round(ms * 1e3) / 1e3)); /* to 1 us */
+        json_object_set_new(j, "warmup_ms",
+                            json_real(round(tm.warmup_ms * 1e3) / 1e3)); /* to 1 us */
+        json_object_set_new(j, "median_ms", json_real(round(tm.median_ms * 1e3) / 1e3));
+        json_object_set_new(j, "min_ms", json_real(round(tm.min_ms * 1e3) / 1e3));
+        json_object_set_new(j, "ms_per_iter", json_real(round(tm.mean_ms * 1e3) / 1e3));
+        json_object_set_new(j, "threads",
+                            json_integer(o.threads > 0 ? o.threads : kc_backend_default_threads()));
+        if (kernel_s)
+            json_object_set_new(j, "profile", profile_json(p, kernel_s, o.iters));
         summary_json(j);
     } else {
         print_program(&s, o.graph, p);
-        printf("ran %d iteration%s: %.3f ms each\n", o.iters, o.iters == 1 ? "" : "s", ms);
+        int nt = o.threads > 0 ? o.threads : kc_backend_default_threads();
+        printf("ran %d timed iteration%s after a warm-up (%d thread%s): median %.3f ms, min %.3f "
+               "ms (warm-up %.3f ms)\n",
+               o.iters, o.iters == 1 ? "" : "s", nt, nt == 1 ? "" : "s", tm.median_ms, tm.min_ms,
+               tm.warmup_ms);
+        if (kernel_s)
+            print_profile(p, kernel_s, o.iters);
     }
     if (!all_ok) {
         fprintf(stderr, "kcache: %s: outputs differ from the %s beyond tolerance\n", o.graph,
@@ -596,6 +722,7 @@ int kc_cmd_run(kc_cli *cli, int argc, char **argv)
         rc = KC_EXIT_FAIL;
     }
 done:
+    free(kernel_s);
     json_decref(outs);
     kc_values_free(g, vals);
     kc_values_free(g, ref);
@@ -713,6 +840,25 @@ static void diff_device(FILE *out, const char *mine, json_t *theirs)
     json_decref(a);
 }
 
+static const char *impl_from_words(kc_impl_from f)
+{
+    return f == KC_IMPL_TUNED     ? "tuned"
+           : f == KC_IMPL_UNTUNED ? "not tuned yet: cost model"
+                                  : "cost model";
+}
+
+/* The oneDNN library behind "onednn" implementations, as the device fingerprint names it
+ * (its version and ISA decide that code, so they are in every CPU key). */
+static void print_onednn(FILE *out, const char *device_json)
+{
+    json_t *d = json_loads(device_json ? device_json : "", 0, NULL);
+    const char *v = json_string_value(json_object_get(d, "onednn_version"));
+    const char *isa = json_string_value(json_object_get(d, "onednn_isa"));
+    if (v && isa)
+        fprintf(out, "  oneDNN           %s, ISA %s (in the device fp)\n", v, isa);
+    json_decref(d);
+}
+
 int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
 {
     copts o;
@@ -741,7 +887,7 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     kc_compile_opts co = {.autotune = o.autotune};
     kc_onnx_opts oo = {.binds = o.binds, .n_binds = o.n_binds, .skip_weights = true};
     if (kc_model_load(o.graph, &oo, &g, &err) || open_backend(&o, &s, o.target, &b, &err) ||
-        kc_explain_keys(b, g, &co, &x, &err)) {
+        kc_explain_keys(b, s.cache, g, &co, &x, &err)) {
         rc = kc_cli_fail(cli, &err);
         goto done;
     }
@@ -763,22 +909,29 @@ int kc_cmd_explain(kc_cli *cli, int argc, char **argv)
     fprintf(out, "  device json      %s\n", dev.json);
     fprintf(out, "  compiler fp      %s (kcache %s + kernel templates)\n", cfp, KC_VERSION);
     fprintf(out, "  options          %s\n", opts);
+    print_onednn(out, dev.json);
     json_t *kernels = json_array();
     if (x.n_kernels >= 0) {
-        fprintf(out, "kernels (%d, before autotuning):\n", x.n_kernels);
+        fprintf(out, "kernels (%d%s; implementation: %s):\n", x.n_kernels,
+                x.from_record ? ", from the graph record" : "",
+                o.autotune ? "--autotune's decision" : "the cost model's choice");
         for (int i = 0; i < x.n_kernels; i++) {
             const kc_kernel *k = &x.kernels[i];
-            char sh[96];
+            char sh[96], impl[64] = "";
             bool hit = kc_store_has(s.store, x.kernel_keys[i], &err) == KC_OK;
-            fprintf(out, "  %2d %-10s %-16s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n", i,
-                    kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
-                    k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
+            if (x.impl_from[i] != KC_IMPL_FIXED)
+                snprintf(impl, sizeof impl, "%s (%s)", k->impl[0] ? k->impl : "default",
+                         impl_from_words(x.impl_from[i]));
+            fprintf(out,
+                    "  %2d %-10s %-16s %-24s fuses %d node%s  kernel fp %.16s  key %.16s  [%s]\n",
+                    i, kc_kernel_kind_name(k->kind), kc_shape_str(&k->out_shape, sh, sizeof sh),
+                    impl, k->n_fused, k->n_fused == 1 ? "" : "s", x.kernel_fps[i], x.kernel_keys[i],
                     hit ? "local hit" : "miss");
-            json_array_append_new(kernels,
-                                  json_pack("{s:s,s:s,s:s,s:s,s:i,s:b}", "kind",
-                                            kc_kernel_kind_name(k->kind), "shape", sh, "kernel_fp",
-                                            x.kernel_fps[i], "key", x.kernel_keys[i], "fuses",
-                                            k->n_fused, "local_hit", hit));
+            json_array_append_new(
+                kernels, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:b}", "kind",
+                                   kc_kernel_kind_name(k->kind), "shape", sh, "impl",
+                                   k->impl[0] ? k->impl : "default", "kernel_fp", x.kernel_fps[i],
+                                   "key", x.kernel_keys[i], "fuses", k->n_fused, "local_hit", hit));
         }
     }
     if (j) {

@@ -30,7 +30,6 @@ static const struct {
     {"KC_XPU_KERNEL_DIR", "the XPU OpenCL kernel templates, for an uninstalled build"},
     {"KCACHE_MEMO", "0, false, off or no: remember no compiler or oneDNN answer in the cache's "
                     "state/, probe them on every start"},
-    {"KCACHE_ONEDNN_THREADS", "threads a oneDNN primitive uses (default: 1)"},
     {"TMPDIR", "scratch files of the XPU backend (default: /tmp)"},
 };
 

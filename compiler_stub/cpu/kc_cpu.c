@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@
 #include "kc_cpu.h"
 #include "kc_cpu_ops.h"
 #include <kcache/kc_hash.h>
+#include <kcache/kc_lower.h>
 #include "kc_memo.h"
 #include "kc_onednn_id.h"
 #include "kc_templates.h"
@@ -33,8 +35,11 @@
 
 extern char **environ;
 
-#define KC_CPU_CODEGEN "kc-cpu-codegen/1"
-#define KC_CPU_ABI "kc-cpu-abi/1"
+#define KC_CPU_CODEGEN "kc-cpu-codegen/2"
+#define KC_CPU_ABI "kc-cpu-abi/2"
+/* The cost model's name and version (kc_cpu_cost.c): part of the options of graph records
+ * compiled without --autotune; bump it when the model's choices change. */
+#define KC_CPU_COST_MODEL "cpu-cost/1"
 
 typedef struct cpu_impl {
     char *target;
@@ -56,6 +61,8 @@ typedef struct cpu_impl {
     char dev_id[128];
     char dev_hash[KC_KEY_HEX_LEN + 1];
     atomic_int seq;
+    int threads;    /* a running kernel's threads (a run-time choice: in no key) */
+    kc_cpu_isa isa; /* oneDNN's effective ISA, as the device fingerprint names it */
 } cpu_impl;
 
 struct kc_loaded {
@@ -90,6 +97,26 @@ static const char *onednn_isa_name(dnnl_cpu_isa_t isa)
         return "avx2_vnni";
     default:
         return "other";
+    }
+}
+
+/* The coarse ISA classes of the cost model. */
+static kc_cpu_isa isa_class(dnnl_cpu_isa_t isa)
+{
+    switch (isa) {
+    case dnnl_cpu_isa_sse41:
+    case dnnl_cpu_isa_avx:
+        return KC_CPU_ISA_SSE41;
+    case dnnl_cpu_isa_avx2:
+    case dnnl_cpu_isa_avx2_vnni:
+        return KC_CPU_ISA_AVX2;
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx:
+        return KC_CPU_ISA_AVX512;
+    default:
+        return KC_CPU_ISA_NONE;
     }
 }
 
@@ -220,6 +247,7 @@ static kc_code compute_device_fp(cpu_impl *c, const char *state_dir, kc_err *err
     /* remembered: a warm start does not load oneDNN only to ask it */
     kc_onednn_id dn;
     kc_onednn_id_get(state_dir, &dn);
+    c->isa = isa_class((dnnl_cpu_isa_t)dn.isa);
     json_t *o = json_object();
     json_object_set_new(o, "kind", json_string("cpu"));
 #if defined(__x86_64__)
@@ -321,14 +349,25 @@ static void gen_offset(FILE *f, const char *tag, int j, const kc_shape *in, cons
     }
 }
 
-static void operand(FILE *f, const char *tag, kc_pw_operand o)
+/* How an instruction operand is spelled: per element ("in[j][kc_off_TAG_j(i)]") or inside a
+ * span's inner loop ("p3[j]", or "p3[0]" for an input broadcast along the run). */
+typedef struct chain_style {
+    const char *tag;
+    bool span;
+    const int *inner; /* span: per input, its stride along the run (0 or 1) */
+} chain_style;
+
+static void operand(FILE *f, const chain_style *st, kc_pw_operand o)
 {
     switch (o.src) {
     case KC_PW_ACC:
         fprintf(f, "acc");
         break;
     case KC_PW_INPUT:
-        fprintf(f, "in[%d][kc_off_%s_%d(i)]", o.idx, tag, o.idx);
+        if (st->span)
+            fprintf(f, "p%d[%s]", o.idx, st->inner[o.idx] ? "j" : "0");
+        else
+            fprintf(f, "in[%d][kc_off_%s_%d(i)]", o.idx, st->tag, o.idx);
         break;
     case KC_PW_TMP:
         fprintf(f, "t%d", o.idx);
@@ -336,32 +375,80 @@ static void operand(FILE *f, const char *tag, kc_pw_operand o)
     }
 }
 
-static void gen_chain(FILE *f, const char *tag, const kc_pw_chain *ch, const kc_kernel *k,
-                      const kc_shape *shape)
+/* A double as an exact C expression (infinities spelled out). */
+static void gen_number(FILE *f, double v)
 {
-    bool used[KC_KERNEL_MAX_IN] = {false};
-    for (int i = 0; i < ch->n; i++) {
-        if (ch->ins[i].a.src == KC_PW_INPUT)
-            used[ch->ins[i].a.idx] = true;
-        if (kc_op_is_binary(ch->ins[i].op) && ch->ins[i].b.src == KC_PW_INPUT)
-            used[ch->ins[i].b.idx] = true;
+    if (isinf(v))
+        fprintf(f, "%sHUGE_VALF", v < 0 ? "-" : "");
+    else
+        fprintf(f, "%a", v);
+}
+
+/* The common.h function computing an elementwise extended op of a chain (NULL: none). */
+static const char *ext_fn(kc_op op)
+{
+    switch (op) {
+    case KC_OP_SIGMOID:
+        return "kc_sigmoid";
+    case KC_OP_NEG:
+        return "kc_neg";
+    case KC_OP_ABS:
+        return "fabsf";
+    case KC_OP_SQRT:
+        return "sqrtf";
+    case KC_OP_LOG:
+        return "logf";
+    case KC_OP_RECIPROCAL:
+        return "kc_reciprocal";
+    case KC_OP_FLOOR:
+        return "floorf";
+    case KC_OP_CEIL:
+        return "ceilf";
+    case KC_OP_ERF:
+        return "erff";
+    case KC_OP_HARDSWISH:
+        return "kc_hardswish";
+    case KC_OP_LEAKY_RELU:
+        return "kc_leaky_relu";
+    case KC_OP_CLIP:
+        return "kc_clip";
+    case KC_OP_POW:
+        return "kc_pow";
+    case KC_OP_MAX:
+        return "kc_max_nan";
+    case KC_OP_MIN:
+        return "kc_min_nan";
+    default:
+        return NULL;
     }
-    for (int j = 0; j < k->n_in; j++)
-        if (used[j])
-            gen_offset(f, tag, j, &k->in_shape[j], shape);
-    fprintf(f,
-            "static inline float kc_chain_%s(const float *const *in, float acc, long i)\n{\n"
-            "    (void)in;\n    (void)i;\n",
-            tag);
+}
+
+/* The chain's instructions as "const float tN = ...;" lines, then "return/out = tLAST". */
+static void gen_instrs(FILE *f, const chain_style *st, const kc_pw_chain *ch, const char *indent)
+{
     static const char *const bin[] = {"+", "-", "*", "/"};
     for (int t = 0; t < ch->n; t++) {
         const kc_pw_instr *in = &ch->ins[t];
-        fprintf(f, "    const float t%d = ", t);
+        fprintf(f, "%sconst float t%d = ", indent, t);
+        int na = 0;
         if (kc_op_is_binary(in->op)) {
             fprintf(f, "(");
-            operand(f, tag, in->a);
+            operand(f, st, in->a);
             fprintf(f, " %s ", bin[in->op - KC_OP_ADD]);
-            operand(f, tag, in->b);
+            operand(f, st, in->b);
+            fprintf(f, ")");
+        } else if (ext_fn(in->op)) {
+            int arity = kc_pw_arity(in->op, &na);
+            fprintf(f, "%s(", ext_fn(in->op));
+            operand(f, st, in->a);
+            if (arity == 2) {
+                fprintf(f, ", ");
+                operand(f, st, in->b);
+            }
+            for (int j = 0; j < na; j++) {
+                fprintf(f, ", ");
+                gen_number(f, ch->attr[t][j]);
+            }
             fprintf(f, ")");
         } else {
             const char *fn = in->op == KC_OP_RELU   ? "kc_relu"
@@ -370,15 +457,106 @@ static void gen_chain(FILE *f, const char *tag, const kc_pw_chain *ch, const kc_
                              : in->op == KC_OP_TANH ? "tanhf"
                                                     : "expf";
             fprintf(f, "%s(", fn);
-            operand(f, tag, in->a);
+            operand(f, st, in->a);
             fprintf(f, ")");
         }
         fprintf(f, ";\n");
     }
+}
+
+/* The inputs a chain reads. */
+static void chain_inputs(const kc_pw_chain *ch, bool used[KC_KERNEL_MAX_IN])
+{
+    memset(used, 0, sizeof(bool) * KC_KERNEL_MAX_IN);
+    for (int i = 0; i < ch->n; i++) {
+        if (ch->ins[i].a.src == KC_PW_INPUT)
+            used[ch->ins[i].a.idx] = true;
+        if (kc_pw_arity(ch->ins[i].op, NULL) == 2 && ch->ins[i].b.src == KC_PW_INPUT)
+            used[ch->ins[i].b.idx] = true;
+    }
+}
+
+/* Input in's stride along dimension d of t (numpy broadcasting; 0 where it broadcasts). */
+static int64_t bcast_stride(const kc_shape *in, const kc_shape *t, int d)
+{
+    int64_t stride = 1;
+    for (int e = t->rank - 1; e > d; e--) {
+        int id = in->rank - t->rank + e;
+        stride *= id >= 0 ? in->dims[id] : 1;
+    }
+    int id = in->rank - t->rank + d;
+    return id >= 0 && in->dims[id] != 1 ? stride : 0;
+}
+
+/* The longest run of trailing elements of t along which every used input advances by a
+ * constant 0 or 1 per element (inner[j]), e.g. H*W for a per-channel bias of an NCHW
+ * output: the span loop computes each input's offset once per run. */
+static int64_t chain_run(const kc_kernel *k, const bool used[KC_KERNEL_MAX_IN], const kc_shape *t,
+                         int inner[KC_KERNEL_MAX_IN])
+{
+    if (t->rank == 0)
+        return 1;
+    for (int j = 0; j < k->n_in; j++)
+        inner[j] = used[j] ? (int)bcast_stride(&k->in_shape[j], t, t->rank - 1) : 0;
+    int64_t run = t->dims[t->rank - 1];
+    for (int d = t->rank - 2; d >= 0; d--) {
+        bool merge = true;
+        for (int j = 0; merge && j < k->n_in; j++)
+            merge = !used[j] || t->dims[d] == 1 ||
+                    bcast_stride(&k->in_shape[j], t, d) == inner[j] * run;
+        if (!merge)
+            break;
+        run *= t->dims[d];
+    }
+    return run;
+}
+
+/* Emits, for a chain over a tensor of shape `shape`:
+ *   kc_chain_TAG(in, acc, i)        the chain at element i (register tiles, loop nests)
+ *   kc_span_TAG(in, acc, out, lo, hi)  out[i] = chain(acc[i]) for i in [lo, hi) (acc may be
+ *                                      NULL or out itself), in runs whose inner loop
+ *                                      reads each input at a fixed offset or contiguously,
+ *                                      so it vectorises */
+static void gen_chain(FILE *f, const char *tag, const kc_pw_chain *ch, const kc_kernel *k,
+                      const kc_shape *shape)
+{
+    bool used[KC_KERNEL_MAX_IN];
+    chain_inputs(ch, used);
+    for (int j = 0; j < k->n_in; j++)
+        if (used[j])
+            gen_offset(f, tag, j, &k->in_shape[j], shape);
+    chain_style el = {.tag = tag};
+    fprintf(f,
+            "static inline float kc_chain_%s(const float *const *in, float acc, long i)\n{\n"
+            "    (void)in;\n    (void)i;\n",
+            tag);
+    gen_instrs(f, &el, ch, "    ");
     if (ch->n)
         fprintf(f, "    (void)acc;\n    return t%d;\n}\n", ch->n - 1);
     else
         fprintf(f, "    return acc;\n}\n");
+    int inner[KC_KERNEL_MAX_IN] = {0};
+    int64_t run = chain_run(k, used, shape, inner);
+    chain_style sp = {.tag = tag, .span = true, .inner = inner};
+    fprintf(f,
+            "static void kc_span_%s(const float *const *in, const float *accp, float *out, "
+            "long lo, long hi)\n{\n"
+            "    (void)in;\n"
+            "    for (long i = lo; i < hi;) {\n"
+            "        long n = KC_MIN(%lldL - i %% %lldL, hi - i);\n",
+            tag, (long long)run, (long long)run);
+    for (int j = 0; j < k->n_in; j++)
+        if (used[j])
+            fprintf(f, "        const float *p%d = in[%d] + kc_off_%s_%d(i);\n", j, j, tag, j);
+    fprintf(f, "        for (long j = 0; j < n; j++) {\n"
+               "            const float acc = accp ? accp[i + j] : 0.f;\n"
+               "            (void)acc;\n");
+    gen_instrs(f, &sp, ch, "            ");
+    if (ch->n)
+        fprintf(f, "            out[i + j] = t%d;\n", ch->n - 1);
+    else
+        fprintf(f, "            out[i + j] = acc;\n");
+    fprintf(f, "        }\n        i += n;\n    }\n}\n");
 }
 
 static void parse_tile(const char *impl, int *mr, int *nr)
@@ -424,9 +602,15 @@ static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc
                 (long long)k->gemm.k, k->gemm.trans_b, k->gemm.b_batched,
                 k->gemm.a_in < 0 ? 0 : k->gemm.a_in, k->gemm.b_in, k->gemm.a_in < 0,
                 strcmp(k->impl, "onednn") == 0, mr, nr);
+        fprintf(f, "#define KC_HAS_EPILOGUE %d\n", k->epilogue.n > 0);
         body = "gemm.c";
         break;
     }
+    case KC_KK_ROWNORM:
+        fprintf(f, "#define KC_ROWS %lldL\n#define KC_COLS %lldL\n#define KC_HAS_EPILOGUE %d\n",
+                (long long)k->norm.rows, (long long)k->norm.cols, k->epilogue.n > 0);
+        body = "rownorm.c";
+        break;
     case KC_KK_SOFTMAX:
     case KC_KK_LAYERNORM:
     case KC_KK_RMSNORM:
@@ -457,6 +641,8 @@ static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc
                 (long long)k->conv.w, (long long)k->conv.o, (long long)k->conv.kh,
                 (long long)k->conv.kw, (long long)k->conv.oh, (long long)k->conv.ow, k->conv.stride,
                 k->conv.padding, strcmp(k->impl, "onednn") == 0);
+        fprintf(f, "#define KC_HAS_EPILOGUE %d\n#define KC_G %dL\n#define KC_BIAS %d\n",
+                k->epilogue.n > 0, k->conv.groups > 1 ? k->conv.groups : 1, k->conv.bias);
         body = "conv2d.c";
         break;
     case KC_KK_TRANSPOSE: {
@@ -474,15 +660,19 @@ static kc_code cpu_generate(kc_backend *b, const kc_kernel *k, char **source, kc
     fputs(tpl(c, "common.h"), f);
     if (k->kind == KC_KK_POINTWISE) {
         gen_chain(f, "body", &k->body, k, &k->out_shape);
-        fprintf(f, "#define kc_body(in, i) kc_chain_body(in, 0.f, i)\n");
+        fprintf(f, "#define kc_body(in, i) kc_chain_body(in, 0.f, i)\n"
+                   "#define kc_body_span(in, out, lo, hi) kc_span_body(in, NULL, out, lo, hi)\n");
     }
-    if (k->kind == KC_KK_GEMM || k->kind == KC_KK_CONV2D) {
+    if (k->kind == KC_KK_GEMM || k->kind == KC_KK_CONV2D || k->kind == KC_KK_ROWNORM) {
         gen_chain(f, "epilogue", &k->epilogue, k, &k->out_shape);
-        fprintf(f, "#define kc_epilogue(in, acc, i) kc_chain_epilogue(in, acc, i)\n");
+        fprintf(f, "#define kc_epilogue(in, acc, i) kc_chain_epilogue(in, acc, i)\n"
+                   "#define kc_epilogue_span(in, out, lo, hi) kc_span_epilogue(in, out, out, lo, "
+                   "hi)\n");
     }
     if (k->kind == KC_KK_GEMM && k->gemm.a_in < 0) {
         gen_chain(f, "prologue", &k->prologue, k, &k->gemm.a_shape);
-        fprintf(f, "#define kc_prologue(in, i) kc_chain_prologue(in, 0.f, i)\n");
+        fprintf(f, "#define kc_prologue_span(in, out, lo, hi) kc_span_prologue(in, NULL, out, lo, "
+                   "hi)\n");
     }
     fputs(tpl(c, body), f);
     if (fclose(f) != 0) {
@@ -621,12 +811,35 @@ static kc_code cpu_load(kc_backend *b, const kc_kernel *k, const uint8_t *payloa
 static kc_code cpu_run(kc_backend *b, kc_loaded *l, const kc_kernel *k, const float *const *in,
                        float *out, kc_err *err)
 {
-    (void)b;
-    if (strcmp(k->impl, "onednn") == 0 && !l->gemm && !(l->gemm = kc_onednn_gemm_new()))
+    cpu_impl *c = b->impl;
+    if (strcmp(k->impl, "onednn") == 0 && !l->gemm && !(l->gemm = kc_onednn_gemm_new(c->threads)))
         return kc_err_set(err, KC_ERR_NOMEM, "out of memory");
-    kc_rt rt = {.ctx = l->gemm, .sgemm = kc_onednn_sgemm, .conv2d = kc_onednn_conv2d};
+    if (l->gemm && k->kind == KC_KK_GEMM) /* kernels of one key may get other bindings */
+        kc_onednn_weights_const(l->gemm, (k->const_in >> k->gemm.b_in) & 1);
+    kc_rt rt = {.ctx = l->gemm,
+                .sgemm = kc_onednn_sgemm,
+                .conv2d = kc_onednn_conv2d,
+                .parallel = kc_cpu_parallel,
+                .threads = c->threads};
     l->fn(in, out, &rt);
     return KC_OK;
+}
+
+static void cpu_choose_impl(kc_backend *b, const kc_kernel *k, char impl[32])
+{
+    kc_cpu_cost_choose(k, ((cpu_impl *)b->impl)->isa, impl);
+}
+
+int kc_backend_default_threads(void)
+{
+    return kc_cpu_available();
+}
+
+static void cpu_forget(kc_backend *b, kc_loaded *l)
+{
+    (void)b;
+    if (l)
+        kc_onednn_forget(l->gemm);
 }
 
 static void cpu_unload(kc_backend *b, kc_loaded *l)
@@ -654,6 +867,7 @@ static void cpu_destroy(kc_backend *b)
         free(c);
     }
     free(b);
+    kc_cpu_release_threads();
 }
 
 /* ---- open ------------------------------------------------------------------------ */
@@ -669,6 +883,10 @@ const kc_backend_ops kc_cpu_backend_ops = {
     .run = cpu_run,
     .unload = cpu_unload,
     .destroy = cpu_destroy,
+    .choose_impl = cpu_choose_impl,
+    .impl_model = KC_CPU_COST_MODEL,
+    .lower_flags = KC_LOWER_EXT_CHAINS | KC_LOWER_GROUPED_CONV,
+    .forget = cpu_forget,
 };
 
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err)
@@ -697,6 +915,8 @@ kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_er
     }
     b->ops = &kc_cpu_backend_ops;
     b->impl = c;
+    c->threads = o.threads > 0 ? o.threads : kc_cpu_available();
+    b->threads = c->threads;
     c->target = strdup(target);
     c->extra_flags = strdup(o.extra_flags ? o.extra_flags : "");
     c->work_dir = strdup(o.work_dir ? o.work_dir : "/tmp");

@@ -22,6 +22,7 @@ KC_INCBIN(kc_tpl_layernorm, "cpu/layernorm.c");
 KC_INCBIN(kc_tpl_sdpa, "cpu/sdpa.c");
 KC_INCBIN(kc_tpl_conv2d, "cpu/conv2d.c");
 KC_INCBIN(kc_tpl_transpose, "cpu/transpose.c");
+KC_INCBIN(kc_tpl_rownorm, "cpu/rownorm.c");
 
 static const struct {
     const char *name;
@@ -29,7 +30,7 @@ static const struct {
 } templates[] = {
     {"common.h", kc_tpl_common},   {"pointwise.c", kc_tpl_pointwise}, {"gemm.c", kc_tpl_gemm},
     {"softmax.c", kc_tpl_softmax}, {"layernorm.c", kc_tpl_layernorm}, {"sdpa.c", kc_tpl_sdpa},
-    {"conv2d.c", kc_tpl_conv2d},   {"transpose.c", kc_tpl_transpose},
+    {"conv2d.c", kc_tpl_conv2d},   {"transpose.c", kc_tpl_transpose}, {"rownorm.c", kc_tpl_rownorm},
 };
 
 int kc_cpu_template_count(void)

@@ -5,6 +5,8 @@
  */
 #include <kcache/kc_compile.h>
 
+#include "kc_driver.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -351,6 +353,53 @@ static double time_kernel(kc_backend *b, const kc_kernel *k, const uint8_t *payl
     return ok ? best : -1;
 }
 
+bool kc_autotune_decision(kc_cache *t, const char *tkey, char impl[32])
+{
+    kc_artifact a;
+    kc_err e = {0};
+    char choice[32] = "";
+    if (kc_cache_get(t, tkey, 0, &a, &e) != KC_OK)
+        return false;
+    json_t *d = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
+    const char *ch = json_string_value(json_object_get(d, "choice"));
+    if (ch)
+        snprintf(choice, sizeof choice, "%s", ch);
+    json_decref(d);
+    kc_artifact_free(&a);
+    if (!choice[0])
+        return false;
+    memcpy(impl, choice, sizeof choice);
+    return true;
+}
+
+void kc_choose_impls(kc_backend *b, kc_kernel *ks, int n)
+{
+    for (int i = 0; b->ops->choose_impl && i < n; i++)
+        b->ops->choose_impl(b, &ks[i], ks[i].impl);
+}
+
+bool kc_impl_tunable(const kc_kernel *k)
+{
+    const char *const *cand;
+    return candidates(k, &cand) > 0;
+}
+
+/* The tuned kernel's problem in words, kept in the decision for people comparing
+ * decisions with the cost model (not read back). */
+static void tuned_shape(const kc_kernel *k, char *out, size_t n)
+{
+    if (k->kind == KC_KK_GEMM)
+        snprintf(out, n, "batch %lld m %lld n %lld k %lld%s", (long long)k->gemm.batch,
+                 (long long)k->gemm.m, (long long)k->gemm.n, (long long)k->gemm.k,
+                 k->gemm.trans_b ? " trans_b" : "");
+    else
+        snprintf(
+            out, n, "n %lld c %lld h %lld w %lld o %lld k %lldx%lld stride %d pad %d groups %d",
+            (long long)k->conv.n, (long long)k->conv.c, (long long)k->conv.h, (long long)k->conv.w,
+            (long long)k->conv.o, (long long)k->conv.kh, (long long)k->conv.kw, k->conv.stride,
+            k->conv.padding, k->conv.groups > 1 ? k->conv.groups : 1);
+}
+
 /* Sets impl of every GEMM and conv2d kernel from an autotune artifact or a
  * benchmark of its candidate implementations. */
 static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc_err *err)
@@ -388,18 +437,9 @@ static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc
             }
         if (k->impl[0])
             continue;
-        kc_artifact a;
         kc_err e = {0};
-        if (kc_cache_get(t, tkey[i], 0, &a, &e) == KC_OK) {
-            json_t *d = json_loadb((const char *)a.payload, a.payload_len, 0, NULL);
-            const char *ch = json_string_value(json_object_get(d, "choice"));
-            if (ch)
-                snprintf(k->impl, sizeof k->impl, "%s", ch);
-            json_decref(d);
-            kc_artifact_free(&a);
-            if (k->impl[0])
-                continue;
-        }
+        if (kc_autotune_decision(t, tkey[i], k->impl))
+            continue;
         bool dup = false;
         for (int j = 0; j < i; j++)
             dup = dup || (need[j] && strcmp(tkey[j], tkey[i]) == 0);
@@ -455,8 +495,11 @@ static kc_code autotune(kc_program *p, kc_cache *t, const kc_compile_opts *o, kc
             }
         }
         snprintf(k->impl, sizeof k->impl, "%s", choice);
-        json_t *d = json_pack("{s:s,s:o,s:s,s:s}", "choice", choice, "timings_us", timings, "unit",
-                              "microseconds", "kernel", kc_kernel_kind_name(k->kind));
+        char shape[160];
+        tuned_shape(k, shape, sizeof shape);
+        json_t *d = json_pack("{s:s,s:o,s:s,s:s,s:s,s:i}", "choice", choice, "timings_us", timings,
+                              "unit", "microseconds", "kernel", kc_kernel_kind_name(k->kind),
+                              "shape", shape, "threads", b->threads);
         char *txt = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(d);
         json_t *mj =
@@ -494,7 +537,7 @@ out:
  * "descs": [kernel identity, one per distinct kernel],
  * "kernels": [[key, desc index, [input value ids], output value id, fused nodes], ...]}.
  * Each distinct kernel is described once, so a warm compile parses little. */
-static kc_code record_parse(kc_program *p, const kc_artifact *a, kc_err *err)
+kc_code kc_record_parse(kc_program *p, const kc_artifact *a, kc_err *err)
 {
     json_error_t je;
     json_t *r = json_loadb((const char *)a->payload, a->payload_len, 0, &je);
@@ -649,7 +692,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     if ((rc = b->ops->device_fp(b, &p->device, err)) ||
         (rc = b->ops->compiler_fp(b, p->compiler_fp, err)))
         goto fail;
-    kc_compile_options_text(o, p->options);
+    kc_compile_options_text(b, o, p->options);
     kc_key_graph_record(g->fp, p->device.hash, p->compiler_fp, p->options, p->graph_key);
 
     kc_artifact rec;
@@ -657,7 +700,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     /* one read snapshot for the record and every kernel lookup (a burst) */
     kc_cache_burst(t, true);
     if (kc_cache_get(t, p->graph_key, 0, &rec, &e) == KC_OK) {
-        rc = record_parse(p, &rec, err);
+        rc = kc_record_parse(p, &rec, err);
         kc_artifact_free(&rec);
         if (rc == KC_OK) {
             p->graph_hit = true;
@@ -674,8 +717,9 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
         }
     }
     if (!p->graph_hit) {
-        if ((rc = kc_lower(g, &p->kernels, &p->n_kernels, err)))
+        if ((rc = kc_lower_ex(g, b->ops->lower_flags, &p->kernels, &p->n_kernels, err)))
             goto fail;
+        kc_choose_impls(b, p->kernels, p->n_kernels);
         p->keys = calloc((size_t)p->n_kernels + 1, sizeof *p->keys);
         if (!p->keys) {
             rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
@@ -688,6 +732,13 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
                 goto fail;
     }
     int n = p->n_kernels;
+    for (int i = 0; i < n; i++) { /* which inputs keep their values between runs */
+        kc_kernel *k = &p->kernels[i];
+        k->const_in = 0;
+        for (int j = 0; j < k->n_in; j++)
+            if (g->values[k->in_value[j]].role == KC_VAL_PARAM)
+                k->const_in |= 1u << j;
+    }
     p->loaded = calloc((size_t)n + 1, sizeof *p->loaded);
     p->load_owner = calloc((size_t)n + 1, sizeof(int));
     jobs = calloc((size_t)n + 1, sizeof *jobs);
@@ -823,7 +874,7 @@ void kc_program_free(kc_program *p)
     free(p);
 }
 
-kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
+kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *kernel_s, kc_err *err)
 {
     for (int i = 0; i < p->n_kernels; i++) {
         kc_kernel *k = &p->kernels[i];
@@ -832,10 +883,25 @@ kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
         const float *in[KC_KERNEL_MAX_IN];
         for (int j = 0; j < k->n_in; j++)
             in[j] = values[k->in_value[j]];
+        double t0 = kernel_s ? kc_now() : 0;
         kc_code rc =
             p->backend->ops->run(p->backend, p->loaded[i], k, in, values[k->out_value], err);
         if (rc)
             return rc;
+        if (kernel_s)
+            kernel_s[i] += kc_now() - t0;
     }
     return KC_OK;
+}
+
+void kc_program_forget_params(kc_program *p)
+{
+    for (int i = 0; p && p->loaded && p->backend->ops->forget && i < p->n_kernels; i++)
+        if (p->load_owner[i] == i && p->loaded[i])
+            p->backend->ops->forget(p->backend, p->loaded[i]);
+}
+
+kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err)
+{
+    return kc_program_run_profiled(p, values, NULL, err);
 }

@@ -15,12 +15,50 @@
 #include "kc_cpu_ops.h" /* kc_ops_codegen_fp: the OP generator is part of an OP kernel's identity */
 #include <kcache/kc_ops.h>
 
-static const char *const kind_names[KC_KK_COUNT] = {
-    "pointwise", "gemm", "softmax", "layernorm", "rmsnorm", "sdpa", "conv2d", "transpose", "op"};
+static const char *const kind_names[KC_KK_COUNT] = {"pointwise", "gemm",   "softmax", "layernorm",
+                                                    "rmsnorm",   "sdpa",   "conv2d",  "transpose",
+                                                    "op",        "rownorm"};
 
 const char *kc_kernel_kind_name(kc_kernel_kind k)
 {
     return (k >= 0 && k < KC_KK_COUNT) ? kind_names[k] : "?";
+}
+
+int kc_pw_arity(kc_op op, int *n_attrs)
+{
+    int na = 0, n = 0;
+    if (kc_op_is_pointwise(op))
+        n = kc_op_is_binary(op) ? 2 : 1;
+    switch (op) {
+    case KC_OP_SIGMOID:
+    case KC_OP_NEG:
+    case KC_OP_ABS:
+    case KC_OP_SQRT:
+    case KC_OP_LOG:
+    case KC_OP_RECIPROCAL:
+    case KC_OP_FLOOR:
+    case KC_OP_CEIL:
+    case KC_OP_ERF:
+    case KC_OP_HARDSWISH:
+        n = 1;
+        break;
+    case KC_OP_LEAKY_RELU:
+        n = 1, na = 1;
+        break;
+    case KC_OP_CLIP:
+        n = 1, na = 2;
+        break;
+    case KC_OP_POW:
+    case KC_OP_MAX:
+    case KC_OP_MIN:
+        n = 2;
+        break;
+    default:
+        break;
+    }
+    if (n_attrs)
+        *n_attrs = na;
+    return n;
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -33,13 +71,23 @@ static json_t *shape_json(const kc_shape *s)
     return a;
 }
 
+/* [op, a.src, a.idx, b.src, b.idx] per instruction, then the op's numeric attributes (clip's
+ * bounds, ...) as exact %a strings; ops without attributes keep the original form. */
 static json_t *chain_json(const kc_pw_chain *ch)
 {
     json_t *a = json_array();
     for (int i = 0; i < ch->n; i++) {
         const kc_pw_instr *in = &ch->ins[i];
-        json_array_append_new(a, json_pack("[s,i,i,i,i]", kc_op_name(in->op), (int)in->a.src,
-                                           in->a.idx, (int)in->b.src, in->b.idx));
+        json_t *e = json_pack("[s,i,i,i,i]", kc_op_name(in->op), (int)in->a.src, in->a.idx,
+                              (int)in->b.src, in->b.idx);
+        int na = 0;
+        kc_pw_arity(in->op, &na);
+        for (int j = 0; j < na; j++) {
+            char num[40]; /* JSON has no infinities */
+            snprintf(num, sizeof num, "%a", ch->attr[i][j]);
+            json_array_append_new(e, json_string(num));
+        }
+        json_array_append_new(a, e);
     }
     return a;
 }
@@ -73,6 +121,7 @@ static json_t *kernel_json(const kc_kernel *k, bool bind)
     case KC_KK_SOFTMAX:
     case KC_KK_LAYERNORM:
     case KC_KK_RMSNORM:
+    case KC_KK_ROWNORM:
         json_object_set_new(
             o, "norm",
             json_pack("[I,I,f]", (json_int_t)k->norm.rows, (json_int_t)k->norm.cols, k->norm.eps));
@@ -91,6 +140,10 @@ static json_t *kernel_json(const kc_kernel *k, bool bind)
             json_array_append_new(conv, json_integer(cv[i]));
         json_array_append_new(conv, json_integer(k->conv.stride));
         json_array_append_new(conv, json_integer(k->conv.padding));
+        if (k->conv.groups > 1 || k->conv.bias) { /* ONNX Conv; plain 2-D ones keep 11 */
+            json_array_append_new(conv, json_integer(k->conv.groups));
+            json_array_append_new(conv, json_integer(k->conv.bias));
+        }
         json_object_set_new(o, "conv", conv);
         break;
     }
@@ -184,15 +237,23 @@ static bool chain_from(json_t *a, kc_pw_chain *ch)
     for (int i = 0; i < ch->n; i++) {
         const char *op;
         int as, ai, bs, bi;
-        if (json_unpack(json_array_get(a, (size_t)i), "[s,i,i,i,i]", &op, &as, &ai, &bs, &bi))
+        json_t *e = json_array_get(a, (size_t)i);
+        if (json_unpack(e, "[s,i,i,i,i*]", &op, &as, &ai, &bs, &bi))
             return false;
-        int o = kc_op_from_name(op);
-        if (!kc_op_is_pointwise((kc_op)o) || as < 0 || as > 2 || bs < 0 || bs > 2)
+        int o = kc_op_from_name(op), na = 0;
+        int arity = o >= 0 ? kc_pw_arity((kc_op)o, &na) : 0;
+        if (!arity || as < 0 || as > 2 || bs < 0 || bs > 2 || json_array_size(e) != 5 + (size_t)na)
             return false;
         ch->ins[i] = (kc_pw_instr){(kc_op)o, {(kc_pw_src)as, ai}, {(kc_pw_src)bs, bi}};
+        for (int j = 0; j < na; j++) {
+            const char *num = json_string_value(json_array_get(e, 5 + (size_t)j));
+            if (!num)
+                return false;
+            ch->attr[i][j] = strtod(num, NULL);
+        }
         /* operand sanity: temporaries refer backwards, inputs exist */
         kc_pw_operand ops[2] = {ch->ins[i].a, ch->ins[i].b};
-        for (int j = 0; j < (kc_op_is_binary((kc_op)o) ? 2 : 1); j++)
+        for (int j = 0; j < arity; j++)
             if ((ops[j].src == KC_PW_TMP && (ops[j].idx < 0 || ops[j].idx >= i)) ||
                 (ops[j].src == KC_PW_INPUT && (ops[j].idx < 0 || ops[j].idx >= KC_KERNEL_MAX_IN)))
                 return false;
@@ -288,10 +349,18 @@ kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
         if (k->gemm.b_in < 0 || k->gemm.a_in < -1 || (k->gemm.a_in < 0 && !k->prologue.n))
             goto bad;
     }
-    if (k->kind == KC_KK_SOFTMAX || k->kind == KC_KK_LAYERNORM || k->kind == KC_KK_RMSNORM) {
+    if (k->kind == KC_KK_SOFTMAX || k->kind == KC_KK_LAYERNORM || k->kind == KC_KK_RMSNORM ||
+        k->kind == KC_KK_ROWNORM) {
         if (json_unpack(json_object_get(o, "norm"), "[I,I,F]", &rows, &cols, &k->norm.eps))
             goto bad;
         k->norm.rows = rows, k->norm.cols = cols;
+        /* the template indexes x by rows x cols and reads one exponent and one epsilon */
+        if (k->kind == KC_KK_ROWNORM &&
+            (k->n_in < 3 || rows < 1 || cols < 1 ||
+             rows * cols != kc_shape_numel(&k->in_shape[0]) ||
+             kc_shape_numel(&k->in_shape[1]) != 1 || kc_shape_numel(&k->in_shape[2]) != 1 ||
+             !kc_shape_equal(&k->out_shape, &k->in_shape[0])))
+            goto bad;
     }
     if (k->kind == KC_KK_SDPA) {
         if (json_unpack(json_object_get(o, "sdpa"), "[I,I,I,I,i,b,F]", &sb, &sq, &sk, &dim, &heads,
@@ -303,13 +372,31 @@ kc_code kc_kernel_from_json_object(json_t *o, kc_kernel *k, kc_err *err)
     }
     if (k->kind == KC_KK_CONV2D) {
         json_t *conv = json_object_get(o, "conv");
-        if (!json_is_array(conv) || json_array_size(conv) != 11)
+        size_t nc = json_array_size(conv);
+        if (!json_is_array(conv) || (nc != 11 && nc != 13))
             goto bad;
         int64_t *cv = &k->conv.n;
         for (int i = 0; i < 9; i++)
             cv[i] = json_integer_value(json_array_get(conv, (size_t)i));
         k->conv.stride = (int)json_integer_value(json_array_get(conv, 9));
         k->conv.padding = (int)json_integer_value(json_array_get(conv, 10));
+        if (nc == 13) {
+            k->conv.groups = (int)json_integer_value(json_array_get(conv, 11));
+            k->conv.bias = json_integer_value(json_array_get(conv, 12)) != 0;
+        }
+        /* the template reads x, w and the bias by these numbers */
+        int64_t gr = k->conv.groups > 1 ? k->conv.groups : 1;
+        if (k->conv.groups < 0 || k->conv.c % gr || k->conv.o % gr || k->conv.stride < 1 ||
+            k->conv.padding < 0 || k->n_in < 2 + k->conv.bias || k->in_shape[0].rank != 4 ||
+            k->in_shape[1].rank != 4 || k->out_shape.rank != 4 ||
+            k->in_shape[0].dims[0] != k->conv.n || k->in_shape[0].dims[1] != k->conv.c ||
+            k->in_shape[0].dims[2] != k->conv.h || k->in_shape[0].dims[3] != k->conv.w ||
+            k->in_shape[1].dims[0] != k->conv.o || k->in_shape[1].dims[1] * gr != k->conv.c ||
+            k->in_shape[1].dims[2] != k->conv.kh || k->in_shape[1].dims[3] != k->conv.kw ||
+            k->out_shape.dims[0] != k->conv.n || k->out_shape.dims[1] != k->conv.o ||
+            k->out_shape.dims[2] != k->conv.oh || k->out_shape.dims[3] != k->conv.ow ||
+            (k->conv.bias && kc_shape_numel(&k->in_shape[2]) != k->conv.o))
+            goto bad;
     }
     if (k->kind == KC_KK_OP && !op_from_json(o, k))
         goto bad;

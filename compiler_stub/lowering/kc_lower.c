@@ -17,16 +17,38 @@
 
 #include <kcache/kc_ops.h>
 
+/* ONNX's decomposed LayerNorm, matched at its Div (the anchor): x, the Pow exponent and
+ * the epsilon are the kernel's inputs. */
+typedef struct ln_match {
+    int x, p, eps;
+} ln_match;
+
 typedef struct lower_ctx {
     const kc_graph *g;
-    int *group; /* per node: root node of its pointwise group (or itself) */
-    int *owner; /* per node: node of the kernel that computes it (-1 = own kernel) */
+    unsigned flags;
+    int *group;   /* per node: root node of its pointwise group (or itself) */
+    int *owner;   /* per node: node of the kernel that computes it (-1 = own kernel) */
+    int *ln_of;   /* per node: the anchor of the LayerNorm it belongs to, or -1 */
+    ln_match *ln; /* per anchor node */
     kc_err *err;
 } lower_ctx;
 
-static int base_of(const kc_graph *g)
+/* Can node ni be part of a pointwise chain? */
+static bool chainable(const lower_ctx *c, int ni)
 {
-    return g->n_inputs + g->n_params;
+    const kc_graph *g = c->g;
+    const kc_node *n = &g->nodes[ni];
+    if (c->ln_of[ni] >= 0)
+        return false; /* inside (or the result of) a LayerNorm kernel */
+    if (kc_op_is_pointwise(n->op))
+        return true;
+    if (!(c->flags & KC_LOWER_EXT_CHAINS) || !kc_pw_arity(n->op, NULL) ||
+        g->values[n->out].dtype != KC_DT_F32)
+        return false;
+    for (int i = 0; i < n->n_in; i++)
+        if (g->values[n->in[i]].dtype != KC_DT_F32)
+            return false;
+    return true;
 }
 
 /* The single node reading value v, or -1. */
@@ -74,8 +96,7 @@ static int emit(lower_ctx *c, kc_kernel *k, kc_pw_chain *ch, int root, int v, in
         return 0;
     }
     int p = g->values[v].producer;
-    if (g->values[v].role != KC_VAL_NODE || c->group[p] != root ||
-        !kc_op_is_pointwise(g->nodes[p].op)) {
+    if (g->values[v].role != KC_VAL_NODE || c->group[p] != root || !chainable(c, p)) {
         int idx = add_input(k, g, v);
         if (idx < 0)
             return -1;
@@ -90,6 +111,10 @@ static int emit(lower_ctx *c, kc_kernel *k, kc_pw_chain *ch, int root, int v, in
         return -1;
     if (ch->n >= KC_PW_MAX)
         return -1;
+    int na = 0;
+    kc_pw_arity(n->op, &na);
+    for (int j = 0; j < na; j++) /* clip: min, max; leaky_relu: alpha */
+        ch->attr[ch->n][j] = n->xa->f[j];
     ch->ins[ch->n] = ins;
     *res = (kc_pw_operand){KC_PW_TMP, ch->n++};
     return 0;
@@ -115,30 +140,174 @@ static kc_code too_big(lower_ctx *c, int ni)
                       KC_KERNEL_MAX_IN, KC_PW_MAX);
 }
 
+/* ---- ONNX's decomposed LayerNorm ------------------------------------------------ */
+
+/* The node reading value v when it has exactly one reader and is no graph output (readers:
+ * per value, its one reader or -1, from one pass over the nodes). */
+static int only_reader(const kc_graph *g, const int *readers, int v)
+{
+    return g->values[v].nuses == 1 && g->values[v].output < 0 ? readers[v] : -1;
+}
+
+/* Is node ni a ReduceMean over the last axis of its f32 input, keeping it as a 1? */
+static bool mean_last(const kc_graph *g, int ni)
+{
+    const kc_node *n = &g->nodes[ni];
+    if (n->op != KC_OP_REDUCE_MEAN || !n->xa)
+        return false;
+    int fa = kc_op_field(n->op, "axes"), fk = kc_op_field(n->op, "keepdims");
+    const kc_shape *xs = &g->values[n->in[0]].shape;
+    return fa >= 0 && fk >= 0 && n->xa->n[fa] == 1 &&
+           (n->xa->i[fa][0] == -1 || n->xa->i[fa][0] == xs->rank - 1) && n->xa->i[fk][0] == 1 &&
+           xs->rank >= 1 && g->values[n->in[0]].dtype == KC_DT_F32;
+}
+
+/* A one-element f32 value (the exponent and epsilon are read at run time, so their values
+ * need not be known here, and are not part of any key). */
+static bool scalar_f32(const kc_graph *g, int v)
+{
+    return g->values[v].dtype == KC_DT_F32 && kc_shape_numel(&g->values[v].shape) == 1;
+}
+
+/* The node producing value v when it has op, else -1. */
+static int made_by(const kc_graph *g, int v, kc_op op)
+{
+    int p = g->values[v].role == KC_VAL_NODE ? g->values[v].producer : -1;
+    return p >= 0 && g->nodes[p].op == op ? p : -1;
+}
+
+/* Matches x -> ReduceMean -> Sub(x, m) -> Pow(d, p) -> ReduceMean -> Add(., eps) -> Sqrt
+ * -> Div(d, s) ending at Div node ni; on success marks every node of it in c->ln_of. */
+static bool match_layernorm(lower_ctx *c, const int *readers, int ni)
+{
+    const kc_graph *g = c->g;
+    const kc_node *div = &g->nodes[ni];
+    if (div->op != KC_OP_DIV)
+        return false;
+    int sq = made_by(g, div->in[1], KC_OP_SQRT), sub = made_by(g, div->in[0], KC_OP_SUB);
+    int add = sq >= 0 ? made_by(g, g->nodes[sq].in[0], KC_OP_ADD) : -1;
+    if (sq < 0 || sub < 0 || add < 0)
+        return false;
+    const kc_node *a = &g->nodes[add];
+    int eps_side = made_by(g, a->in[0], KC_OP_REDUCE_MEAN) >= 0 ? 1 : 0;
+    int m2 = made_by(g, a->in[1 - eps_side], KC_OP_REDUCE_MEAN);
+    int pw = m2 >= 0 ? made_by(g, g->nodes[m2].in[0], KC_OP_POW) : -1;
+    const kc_node *sb = &g->nodes[sub];
+    int x = sb->in[0], m1 = made_by(g, sb->in[1], KC_OP_REDUCE_MEAN);
+    if (m2 < 0 || pw < 0 || m1 < 0 || g->nodes[m1].in[0] != x || g->nodes[pw].in[0] != sb->out ||
+        !mean_last(g, m1) || !mean_last(g, m2) || !scalar_f32(g, a->in[eps_side]) ||
+        !scalar_f32(g, g->nodes[pw].in[1]) || g->values[x].dtype != KC_DT_F32 ||
+        !kc_shape_equal(&g->values[div->out].shape, &g->values[x].shape))
+        return false;
+    /* every intermediate is read only inside the pattern (d by Pow and Div) */
+    const int single[][2] = {{g->nodes[m1].out, sub},
+                             {g->nodes[pw].out, m2},
+                             {g->nodes[m2].out, add},
+                             {a->out, sq},
+                             {g->nodes[sq].out, ni}};
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+        if (only_reader(g, readers, single[i][0]) != single[i][1])
+            return false;
+    if (g->values[sb->out].nuses != 2 || g->values[sb->out].output >= 0)
+        return false;
+    const int members[] = {m1, sub, pw, m2, add, sq, ni};
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++)
+        if (c->ln_of[members[i]] >= 0)
+            return false;
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++)
+        c->ln_of[members[i]] = ni;
+    c->ln[ni] = (ln_match){.x = x, .p = g->nodes[pw].in[1], .eps = a->in[eps_side]};
+    return true;
+}
+
+/* Marks every decomposed LayerNorm of the graph (c->ln_of, c->ln). */
+static kc_code find_layernorms(lower_ctx *c)
+{
+    const kc_graph *g = c->g;
+    int *readers = malloc(sizeof(int) * ((size_t)g->n_values + 1));
+    if (!readers)
+        return kc_err_set(c->err, KC_ERR_NOMEM, "lowering: out of memory");
+    for (int v = 0; v < g->n_values; v++)
+        readers[v] = -1;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        for (int i = 0; i < g->nodes[ni].n_in; i++)
+            readers[g->nodes[ni].in[i]] = ni;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        match_layernorm(c, readers, ni);
+    free(readers);
+    return KC_OK;
+}
+
+/* Is node ni an ONNX Conv a conv2d kernel computes: 2-D, f32, one stride, one padding on
+ * every side, no dilation (any group count, with or without its bias)? */
+static bool plain_grouped_conv(const lower_ctx *c, int ni)
+{
+    const kc_graph *g = c->g;
+    const kc_node *n = &g->nodes[ni];
+    if (!(c->flags & KC_LOWER_GROUPED_CONV) || n->op != KC_OP_CONV || !n->xa ||
+        g->values[n->in[0]].shape.rank != 4 || g->values[n->in[0]].dtype != KC_DT_F32 ||
+        g->values[n->out].dtype != KC_DT_F32)
+        return false;
+    const kc_xattrs *xa = n->xa;
+    int fs = kc_op_field(n->op, "strides"), fp = kc_op_field(n->op, "pads"),
+        fd = kc_op_field(n->op, "dilations");
+    bool ok = fs >= 0 && fp >= 0 && fd >= 0 && xa->n[fs] == 2 && xa->n[fp] == 4 &&
+              xa->i[fs][0] == xa->i[fs][1] && xa->i[fs][0] >= 1 && xa->i[fs][0] <= 64;
+    for (int i = 0; ok && i < 4; i++)
+        ok = xa->i[fp][i] == xa->i[fp][0] && xa->i[fp][0] >= 0 && xa->i[fp][0] <= 64;
+    for (int i = 0; ok && i < xa->n[fd]; i++)
+        ok = xa->i[fd][i] == 1;
+    for (int i = 1; ok && i < n->n_in; i++)
+        ok = g->values[n->in[i]].dtype == KC_DT_F32;
+    return ok;
+}
+
+/* Does node ni start a kernel that can take an epilogue (matmul, conv2d, a LayerNorm)? */
+static bool takes_epilogue(const lower_ctx *c, int ni)
+{
+    kc_op op = c->g->nodes[ni].op;
+    return op == KC_OP_MATMUL || op == KC_OP_CONV2D || c->ln_of[ni] == ni ||
+           plain_grouped_conv(c, ni);
+}
+
 kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
 {
-    int nn = g->n_nodes, base = base_of(g);
-    lower_ctx c = {.g = g, .err = err};
+    return kc_lower_ex(g, 0, out, nout, err);
+}
+
+kc_code kc_lower_ex(const kc_graph *g, unsigned flags, kc_kernel **out, int *nout, kc_err *err)
+{
+    int nn = g->n_nodes;
+    lower_ctx c = {.g = g, .flags = flags, .err = err};
     c.group = malloc(sizeof(int) * (size_t)(nn + 1));
     c.owner = malloc(sizeof(int) * (size_t)(nn + 1));
-    int *epi_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* group root -> gemm node */
+    c.ln_of = malloc(sizeof(int) * (size_t)(nn + 1));
+    c.ln = calloc((size_t)nn + 1, sizeof *c.ln);
+    int *epi_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* group root -> producer node */
     int *pro_of = malloc(sizeof(int) * (size_t)(nn + 1)); /* gemm node -> prologue root */
+    bool *has_epi = calloc((size_t)nn + 1, sizeof(bool)); /* producer node -> has one */
+    bool *is_pro = calloc((size_t)nn + 1, sizeof(bool));  /* prologue root -> yes */
     kc_kernel *ks = calloc((size_t)nn + 1, sizeof *ks);
     kc_code rc = KC_OK;
     int nk = 0;
-    if (!c.group || !c.owner || !epi_of || !pro_of || !ks) {
+    if (!c.group || !c.owner || !c.ln_of || !c.ln || !epi_of || !pro_of || !has_epi || !is_pro ||
+        !ks) {
         rc = kc_err_set(err, KC_ERR_NOMEM, "lowering: out of memory");
         goto out;
     }
+    for (int ni = 0; ni < nn; ni++)
+        c.ln_of[ni] = -1;
+    if ((flags & KC_LOWER_EXT_CHAINS) && (rc = find_layernorms(&c)))
+        goto out;
     /* 1. pointwise groups, consumers first */
     for (int ni = nn - 1; ni >= 0; ni--) {
         c.group[ni] = ni;
         c.owner[ni] = -1;
         epi_of[ni] = pro_of[ni] = -1;
-        if (!kc_op_is_pointwise(g->nodes[ni].op))
+        if (!chainable(&c, ni))
             continue;
         int r = sole_reader(g, g->nodes[ni].out);
-        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+        if (r < 0 || !chainable(&c, r))
             continue;
         int members, leaves;
         group_stats(&c, c.group[r], &members, &leaves);
@@ -146,19 +315,19 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
             continue;
         c.group[ni] = c.group[r];
     }
-    /* 2. epilogues: matmul/conv2d whose sole reader is in a pointwise group */
+    /* 2. epilogues: matmul/conv2d/LayerNorm whose sole reader is in a pointwise group */
     for (int ni = 0; ni < nn; ni++) {
-        kc_op op = g->nodes[ni].op;
-        if (op != KC_OP_MATMUL && op != KC_OP_CONV2D)
+        if (!takes_epilogue(&c, ni))
             continue;
         int r = sole_reader(g, g->nodes[ni].out);
-        if (r < 0 || !kc_op_is_pointwise(g->nodes[r].op))
+        if (r < 0 || !chainable(&c, r))
             continue;
         int root = c.group[r];
         if (epi_of[root] >= 0 || !kc_shape_equal(&g->values[g->nodes[root].out].shape,
                                                  &g->values[g->nodes[ni].out].shape))
             continue;
         epi_of[root] = ni;
+        has_epi[ni] = true;
     }
     /* 3. prologues: a pointwise group feeding only a matmul's A operand */
     for (int ni = 0; ni < nn; ni++) {
@@ -168,45 +337,49 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
         if (g->values[a].role != KC_VAL_NODE || g->nodes[ni].in[1] == a)
             continue;
         int p = g->values[a].producer;
-        if (!kc_op_is_pointwise(g->nodes[p].op) || c.group[p] != p || epi_of[p] >= 0 ||
-            sole_reader(g, a) != ni)
+        if (!chainable(&c, p) || c.group[p] != p || epi_of[p] >= 0 || sole_reader(g, a) != ni)
             continue;
         pro_of[ni] = p;
+        is_pro[p] = true;
     }
     /* 4. emit kernels in canonical order at their output node */
     for (int ni = 0; ni < nn; ni++) {
         const kc_node *n = &g->nodes[ni];
-        if (kc_op_is_pointwise(n->op) && c.group[ni] != ni)
+        if (chainable(&c, ni) && c.group[ni] != ni)
             continue; /* computed inside its group's root */
-        bool is_pro = false;
-        for (int m = 0; m < nn && !is_pro; m++)
-            is_pro = pro_of[m] == ni;
-        if (is_pro)
+        if (is_pro[ni])
             continue; /* computed inside the GEMM reading it */
-        if ((n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D)) {
-            bool has_epi = false;
-            for (int r = 0; r < nn && !has_epi; r++)
-                has_epi = epi_of[r] == ni;
-            if (has_epi)
-                continue; /* emitted at the epilogue's root */
-        }
+        if (c.ln_of[ni] >= 0 && c.ln_of[ni] != ni)
+            continue; /* computed inside its LayerNorm's kernel */
+        if (takes_epilogue(&c, ni) && has_epi[ni])
+            continue; /* emitted at the epilogue's root */
         kc_kernel *k = &ks[nk];
         memset(k, 0, sizeof *k);
         k->dtype = KC_DT_F32;
-        int gemm = (n->op == KC_OP_MATMUL || n->op == KC_OP_CONV2D) ? ni : -1;
+        int prod = takes_epilogue(&c, ni) ? ni : -1; /* the node whose kernel this is */
         int epi_root = -1;
-        if (kc_op_is_pointwise(n->op) && epi_of[ni] >= 0) {
-            gemm = epi_of[ni];
+        if (chainable(&c, ni) && epi_of[ni] >= 0) {
+            prod = epi_of[ni];
             epi_root = ni;
         }
         k->out_value = n->out;
         k->out_shape = g->values[n->out].shape;
-        if (gemm >= 0) {
-            const kc_node *m = &g->nodes[gemm];
-            const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
-            const kc_shape *os = &g->values[m->out].shape;
+        if (prod >= 0) {
+            const kc_node *m = &g->nodes[prod];
             k->n_fused = 1;
-            if (m->op == KC_OP_MATMUL) {
+            if (c.ln_of[prod] == prod) {
+                const ln_match *ln = &c.ln[prod];
+                const kc_shape *xs = &g->values[ln->x].shape;
+                k->kind = KC_KK_ROWNORM;
+                k->n_fused = 7;
+                add_operand(k, g, ln->x);
+                add_operand(k, g, ln->p);
+                add_operand(k, g, ln->eps);
+                k->norm.cols = xs->dims[xs->rank - 1];
+                k->norm.rows = kc_shape_numel(xs) / k->norm.cols;
+            } else if (m->op == KC_OP_MATMUL) {
+                const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
+                const kc_shape *os = &g->values[m->out].shape;
                 k->kind = KC_KK_GEMM;
                 k->gemm.trans_b = m->attrs.transpose_b;
                 k->gemm.a_shape = *as;
@@ -223,24 +396,29 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                     k->gemm.batch = 1;
                     k->gemm.m *= batch;
                 }
-                if (pro_of[gemm] >= 0) {
+                if (pro_of[prod] >= 0) {
                     kc_pw_operand r;
                     k->gemm.a_in = -1;
-                    if (emit(&c, k, &k->prologue, pro_of[gemm], m->in[0], -1, &r) ||
+                    if (emit(&c, k, &k->prologue, pro_of[prod], m->in[0], -1, &r) ||
                         r.src != KC_PW_TMP) {
-                        rc = too_big(&c, gemm);
+                        rc = too_big(&c, prod);
                         goto out;
                     }
                     for (int i = 0; i < nn; i++)
-                        k->n_fused += c.group[i] == pro_of[gemm];
+                        k->n_fused += c.group[i] == pro_of[prod];
                 } else {
                     k->gemm.a_in = add_input(k, g, m->in[0]);
                 }
                 k->gemm.b_in = add_input(k, g, m->in[1]);
             } else {
+                const kc_shape *as = &g->values[m->in[0]].shape, *bs = &g->values[m->in[1]].shape;
+                const kc_shape *os = &g->values[m->out].shape;
+                bool onnx = m->op == KC_OP_CONV; /* plain_grouped_conv */
                 k->kind = KC_KK_CONV2D;
                 add_operand(k, g, m->in[0]);
                 add_operand(k, g, m->in[1]);
+                if (onnx && m->n_in > 2)
+                    add_operand(k, g, m->in[2]);
                 k->conv = (__typeof__(k->conv)){.n = as->dims[0],
                                                 .c = as->dims[1],
                                                 .h = as->dims[2],
@@ -252,6 +430,13 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                                                 .ow = os->dims[3],
                                                 .stride = m->attrs.stride,
                                                 .padding = m->attrs.padding};
+                if (onnx) {
+                    const kc_xattrs *xa = m->xa;
+                    k->conv.stride = (int)xa->i[kc_op_field(m->op, "strides")][0];
+                    k->conv.padding = (int)xa->i[kc_op_field(m->op, "pads")][0];
+                    k->conv.groups = (int)xa->i[kc_op_field(m->op, "group")][0];
+                    k->conv.bias = m->n_in > 2;
+                }
             }
             if (epi_root >= 0) {
                 kc_pw_operand r;
@@ -262,7 +447,7 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 for (int i = 0; i < nn; i++)
                     k->n_fused += c.group[i] == epi_root;
             }
-        } else if (kc_op_is_pointwise(n->op)) {
+        } else if (chainable(&c, ni)) {
             kc_pw_operand r;
             k->kind = KC_KK_POINTWISE;
             if (emit(&c, k, &k->body, ni, n->out, -1, &r)) {
@@ -317,7 +502,6 @@ kc_code kc_lower(const kc_graph *g, kc_kernel **out, int *nout, kc_err *err)
                 goto out;
             }
         }
-        (void)base;
         nk++;
     }
     *out = ks;
@@ -327,7 +511,11 @@ out:
     free(ks);
     free(c.group);
     free(c.owner);
+    free(c.ln_of);
+    free(c.ln);
     free(epi_of);
     free(pro_of);
+    free(has_epi);
+    free(is_pro);
     return rc;
 }

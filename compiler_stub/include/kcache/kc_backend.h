@@ -50,6 +50,9 @@ typedef struct kc_backend_opts {
     kc_cache *cache;       /* where a backend keeps what it builds besides the driver's kernel
                               artifacts (XPU: SPIR-V, the toolchain probe; borrowed, must outlive
                               the backend); NULL = nothing cached by the backend */
+    int threads;           /* CPU: threads a running kernel may use (its loops and oneDNN's
+                              primitives); 0 = every online CPU. A run-time choice: no
+                              fingerprint or key depends on it */
 } kc_backend_opts;
 
 typedef struct kc_backend kc_backend;
@@ -87,12 +90,28 @@ typedef struct kc_backend_ops {
     void (*unload)(kc_backend *b, kc_loaded *l);
     /* Frees the backend (NULL-safe through kc_backend_close). */
     void (*destroy)(kc_backend *b);
+    /* The implementation this backend picks for k when nothing was tuned: a cost model over
+     * the kernel's shape and the device (docs/DESIGN.md §3), written into impl ("" = the
+     * template's own code). It may read only what the kernel's identity and the device
+     * fingerprint hold, so that equal keys always mean equal choices. NULL = no choices. */
+    void (*choose_impl)(kc_backend *b, const kc_kernel *k, char impl[32]);
+    /* Names the cost model behind choose_impl ("cpu-cost/1"); graph records compiled without
+     * --autotune carry it in their options, so a changed model makes new records. */
+    const char *impl_model;
+    /* The fusions its code generator takes beyond the original ones (KC_LOWER_* of
+     * kc_lower.h); the driver lowers with them. */
+    unsigned lower_flags;
+    /* Drops what a loaded kernel prepared from its constant inputs (kc_kernel.const_in), such
+     * as weights reordered for oneDNN, because their values changed. NULL = nothing kept. */
+    void (*forget)(kc_backend *b, kc_loaded *l);
 } kc_backend_ops;
 
 /* An open backend: calls go through b->ops, e.g. b->ops->generate(b, k, &src, err). */
 struct kc_backend {
     const kc_backend_ops *ops; /* the backend's static table */
     void *impl;                /* this handle's state, owned by the backend */
+    int threads; /* the threads its kernels run on (kc_backend_opts.threads resolved; 0 where
+                    the backend has no such choice) */
 };
 
 /* ---- the registry (kc_backends.c) ---------------------------------------------- */
@@ -119,6 +138,10 @@ bool kc_backend_known(const char *name);
 /* CPU backend (kc_cpu.c); kc_backend_open("cpu", ...) is the usual way in. */
 kc_code kc_cpu_backend_open(const kc_backend_opts *opts, kc_backend **out, kc_err *err);
 extern const kc_backend_ops kc_cpu_backend_ops;
+
+/* The threads a CPU kernel runs on when kc_backend_opts.threads is 0: the CPUs this process
+ * may use (its affinity mask). */
+int kc_backend_default_threads(void);
 
 /* False when kernels built for device/target cannot run on this machine (a CPU ISA level
  * this CPU lacks); true for every other device and for a NULL target. */

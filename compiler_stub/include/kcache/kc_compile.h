@@ -66,12 +66,23 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
                    kc_program **out, kc_err *err);
 void kc_program_free(kc_program *p);
 
-/* The options part of a graph record key ("autotune=0" / "autotune=1"); o may be NULL. */
-void kc_compile_options_text(const kc_compile_opts *o, char out[64]);
+/* The options part of a graph record key: "autotune=1", or without tuning "autotune=0" plus
+ * the backend's cost model ("autotune=0 impl=cpu-cost/1"; docs/DESIGN.md §3); o may be NULL. */
+void kc_compile_options_text(const kc_backend *b, const kc_compile_opts *o, char out[64]);
+
+/* Where a kernel's implementation (kc_kernel.impl) came from, for explain. */
+typedef enum kc_impl_from {
+    KC_IMPL_FIXED = 0, /* the kind has one implementation */
+    KC_IMPL_COST,      /* the backend's cost model (compile without --autotune) */
+    KC_IMPL_TUNED,     /* a stored --autotune decision */
+    KC_IMPL_UNTUNED    /* --autotune, no decision stored yet: compile will time candidates */
+} kc_impl_from;
 
 /* What kc_compile would look up for g on b, for `kcache explain`: the fingerprints, the
- * options text and graph record key, and the kernels of a fresh lowering (before
- * autotuning) with their fingerprints and keys, all from the driver's own recipes. */
+ * options text and graph record key, and the kernels with their implementations,
+ * fingerprints and keys, all from the driver's own recipes: the local graph record's
+ * kernels when t holds it, else a fresh lowering's with the implementation each would get
+ * (the cost model's, or with o->autotune the decision stored in t). */
 typedef struct kc_explain {
     kc_device_fp device;
     char compiler_fp[KC_KEY_HEX_LEN + 1];
@@ -81,18 +92,32 @@ typedef struct kc_explain {
     kc_kernel *kernels;                     /* n_kernels */
     char (*kernel_fps)[KC_KEY_HEX_LEN + 1]; /* n_kernels */
     char (*kernel_keys)[KC_KEY_HEX_LEN + 1];
+    kc_impl_from *impl_from; /* n_kernels: where each kernel's impl came from */
+    bool from_record;        /* the kernels are the stored graph record's (t holds it) */
     kc_err lower_err;
 } kc_explain;
 
-/* Fills *x (kc_explain_free). Fails only when a fingerprint cannot be computed or out of
- * memory; a graph that does not lower leaves n_kernels -1. */
-kc_code kc_explain_keys(kc_backend *b, const kc_graph *g, const kc_compile_opts *o, kc_explain *x,
-                        kc_err *err);
+/* Fills *x (kc_explain_free); t (may be NULL) is where --autotune decisions are read from.
+ * Fails only when a fingerprint cannot be computed or out of memory; a graph that does not
+ * lower leaves n_kernels -1. */
+kc_code kc_explain_keys(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compile_opts *o,
+                        kc_explain *x, kc_err *err);
 void kc_explain_free(kc_explain *x);
 
 /* Runs a loaded program: values[v] is a buffer of numel(value v) floats for
- * every value id; inputs and params filled by the caller. */
+ * every value id; inputs and params filled by the caller. Params are taken to keep their
+ * values from one run to the next: a kernel may prepare one once (the CPU backend reorders
+ * a GEMM's weights into oneDNN's preferred layout) and reuse the prepared copy while the
+ * buffer's address stays the same. After changing a param's values in place, call
+ * kc_program_forget_params. */
 kc_code kc_program_run(kc_program *p, float *const *values, kc_err *err);
+
+/* Drops everything the kernels of p prepared from params. */
+void kc_program_forget_params(kc_program *p);
+
+/* kc_program_run that also adds each kernel's wall seconds to kernel_s[i] (p->n_kernels
+ * entries, owned by the caller), for `kcache run --profile`. */
+kc_code kc_program_run_profiled(kc_program *p, float *const *values, double *kernel_s, kc_err *err);
 
 /* Allocates buffers for every value of g (values[v], numel elements of its
  * dtype each) and fills f32 inputs and params with seeded uniform random

@@ -23,9 +23,13 @@ typedef enum kc_kernel_kind {
     KC_KK_LAYERNORM,     /* inputs x, gamma[cols], beta[cols]; eps */
     KC_KK_RMSNORM,       /* inputs x, gamma[cols]; eps */
     KC_KK_SDPA,          /* inputs q[B,Sq,D], k[B,Sk,D], v[B,Sk,D]; heads, causal, scale */
-    KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C,KH,KW], then epilogue inputs */
+    KC_KK_CONV2D,        /* inputs x[N,C,H,W], w[O,C/groups,KH,KW], [bias[O]], then epilogue
+                            inputs */
     KC_KK_TRANSPOSE,     /* swap the last two dims */
     KC_KK_OP,            /* one extended op (kc_ops_list.h): op, xa, dtypes */
+    KC_KK_ROWNORM,       /* inputs x, p (pow exponent, one element), eps (one element), then
+                            epilogue inputs: ONNX's decomposed LayerNorm over the last axis,
+                            (x - mean) / sqrt(mean((x - mean)^p) + eps), then the epilogue */
     KC_KK_COUNT
 } kc_kernel_kind;
 
@@ -44,7 +48,8 @@ typedef struct kc_pw_operand {
     int idx;
 } kc_pw_operand;
 
-/* One pointwise op (add..exp). Unary ops ignore b. */
+/* One pointwise op: add..exp, or with KC_LOWER_EXT_CHAINS an elementwise extended op
+ * (kc_pw_arity). Unary ops ignore b. */
 typedef struct kc_pw_instr {
     kc_op op;
     kc_pw_operand a, b;
@@ -55,6 +60,8 @@ typedef struct kc_pw_instr {
 typedef struct kc_pw_chain {
     int n;
     kc_pw_instr ins[KC_PW_MAX];
+    double attr[KC_PW_MAX][2]; /* instruction i's numbers: clip's bounds, leaky_relu's alpha
+                                  (zero for ops without, kc_pw_arity) */
 } kc_pw_chain;
 
 typedef struct kc_kernel {
@@ -93,6 +100,8 @@ typedef struct kc_kernel {
     struct {
         int64_t n, c, h, w, o, kh, kw, oh, ow;
         int stride, padding;
+        int groups; /* 0 or 1: one group (every channel feeds every output) */
+        bool bias;  /* input 2 is a per-output-channel bias (ONNX Conv's third input) */
     } conv;
     /* OP: the extended op, its attributes and every operand's dtype (other
      * kinds are f32 throughout and leave these zero). */
@@ -103,9 +112,18 @@ typedef struct kc_kernel {
     /* Implementation choice (autotuning): "" = backend default; CPU uses
      * "tile:MRxNR" for micro-GEMM tiles and "onednn" for a oneDNN primitive. */
     char impl[32];
+    /* Run-time only, never in the identity: bit i set when input i is a graph parameter,
+     * which keeps its values from one run to the next (a kernel may prepare it once). */
+    uint32_t const_in;
 } kc_kernel;
 
 const char *kc_kernel_kind_name(kc_kernel_kind k);
+
+/* How many operands (1 or 2) a pointwise chain instruction of op reads, and in *n_attrs
+ * (may be NULL) how many numbers of kc_pw_chain.attr it uses; 0 when op cannot be in a
+ * chain. add..exp always can; the elementwise extended ops only when lowered with
+ * KC_LOWER_EXT_CHAINS (kc_lower.h). */
+int kc_pw_arity(kc_op op, int *n_attrs);
 
 /* Canonical JSON of a kernel's identity (everything except the runtime
  * bindings), malloc'd; its SHA-256 is the kernel fingerprint. */
