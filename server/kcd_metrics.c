@@ -5,10 +5,14 @@
  */
 #include "kcd_metrics.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <kcache/kc_util.h>
 
@@ -28,6 +32,9 @@ void kcd_metrics_init(kcd_metrics *m)
 {
     memset(m, 0, sizeof *m);
     m->started = kc_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->started_unix = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 void kcd_metrics_add(uint64_t *counter, uint64_t n)
@@ -64,6 +71,67 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 static uint64_t ld(const uint64_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* Descriptors open now: the entries of /proc/self/fd less the one that
+ * reads it; -1 when it cannot be read. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* The process_* series every Prometheus client library exports, under the
+ * same names, so dashboards made for them work unchanged. */
+static void process_metrics(FILE *f, double started_unix)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(f,
+                "# HELP process_cpu_seconds_total Total user and system CPU time spent in "
+                "seconds.\n# TYPE process_cpu_seconds_total counter\n"
+                "process_cpu_seconds_total %.6f\n",
+                (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
+    unsigned long long size = 0, resident = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (statm) {
+        if (fscanf(statm, "%llu %llu", &size, &resident) == 2)
+            fprintf(f,
+                    "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                    "# TYPE process_resident_memory_bytes gauge\n"
+                    "process_resident_memory_bytes %llu\n"
+                    "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                    "# TYPE process_virtual_memory_bytes gauge\n"
+                    "process_virtual_memory_bytes %llu\n",
+                    resident * (unsigned long long)sysconf(_SC_PAGESIZE),
+                    size * (unsigned long long)sysconf(_SC_PAGESIZE));
+        fclose(statm);
+    }
+    long fds = open_fds();
+    if (fds >= 0)
+        fprintf(f,
+                "# HELP process_open_fds Number of open file descriptors.\n"
+                "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+                fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fprintf(f,
+                "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+                (unsigned long long)rl.rlim_cur);
+    fprintf(f,
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+            "seconds.\n# TYPE process_start_time_seconds gauge\n"
+            "process_start_time_seconds %.3f\n",
+            started_unix);
 }
 
 char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len)
@@ -140,6 +208,10 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
                 "Store transactions that committed Redis writes (group commit: one per batch).",
                 ld(&rm->commits));
     }
+    if (m->store_max_bytes) /* no series without a limit: a ratio against 0 would alert */
+        GAUGE("store_max_bytes",
+              "The store's size limit (--max-size): stored bytes are evicted down to it.",
+              m->store_max_bytes);
     if (st) {
         GAUGE("store_entries", "Entries in the store.", st->entries);
         GAUGE("store_blobs", "Distinct payloads after deduplication.", st->blobs);
@@ -168,6 +240,12 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
             "# HELP kcached_uptime_seconds Seconds since start.\n"
             "# TYPE kcached_uptime_seconds gauge\nkcached_uptime_seconds %.3f\n",
             kc_now() - m->started);
+    fprintf(f,
+            "# HELP kcached_build_info The running kcached's version and the commit it was "
+            "built from.\n# TYPE kcached_build_info gauge\n"
+            "kcached_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+            KC_VERSION, KC_COMMIT);
+    process_metrics(f, m->started_unix);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -202,6 +280,7 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
     json_object_set_new(srv, "corrupt", json_integer((json_int_t)ld(&m->corrupt)));
     json_object_set_new(srv, "uptime_s", json_real(kc_now() - m->started));
     json_object_set_new(srv, "version", json_string(KC_VERSION));
+    json_object_set_new(srv, "store_max_bytes", json_integer((json_int_t)m->store_max_bytes));
     json_object_set_new(root, "server", srv);
     if (st) {
         json_t *s = json_object();
