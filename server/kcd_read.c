@@ -177,7 +177,7 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
         kcd_stream_free(st);
         return true;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
     r->stream_len = st->len;
     kcd_metrics_add(&x->m->hits, 1);
     envelope_headers(x, framed, env_len);
@@ -362,7 +362,7 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
         n = s->head_len - s->head_pos < cap ? s->head_len - s->head_pos : cap;
         memcpy(buf, s->head + s->head_pos, n);
         s->head_pos += n;
-        s->bytes += n;
+        __atomic_fetch_add(&s->bytes, n, __ATOMIC_RELAXED);
         if (s->metrics)
             kcd_metrics_add(&s->metrics->bytes_out, n);
         return (ssize_t)n;
@@ -379,15 +379,22 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
         s->failed = true;
         return -1;
     }
-    s->bytes += n;
+    __atomic_fetch_add(&s->bytes, n, __ATOMIC_RELAXED);
     if (s->metrics)
         kcd_metrics_add(&s->metrics->bytes_out, n);
     return (ssize_t)n;
 }
 
+void kcd_respond_stream(kcd_exchange *x, kcd_response *r, kcd_stream *st)
+{
+    st->refs = 2;
+    r->stream = st;
+    x->sent = st;
+}
+
 void kcd_stream_free(kcd_stream *s)
 {
-    if (!s)
+    if (!s || __atomic_fetch_sub(&s->refs, 1, __ATOMIC_ACQ_REL) > 1)
         return;
     if (s->cur || s->reader)
         kcd_log(KCD_LOG_DEBUG, "%s stream closed after %" PRIu64 " bytes",
@@ -410,7 +417,7 @@ static void answer_stream(kcd_exchange *x, kcd_stream *st, kc_code rc, const kc_
             kcd_answer_store_error(x, e);
         return;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
 }
 
 void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
@@ -495,7 +502,7 @@ void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
         kcd_stream_free(st);
         return;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
 }
 
 /* POST /v1/bundle/select: streams a bundle of exactly the listed keys (those

@@ -721,3 +721,74 @@ Test(large_reads, a_bundle_larger_than_the_memory_cache_keeps_streams_whole, .ti
     art_free(&raw);
     art_free(&runs);
 }
+
+/* The bytes-out figure of the last access-log line for "METHOD PATH" with
+ * status 200; -1 when there is none. */
+static long long logged_bytes_out(const char *log, const char *method, const char *path)
+{
+    char want[256];
+    snprintf(want, sizeof want, "\"%s %s\" 200 ", method, path);
+    long long out = -1;
+    for (const char *p = log; p && (p = strstr(p, want)); p++) {
+        unsigned long long in, sent;
+        if (sscanf(p + strlen(want), "%llu %llu", &in, &sent) == 2)
+            out = (long long)sent;
+    }
+    return out;
+}
+
+/* The access log says how many body bytes went out, whichever way they
+ * went: sendfile from a pack, copied from a mapping, streamed through the
+ * store's reader, a streamed bundle, a buffered body; a HEAD sends none. */
+Test(large_reads, the_access_log_counts_the_bytes_of_every_body, .timeout = 120)
+{
+    for (int copy = 0; copy < 2; copy++) {
+        kc_testserver ts;
+        memset(&ts, 0, sizeof ts);
+        const char *args[] = {"--log-level", "info",        "--memory-cache",
+                              "0",           "--send-mode", copy ? "copy" : "sendfile",
+                              NULL};
+        cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+        art raw, runs, small;
+        art_make(&raw, "log-raw", BIG, RANDOM, 51);    /* one range of a pack */
+        art_make(&runs, "log-runs", BIG, RUNS, 52);    /* decoded through the reader */
+        art_make(&small, "log-small", 3000, RUNS, 53); /* buffered */
+        put_http(&ts, &raw);
+        put_http(&ts, &runs);
+        put_http(&ts, &small);
+        const char *kcache[] = {"Accept-Encoding: identity", "User-Agent: kcache/test", NULL};
+        const char *plain[] = {"Accept-Encoding: identity", NULL};
+        const art *all[] = {&raw, &runs, &small};
+        char paths[3][128];
+        for (int i = 0; i < 3; i++) {
+            snprintf(paths[i], sizeof paths[i], "%s", apath(all[i]->key));
+            kc_http_result r;
+            cr_assert_eq(
+                kc_testserver_http(&ts, "GET", paths[i], i ? plain : kcache, NULL, 0, false, &r),
+                0);
+            cr_assert_eq(r.status, 200, "%s", r.curl_error);
+            cr_expect_eq(r.len, all[i]->env_len);
+            kc_http_result_free(&r);
+        }
+        kc_http_result b;
+        cr_assert_eq(kc_testserver_http(&ts, "GET", "/v1/bundle", NULL, NULL, 0, false, &b), 0);
+        cr_assert_eq(b.status, 200, "%s", b.curl_error);
+        size_t bundle_len = b.len;
+        kc_http_result_free(&b);
+        cr_assert_eq(kc_testserver_http(&ts, "HEAD", paths[0], kcache, NULL, 0, false, &b), 0);
+        kc_http_result_free(&b);
+        cr_assert_eq(kc_testserver_stop(&ts), 0); /* every line is written */
+        char *log = kc_testserver_read_log(&ts);
+        cr_assert(log);
+        for (int i = 0; i < 3; i++)
+            cr_expect_eq(logged_bytes_out(log, "GET", paths[i]), (long long)all[i]->env_len,
+                         "mode %d, artifact %d: log:\n%s", copy, i, log);
+        cr_expect_eq(logged_bytes_out(log, "GET", "/v1/bundle"), (long long)bundle_len,
+                     "mode %d: bundle of %zu bytes: log:\n%s", copy, bundle_len, log);
+        cr_expect_eq(logged_bytes_out(log, "HEAD", paths[0]), 0);
+        free(log);
+        kc_testserver_cleanup(&ts);
+        for (int i = 0; i < 3; i++)
+            art_free((art *)all[i]);
+    }
+}
