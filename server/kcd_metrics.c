@@ -42,7 +42,12 @@ void kcd_metrics_add(uint64_t *counter, uint64_t n)
     __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
-static unsigned status_slot(int status)
+int kcd_metrics_status_code(unsigned slot)
+{
+    return slot < KCD_STATUS_SLOTS - 1 ? kcd_status_codes[slot] : 0;
+}
+
+unsigned kcd_metrics_status_slot(int status)
 {
     for (unsigned i = 0; i < KCD_STATUS_SLOTS - 1; i++)
         if (kcd_status_codes[i] == status)
@@ -55,7 +60,7 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 {
     if ((unsigned)route >= KCD_R_COUNT)
         route = KCD_R_OTHER;
-    kcd_metrics_add(&m->requests[route][status_slot(status)], 1);
+    kcd_metrics_add(&m->requests[route][kcd_metrics_status_slot(status)], 1);
     if (bytes_in)
         kcd_metrics_add(&m->bytes_in, bytes_in);
     if (bytes_out)
@@ -281,7 +286,47 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
     json_object_set_new(srv, "uptime_s", json_real(kc_now() - m->started));
     json_object_set_new(srv, "version", json_string(KC_VERSION));
     json_object_set_new(srv, "store_max_bytes", json_integer((json_int_t)m->store_max_bytes));
+    json_t *errors = json_object(); /* answers of 400 and above, by code, all routes */
+    for (unsigned c = 0; c < KCD_STATUS_SLOTS; c++) {
+        uint64_t sum = 0;
+        for (unsigned r = 0; r < KCD_R_COUNT; r++)
+            sum += ld(&m->requests[r][c]);
+        if (!sum || (c < KCD_STATUS_SLOTS - 1 && kcd_status_codes[c] < 400))
+            continue;
+        char code[16];
+        snprintf(code, sizeof code, "%d", kcd_status_codes[c]);
+        json_object_set_new(errors, c < KCD_STATUS_SLOTS - 1 ? code : "other",
+                            json_integer((json_int_t)sum));
+    }
+    json_object_set_new(srv, "errors_by_code", errors);
     json_object_set_new(root, "server", srv);
+    json_t *cc = json_object(); /* ccache's HTTP remote storage, from the route counters */
+    json_object_set_new(
+        cc, "hits",
+        json_integer((json_int_t)ld(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(200)])));
+    json_object_set_new(
+        cc, "misses",
+        json_integer((json_int_t)ld(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(404)])));
+    json_object_set_new(
+        cc, "stores",
+        json_integer(
+            (json_int_t)(ld(&m->requests[KCD_R_CCACHE_PUT][kcd_metrics_status_slot(201)]) +
+                         ld(&m->requests[KCD_R_CCACHE_PUT][kcd_metrics_status_slot(200)]))));
+    json_object_set_new(root, "ccache", cc);
+    const kcd_redis_metrics *rm = &m->redis;
+    if (rm->names) {
+        json_t *rj = json_object();
+        uint64_t commands = 0;
+        for (unsigned i = 0; i < rm->ncommands && i < KCD_REDIS_CMD_SLOTS; i++)
+            commands += ld(&rm->commands[i]);
+        json_object_set_new(rj, "commands", json_integer((json_int_t)commands));
+        json_object_set_new(rj, "connected_clients", json_integer((json_int_t)ld(&rm->clients)));
+        json_object_set_new(rj, "connections", json_integer((json_int_t)ld(&rm->connections)));
+        json_object_set_new(rj, "keyspace_hits", json_integer((json_int_t)ld(&rm->hits)));
+        json_object_set_new(rj, "keyspace_misses", json_integer((json_int_t)ld(&rm->misses)));
+        json_object_set_new(rj, "errors", json_integer((json_int_t)ld(&rm->errors)));
+        json_object_set_new(root, "redis", rj);
+    }
     if (st) {
         json_t *s = json_object();
         json_object_set_new(s, "entries", json_integer((json_int_t)st->entries));

@@ -72,6 +72,11 @@ typedef struct kcd_metrics {
 
 void kcd_metrics_init(kcd_metrics *m);
 
+/* The status code counted in slot i of kcd_metrics.requests (0 for the
+ * last slot, "other"), and the slot a code is counted in. */
+int kcd_metrics_status_code(unsigned slot);
+unsigned kcd_metrics_status_slot(int status);
+
 /* Records one finished request. Thread-safe. */
 void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t bytes_in,
                          uint64_t bytes_out, double seconds);
