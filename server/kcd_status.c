@@ -14,6 +14,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include <kcache/kc_snapshot.h>
 #include <kcache/kc_util.h>
 
 typedef struct sample {
@@ -162,10 +163,57 @@ static void human_uptime(FILE *f, double s)
         fprintf(f, "%" PRIu64 "m %" PRIu64 "s", m, t % 60);
 }
 
+#define KCD_STATUS_SNAPSHOTS 64
+
+/* A directory snapshot's slot: its manifests carry the slot's key as their
+ * "device", which the by-device table would otherwise show as a bare hash. */
+typedef struct snap_slot {
+    char slot[KC_KEY_HEX_LEN + 1];
+    char name[64];
+    uint64_t manifests, bytes;
+} snap_slot;
+
+typedef struct snap_walk {
+    snap_slot v[KCD_STATUS_SNAPSHOTS];
+    unsigned n;
+    bool more; /* slots past the table's size were left out */
+} snap_walk;
+
+static int snap_entry(const kc_entry_info *info, void *ctx)
+{
+    snap_walk *w = ctx;
+    for (unsigned i = 0; i < w->n; i++)
+        if (!strcmp(w->v[i].slot, info->device)) {
+            w->v[i].manifests++;
+            w->v[i].bytes += info->size;
+            return 0;
+        }
+    if (w->n == KCD_STATUS_SNAPSHOTS) {
+        w->more = true;
+        return 0;
+    }
+    snap_slot *sl = &w->v[w->n++];
+    snprintf(sl->slot, sizeof sl->slot, "%s", info->device);
+    /* the tag is "dir:NAME" */
+    snprintf(sl->name, sizeof sl->name, "%s", strncmp(info->tag, "dir:", 4) ? "?" : info->tag + 4);
+    sl->manifests = 1;
+    sl->bytes = info->size;
+    return 0;
+}
+
+static const snap_slot *snap_find(const snap_walk *w, const char *device)
+{
+    for (unsigned i = 0; w && i < w->n; i++)
+        if (!strcmp(w->v[i].slot, device))
+            return &w->v[i];
+    return NULL;
+}
+
 /* What the by-kind table saw, for the Redis and ccache sections. */
 typedef struct group_walk {
     FILE *f;
     bool by_device;
+    const snap_walk *snaps; /* names for the devices that are snapshot slots */
     uint64_t redis_keys, redis_bytes, ccache_entries, ccache_bytes;
 } group_walk;
 
@@ -180,8 +228,15 @@ static int group_row(const char *name, uint64_t entries, uint64_t bytes, uint64_
         g->ccache_entries = entries;
         g->ccache_bytes = bytes;
     }
+    const snap_slot *sl = g->by_device ? snap_find(g->snaps, name) : NULL;
     fputs("<tr><td>", f);
-    esc(f, *name ? name : "(none)");
+    if (sl) {
+        fputs("snapshot <b>", f);
+        esc(f, sl->name);
+        fprintf(f, "</b> <code title=\"%s\">%.12s</code>", sl->slot, sl->slot);
+    } else {
+        esc(f, *name ? name : "(none)");
+    }
     fprintf(f, "</td><td>%" PRIu64 "</td><td data-v=\"%" PRIu64 "\">", entries, bytes);
     human_bytes(f, bytes);
     fprintf(f, "</td><td data-v=\"%" PRIu64 "\">", stored);
@@ -382,10 +437,36 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
         fputs("<tr><td colspan=\"2\">statistics unavailable</td></tr>\n", f);
     }
     fputs("</table>\n", f);
+    snap_walk *snaps = calloc(1, sizeof *snaps);
+    kc_filter manifests = {.kind = KC_SNAP_KIND_MANIFEST};
+    kc_err se = {0};
+    bool have_snaps =
+        snaps && v->store && kc_store_list(v->store, &manifests, snap_entry, snaps, &se) == KC_OK;
     group_walk g = {0};
     groups(f, v->store, false, &g);
-    group_walk by_device = {0};
+    group_walk by_device = {.snaps = have_snaps ? snaps : NULL};
     groups(f, v->store, true, &by_device);
+
+    fputs("<h2>Directory snapshots</h2>\n<table id=\"snapshots\"><tr><th>snapshot</th>"
+          "<th>slot</th><th>manifests</th><th>manifest bytes</th></tr>\n",
+          f);
+    for (unsigned i = 0; have_snaps && i < snaps->n; i++) {
+        const snap_slot *sl = &snaps->v[i];
+        fputs("<tr><td>", f);
+        esc(f, sl->name);
+        fprintf(f, "</td><td><code title=\"%s\">%.12s</code></td><td>%" PRIu64 "</td><td>",
+                sl->slot, sl->slot, sl->manifests);
+        human_bytes(f, sl->bytes);
+        fputs("</td></tr>\n", f);
+    }
+    if (!have_snaps || !snaps->n)
+        fputs(have_snaps ? "<tr><td colspan=\"4\">none</td></tr>\n"
+                         : "<tr><td colspan=\"4\">unavailable</td></tr>\n",
+              f);
+    fputs("</table>\n", f);
+    if (have_snaps && snaps->more)
+        fprintf(f, "<p class=\"note\">The first %d slots are shown.</p>\n", KCD_STATUS_SNAPSHOTS);
+    free(snaps);
 
     fputs("<h2>ccache</h2>\n<table id=\"ccache\">\n", f);
     fprintf(f, "<tr><td>entries</td><td id=\"ccache_entries\">%" PRIu64 "</td></tr>\n",

@@ -20,18 +20,17 @@
 
 #include <kcache/kc_envelope.h>
 #include <kcache/kc_hash.h>
+#include <kcache/kc_snapshot.h>
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kcd_status.h"
 
-static void put_artifact(const kc_testserver *ts, const char *seed, const char *kind,
-                         const char *device, char key[65])
+static void put_artifact_meta(const kc_testserver *ts, const char *seed, const char *kind,
+                              const char *meta, char key[65])
 {
     kc_sha256_hex(seed, strlen(seed), key);
-    char meta[128];
-    snprintf(meta, sizeof meta, "{\"device\":\"%s\"}", device);
     uint8_t payload[2000];
     kc_test_fill_random(payload, sizeof payload, strlen(seed));
     kc_artifact a;
@@ -48,6 +47,14 @@ static void put_artifact(const kc_testserver *ts, const char *seed, const char *
     cr_assert_eq(r.status, 201);
     kc_http_result_free(&r);
     free(env);
+}
+
+static void put_artifact(const kc_testserver *ts, const char *seed, const char *kind,
+                         const char *device, char key[65])
+{
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\"}", device);
+    put_artifact_meta(ts, seed, kind, meta, key);
 }
 
 static long get(const kc_testserver *ts, const char *path)
@@ -322,8 +329,13 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     const char *args[] = {"--log-level",    "error",       "--max-size", "1M",
                           "--redis-listen", "127.0.0.1:0", NULL};
     cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
-    char k1[65];
+    char k1[65], slot[65], meta[256];
     put_artifact(&ts, "status-limit", "cpu-so", "cpu-x86_64-v3", k1);
+    /* a directory snapshot's manifest, as kcache dir push stores it: the
+     * slot's key as its device, "dir:NAME" as its tag */
+    kc_snapshot_key("inductor-cache", "cpu-x86_64-v3", "torch-2.5", slot);
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:inductor-cache\"}", slot);
+    put_artifact_meta(&ts, "status-manifest", "dir-manifest", meta, k1);
     kc_http_result r;
     cr_assert_eq(kc_testserver_http(&ts, "PUT", "/ccache/cc/a", NULL, "abc", 3, false, &r), 0);
     cr_assert_eq(r.status, 201);
@@ -369,6 +381,13 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
                  json_figure(stats, "redis", "connected_clients"));
     cr_expect_eq(dom_figure(dom, "redis_commands"), json_figure(stats, "redis", "commands"));
     cr_expect_eq(dom_figure(dom, "redis_keys"), 0);
+    char shown[256];
+    snprintf(shown, sizeof shown, "snapshot <b>inductor-cache</b> <code title=\"%s\">%.12s</code>",
+             slot, slot);
+    cr_expect(strstr(dom, shown), "the snapshot's slot named as a snapshot in by-device:\n%s", dom);
+    snprintf(shown, sizeof shown, "<td>%s</td>", slot);
+    cr_expect_null(strstr(dom, shown), "the slot's bare hash in the device column");
+    cr_expect(strstr(dom, "<td>inductor-cache</td><td><code"), "the snapshots table:\n%s", dom);
     const char *up = dom_text(dom, "uptime");
     int mins = -1, secs = -1;
     cr_expect(sscanf(up, "%dm %ds", &mins, &secs) == 2 && mins >= 0 && secs >= 0 && secs < 60,
