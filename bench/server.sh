@@ -65,6 +65,8 @@ local paths = {}
 for line in io.lines(os.getenv("KC_PATHS")) do paths[#paths + 1] = line end
 local ae = os.getenv("KC_AE")
 if ae and ae ~= "" then wrk.headers["Accept-Encoding"] = ae end
+-- as the kcache client: pack ranges go out with sendfile or from a mapping
+wrk.headers["User-Agent"] = "kcache/bench"
 local i = math.random(#paths)
 request = function()
     i = i % #paths + 1

@@ -97,6 +97,7 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&ctx->lock, NULL);
     kcd_metrics_init(&ctx->metrics);
+    ctx->metrics.store_max_bytes = cfg->max_size;
     ctx->status = kcd_status_new();
     ctx->tls = cfg->tls_client_ca ? "on, client certificates required"
                : cfg->tls_cert    ? "on"

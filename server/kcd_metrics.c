@@ -5,10 +5,14 @@
  */
 #include "kcd_metrics.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <kcache/kc_util.h>
 
@@ -28,6 +32,9 @@ void kcd_metrics_init(kcd_metrics *m)
 {
     memset(m, 0, sizeof *m);
     m->started = kc_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->started_unix = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 void kcd_metrics_add(uint64_t *counter, uint64_t n)
@@ -35,7 +42,12 @@ void kcd_metrics_add(uint64_t *counter, uint64_t n)
     __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
-static unsigned status_slot(int status)
+int kcd_metrics_status_code(unsigned slot)
+{
+    return slot < KCD_STATUS_SLOTS - 1 ? kcd_status_codes[slot] : 0;
+}
+
+unsigned kcd_metrics_status_slot(int status)
 {
     for (unsigned i = 0; i < KCD_STATUS_SLOTS - 1; i++)
         if (kcd_status_codes[i] == status)
@@ -48,7 +60,7 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 {
     if ((unsigned)route >= KCD_R_COUNT)
         route = KCD_R_OTHER;
-    kcd_metrics_add(&m->requests[route][status_slot(status)], 1);
+    kcd_metrics_add(&m->requests[route][kcd_metrics_status_slot(status)], 1);
     if (bytes_in)
         kcd_metrics_add(&m->bytes_in, bytes_in);
     if (bytes_out)
@@ -64,6 +76,67 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 static uint64_t ld(const uint64_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* Descriptors open now: the entries of /proc/self/fd less the one that
+ * reads it; -1 when it cannot be read. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* The process_* series every Prometheus client library exports, under the
+ * same names, so dashboards made for them work unchanged. */
+static void process_metrics(FILE *f, double started_unix)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(f,
+                "# HELP process_cpu_seconds_total Total user and system CPU time spent in "
+                "seconds.\n# TYPE process_cpu_seconds_total counter\n"
+                "process_cpu_seconds_total %.6f\n",
+                (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
+    unsigned long long size = 0, resident = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (statm) {
+        if (fscanf(statm, "%llu %llu", &size, &resident) == 2)
+            fprintf(f,
+                    "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                    "# TYPE process_resident_memory_bytes gauge\n"
+                    "process_resident_memory_bytes %llu\n"
+                    "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                    "# TYPE process_virtual_memory_bytes gauge\n"
+                    "process_virtual_memory_bytes %llu\n",
+                    resident * (unsigned long long)sysconf(_SC_PAGESIZE),
+                    size * (unsigned long long)sysconf(_SC_PAGESIZE));
+        fclose(statm);
+    }
+    long fds = open_fds();
+    if (fds >= 0)
+        fprintf(f,
+                "# HELP process_open_fds Number of open file descriptors.\n"
+                "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+                fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fprintf(f,
+                "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+                (unsigned long long)rl.rlim_cur);
+    fprintf(f,
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+            "seconds.\n# TYPE process_start_time_seconds gauge\n"
+            "process_start_time_seconds %.3f\n",
+            started_unix);
 }
 
 char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len)
@@ -140,6 +213,10 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
                 "Store transactions that committed Redis writes (group commit: one per batch).",
                 ld(&rm->commits));
     }
+    if (m->store_max_bytes) /* no series without a limit: a ratio against 0 would alert */
+        GAUGE("store_max_bytes",
+              "The store's size limit (--max-size): stored bytes are evicted down to it.",
+              m->store_max_bytes);
     if (st) {
         GAUGE("store_entries", "Entries in the store.", st->entries);
         GAUGE("store_blobs", "Distinct payloads after deduplication.", st->blobs);
@@ -168,6 +245,12 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
             "# HELP kcached_uptime_seconds Seconds since start.\n"
             "# TYPE kcached_uptime_seconds gauge\nkcached_uptime_seconds %.3f\n",
             kc_now() - m->started);
+    fprintf(f,
+            "# HELP kcached_build_info The running kcached's version and the commit it was "
+            "built from.\n# TYPE kcached_build_info gauge\n"
+            "kcached_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+            KC_VERSION, KC_COMMIT);
+    process_metrics(f, m->started_unix);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -202,7 +285,48 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
     json_object_set_new(srv, "corrupt", json_integer((json_int_t)ld(&m->corrupt)));
     json_object_set_new(srv, "uptime_s", json_real(kc_now() - m->started));
     json_object_set_new(srv, "version", json_string(KC_VERSION));
+    json_object_set_new(srv, "store_max_bytes", json_integer((json_int_t)m->store_max_bytes));
+    json_t *errors = json_object(); /* answers of 400 and above, by code, all routes */
+    for (unsigned c = 0; c < KCD_STATUS_SLOTS; c++) {
+        uint64_t sum = 0;
+        for (unsigned r = 0; r < KCD_R_COUNT; r++)
+            sum += ld(&m->requests[r][c]);
+        if (!sum || (c < KCD_STATUS_SLOTS - 1 && kcd_status_codes[c] < 400))
+            continue;
+        char code[16];
+        snprintf(code, sizeof code, "%d", kcd_status_codes[c]);
+        json_object_set_new(errors, c < KCD_STATUS_SLOTS - 1 ? code : "other",
+                            json_integer((json_int_t)sum));
+    }
+    json_object_set_new(srv, "errors_by_code", errors);
     json_object_set_new(root, "server", srv);
+    json_t *cc = json_object(); /* ccache's HTTP remote storage, from the route counters */
+    json_object_set_new(
+        cc, "hits",
+        json_integer((json_int_t)ld(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(200)])));
+    json_object_set_new(
+        cc, "misses",
+        json_integer((json_int_t)ld(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(404)])));
+    json_object_set_new(
+        cc, "stores",
+        json_integer(
+            (json_int_t)(ld(&m->requests[KCD_R_CCACHE_PUT][kcd_metrics_status_slot(201)]) +
+                         ld(&m->requests[KCD_R_CCACHE_PUT][kcd_metrics_status_slot(200)]))));
+    json_object_set_new(root, "ccache", cc);
+    const kcd_redis_metrics *rm = &m->redis;
+    if (rm->names) {
+        json_t *rj = json_object();
+        uint64_t commands = 0;
+        for (unsigned i = 0; i < rm->ncommands && i < KCD_REDIS_CMD_SLOTS; i++)
+            commands += ld(&rm->commands[i]);
+        json_object_set_new(rj, "commands", json_integer((json_int_t)commands));
+        json_object_set_new(rj, "connected_clients", json_integer((json_int_t)ld(&rm->clients)));
+        json_object_set_new(rj, "connections", json_integer((json_int_t)ld(&rm->connections)));
+        json_object_set_new(rj, "keyspace_hits", json_integer((json_int_t)ld(&rm->hits)));
+        json_object_set_new(rj, "keyspace_misses", json_integer((json_int_t)ld(&rm->misses)));
+        json_object_set_new(rj, "errors", json_integer((json_int_t)ld(&rm->errors)));
+        json_object_set_new(root, "redis", rj);
+    }
     if (st) {
         json_t *s = json_object();
         json_object_set_new(s, "entries", json_integer((json_int_t)st->entries));

@@ -65,10 +65,17 @@ typedef struct kcd_metrics {
     uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
     uint64_t lat_sum_us, lat_count;
     kcd_redis_metrics redis;
-    double started; /* kc_now() at creation */
+    uint64_t store_max_bytes; /* --max-size, set once at start; 0 = no limit */
+    double started;           /* kc_now() at creation */
+    double started_unix;      /* wall-clock seconds since the epoch at creation */
 } kcd_metrics;
 
 void kcd_metrics_init(kcd_metrics *m);
+
+/* The status code counted in slot i of kcd_metrics.requests (0 for the
+ * last slot, "other"), and the slot a code is counted in. */
+int kcd_metrics_status_code(unsigned slot);
+unsigned kcd_metrics_status_slot(int status);
 
 /* Records one finished request. Thread-safe. */
 void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t bytes_in,
@@ -77,7 +84,9 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 void kcd_metrics_add(uint64_t *counter, uint64_t n);
 
 /* Renders Prometheus exposition text (malloc'd, caller frees). st may be NULL
- * when the store statistics could not be read. */
+ * when the store statistics could not be read. Besides kcached_* it carries
+ * the standard process_* series (CPU seconds, resident memory, open
+ * descriptors, start time) read from /proc/self at the time of the call. */
 char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, size_t *len);
 
 /* Renders /v1/stats JSON (malloc'd, caller frees); s3 (NULL: no S3 tier)

@@ -177,7 +177,7 @@ static bool get_streamed(kcd_exchange *x, kc_store *s, bool zstd, uint64_t env_l
         kcd_stream_free(st);
         return true;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
     r->stream_len = st->len;
     kcd_metrics_add(&x->m->hits, 1);
     envelope_headers(x, framed, env_len);
@@ -273,9 +273,23 @@ static void answer_span(kcd_exchange *x, kc_store_span *sp)
     envelope_headers(x, sp->zstd, sp->env_len);
 }
 
+/* Does the client check the envelope it receives (the kcache client
+ * decodes it and compares the payload with its SHA-256, refusing a
+ * mismatch)? Only such clients get a pack range with sendfile(2) or from
+ * a mapping, whose bytes are checked before the send, not while: a pack
+ * file rewritten in between would reach any other client as a complete
+ * 200 with wrong bytes. The header costs a client nothing to fake, but a
+ * client that fakes it only deceives itself. */
+static bool checks_envelopes(const kcd_request *req)
+{
+    const char *ua = kcd_req_header(req, "User-Agent");
+    return ua && !strncmp(ua, "kcache/", 7);
+}
+
 /* GET/HEAD /v1/artifacts/{key}, largest first: a body that is one range of
  * a pack file goes out with sendfile(2) after its bytes are checked (raw
- * payloads to every client, zstd frames to clients that accept zstd);
+ * payloads to every client, zstd frames to clients that accept zstd) to
+ * kcache clients, and through the store's reader to others;
  * compressed payloads for identity clients come from the memory cache
  * (verified copies, sent from a memfd when large) when it keeps bodies that
  * size; other large bodies stream through the store's bounded reader; small
@@ -292,11 +306,18 @@ void kcd_read_artifact(kcd_exchange *x, const kcd_request *req)
     kc_store_span sp;
     kc_code rc = kc_store_get_span(s, x->k.hex, zstd, &sp, &e);
     bool answered = false;
-    if (rc == KC_OK && sp.fd >= 0) {
+    if (rc == KC_OK && sp.fd >= 0 && checks_envelopes(req)) {
         answer_span(x, &sp);
         return;
     }
-    if (rc == KC_OK) {
+    if (rc == KC_OK && sp.fd >= 0) {
+        /* Checked, but sendfile(2) or the mapping would send whatever the
+         * file holds by then: a client that takes the body as it comes gets
+         * it through the reader, which hashes the bytes it sends and holds
+         * the last ones back until they pass. */
+        close(sp.fd);
+        answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
+    } else if (rc == KC_OK) {
         bool hot = !zstd && !sp.raw && kcd_hot_accepts(x->hot, (size_t)sp.env_len);
         if (sp.env_len >= KCD_LARGE_BODY && !hot)
             answered = get_streamed(x, s, zstd, sp.env_len, &rc, &e);
@@ -362,7 +383,7 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
         n = s->head_len - s->head_pos < cap ? s->head_len - s->head_pos : cap;
         memcpy(buf, s->head + s->head_pos, n);
         s->head_pos += n;
-        s->bytes += n;
+        __atomic_fetch_add(&s->bytes, n, __ATOMIC_RELAXED);
         if (s->metrics)
             kcd_metrics_add(&s->metrics->bytes_out, n);
         return (ssize_t)n;
@@ -379,15 +400,22 @@ ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap)
         s->failed = true;
         return -1;
     }
-    s->bytes += n;
+    __atomic_fetch_add(&s->bytes, n, __ATOMIC_RELAXED);
     if (s->metrics)
         kcd_metrics_add(&s->metrics->bytes_out, n);
     return (ssize_t)n;
 }
 
+void kcd_respond_stream(kcd_exchange *x, kcd_response *r, kcd_stream *st)
+{
+    st->refs = 2;
+    r->stream = st;
+    x->sent = st;
+}
+
 void kcd_stream_free(kcd_stream *s)
 {
-    if (!s)
+    if (!s || __atomic_fetch_sub(&s->refs, 1, __ATOMIC_ACQ_REL) > 1)
         return;
     if (s->cur || s->reader)
         kcd_log(KCD_LOG_DEBUG, "%s stream closed after %" PRIu64 " bytes",
@@ -410,7 +438,7 @@ static void answer_stream(kcd_exchange *x, kcd_stream *st, kc_code rc, const kc_
             kcd_answer_store_error(x, e);
         return;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
 }
 
 void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
@@ -495,7 +523,7 @@ void kcd_read_bundle(kcd_exchange *x, const kcd_request *req)
         kcd_stream_free(st);
         return;
     }
-    r->stream = st;
+    kcd_respond_stream(x, r, st);
 }
 
 /* POST /v1/bundle/select: streams a bundle of exactly the listed keys (those

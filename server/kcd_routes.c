@@ -527,13 +527,19 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     if (!x)
         return;
     int status = x->resp ? x->resp->status : 500;
-    /* body_len survives a caller taking the body; streams count themselves. */
-    if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0)
+    /* body_len survives a caller taking the body; a stream counts what it
+     * handed to the connection (and its bytes in the metrics itself). */
+    bool streamed = x->sent != NULL;
+    if (streamed) {
+        x->bytes_out = __atomic_load_n(&x->sent->bytes, __ATOMIC_RELAXED);
+        kcd_stream_free(x->sent);
+        x->sent = NULL;
+    } else if (x->resp && !x->resp->stream && strcmp(x->method, "HEAD") != 0) {
         x->bytes_out = x->resp->body_len;
+    }
     double now = kc_now(), dt = now - x->t0;
     kcd_status_tick(kcd_ctx_status(x->ctx), x->m, now);
-    kcd_metrics_request(x->m, x->route, status, x->bytes_in,
-                        (x->resp && x->resp->stream) ? 0 : x->bytes_out, dt);
+    kcd_metrics_request(x->m, x->route, status, x->bytes_in, streamed ? 0 : x->bytes_out, dt);
     if (status == 200 && (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
         kcd_s3_note_hit(x->s3, x->k.hex); /* keeps a hot key's bucket copy young */
     if (kcd_log_enabled(KCD_LOG_INFO))

@@ -61,6 +61,8 @@ typedef struct kcd_stream kcd_stream;
  * the stream, -1 on a failure (the transfer must then be aborted so the
  * client sees a truncated stream, never a short but "complete" one). */
 ssize_t kcd_stream_read(kcd_stream *s, uint8_t *buf, size_t cap);
+/* Drops one holder's reference (the response's, or the exchange's that
+ * logs the bytes sent); the last one frees the stream. */
 void kcd_stream_free(kcd_stream *s);
 
 typedef struct kcd_response {

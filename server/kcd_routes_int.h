@@ -45,8 +45,9 @@ struct kcd_stream {
                                 store handle: kc_store_reader_open) */
     uint64_t len;            /* reader: the body length */
     kcd_metrics *metrics;
-    uint64_t bytes;
+    uint64_t bytes; /* handed to the connection so far */
     bool failed;
+    int refs; /* the response's and the exchange's (kcd_respond_stream); 0 = one owner */
 };
 
 typedef enum body_kind {
@@ -72,6 +73,7 @@ struct kcd_exchange {
     const char *who;
     double t0;
     uint64_t bytes_in, bytes_out;
+    kcd_stream *sent;       /* the streamed body, kept to log the bytes that went out */
     int64_t content_length; /* -1 when absent */
     kcd_key k;              /* the artifact's, ccache path's or bundle query's key */
     char ccache_path[KCD_CCACHE_PATH_MAX + 1];
@@ -115,6 +117,9 @@ void kcd_read_artifact(kcd_exchange *x, const kcd_request *req);
 /* GET/HEAD /ccache/{path}. */
 void kcd_read_ccache(kcd_exchange *x);
 /* GET /v1/bundle?device=&kind=&tag=&since=. */
+/* Makes st (taken) r's body; the exchange keeps a reference, so its access
+ * log line gives the bytes that went out (kcd_exchange_finish). */
+void kcd_respond_stream(kcd_exchange *x, kcd_response *r, kcd_stream *st);
 void kcd_read_bundle(kcd_exchange *x, const kcd_request *req);
 /* POST /v1/bundle/select, once its body is in. */
 void kcd_read_select(kcd_exchange *x);

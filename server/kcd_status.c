@@ -14,6 +14,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include <kcache/kc_snapshot.h>
 #include <kcache/kc_util.h>
 
 typedef struct sample {
@@ -32,6 +33,8 @@ struct kcd_status {
     sample ring[KCD_STATUS_SAMPLES];
     unsigned nsamples, head; /* head: where the next sample goes */
     miss_slot top[KCD_STATUS_TOP_MISSES];
+    double ev_t;      /* when the page first saw the store's eviction count; 0 = never */
+    uint64_t ev_base; /* that count */
 };
 
 kcd_status *kcd_status_new(void)
@@ -116,17 +119,133 @@ static void esc(FILE *f, const char *t)
     }
 }
 
-static int group_row(const char *name, uint64_t entries, uint64_t bytes, uint64_t stored, void *ctx)
+/* v bytes in binary units: "512 B", "1.5 KiB", "3.2 GiB". */
+static void human_bytes(FILE *f, uint64_t v)
 {
-    FILE *f = ctx;
-    fputs("<tr><td>", f);
-    esc(f, *name ? name : "(none)");
-    fprintf(f, "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td></tr>\n", entries,
-            bytes, stored);
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double x = (double)v;
+    unsigned u = 0;
+    while (x >= 1024 && u < 5) {
+        x /= 1024;
+        u++;
+    }
+    if (u)
+        fprintf(f, "%.1f %s", x, units[u]);
+    else
+        fprintf(f, "%" PRIu64 " B", v);
+}
+
+/* A table row for a figure of /v1/stats: the cell carries the element id,
+ * the raw number (data-v) and where the page's script finds it again
+ * (data-k, "section.name"); bytes are shown in binary units. */
+static void figure(FILE *f, const char *label, const char *id, const char *k, uint64_t v,
+                   bool bytes)
+{
+    fprintf(f, "<tr><td>%s</td><td id=\"%s\" data-k=\"%s\" data-v=\"%" PRIu64 "\"%s>", label, id, k,
+            v, bytes ? " data-u=\"b\"" : "");
+    if (bytes)
+        human_bytes(f, v);
+    else
+        fprintf(f, "%" PRIu64, v);
+    fputs("</td></tr>\n", f);
+}
+
+/* Seconds as "3d 4h 12m" (minutes and seconds under an hour). */
+static void human_uptime(FILE *f, double s)
+{
+    uint64_t t = s > 0 ? (uint64_t)s : 0;
+    uint64_t d = t / 86400, h = t % 86400 / 3600, m = t % 3600 / 60;
+    if (d)
+        fprintf(f, "%" PRIu64 "d %" PRIu64 "h %" PRIu64 "m", d, h, m);
+    else if (h)
+        fprintf(f, "%" PRIu64 "h %" PRIu64 "m", h, m);
+    else
+        fprintf(f, "%" PRIu64 "m %" PRIu64 "s", m, t % 60);
+}
+
+#define KCD_STATUS_SNAPSHOTS 64
+
+/* A directory snapshot's slot: its manifests carry the slot's key as their
+ * "device", which the by-device table would otherwise show as a bare hash. */
+typedef struct snap_slot {
+    char slot[KC_KEY_HEX_LEN + 1];
+    char name[64];
+    uint64_t manifests, bytes;
+} snap_slot;
+
+typedef struct snap_walk {
+    snap_slot v[KCD_STATUS_SNAPSHOTS];
+    unsigned n;
+    bool more; /* slots past the table's size were left out */
+} snap_walk;
+
+static int snap_entry(const kc_entry_info *info, void *ctx)
+{
+    snap_walk *w = ctx;
+    for (unsigned i = 0; i < w->n; i++)
+        if (!strcmp(w->v[i].slot, info->device)) {
+            w->v[i].manifests++;
+            w->v[i].bytes += info->size;
+            return 0;
+        }
+    if (w->n == KCD_STATUS_SNAPSHOTS) {
+        w->more = true;
+        return 0;
+    }
+    snap_slot *sl = &w->v[w->n++];
+    snprintf(sl->slot, sizeof sl->slot, "%s", info->device);
+    /* the tag is "dir:NAME" */
+    snprintf(sl->name, sizeof sl->name, "%s", strncmp(info->tag, "dir:", 4) ? "?" : info->tag + 4);
+    sl->manifests = 1;
+    sl->bytes = info->size;
     return 0;
 }
 
-static void groups(FILE *f, kc_store *store, bool by_device)
+static const snap_slot *snap_find(const snap_walk *w, const char *device)
+{
+    for (unsigned i = 0; w && i < w->n; i++)
+        if (!strcmp(w->v[i].slot, device))
+            return &w->v[i];
+    return NULL;
+}
+
+/* What the by-kind table saw, for the Redis and ccache sections. */
+typedef struct group_walk {
+    FILE *f;
+    bool by_device;
+    const snap_walk *snaps; /* names for the devices that are snapshot slots */
+    uint64_t redis_keys, redis_bytes, ccache_entries, ccache_bytes;
+} group_walk;
+
+static int group_row(const char *name, uint64_t entries, uint64_t bytes, uint64_t stored, void *ctx)
+{
+    group_walk *g = ctx;
+    FILE *f = g->f;
+    if (!g->by_device && !strcmp(name, "redis")) {
+        g->redis_keys = entries;
+        g->redis_bytes = bytes;
+    } else if (!g->by_device && !strcmp(name, "blob")) { /* ccache's entries */
+        g->ccache_entries = entries;
+        g->ccache_bytes = bytes;
+    }
+    const snap_slot *sl = g->by_device ? snap_find(g->snaps, name) : NULL;
+    fputs("<tr><td>", f);
+    if (sl) {
+        fputs("snapshot <b>", f);
+        esc(f, sl->name);
+        fprintf(f, "</b> <code title=\"%s\">%.12s</code>", sl->slot, sl->slot);
+    } else {
+        esc(f, *name ? name : "(none)");
+    }
+    fprintf(f, "</td><td>%" PRIu64 "</td><td data-v=\"%" PRIu64 "\">", entries, bytes);
+    human_bytes(f, bytes);
+    fprintf(f, "</td><td data-v=\"%" PRIu64 "\">", stored);
+    human_bytes(f, stored);
+    fputs("</td></tr>\n", f);
+    return 0;
+}
+
+static void groups(FILE *f, kc_store *store, bool by_device, group_walk *g)
 {
     fprintf(f,
             "<h2>Store by %s</h2>\n<table id=\"by-%s\"><tr><th>%s</th><th>entries</th>"
@@ -134,7 +253,9 @@ static void groups(FILE *f, kc_store *store, bool by_device)
             by_device ? "device" : "kind", by_device ? "device" : "kind",
             by_device ? "device" : "kind");
     kc_err e = {0};
-    if (!store || kc_store_group_sizes(store, by_device, group_row, f, &e) != KC_OK) {
+    g->f = f;
+    g->by_device = by_device;
+    if (!store || kc_store_group_sizes(store, by_device, group_row, g, &e) != KC_OK) {
         fputs("<tr><td colspan=\"4\">unavailable: ", f);
         esc(f, e.msg);
         fputs("</td></tr>\n", f);
@@ -168,6 +289,37 @@ static void sparkline(FILE *f, const sample *ring, unsigned n, unsigned head)
             n < 2 ? " (a line needs two)" : "");
 }
 
+/* The page's one script: every KCD_STATUS_REFRESH_S it fetches /v1/stats
+ * (same origin, so the credentials the browser already sent go along) and
+ * puts each figure back into the cell whose data-k names it; rates (Redis
+ * commands per second, evictions per hour) become the change between two
+ * fetches. Inline, no library, nothing from elsewhere. */
+static const char kcd_status_script[] =
+    "(function(){"
+    "var U=['B','KiB','MiB','GiB','TiB','PiB'];"
+    "function hb(v){var u=0;while(v>=1024&&u<5){v/=1024;u++}return u?v.toFixed(1)+' '+U[u]:v+' B'}"
+    "function at(o,k){k=k.split('.');for(var i=0;i<k.length&&o!=null;i++)o=o[k[i]];return o}"
+    "function put(id,t){var e=document.getElementById(id);if(e)e.textContent=t}"
+    "var last=null;"
+    "function tick(){fetch('/v1/stats',{credentials:'same-origin',cache:'no-store'})"
+    ".then(function(r){if(!r.ok)throw new Error('HTTP '+r.status);return r.json()})"
+    ".then(function(s){"
+    "document.querySelectorAll('[data-k]').forEach(function(e){var v=at(s,e.dataset.k);"
+    "if(typeof v!=='number')return;e.dataset.v=v;e.textContent=e.dataset.u==='b'?hb(v):String(v)});"
+    "var mx=at(s,'server.store_max_bytes'),st=at(s,'store.stored_bytes');"
+    "if(mx>0&&st!=null)put('store_full',(100*st/mx).toFixed(1)+' %');"
+    "var now=Date.now()/1000;"
+    "if(last){var dt=now-last.t;"
+    "if(dt>0&&s.store&&last.s.store)put('evictions_per_hour',"
+    "((s.store.evictions-last.s.store.evictions)*3600/dt).toFixed(1));"
+    "if(dt>0&&s.redis&&last.s.redis)put('redis_commands_per_s',"
+    "((s.redis.commands-last.s.redis.commands)/dt).toFixed(1))}"
+    "last={t:now,s:s};"
+    "var d=document.getElementById('refreshed');"
+    "d.textContent='updated '+new Date().toISOString().substr(11,8)+' UTC';d.dataset.ok='1'})"
+    ".catch(function(e){put('refreshed','refresh failed: '+e.message)})}"
+    "tick();setInterval(tick,"; /* the period follows, then ");})();" */
+
 char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
 {
     char *buf = NULL;
@@ -176,6 +328,7 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     if (!f)
         return NULL;
     const kcd_metrics *m = v->m;
+    double now = kc_now(), uptime = now - m->started;
     uint64_t hits = __atomic_load_n(&m->hits, __ATOMIC_RELAXED);
     uint64_t misses = __atomic_load_n(&m->misses, __ATOMIC_RELAXED);
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -184,32 +337,65 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
           "table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
           "td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:12px}"
-          "code{font-size:12px}</style></head><body>\n<h1>kcached status</h1>\n",
+          "code{font-size:12px}</style></head><body>\n<h1>kcached status</h1>\n"
+          "<p class=\"note\" id=\"refreshed\">as of loading the page</p>\n",
           f);
     fputs("<h2>Requests</h2>\n<table>\n", f);
-    fprintf(f, "<tr><td>hits</td><td id=\"hits\">%" PRIu64 "</td></tr>\n", hits);
-    fprintf(f, "<tr><td>misses</td><td id=\"misses\">%" PRIu64 "</td></tr>\n", misses);
-    fprintf(f, "<tr><td>hit ratio</td><td id=\"hit_ratio\">%.3f</td></tr>\n",
-            hits + misses ? (double)hits / (double)(hits + misses) : 0.0);
-    fprintf(f, "<tr><td>bytes served</td><td id=\"bytes_out\">%" PRIu64 "</td></tr>\n",
-            __atomic_load_n(&m->bytes_out, __ATOMIC_RELAXED));
-    fprintf(f, "<tr><td>bytes received</td><td id=\"bytes_in\">%" PRIu64 "</td></tr>\n",
-            __atomic_load_n(&m->bytes_in, __ATOMIC_RELAXED));
-    fprintf(f, "<tr><td>memory cache hits</td><td id=\"memory_cache_hits\">%" PRIu64 "</td></tr>\n",
-            __atomic_load_n(&m->mem_hits, __ATOMIC_RELAXED));
-    fprintf(f, "<tr><td>corrupt reads</td><td id=\"corrupt\">%" PRIu64 "</td></tr>\n</table>\n",
-            __atomic_load_n(&m->corrupt, __ATOMIC_RELAXED));
+    figure(f, "hits", "hits", "server.hits", hits, false);
+    figure(f, "misses", "misses", "server.misses", misses, false);
+    fprintf(f, "<tr><td>hit ratio</td><td id=\"hit_ratio\">%.1f %%</td></tr>\n",
+            hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0);
+    figure(f, "bytes served", "bytes_out", "server.bytes_out",
+           __atomic_load_n(&m->bytes_out, __ATOMIC_RELAXED), true);
+    figure(f, "bytes received", "bytes_in", "server.bytes_in",
+           __atomic_load_n(&m->bytes_in, __ATOMIC_RELAXED), true);
+    figure(f, "memory cache hits", "memory_cache_hits", "server.memory_cache_hits",
+           __atomic_load_n(&m->mem_hits, __ATOMIC_RELAXED), false);
+    figure(f, "corrupt reads", "corrupt", "server.corrupt",
+           __atomic_load_n(&m->corrupt, __ATOMIC_RELAXED), false);
+    fputs("</table>\n", f);
+
+    fputs("<h2>Errors</h2>\n<table id=\"errors\"><tr><th>status</th><th>answers</th></tr>\n", f);
+    int shown_errors = 0;
+    for (unsigned c = 0; c < KCD_STATUS_SLOTS; c++) {
+        int code = kcd_metrics_status_code(c);
+        if (code && code < 400)
+            continue;
+        uint64_t sum = 0;
+        for (unsigned r = 0; r < KCD_R_COUNT; r++)
+            sum += __atomic_load_n(&m->requests[r][c], __ATOMIC_RELAXED);
+        if (!sum)
+            continue;
+        char label[16] = "other", id[32], k[48];
+        if (code)
+            snprintf(label, sizeof label, "%d", code);
+        snprintf(id, sizeof id, "errors_%s", label);
+        snprintf(k, sizeof k, "server.errors_by_code.%s", label);
+        figure(f, label, id, k, sum, false);
+        shown_errors++;
+    }
+    if (!shown_errors)
+        fputs("<tr><td colspan=\"2\">none</td></tr>\n", f);
+    fputs("</table>\n", f);
 
     fputs("<h2>Hit ratio over time</h2>\n", f);
     sample ring[KCD_STATUS_SAMPLES];
     miss_slot top[KCD_STATUS_TOP_MISSES];
     unsigned ns = 0, head = 0;
+    double ev_t = 0;
+    uint64_t ev_base = 0;
     if (s) {
         pthread_mutex_lock(&s->mu);
         memcpy(ring, s->ring, sizeof ring);
         memcpy(top, s->top, sizeof top);
         ns = s->nsamples;
         head = s->head;
+        if (v->st && s->ev_t == 0) { /* the first view starts the eviction rate */
+            s->ev_t = now;
+            s->ev_base = v->st->evictions;
+        }
+        ev_t = s->ev_t;
+        ev_base = s->ev_base;
         pthread_mutex_unlock(&s->mu);
     } else {
         memset(top, 0, sizeof top);
@@ -217,25 +403,111 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     sparkline(f, ring, ns, head);
 
     fputs("<h2>Store</h2>\n<table>\n", f);
+    fputs("<tr><td>size limit (--max-size)</td><td id=\"store_max_bytes\" "
+          "data-k=\"server.store_max_bytes\" data-u=\"b\"",
+          f);
+    if (m->store_max_bytes) {
+        fprintf(f, " data-v=\"%" PRIu64 "\">", m->store_max_bytes);
+        human_bytes(f, m->store_max_bytes);
+        fputs("</td></tr>\n", f);
+    } else {
+        fputs(" data-v=\"0\">none</td></tr>\n", f);
+    }
     if (v->st) {
-        fprintf(f, "<tr><td>entries</td><td id=\"entries\">%" PRIu64 "</td></tr>\n",
-                v->st->entries);
-        fprintf(f, "<tr><td>payload bytes</td><td id=\"logical_bytes\">%" PRIu64 "</td></tr>\n",
-                v->st->logical_bytes);
-        fprintf(f, "<tr><td>stored bytes</td><td id=\"stored_bytes\">%" PRIu64 "</td></tr>\n",
-                v->st->stored_bytes);
-        fprintf(f, "<tr><td>file bytes</td><td id=\"file_bytes\">%" PRIu64 "</td></tr>\n",
-                v->st->file_bytes);
-        fprintf(f, "<tr><td>evictions</td><td id=\"evictions\">%" PRIu64 "</td></tr>\n",
-                v->st->evictions);
-        fprintf(f, "<tr><td>quarantined</td><td id=\"quarantined\">%" PRIu64 "</td></tr>\n",
-                v->st->quarantined);
+        fputs("<tr><td>full (stored bytes of the limit)</td><td id=\"store_full\">", f);
+        if (m->store_max_bytes)
+            fprintf(f, "%.1f %%", 100.0 * (double)v->st->stored_bytes / (double)m->store_max_bytes);
+        else
+            fputs("no limit", f);
+        fputs("</td></tr>\n", f);
+        figure(f, "entries", "entries", "store.entries", v->st->entries, false);
+        figure(f, "payload bytes", "logical_bytes", "store.logical_bytes", v->st->logical_bytes,
+               true);
+        figure(f, "stored bytes", "stored_bytes", "store.stored_bytes", v->st->stored_bytes, true);
+        figure(f, "file bytes", "file_bytes", "store.file_bytes", v->st->file_bytes, true);
+        figure(f, "evictions", "evictions", "store.evictions", v->st->evictions, false);
+        fputs("<tr><td>evictions per hour</td><td id=\"evictions_per_hour\">", f);
+        if (now - ev_t >= 60)
+            fprintf(f, "%.1f", (double)(v->st->evictions - ev_base) * 3600.0 / (now - ev_t));
+        else
+            fputs("measuring", f);
+        fputs("</td></tr>\n", f);
+        figure(f, "quarantined", "quarantined", "store.quarantined", v->st->quarantined, false);
     } else {
         fputs("<tr><td colspan=\"2\">statistics unavailable</td></tr>\n", f);
     }
     fputs("</table>\n", f);
-    groups(f, v->store, false);
-    groups(f, v->store, true);
+    snap_walk *snaps = calloc(1, sizeof *snaps);
+    kc_filter manifests = {.kind = KC_SNAP_KIND_MANIFEST};
+    kc_err se = {0};
+    bool have_snaps =
+        snaps && v->store && kc_store_list(v->store, &manifests, snap_entry, snaps, &se) == KC_OK;
+    group_walk g = {0};
+    groups(f, v->store, false, &g);
+    group_walk by_device = {.snaps = have_snaps ? snaps : NULL};
+    groups(f, v->store, true, &by_device);
+
+    fputs("<h2>Directory snapshots</h2>\n<table id=\"snapshots\"><tr><th>snapshot</th>"
+          "<th>slot</th><th>manifests</th><th>manifest bytes</th></tr>\n",
+          f);
+    for (unsigned i = 0; have_snaps && i < snaps->n; i++) {
+        const snap_slot *sl = &snaps->v[i];
+        fputs("<tr><td>", f);
+        esc(f, sl->name);
+        fprintf(f, "</td><td><code title=\"%s\">%.12s</code></td><td>%" PRIu64 "</td><td>",
+                sl->slot, sl->slot, sl->manifests);
+        human_bytes(f, sl->bytes);
+        fputs("</td></tr>\n", f);
+    }
+    if (!have_snaps || !snaps->n)
+        fputs(have_snaps ? "<tr><td colspan=\"4\">none</td></tr>\n"
+                         : "<tr><td colspan=\"4\">unavailable</td></tr>\n",
+              f);
+    fputs("</table>\n", f);
+    if (have_snaps && snaps->more)
+        fprintf(f, "<p class=\"note\">The first %d slots are shown.</p>\n", KCD_STATUS_SNAPSHOTS);
+    free(snaps);
+
+    fputs("<h2>ccache</h2>\n<table id=\"ccache\">\n", f);
+    fprintf(f, "<tr><td>entries</td><td id=\"ccache_entries\">%" PRIu64 "</td></tr>\n",
+            g.ccache_entries);
+    fprintf(f, "<tr><td>bytes</td><td id=\"ccache_bytes\" data-v=\"%" PRIu64 "\">", g.ccache_bytes);
+    human_bytes(f, g.ccache_bytes);
+    fputs("</td></tr>\n", f);
+    figure(f, "hits", "ccache_hits", "ccache.hits",
+           __atomic_load_n(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(200)],
+                           __ATOMIC_RELAXED),
+           false);
+    figure(f, "misses", "ccache_misses", "ccache.misses",
+           __atomic_load_n(&m->requests[KCD_R_CCACHE_GET][kcd_metrics_status_slot(404)],
+                           __ATOMIC_RELAXED),
+           false);
+    fputs("</table>\n", f);
+
+    fputs("<h2>Redis</h2>\n", f);
+    const kcd_redis_metrics *rm = &m->redis;
+    if (rm->names) {
+        uint64_t commands = 0;
+        for (unsigned i = 0; i < rm->ncommands && i < KCD_REDIS_CMD_SLOTS; i++)
+            commands += __atomic_load_n(&rm->commands[i], __ATOMIC_RELAXED);
+        fputs("<table id=\"redis\">\n", f);
+        fprintf(f, "<tr><td>keys</td><td id=\"redis_keys\">%" PRIu64 "</td></tr>\n", g.redis_keys);
+        fprintf(f, "<tr><td>value bytes</td><td id=\"redis_bytes\" data-v=\"%" PRIu64 "\">",
+                g.redis_bytes);
+        human_bytes(f, g.redis_bytes);
+        fputs("</td></tr>\n", f);
+        figure(f, "connected clients", "redis_connected_clients", "redis.connected_clients",
+               __atomic_load_n(&rm->clients, __ATOMIC_RELAXED), false);
+        figure(f, "commands", "redis_commands", "redis.commands", commands, false);
+        fprintf(f,
+                "<tr><td>commands per second</td><td id=\"redis_commands_per_s\">%.1f</td></tr>\n",
+                uptime > 0 ? (double)commands / uptime : 0.0);
+        fputs("</table>\n<p class=\"note\">Commands per second: the average since start, then "
+              "the rate between two refreshes.</p>\n",
+              f);
+    } else {
+        fputs("<p id=\"redis_state\">not enabled (--redis-listen)</p>\n", f);
+    }
 
     fputs("<h2>Most missed keys</h2>\n<table id=\"top-misses\"><tr><th>key or ccache path</th>"
           "<th>misses</th></tr>\n",
@@ -292,8 +564,12 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     fputs("</td></tr>\n<tr><td>data directory</td><td>", f);
     esc(f, v->data_dir);
     fprintf(f, "</td></tr>\n<tr><td>TLS</td><td>%s</td></tr>\n", v->tls ? v->tls : "off");
-    fprintf(f, "<tr><td>uptime, s</td><td>%.0f</td></tr>\n</table>\n", kc_now() - m->started);
-    fputs("</body></html>\n", f);
+    fprintf(f, "<tr><td>uptime</td><td id=\"uptime\" data-v=\"%.0f\">", uptime);
+    human_uptime(f, uptime);
+    fputs("</td></tr>\n</table>\n<script>", f);
+    fputs(kcd_status_script, f);
+    fprintf(f, "%d);})();", (int)(KCD_STATUS_REFRESH_S * 1000));
+    fputs("</script>\n</body></html>\n", f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

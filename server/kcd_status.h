@@ -1,7 +1,8 @@
 /*
  * kcd_status.h - GET /status: one self-contained HTML page for the operator
  * who would rather look than read /metrics (inline CSS, an inline SVG
- * sparkline, no script, no external asset). It keeps what the counters do
+ * sparkline, one inline script that refreshes the figures from /v1/stats,
+ * no external asset). It keeps what the counters do
  * not: a small ring of hit/miss samples (one per KCD_STATUS_SAMPLE_S, the
  * last KCD_STATUS_SAMPLES) for the hit ratio over time, and the most
  * missed keys (a bounded space-saving top-N: counts are upper bounds once
@@ -19,6 +20,7 @@
 #define KCD_STATUS_SAMPLES 60
 #define KCD_STATUS_SAMPLE_S 10.0
 #define KCD_STATUS_TOP_MISSES 16
+#define KCD_STATUS_REFRESH_S 10.0 /* how often the page's script fetches /v1/stats */
 
 typedef struct kcd_status kcd_status;
 

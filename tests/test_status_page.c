@@ -6,7 +6,9 @@
  * ratio sparkline follows the samples it is fed (the sampling clock is a
  * parameter) and the top-N of missed keys keeps the most missed. With an S3
  * tier (s3rver), the page's S3 section shows the refresh figures of
- * /v1/stats.
+ * /v1/stats. The size limit, errors by code, the ccache and Redis sections
+ * and human units are checked against /v1/stats too, with the page's
+ * script allowed to run (Chromium's virtual time) and refresh them.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -18,18 +20,17 @@
 
 #include <kcache/kc_envelope.h>
 #include <kcache/kc_hash.h>
+#include <kcache/kc_snapshot.h>
 #include "kc_s3server.h"
 #include "kc_s3server_test.h"
 #include "kc_testserver.h"
 #include "kc_testutil.h"
 #include "kcd_status.h"
 
-static void put_artifact(const kc_testserver *ts, const char *seed, const char *kind,
-                         const char *device, char key[65])
+static void put_artifact_meta(const kc_testserver *ts, const char *seed, const char *kind,
+                              const char *meta, char key[65])
 {
     kc_sha256_hex(seed, strlen(seed), key);
-    char meta[128];
-    snprintf(meta, sizeof meta, "{\"device\":\"%s\"}", device);
     uint8_t payload[2000];
     kc_test_fill_random(payload, sizeof payload, strlen(seed));
     kc_artifact a;
@@ -48,6 +49,14 @@ static void put_artifact(const kc_testserver *ts, const char *seed, const char *
     free(env);
 }
 
+static void put_artifact(const kc_testserver *ts, const char *seed, const char *kind,
+                         const char *device, char key[65])
+{
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\"}", device);
+    put_artifact_meta(ts, seed, kind, meta, key);
+}
+
 static long get(const kc_testserver *ts, const char *path)
 {
     kc_http_result r;
@@ -57,14 +66,36 @@ static long get(const kc_testserver *ts, const char *path)
     return st;
 }
 
-/* The number in <td id="ID">N</td> of the page, or -1. */
+/* The number of the page's element id="ID": its data-v attribute (the raw
+ * figure behind a value shown in human units) when it has one, else the
+ * text that follows the tag; -1 when there is no such element. */
 static long long dom_figure(const char *dom, const char *id)
 {
     char pat[64];
-    int n = snprintf(pat, sizeof pat, "id=\"%s\">", id);
+    int n = snprintf(pat, sizeof pat, "id=\"%s\"", id);
     cr_assert(n > 0 && n < (int)sizeof pat, "element id too long: %s", id);
     const char *p = strstr(dom, pat);
-    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+    if (!p)
+        return -1;
+    const char *end = strchr(p, '>'), *dv = strstr(p, "data-v=\"");
+    if (dv && end && dv < end)
+        return strtoll(dv + 8, NULL, 10);
+    return end ? strtoll(end + 1, NULL, 10) : -1;
+}
+
+/* The text of the page's element id="ID" up to the next tag (static). */
+static const char *dom_text(const char *dom, const char *id)
+{
+    static char text[128];
+    char pat[64];
+    snprintf(pat, sizeof pat, "id=\"%s\"", id);
+    const char *p = strstr(dom, pat);
+    text[0] = 0;
+    if (p && (p = strchr(p, '>'))) {
+        size_t n = strcspn(p + 1, "<");
+        snprintf(text, sizeof text, "%.*s", (int)(n < sizeof text ? n : sizeof text - 1), p + 1);
+    }
+    return text;
 }
 
 static long long json_figure(json_t *stats, const char *section, const char *name)
@@ -74,10 +105,12 @@ static long long json_figure(json_t *stats, const char *section, const char *nam
     return (long long)json_integer_value(v);
 }
 
-/* Loads url in headless Chromium; returns the DOM, *console the console lines. */
-static char *chromium_dom(const char *url, const char *profile, char **console)
+/* Loads url in headless Chromium, letting its timers run for budget_ms of
+ * virtual time (0: none); returns the DOM, *console the console lines. */
+static char *chromium_dom_after(const char *url, const char *profile, int budget_ms, char **console)
 {
-    char dir_arg[512];
+    char dir_arg[512], budget[64];
+    snprintf(budget, sizeof budget, "--virtual-time-budget=%d", budget_ms);
     snprintf(dir_arg, sizeof dir_arg, "--user-data-dir=%s", profile);
     char *const argv[] = {"chromium",
                           "--headless",
@@ -88,7 +121,8 @@ static char *chromium_dom(const char *url, const char *profile, char **console)
                           "--enable-logging=stderr",
                           "--v=0",
                           "--dump-dom",
-                          (char *)url,
+                          budget_ms ? budget : (char *)url,
+                          budget_ms ? (char *)url : NULL,
                           NULL};
     kc_test_result r;
     cr_assert_eq(kc_test_run(argv, NULL, 0, 120, &r), 0, "chromium could not be started");
@@ -107,6 +141,11 @@ static char *chromium_dom(const char *url, const char *profile, char **console)
     r.out = NULL;
     kc_test_result_free(&r);
     return dom;
+}
+
+static char *chromium_dom(const char *url, const char *profile, char **console)
+{
+    return chromium_dom_after(url, profile, 0, console);
 }
 
 Test(status_page, chromium_shows_the_figures_of_v1_stats_without_console_messages, .timeout = 300)
@@ -274,4 +313,88 @@ Test(status_page, sparkline_follows_the_samples_and_top_misses_keep_the_most_mis
     cr_expect(strstr(html, "statistics unavailable"), "no store statistics given");
     free(html);
     kcd_status_free(s);
+}
+
+/* The operator's figures: the size limit and how full the store is, errors
+ * by status code, ccache's and Redis's sections, in human units, and the
+ * page's script refreshing them from /v1/stats (Chromium runs it: the
+ * "updated" line is written only after a fetch of /v1/stats succeeded). */
+#define MISSED_KEY "000000000000000000000000000000000000000000000000000000000000f00d"
+
+Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_refreshes,
+     .timeout = 300)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level",    "error",       "--max-size", "1M",
+                          "--redis-listen", "127.0.0.1:0", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    char k1[65], slot[65], meta[256];
+    put_artifact(&ts, "status-limit", "cpu-so", "cpu-x86_64-v3", k1);
+    /* a directory snapshot's manifest, as kcache dir push stores it: the
+     * slot's key as its device, "dir:NAME" as its tag */
+    kc_snapshot_key("inductor-cache", "cpu-x86_64-v3", "torch-2.5", slot);
+    snprintf(meta, sizeof meta, "{\"device\":\"%s\",\"tag\":\"dir:inductor-cache\"}", slot);
+    put_artifact_meta(&ts, "status-manifest", "dir-manifest", meta, k1);
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(&ts, "PUT", "/ccache/cc/a", NULL, "abc", 3, false, &r), 0);
+    cr_assert_eq(r.status, 201);
+    kc_http_result_free(&r);
+    cr_expect_eq(get(&ts, "/ccache/cc/a"), 200);
+    cr_expect_eq(get(&ts, "/ccache/cc/b"), 404);
+    cr_expect_eq(get(&ts, "/v1/artifacts/not-a-key"), 400);
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(get(&ts, "/v1/artifacts/" MISSED_KEY), 404);
+
+    char url[256], *profile = kc_test_path(ts.root, "chromium-profile"), *console = NULL;
+    snprintf(url, sizeof url, "%s/status", ts.url);
+    char *dom = chromium_dom_after(url, profile, 5000, &console);
+    cr_expect_str_empty(console, "console messages while loading /status:\n%s", console);
+    cr_expect(strstr(dom, "id=\"refreshed\" data-ok=\"1\""),
+              "the script never refreshed the page from /v1/stats:\n%s", dom);
+    cr_expect(!strncmp(dom_text(dom, "refreshed"), "updated ", 8), "%s",
+              dom_text(dom, "refreshed"));
+
+    json_t *stats = stats_json(&ts);
+    cr_expect_eq(dom_figure(dom, "store_max_bytes"), 1 << 20);
+    cr_expect_eq(json_figure(stats, "server", "store_max_bytes"), 1 << 20);
+    cr_expect_str_eq(dom_text(dom, "store_max_bytes"), "1.0 MiB");
+    long long stored = json_figure(stats, "store", "stored_bytes");
+    char want[32];
+    snprintf(want, sizeof want, "%.1f %%", 100.0 * (double)stored / (1 << 20));
+    cr_expect_str_eq(dom_text(dom, "store_full"), want);
+    cr_expect_eq(dom_figure(dom, "stored_bytes"), stored);
+    cr_expect(strstr(dom_text(dom, "stored_bytes"), " KiB"), "stored bytes of ~2 KB in KiB: %s",
+              dom_text(dom, "stored_bytes"));
+    json_t *errors = json_object_get(json_object_get(stats, "server"), "errors_by_code");
+    cr_assert(json_is_object(errors), "/v1/stats has no server.errors_by_code");
+    cr_expect_eq(json_integer_value(json_object_get(errors, "404")), 3); /* ccache + 2 artifacts */
+    cr_expect_eq(json_integer_value(json_object_get(errors, "400")), 1);
+    cr_expect_eq(dom_figure(dom, "errors_404"), 3);
+    cr_expect_eq(dom_figure(dom, "errors_400"), 1);
+    cr_expect_eq(dom_figure(dom, "errors_200"), -1, "successes are not errors");
+    cr_expect_eq(dom_figure(dom, "ccache_hits"), json_figure(stats, "ccache", "hits"));
+    cr_expect_eq(dom_figure(dom, "ccache_hits"), 1);
+    cr_expect_eq(dom_figure(dom, "ccache_misses"), 1);
+    cr_expect_eq(dom_figure(dom, "ccache_entries"), 1);
+    cr_expect_eq(dom_figure(dom, "redis_connected_clients"),
+                 json_figure(stats, "redis", "connected_clients"));
+    cr_expect_eq(dom_figure(dom, "redis_commands"), json_figure(stats, "redis", "commands"));
+    cr_expect_eq(dom_figure(dom, "redis_keys"), 0);
+    char shown[256];
+    snprintf(shown, sizeof shown, "snapshot <b>inductor-cache</b> <code title=\"%s\">%.12s</code>",
+             slot, slot);
+    cr_expect(strstr(dom, shown), "the snapshot's slot named as a snapshot in by-device:\n%s", dom);
+    snprintf(shown, sizeof shown, "<td>%s</td>", slot);
+    cr_expect_null(strstr(dom, shown), "the slot's bare hash in the device column");
+    cr_expect(strstr(dom, "<td>inductor-cache</td><td><code"), "the snapshots table:\n%s", dom);
+    const char *up = dom_text(dom, "uptime");
+    int mins = -1, secs = -1;
+    cr_expect(sscanf(up, "%dm %ds", &mins, &secs) == 2 && mins >= 0 && secs >= 0 && secs < 60,
+              "uptime in minutes and seconds: %s", up);
+    json_decref(stats);
+    free(dom);
+    free(console);
+    free(profile);
+    kc_testserver_cleanup(&ts);
 }
