@@ -293,7 +293,8 @@ static void sparkline(FILE *f, const sample *ring, unsigned n, unsigned head)
  * (same origin, so the credentials the browser already sent go along) and
  * puts each figure back into the cell whose data-k names it; rates (Redis
  * commands per second, evictions per hour) become the change between two
- * fetches. Inline, no library, nothing from elsewhere. */
+ * fetches. Inline, no library, nothing from elsewhere; it sits in <head>
+ * because only scripts there are named in the page's policy (kcd_routes.c). */
 static const char kcd_status_script[] =
     "(function(){"
     "var U=['B','KiB','MiB','GiB','TiB','PiB'];"
@@ -318,7 +319,10 @@ static const char kcd_status_script[] =
     "var d=document.getElementById('refreshed');"
     "d.textContent='updated '+new Date().toISOString().substr(11,8)+' UTC';d.dataset.ok='1'})"
     ".catch(function(e){put('refreshed','refresh failed: '+e.message)})}"
-    "tick();setInterval(tick,"; /* the period follows, then ");})();" */
+    /* in <head>, where the Content-Security-Policy lets it run: start once the
+     * cells exist */
+    "document.addEventListener('DOMContentLoaded',function(){tick();setInterval(tick,";
+/* the period follows, then ");});})();" */
 
 char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
 {
@@ -337,7 +341,11 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
           "table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
           "td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:12px}"
-          "code{font-size:12px}</style></head><body>\n<h1>kcached status</h1>\n"
+          "code{font-size:12px}</style><script>",
+          f);
+    fputs(kcd_status_script, f);
+    fprintf(f, "%d);});})();", (int)(KCD_STATUS_REFRESH_S * 1000));
+    fputs("</script></head><body>\n<h1>kcached status</h1>\n"
           "<p class=\"note\" id=\"refreshed\">as of loading the page</p>\n",
           f);
     fputs("<h2>Requests</h2>\n<table>\n", f);
@@ -566,10 +574,7 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     fprintf(f, "</td></tr>\n<tr><td>TLS</td><td>%s</td></tr>\n", v->tls ? v->tls : "off");
     fprintf(f, "<tr><td>uptime</td><td id=\"uptime\" data-v=\"%.0f\">", uptime);
     human_uptime(f, uptime);
-    fputs("</td></tr>\n</table>\n<script>", f);
-    fputs(kcd_status_script, f);
-    fprintf(f, "%d);})();", (int)(KCD_STATUS_REFRESH_S * 1000));
-    fputs("</script>\n</body></html>\n", f);
+    fputs("</td></tr>\n</table>\n</body></html>\n", f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
