@@ -514,6 +514,11 @@ kcd_exchange *kcd_exchange_begin(kcd_ctx *ctx, const kcd_request *req)
         memcpy(x->path + i - 3, "...", 3);
     snprintf(x->remote, sizeof x->remote, "%s", req->remote ? req->remote : "-");
     route(x, req);
+    /* noted when answered, not when the last byte left: a client that reads the
+     * answer and then asks the tier anything finds the check already queued */
+    if (x->resp && x->resp->status == 200 &&
+        (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
+        kcd_s3_note_hit(x->s3, x->k.hex); /* keeps a hot key's bucket copy young */
     return x;
 }
 
@@ -540,8 +545,6 @@ void kcd_exchange_finish(kcd_exchange *x, bool completed)
     double now = kc_now(), dt = now - x->t0;
     kcd_status_tick(kcd_ctx_status(x->ctx), x->m, now);
     kcd_metrics_request(x->m, x->route, status, x->bytes_in, streamed ? 0 : x->bytes_out, dt);
-    if (status == 200 && (x->route == KCD_R_ARTIFACT_GET || x->route == KCD_R_ARTIFACT_HEAD))
-        kcd_s3_note_hit(x->s3, x->k.hex); /* keeps a hot key's bucket copy young */
     if (kcd_log_enabled(KCD_LOG_INFO))
         kcd_log(KCD_LOG_INFO, "access %s \"%s %s\" %d %" PRIu64 " %" PRIu64 " %.3fms %s%s",
                 x->remote, x->method, x->path, status, x->bytes_in, x->bytes_out, dt * 1e3, x->who,
