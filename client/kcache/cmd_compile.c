@@ -113,7 +113,7 @@ static int parse_opts(kc_cli *cli, int argc, char **argv, copts *o, bool need_gr
         {"--jobs", "-j", KC_OPT_INT, &o->jobs, 0, 256, "N", "compile this many kernels at once",
          "one per CPU", "compile,run,prewarm"},
         {"--iters", NULL, KC_OPT_INT, &o->iters, 1, INT_MAX, "N",
-         "run the graph N times and report the time of one", "1", "run"},
+         "run the graph N times after a warm-up call; report the median and minimum", "1", "run"},
         {"--threads", NULL, KC_OPT_INT, &o->threads, 1, 4096, "N",
          "run kernels on N threads (a run-time choice, never part of a key)", "every CPU",
          "compile,run,prewarm"},
