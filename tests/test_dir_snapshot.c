@@ -1405,7 +1405,10 @@ static uint8_t *get_envelope(const char *key, size_t *len)
     cr_assert_eq(kc_testserver_http(&ts, "GET", path, NULL, NULL, 0, false, &h), 0);
     cr_assert_eq(h.status, 200, "GET %s: %ld", key, h.status);
     *len = h.len;
-    return h.body; /* kc_http_result_free would free it: handed over */
+    uint8_t *body = h.body; /* handed over; the rest of the result is freed */
+    h.body = NULL;
+    kc_http_result_free(&h);
+    return body;
 }
 
 Test(dir_snapshot, dir_pull_refuses_a_signed_manifest_replayed_into_another_slot)

@@ -416,3 +416,16 @@ void kc_test_log_to_stderr(void)
 {
     kc_log_set(log_to_stderr, NULL);
 }
+
+#ifdef __SANITIZE_ADDRESS__
+/* LeakSanitizer asks this at exit. Criterion runs every test in a worker
+ * process (boxfort sets BXFI_MAP there), where the code under test runs and
+ * leaks are checked; the runner process runs none of it, and Criterion 2.4's
+ * runner leaks a 48-byte timeout record when two tests with .timeout end
+ * together, which failed whole suites with no kcache frame in the stack. */
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void)
+{
+    return getenv("BXFI_MAP") == NULL;
+}
+#endif
