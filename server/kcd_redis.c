@@ -518,12 +518,17 @@ static void commit_batch(kcd_redis *r, rconn *batch)
         next = c->qnext;
         rworker *w = c->w;
         pthread_mutex_lock(&w->done_mu);
+        /* one wake-up per worker and batch: a list that was not empty has
+         * one on its way, and the worker takes the whole list after it */
+        bool wake = w->done == NULL;
         c->qnext = w->done;
         w->done = c;
         pthread_mutex_unlock(&w->done_mu);
-        uint64_t one = 1;
-        ssize_t ignored = write(w->done_fd, &one, sizeof one);
-        (void)ignored;
+        if (wake) {
+            uint64_t one = 1;
+            ssize_t ignored = write(w->done_fd, &one, sizeof one);
+            (void)ignored;
+        }
     }
 }
 
