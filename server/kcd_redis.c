@@ -465,7 +465,7 @@ void kcd_redis_defer(rconn *c)
  * pipelining SET, GET, SET, GET waits for one commit, not one per SET. A
  * read here sees the batch's writes (the committer's own transaction) and
  * its reply waits for the commit with theirs: replies stay in order and
- * none shows a write before it is durable. Else leaves the buffer as it was
+ * none shows a write before it is committed. Else leaves the buffer as it was
  * for the worker. */
 static bool next_batched(rconn *c)
 {
