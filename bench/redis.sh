@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# bench/redis.sh - kcached's Redis protocol (--redis-listen) against a real
-# redis-server (the anchor: in memory, persisting nothing) on loopback, same
-# redis-benchmark settings, same run: GET and SET of 4 KiB and 1 MiB values,
-# without and with pipelining (-P 16). Prints a Markdown table; no assertions.
+# bench/redis.sh - kcached's Redis protocol (--redis-listen) against real
+# redis-servers on loopback, same redis-benchmark settings, same run: GET and
+# SET of 4 KiB and 1 MiB values, without and with pipelining (-P 16), against
+# an in-memory redis-server (persisting nothing); SET 4 KiB also against a
+# redis-server with `appendfsync always` (an answered write is on disk, as
+# kcached's are); and one connection pipelining SET k, GET k pairs (each GET
+# reads the SET just before it) through `redis-cli --pipe`, timed.
+# Prints a Markdown table; no assertions.
 #
 #   bench/redis.sh [BUILD_DIR]       (default: build)
 #   env: THREADS (kcached threads, default nproc), CONNS (50), N4K (50000),
-#        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16)
+#        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16), NMIX (5000 pairs)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build}
@@ -18,10 +22,11 @@ N1M=${N1M:-1000}
 KEYS4K=${KEYS4K:-1000}
 KEYS1M=${KEYS1M:-32}
 PIPE=${PIPE:-16}
+NMIX=${NMIX:-5000}
 [[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$SRC/bench/lib.sh"
-bench_need redis-benchmark redis-server redis-cli
+bench_need redis-benchmark redis-server redis-cli curl
 wait_ping() { # PORT PID
     for _ in $(seq 1 1000); do
         redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
@@ -46,6 +51,14 @@ redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemon
 PIDS+=($!)
 wait_ping "$RPORT" "$!" || { cat "$T/redis.log" >&2; exit 1; }
 
+# the durable anchor: every write fsynced to its append-only file before the reply
+FPORT=$(free_port)
+mkdir -p "$T/fsync"
+redis-server --bind 127.0.0.1 --port "$FPORT" --save '' --appendonly yes --appendfsync always \
+    --daemonize no --dir "$T/fsync" --logfile "$T/redis-fsync.log" &
+PIDS+=($!)
+wait_ping "$FPORT" "$!" || { cat "$T/redis-fsync.log" >&2; exit 1; }
+
 # bench PORT SIZE N KEYS PIPE -> "set_rps get_rps" (SET first fills the keys GET reads)
 bench() {
     local out
@@ -57,6 +70,29 @@ bench() {
     echo "${s:-0} ${g:-0}"
 }
 
+# mixed PORT -> pairs/s of "SET k v; GET k" (4 KiB) pipelined on one connection
+python3 - "$NMIX" "$KEYS4K" >"$T/mixed.resp" <<'PY'
+import sys
+n, keys = int(sys.argv[1]), int(sys.argv[2])
+out = sys.stdout.buffer
+val = b"x" * 4096
+def cmd(*args):
+    out.write(b"*%d\r\n" % len(args))
+    for a in args:
+        out.write(b"$%d\r\n%s\r\n" % (len(a), a))
+for i in range(n):
+    k = b"mix:%d" % (i % keys)
+    cmd(b"SET", k, val)
+    cmd(b"GET", k)
+PY
+mixed() {
+    local t0 t1 out
+    t0=$(date +%s.%N)
+    out=$(redis-cli -p "$1" --pipe <"$T/mixed.resp" 2>&1)
+    t1=$(date +%s.%N)
+    grep -q "errors: 0, replies: $((2 * NMIX))" <<<"$out" || { echo "mixed pipeline on port $1: $out" >&2; echo 0; return; }
+    python3 -c "import sys; print(int(sys.argv[1]) / (float(sys.argv[3]) - float(sys.argv[2])))" "$NMIX" "$t0" "$t1"
+}
 
 echo "| benchmark | kcached | redis-server | ratio | goal |"
 echo "|---|---:|---:|---:|---|"
@@ -68,8 +104,24 @@ for size in 4096 1048576; do
         pl=$([[ $p = 1 ]] && echo "no pipelining" || echo "-P $p")
         goal=$([[ $size = 4096 ]] && echo ">= 0.5" || echo "-")
         printf '| GET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$kg" "$rg" "$(ratio "$kg" "$rg")" "$goal"
-        printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | - |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")"
+        sgoal=-
+        [[ $size = 4096 && $p = 1 ]] && sgoal=">= 0.5"
+        [[ $size = 4096 && $p != 1 ]] && sgoal=">= 0.3"
+        printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")" "$sgoal"
+        if [[ $size = 4096 ]]; then
+            read -r fs _ < <(bench "$FPORT" "$size" "$n" "$keys" "$p")
+            printf '| SET %s, ops/s (%s), anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
+                "$label" "$pl" "$ks" "$fs" "$(ratio "$ks" "$fs")"
+        fi
     done
 done
+# kcached's group commits for the mixed pipeline: a figure the machine's load does not move
+commits() { curl -s "http://127.0.0.1:$(cat "$T/kport")/metrics" | awk '$1 == "kcached_redis_write_commits_total" {print $2}'; }
+c0=$(commits)
+km=$(mixed "$KPORT")
+c1=$(commits)
+rm_=$(mixed "$RPORT")
+printf '| SET k + GET k pairs of 4 KiB, one connection (redis-cli --pipe), pairs/s | %.0f | %.0f | %s | >= 0.33 |\n' \
+    "$km" "$rm_" "$(ratio "$km" "$rm_")"
 echo
-echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K, 1 MiB: $N1M); kcached --threads $THREADS, redis-server single-threaded; $(redis-server --version | cut -d' ' -f1-3)."
+echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K, 1 MiB: $N1M); kcached --threads $THREADS, redis-server single-threaded; mixed pipeline: $NMIX pairs, $((c1 - c0)) kcached commits for its $NMIX SETs; load average $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)."

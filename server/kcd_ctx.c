@@ -41,6 +41,7 @@ typedef struct ctx_thread {
     unsigned depth; /* kcd_ctx_batch_begin nesting; 0 = no batch */
     pending_write *pending;
     size_t npending, cap;
+    bool untracked; /* the open batch wrote a key missing from pending */
 } ctx_thread;
 
 struct kcd_ctx {
@@ -137,6 +138,7 @@ static void pending_clear(ctx_thread *t)
     for (size_t i = 0; i < t->npending; i++)
         free(t->pending[i].env);
     t->npending = 0;
+    t->untracked = false;
 }
 
 void kcd_ctx_free(kcd_ctx *ctx)
@@ -270,12 +272,30 @@ void kcd_value_free(kcd_value *v)
     memset(v, 0, sizeof *v);
 }
 
+/* True when this thread's open batch wrote key (hex): then only this
+ * thread's store handle knows its value. The memory cache may hold the
+ * value from before (another thread can put it back after the write door
+ * dropped it), and must not get the new one before the batch commits. */
+static bool batch_wrote(const kcd_ctx *ctx, const char *hex)
+{
+    const ctx_thread *t = kcd_tls.gen == ctx->gen ? kcd_tls.t : NULL;
+    if (!t || t->depth == 0)
+        return false;
+    if (t->untracked)
+        return true;
+    for (size_t i = t->npending; i-- > 0;)
+        if (!memcmp(t->pending[i].key, hex, KC_KEY_HEX_LEN))
+            return true;
+    return false;
+}
+
 kc_code kcd_ctx_get(kcd_ctx *ctx, int ns, const kcd_key *k, kcd_fetch_fn fetch, void *ud,
                     kcd_value *out, kc_err *err)
 {
     memset(out, 0, sizeof *out);
     bool refresh = false;
-    kcd_blob *b = kcd_hot_get_bin(ctx->hot, ns, k->bin, kc_now(), &refresh);
+    bool uncommitted = batch_wrote(ctx, k->hex);
+    kcd_blob *b = uncommitted ? NULL : kcd_hot_get_bin(ctx->hot, ns, k->bin, kc_now(), &refresh);
     if (b && !refresh) {
         out->blob = b;
         out->data = b->data;
@@ -299,7 +319,8 @@ kc_code kcd_ctx_get(kcd_ctx *ctx, int ns, const kcd_key *k, kcd_fetch_fn fetch, 
         kcd_hot_drop_bin(ctx->hot, k->bin);
         return rc;
     }
-    kcd_hot_put_bin(ctx->hot, ns, k->bin, body, len, kc_now(), epoch);
+    if (!uncommitted)
+        kcd_hot_put_bin(ctx->hot, ns, k->bin, body, len, kc_now(), epoch);
     out->owned = body;
     out->data = body;
     out->len = len;
@@ -379,6 +400,7 @@ static void door_leave(kcd_ctx *ctx, ctx_thread *t, const char *key, kc_code rc,
         size_t cap = t->cap ? t->cap * 2 : 64;
         pending_write *p = realloc(t->pending, cap * sizeof *p);
         if (!p) { /* out of memory: the key cannot wait for the batch's end */
+            t->untracked = true;
             kcd_hot_drop(ctx->hot, key);
             kcd_ctx_note_write(ctx);
             if (copy)

@@ -119,7 +119,9 @@ void kcd_value_free(kcd_value *v);
  * the memory cache unless its copy is due for a trip to the store (once per
  * refresh interval, to notice entries removed behind kcached's back), else
  * by fetch on this thread's store handle; what fetch returns is kept in
- * the memory cache unless a write dropped the key meanwhile.
+ * the memory cache unless a write dropped the key meanwhile. A key this
+ * thread's open batch wrote is read from its store handle alone (the batch's
+ * value) and not kept in the memory cache before the commit.
  * fetch NULL: the memory cache alone; KC_ERR_NOT_FOUND when it has no
  * fresh copy (err is not touched and may be NULL). On any error from fetch the memory cache
  * forgets the key (gone or corrupt for every client). On an error *out is

@@ -460,10 +460,14 @@ void kcd_redis_defer(rconn *c)
 }
 
 /* On the committer, which owns c while it waits: when the next command in
- * c's buffer is complete and a write c may run, takes it as c's pending
- * command (pipelined writes join the batch). Else leaves the buffer as it
- * was for the worker. */
-static bool next_write(rconn *c)
+ * c's buffer is complete and a write c may run, or a plain read (GET), takes
+ * it as c's pending command: pipelined commands join the batch, so a client
+ * pipelining SET, GET, SET, GET waits for one commit, not one per SET. A
+ * read here sees the batch's writes (the committer's own transaction) and
+ * its reply waits for the commit with theirs: replies stay in order and
+ * none shows a write before it is committed. Else leaves the buffer as it was
+ * for the worker. */
+static bool next_batched(rconn *c)
 {
     if (c->closing || c->out.failed || c->in_off >= c->in_len ||
         c->out.len - c->out_off >= KCD_REDIS_OUT_HIGH)
@@ -474,7 +478,7 @@ static bool next_write(rconn *c)
     size_t used = 0;
     kcd_resp_status st = parse_next(c, &used);
     bool ok = st == KCD_RESP_CMD && c->p.argc > 0 && set_args(c, c->in + c->in_off) &&
-              kcd_redis_take_write(c);
+              kcd_redis_take_batched(c);
     if (!ok) { /* the worker parses it again from its first byte */
         kcd_resp_parser_free(&c->p);
         kcd_resp_parser_init(&c->p);
@@ -498,10 +502,9 @@ static void commit_batch(kcd_redis *r, rconn *batch)
         c->batch_out0 = c->pending_out0;
         c->batch_n = 0;
         do {
-            kcd_redis_run_pending(c);
+            n += kcd_redis_run_pending(c);
             c->batch_n++;
-        } while (c->batch_n < KCD_REDIS_PIPELINED_WRITES && next_write(c));
-        n += c->batch_n;
+        } while (c->batch_n < KCD_REDIS_PIPELINED_BATCH && next_batched(c));
     }
     kcd_metrics_add(&r->m->redis.writes, n);
     if (batched && kcd_ctx_batch_end(r->ctx, true, &e) != KC_OK) {
@@ -515,12 +518,17 @@ static void commit_batch(kcd_redis *r, rconn *batch)
         next = c->qnext;
         rworker *w = c->w;
         pthread_mutex_lock(&w->done_mu);
+        /* one wake-up per worker and batch: a list that was not empty has
+         * one on its way, and the worker takes the whole list after it */
+        bool wake = w->done == NULL;
         c->qnext = w->done;
         w->done = c;
         pthread_mutex_unlock(&w->done_mu);
-        uint64_t one = 1;
-        ssize_t ignored = write(w->done_fd, &one, sizeof one);
-        (void)ignored;
+        if (wake) {
+            uint64_t one = 1;
+            ssize_t ignored = write(w->done_fd, &one, sizeof one);
+            (void)ignored;
+        }
     }
 }
 

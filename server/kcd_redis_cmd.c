@@ -903,7 +903,7 @@ const rcmd kcd_redis_commands[] = {
     {"hello", cmd_hello, -1, F_NOAUTH, 0, 0, 0},
     {"client", kcd_redis_cmd_client, -2, 0, 0, 0, 0},
     {"select", cmd_select, 2, 0, 0, 0, 0},
-    {"get", cmd_get, 2, F_READ, 1, 1, 1},
+    {"get", cmd_get, 2, F_READ | F_BATCHREAD, 1, 1, 1},
     {"mget", cmd_mget, -2, F_READ, 1, -1, 1},
     {"set", cmd_set, -3, F_WRITE | F_GETOPT, 1, 1, 1},
     {"getset", cmd_getset, 3, F_READ | F_WRITE, 1, 1, 1},
@@ -911,16 +911,16 @@ const rcmd kcd_redis_commands[] = {
     {"getex", cmd_getex, -2, F_READ | F_WRITE, 1, 1, 1},
     {"setex", cmd_setex, 4, F_WRITE, 1, 1, 1},
     {"psetex", cmd_setex, 4, F_WRITE, 1, 1, 1},
-    {"exists", cmd_exists, -2, F_READ, 1, -1, 1},
+    {"exists", cmd_exists, -2, F_READ | F_BATCHREAD, 1, -1, 1},
     {"del", cmd_del, -2, F_WRITE, 1, -1, 1},
     {"unlink", cmd_del, -2, F_WRITE, 1, -1, 1},
     {"expire", cmd_expire, -3, F_WRITE, 1, 1, 1},
     {"pexpire", cmd_expire, -3, F_WRITE, 1, 1, 1},
     {"persist", cmd_persist, 2, F_WRITE, 1, 1, 1},
-    {"ttl", cmd_ttl, 2, F_READ, 1, 1, 1},
-    {"pttl", cmd_ttl, 2, F_READ, 1, 1, 1},
-    {"strlen", cmd_strlen, 2, F_READ, 1, 1, 1},
-    {"type", cmd_type, 2, F_READ, 1, 1, 1},
+    {"ttl", cmd_ttl, 2, F_READ | F_BATCHREAD, 1, 1, 1},
+    {"pttl", cmd_ttl, 2, F_READ | F_BATCHREAD, 1, 1, 1},
+    {"strlen", cmd_strlen, 2, F_READ | F_BATCHREAD, 1, 1, 1},
+    {"type", cmd_type, 2, F_READ | F_BATCHREAD, 1, 1, 1},
     {"dbsize", kcd_redis_cmd_dbsize, 1, F_READ, 0, 0, 0},
     {"keys", kcd_redis_cmd_keys, 2, F_READ, 0, 0, 0},
     {"scan", kcd_redis_cmd_scan, -2, F_READ, 0, 0, 0},
@@ -1049,13 +1049,14 @@ static void reply_refusal(rconn *c, const rcmd *d, int why)
                          d->name);
 }
 
-bool kcd_redis_take_write(rconn *c)
+bool kcd_redis_take_batched(rconn *c)
 {
     if (c->tx) /* inside MULTI a command is queued by the worker */
         return false;
     const rcmd *d = kcd_redis_find_command(ARG(0), ARGL(0));
-    if (!d || !(d->flags & (F_WRITE | F_COMMIT)) || refusal(c, d))
+    if (!d || !(d->flags & (F_WRITE | F_COMMIT | F_BATCHREAD)) || refusal(c, d))
         return false;
+    __atomic_store_n(&c->last_cmd, (const void *)d, __ATOMIC_RELAXED);
     c->pending = d;
     c->pending_out0 = c->out.len;
     c->pending_t0 = kc_now();
@@ -1094,12 +1095,13 @@ void kcd_redis_execute(rconn *c)
     command_done(c, d, t0, out0, false, 0);
 }
 
-void kcd_redis_run_pending(rconn *c)
+bool kcd_redis_run_pending(rconn *c)
 {
     const rcmd *d = c->pending;
     double t = kc_now();
     d->fn(c);
     command_done(c, d, c->pending_t0, c->pending_out0, true, kc_now() - t);
+    return (d->flags & (F_WRITE | F_COMMIT)) != 0;
 }
 
 /* ------------------------------------------------------------ transactions */

@@ -25,6 +25,10 @@ enum {
     F_ADMIN = 16,  /* needs the admin scope */
     F_COMMIT = 32, /* runs on the committer without needing the write scope */
     F_TXCTL = 64,  /* runs at once inside MULTI rather than being queued */
+    /* a read that may join the committer's open batch when a client
+     * pipelines it behind a write (it sees the batch's writes; its reply
+     * goes out with theirs, after the commit) */
+    F_BATCHREAD = 128,
 };
 
 typedef struct rcmd {

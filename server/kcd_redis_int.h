@@ -33,8 +33,8 @@
 #define KCD_REDIS_UNAUTH_BULK 16384
 #define KCD_REDIS_READ_CHUNK (64u * 1024)
 #define KCD_REDIS_ADDR_BUCKETS 256
-/* Pipelined writes of one connection taken into one batch at most. */
-#define KCD_REDIS_PIPELINED_WRITES 64
+/* Pipelined commands of one connection taken into one batch at most. */
+#define KCD_REDIS_PIPELINED_BATCH 64
 
 /* Connections open from one client address. */
 struct raddr {
@@ -155,13 +155,15 @@ void kcd_redis_execute(rconn *c);
 void kcd_redis_defer(rconn *c);
 
 /* The committer's side: runs c's pending command (the handler, counters,
- * access log). In a batch the store writes join the open transaction. */
-void kcd_redis_run_pending(rconn *c);
+ * access log). In a batch the store writes join the open transaction.
+ * True when the command was a write (not a read that joined the batch). */
+bool kcd_redis_run_pending(rconn *c);
 
-/* On the committer: when c's command (argc/argv, parsed) is a write that
- * c may run (arity, AUTH and scope checked), makes it c's pending command
- * and returns true; else false, nothing changed. */
-bool kcd_redis_take_write(rconn *c);
+/* On the committer: when c's command (argc/argv, parsed) is a write, or a
+ * read that may join the batch (F_BATCHREAD), that c may run (arity, AUTH
+ * and scope checked), makes it c's pending command and returns true; else
+ * false, nothing changed. */
+bool kcd_redis_take_batched(rconn *c);
 
 /* Continues the MGET paused at c->resume_next (kcd_redis_reply_paused). */
 void kcd_redis_resume(rconn *c);
@@ -176,7 +178,8 @@ bool kcd_redis_reply_paused(const rconn *c);
  * nothing more for this value. */
 bool kcd_redis_reply_room(rconn *c, size_t n);
 
-/* After a failed batch commit: c's replies in the batch (batch_n of them
+/* After a failed batch commit: c's replies in the batch (batch_n of them,
+ * reads that joined it included: they may have shown its writes)
  * from batch_out0) are replaced by this error each. */
 void kcd_redis_reply_failed(rconn *c, const kc_err *e);
 

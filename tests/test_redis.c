@@ -373,6 +373,55 @@ Test(redis, pipelined_writes_share_a_commit_in_order)
     rs_stop(&rs);
 }
 
+/* Reads pipelined between writes join the writes' commit: a client
+ * sending SET k, GET k pairs waits for one commit per batch, not one per
+ * SET, and each read answers, in order, with the value the write before it
+ * stored (never the value from before the batch, which the memory cache
+ * held). Deletes and TTLs in the batch are seen by the reads after them. */
+Test(redis, pipelined_reads_between_writes_see_them_in_one_commit)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    int fd = rconnect(&rs);
+    /* the old value in the memory cache first */
+    char *got =
+        exchange(fd, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nold\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                 strlen("+OK\r\n$3\r\nold\r\n"));
+    cr_expect_str_eq(got, "+OK\r\n$3\r\nold\r\n");
+    free(got);
+    long long commits0 = metric(&rs, "kcached_redis_write_commits_total");
+    char *req = NULL, *want = NULL;
+    size_t len = 0, wlen = 0;
+    FILE *f = open_memstream(&req, &len), *g = open_memstream(&want, &wlen);
+    for (int i = 0; i < 30; i++) {
+        fprintf(f, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv%02d\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                i);
+        fprintf(g, "+OK\r\n$3\r\nv%02d\r\n", i);
+    }
+    fprintf(f, "*5\r\n$3\r\nSET\r\n$1\r\nt\r\n$4\r\nfive\r\n$2\r\nEX\r\n$3\r\n100\r\n"
+               "*2\r\n$3\r\nTTL\r\n$1\r\nt\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nt\r\n"
+               "*2\r\n$3\r\nDEL\r\n$1\r\nt\r\n*2\r\n$6\r\nEXISTS\r\n$1\r\nt\r\n"
+               "*2\r\n$3\r\nGET\r\n$1\r\nt\r\n*2\r\n$4\r\nTYPE\r\n$1\r\nt\r\n");
+    fprintf(g, "+OK\r\n:100\r\n:4\r\n:1\r\n:0\r\n$-1\r\n+none\r\n");
+    fclose(f);
+    fclose(g);
+    send_all(fd, req, len);
+    got = recv_until(fd, wlen, NULL, NULL);
+    cr_expect_str_eq(got, want, "replies in order, each read after the write before it");
+    free(got);
+    free(req);
+    free(want);
+    long long commits = metric(&rs, "kcached_redis_write_commits_total") - commits0;
+    /* one per SET before: reads sent the connection back to its worker */
+    cr_expect(commits > 0 && commits <= 8, "%lld commits for 32 pipelined writes", commits);
+    /* what was answered is what is stored, for a new connection too */
+    char *v = cli(&rs, "GET", "k", NULL);
+    cr_expect_str_eq(v, "v29");
+    free(v);
+    close(fd);
+    rs_stop(&rs);
+}
+
 Test(redis, ttls_survive_a_restart)
 {
     rserver rs;
