@@ -190,6 +190,13 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
                             &x->who);
     if (st == 0)
         return true;
+    /* a 401 has no name to count under: say what was (not) presented */
+    const char *authz = kcd_req_header(req, "Authorization");
+    kcd_metrics_auth_failure(x->m,
+                             st == 403                              ? x->who
+                             : authz && authz[strspn(authz, " \t")] ? "unknown token"
+                                                                    : "anonymous",
+                             st);
     if (st == 401)
         kcd_answer_error(x, 401, "a valid bearer token is required");
     else
@@ -460,6 +467,7 @@ static void route(kcd_exchange *x, const kcd_request *req)
     }
     if (req->client_cert_error) { /* mTLS: no route without a certificate the CA signed */
         x->route = KCD_R_OTHER;
+        kcd_metrics_auth_failure(x->m, "refused certificate", 403);
         return kcd_answer_error(x, 403, "client certificate refused: %s", req->client_cert_error);
     }
     const char *rest = NULL;

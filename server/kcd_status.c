@@ -289,6 +289,38 @@ static void sparkline(FILE *f, const sample *ring, unsigned n, unsigned head)
             n < 2 ? " (a line needs two)" : "");
 }
 
+typedef struct auth_rows {
+    FILE *f;
+    unsigned *n;
+} auth_rows;
+
+/* One row of the refused-requests table. The cells' ids are
+ * auth_401_NAME and auth_403_NAME (escaped); a name without dots also
+ * gets the data-k that lets the script refresh it. */
+static void auth_row(const char *name, uint64_t unauthorized, uint64_t forbidden, void *ctx)
+{
+    auth_rows *r = ctx;
+    FILE *f = r->f;
+    (*r->n)++;
+    fputs("<tr><td>", f);
+    esc(f, name);
+    fputs("</td>", f);
+    const int codes[2] = {401, 403};
+    const uint64_t counts[2] = {unauthorized, forbidden};
+    for (int i = 0; i < 2; i++) {
+        fprintf(f, "<td id=\"auth_%d_", codes[i]);
+        esc(f, name);
+        fputc('"', f);
+        if (!strchr(name, '.')) {
+            fprintf(f, " data-k=\"server.auth_failures.by_name.");
+            esc(f, name);
+            fprintf(f, ".%d\"", codes[i]);
+        }
+        fprintf(f, ">%" PRIu64 "</td>", counts[i]);
+    }
+    fputs("</tr>\n", f);
+}
+
 /* The page's one script: every KCD_STATUS_REFRESH_S it fetches /v1/stats
  * (same origin, so the credentials the browser already sent go along) and
  * puts each figure back into the cell whose data-k names it; rates (Redis
@@ -318,7 +350,8 @@ static const char kcd_status_script[] =
     "var d=document.getElementById('refreshed');"
     "d.textContent='updated '+new Date().toISOString().substr(11,8)+' UTC';d.dataset.ok='1'})"
     ".catch(function(e){put('refreshed','refresh failed: '+e.message)})}"
-    "tick();setInterval(tick,"; /* the period follows, then ");})();" */
+    "document.addEventListener('DOMContentLoaded',function(){tick();setInterval(tick,";
+/* the period follows, then ")});})();" */
 
 char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
 {
@@ -337,7 +370,13 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
           "table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
           "td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:12px}"
-          "code{font-size:12px}</style></head><body>\n<h1>kcached status</h1>\n"
+          "code{font-size:12px}</style>\n<script>",
+          f);
+    /* in <head>: the page's Content-Security-Policy lets only head scripts
+     * run (kcd_routes.c), so it waits for the body to be parsed */
+    fputs(kcd_status_script, f);
+    fprintf(f, "%d)});})();", (int)(KCD_STATUS_REFRESH_S * 1000));
+    fputs("</script></head><body>\n<h1>kcached status</h1>\n"
           "<p class=\"note\" id=\"refreshed\">as of loading the page</p>\n",
           f);
     fputs("<h2>Requests</h2>\n<table>\n", f);
@@ -377,6 +416,19 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     if (!shown_errors)
         fputs("<tr><td colspan=\"2\">none</td></tr>\n", f);
     fputs("</table>\n", f);
+
+    fputs("<h2>Refused requests</h2>\n<table id=\"auth-failures\"><tr><th>token</th>"
+          "<th>401</th><th>403</th></tr>\n",
+          f);
+    unsigned refused_names = 0;
+    auth_rows rows = {f, &refused_names};
+    kcd_metrics_auth_failures(m, auth_row, &rows);
+    if (!refused_names)
+        fputs("<tr><td colspan=\"3\">none</td></tr>\n", f);
+    fputs("</table>\n<p class=\"note\">401: no token, or one the tokens file does not "
+          "hold (\"anonymous\", \"unknown token\"); 403: a known token without the scope the "
+          "route needs.</p>\n",
+          f);
 
     fputs("<h2>Hit ratio over time</h2>\n", f);
     sample ring[KCD_STATUS_SAMPLES];
@@ -566,10 +618,7 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     fprintf(f, "</td></tr>\n<tr><td>TLS</td><td>%s</td></tr>\n", v->tls ? v->tls : "off");
     fprintf(f, "<tr><td>uptime</td><td id=\"uptime\" data-v=\"%.0f\">", uptime);
     human_uptime(f, uptime);
-    fputs("</td></tr>\n</table>\n<script>", f);
-    fputs(kcd_status_script, f);
-    fprintf(f, "%d);})();", (int)(KCD_STATUS_REFRESH_S * 1000));
-    fputs("</script>\n</body></html>\n", f);
+    fputs("</td></tr>\n</table>\n</body></html>\n", f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

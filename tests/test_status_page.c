@@ -398,3 +398,112 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     free(profile);
     kc_testserver_cleanup(&ts);
 }
+
+/* Refused requests by the name they came under: a read token writing (403
+ * under its NAME, escaped on the page), no token (401 "anonymous"), a token
+ * the file does not hold (401 "unknown token"), in /v1/stats and on the
+ * page Chromium shows after its script refreshed it. */
+#define TOK_READER "tok-status-reader-51c2a9"
+#define TOK_OPS "tok-status-ops-7d3e0b84"
+
+static long request_as(const kc_testserver *ts, const char *method, const char *path,
+                       const char *token)
+{
+    char authz[128];
+    snprintf(authz, sizeof authz, "Authorization: Bearer %s", token);
+    const char *headers[] = {authz, NULL};
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, method, path, token ? headers : NULL, "x", 1, false, &r),
+                 0);
+    long st = r.status;
+    kc_http_result_free(&r);
+    return st;
+}
+
+static long long auth_json(json_t *stats, const char *name, const char *code)
+{
+    json_t *af = json_object_get(json_object_get(stats, "server"), "auth_failures");
+    cr_assert(json_is_object(af), "/v1/stats has no server.auth_failures");
+    json_t *v = name ? json_object_get(json_object_get(json_object_get(af, "by_name"), name), code)
+                     : json_object_get(af, code);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+}
+
+Test(status_page, refused_requests_are_counted_by_token_name_and_code, .timeout = 300)
+{
+    char *dir = kc_test_mkdtemp("kcdstatus-auth"), *tokens = kc_test_path(dir, "tokens");
+    const char *text = TOK_READER " read reader\n" TOK_OPS " read <ops>\n";
+    cr_assert_eq(kc_test_write_file(tokens, text, strlen(text)), 0);
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", "--tokens", tokens, "--anonymous-read", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    const char *art = "/v1/artifacts/"
+                      "00000000000000000000000000000000000000000000000000000000000000aa";
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(request_as(&ts, "PUT", art, TOK_READER), 403);
+    cr_expect_eq(request_as(&ts, "PUT", art, TOK_OPS), 403);
+    cr_expect_eq(request_as(&ts, "PUT", art, NULL), 401);
+    cr_expect_eq(request_as(&ts, "GET", art, "tok-nobody-has-this-one"), 401);
+    cr_expect_eq(request_as(&ts, "DELETE", art, "tok-nobody-has-this-one"), 401);
+
+    json_t *stats = stats_json(&ts);
+    cr_expect_eq(auth_json(stats, "reader", "403"), 2);
+    cr_expect_eq(auth_json(stats, "reader", "401"), 0);
+    cr_expect_eq(auth_json(stats, "<ops>", "403"), 1);
+    cr_expect_eq(auth_json(stats, "anonymous", "401"), 1);
+    cr_expect_eq(auth_json(stats, "unknown token", "401"), 2);
+    cr_expect_eq(auth_json(stats, NULL, "401"), 3);
+    cr_expect_eq(auth_json(stats, NULL, "403"), 3);
+    json_decref(stats);
+
+    /* counted after the page was served: only the script's refresh shows it */
+    char url[256], *profile = kc_test_path(ts.root, "chromium-profile"), *console = NULL;
+    snprintf(url, sizeof url, "%s/status", ts.url);
+    char *dom = chromium_dom_after(url, profile, 5000, &console);
+    cr_expect_str_empty(console, "console messages while loading /status:\n%s", console);
+    cr_expect(strstr(dom, "id=\"refreshed\" data-ok=\"1\""), "no refresh:\n%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_403_reader"), 2, "%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_401_reader"), 0);
+    cr_expect_eq(dom_figure(dom, "auth_401_anonymous"), 1);
+    cr_expect_eq(dom_figure(dom, "auth_401_unknown token"), 2);
+    cr_expect(strstr(dom, "<td>&lt;ops&gt;</td><td id=\"auth_401_&lt;ops&gt;\""),
+              "the name escaped:\n%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_403_&lt;ops&gt;"), 1);
+    cr_expect_null(strstr(dom, "<ops>"), "a name reached the page unescaped");
+    free(dom);
+    free(console);
+    free(profile);
+    kc_testserver_cleanup(&ts);
+    unlink(tokens);
+    rmdir(dir);
+    free(tokens);
+    free(dir);
+}
+
+Test(status_page, refused_names_past_the_table_are_summed_and_never_take_two_slots)
+{
+    kcd_metrics m;
+    kcd_metrics_init(&m);
+    for (int i = 0; i < KCD_AUTH_FAIL_SLOTS + 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "name-%d", i);
+        kcd_metrics_auth_failure(&m, name, 401);
+        kcd_metrics_auth_failure(&m, "name-0", 403); /* the same name: the same slot */
+    }
+    kcd_metrics_auth_failure(&m, "name-1", 200); /* not a refusal: not counted */
+    size_t len;
+    char *text = kcd_metrics_json(&m, NULL, NULL, &len);
+    json_t *stats = json_loads(text, 0, NULL);
+    cr_assert_not_null(stats);
+    cr_expect_eq(auth_json(stats, NULL, "401"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, NULL, "403"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, "name-0", "403"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, "name-1", "401"), 1);
+    cr_expect_eq(auth_json(stats, KCD_AUTH_OTHER_NAMES, "401"), 8);
+    json_t *by_name = json_object_get(
+        json_object_get(json_object_get(stats, "server"), "auth_failures"), "by_name");
+    cr_expect_eq(json_object_size(by_name), KCD_AUTH_FAIL_SLOTS + 1);
+    json_decref(stats);
+    free(text);
+}
