@@ -394,6 +394,9 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
         json_object_set_new(rj, "keyspace_hits", json_integer((json_int_t)ld(&rm->hits)));
         json_object_set_new(rj, "keyspace_misses", json_integer((json_int_t)ld(&rm->misses)));
         json_object_set_new(rj, "errors", json_integer((json_int_t)ld(&rm->errors)));
+        json_object_set_new(rj, "keys", json_integer((json_int_t)ld(&rm->keys)));
+        json_object_set_new(rj, "keys_with_ttl", json_integer((json_int_t)ld(&rm->keys_with_ttl)));
+        json_object_set_new(rj, "avg_ttl_ms", json_integer((json_int_t)ld(&rm->avg_ttl_ms)));
         json_object_set_new(root, "redis", rj);
     }
     if (st) {

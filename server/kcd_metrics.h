@@ -51,6 +51,8 @@ typedef struct kcd_redis_metrics {
     uint64_t auth_failures;
     uint64_t bytes_in, bytes_out;
     uint64_t writes, commits; /* write commands, and the transactions that committed them */
+    /* gauges of the keyspace, set before /v1/stats and /status render */
+    uint64_t keys, keys_with_ttl, avg_ttl_ms;
 } kcd_redis_metrics;
 #define KCD_LAT_BUCKETS 14
 

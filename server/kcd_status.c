@@ -548,6 +548,13 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
                 g.redis_bytes);
         human_bytes(f, g.redis_bytes);
         fputs("</td></tr>\n", f);
+        figure(f, "keys with a TTL", "redis_keys_with_ttl", "redis.keys_with_ttl",
+               __atomic_load_n(&rm->keys_with_ttl, __ATOMIC_RELAXED), false);
+        fprintf(f,
+                "<tr><td>mean TTL left</td><td id=\"redis_avg_ttl\" data-v=\"%" PRIu64
+                "\">%.1f s</td></tr>\n",
+                __atomic_load_n(&rm->avg_ttl_ms, __ATOMIC_RELAXED),
+                (double)__atomic_load_n(&rm->avg_ttl_ms, __ATOMIC_RELAXED) / 1000.0);
         figure(f, "connected clients", "redis_connected_clients", "redis.connected_clients",
                __atomic_load_n(&rm->clients, __ATOMIC_RELAXED), false);
         figure(f, "commands", "redis_commands", "redis.commands", commands, false);

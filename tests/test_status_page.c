@@ -326,9 +326,26 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
 {
     kc_testserver ts;
     memset(&ts, 0, sizeof ts);
-    const char *args[] = {"--log-level",    "error",       "--max-size", "1M",
-                          "--redis-listen", "127.0.0.1:0", NULL};
+    char *rdir = kc_test_mkdtemp("kcdstatus-redis"), *rpf = kc_test_path(rdir, "redis.port");
+    const char *args[] = {
+        "--log-level",       "error", "--max-size", "1M", "--redis-listen", "127.0.0.1:0",
+        "--redis-port-file", rpf,     NULL};
     cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    size_t plen;
+    char *port = kc_test_read_file(rpf, &plen);
+    cr_assert_not_null(port, "no Redis port file");
+    port[strcspn(port, "\n")] = 0;
+    /* three keys, two of them with a TTL (EX and PX), as the real redis-cli sets them */
+    const char *sets[][6] = {{"SET", "ttl-a", "1", "EX", "1000", NULL},
+                             {"SET", "ttl-b", "2", "PX", "900000", NULL},
+                             {"SET", "no-ttl", "3", NULL}};
+    for (size_t i = 0; i < 3; i++) {
+        char *out = kc_test_redis_cli(port, sets[i][0], sets[i][1], sets[i][2], sets[i][3],
+                                      sets[i][4], NULL);
+        cr_assert_not_null(out, "redis-cli did not run");
+        cr_expect_str_eq(out, "OK", "redis-cli SET %s", sets[i][1]);
+        free(out);
+    }
     char k1[65], slot[65], meta[256];
     put_artifact(&ts, "status-limit", "cpu-so", "cpu-x86_64-v3", k1);
     /* a directory snapshot's manifest, as kcache dir push stores it: the
@@ -380,7 +397,15 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     cr_expect_eq(dom_figure(dom, "redis_connected_clients"),
                  json_figure(stats, "redis", "connected_clients"));
     cr_expect_eq(dom_figure(dom, "redis_commands"), json_figure(stats, "redis", "commands"));
-    cr_expect_eq(dom_figure(dom, "redis_keys"), 0);
+    cr_expect_eq(dom_figure(dom, "redis_keys"), 3);
+    cr_expect_eq(json_figure(stats, "redis", "keys"), 3);
+    cr_expect_eq(json_figure(stats, "redis", "keys_with_ttl"), 2);
+    cr_expect_eq(dom_figure(dom, "redis_keys_with_ttl"), 2);
+    long long ttl = dom_figure(dom, "redis_avg_ttl");
+    cr_expect(ttl > 900000 && ttl <= 950000, "mean TTL of 1000 s and 900 s: %lld ms", ttl);
+    char *info = kc_test_redis_cli(port, "INFO", "keyspace", NULL);
+    cr_expect(info && strstr(info, "db0:keys=3,expires=2,"), "INFO keyspace agrees: %s", info);
+    free(info);
     char shown[256];
     snprintf(shown, sizeof shown, "snapshot <b>inductor-cache</b> <code title=\"%s\">%.12s</code>",
              slot, slot);
@@ -397,6 +422,11 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     free(console);
     free(profile);
     kc_testserver_cleanup(&ts);
+    free(port);
+    unlink(rpf);
+    rmdir(rdir);
+    free(rpf);
+    free(rdir);
 }
 
 /* Refused requests by the name they came under: a read token writing (403
