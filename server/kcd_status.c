@@ -24,6 +24,7 @@ typedef struct sample {
 
 typedef struct miss_slot {
     char name[128];
+    char kind[KCD_MISS_HINT_MAX], device[KCD_MISS_HINT_MAX], graph[KCD_MISS_HINT_MAX];
     uint64_t count;
 } miss_slot;
 
@@ -53,26 +54,44 @@ void kcd_status_free(kcd_status *s)
     free(s);
 }
 
-void kcd_status_note_miss(kcd_status *s, const char *name)
+/* A client-sent field into dst when it was sent: bounded, and printable
+ * ASCII only, so neither a long nor a strange header reaches the page as
+ * more than a short line (the page escapes it as well). */
+static void keep_hint(char dst[KCD_MISS_HINT_MAX], const char *src)
+{
+    if (!src || !*src)
+        return;
+    size_t n = 0;
+    for (; src[n] && n < KCD_MISS_HINT_MAX - 1; n++)
+        dst[n] = src[n] >= 0x20 && src[n] < 0x7f ? src[n] : '?';
+    dst[n] = 0;
+}
+
+void kcd_status_note_miss(kcd_status *s, const char *name, const kcd_miss_hint *hint)
 {
     if (!s || !name)
         return;
     pthread_mutex_lock(&s->mu);
-    miss_slot *low = &s->top[0];
-    for (unsigned i = 0; i < KCD_STATUS_TOP_MISSES; i++) {
-        miss_slot *m = &s->top[i];
-        if (m->count && !strncmp(m->name, name, sizeof m->name - 1)) {
-            m->count++;
-            pthread_mutex_unlock(&s->mu);
-            return;
-        }
-        if (m->count < low->count)
-            low = m;
+    miss_slot *low = &s->top[0], *m = NULL;
+    for (unsigned i = 0; i < KCD_STATUS_TOP_MISSES && !m; i++) {
+        if (s->top[i].count && !strncmp(s->top[i].name, name, sizeof s->top[i].name - 1))
+            m = &s->top[i];
+        else if (s->top[i].count < low->count)
+            low = &s->top[i];
     }
-    /* space-saving: a new name takes the least-counted slot, over-counted
-     * by that slot's count (0 while the table has free slots) */
-    snprintf(low->name, sizeof low->name, "%s", name);
-    low->count++;
+    if (!m) {
+        /* space-saving: a new name takes the least-counted slot, over-counted
+         * by that slot's count (0 while the table has free slots) */
+        m = low;
+        snprintf(m->name, sizeof m->name, "%s", name);
+        m->kind[0] = m->device[0] = m->graph[0] = 0;
+    }
+    m->count++;
+    if (hint) {
+        keep_hint(m->kind, hint->kind);
+        keep_hint(m->device, hint->device);
+        keep_hint(m->graph, hint->graph);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -569,7 +588,7 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     }
 
     fputs("<h2>Most missed keys</h2>\n<table id=\"top-misses\"><tr><th>key or ccache path</th>"
-          "<th>misses</th></tr>\n",
+          "<th>misses</th><th>kind</th><th>device</th><th>graph</th></tr>\n",
           f);
     for (int shown = 0;; shown++) { /* largest first */
         miss_slot *best = NULL;
@@ -580,11 +599,18 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
             break;
         fputs("<tr><td><code>", f);
         esc(f, best->name);
-        fprintf(f, "</code></td><td>%" PRIu64 "</td></tr>\n", best->count);
+        fprintf(f, "</code></td><td>%" PRIu64 "</td><td>", best->count);
+        esc(f, best->kind);
+        fputs("</td><td>", f);
+        esc(f, best->device);
+        fputs("</td><td>", f);
+        esc(f, best->graph);
+        fputs("</td></tr>\n", f);
         best->count = 0;
     }
-    fputs("</table>\n<p class=\"note\">Why a key misses: <code>kcache explain GRAPH</code> on "
-          "the machine that asked.</p>\n",
+    fputs("</table>\n<p class=\"note\">Kind, device and graph are what the client said "
+          "(X-Kcache-Kind, -Device, -Graph), blank when it said nothing. Why a key misses: "
+          "<code>kcache explain GRAPH</code> on the machine that asked.</p>\n",
           f);
 
     fputs("<h2>S3 tier</h2>\n", f);

@@ -294,8 +294,8 @@ Test(status_page, sparkline_follows_the_samples_and_top_misses_keep_the_most_mis
     for (int i = 0; i < 40; i++) { /* more names than slots; "hot" missed most */
         char name[32];
         snprintf(name, sizeof name, "cold-%d", i);
-        kcd_status_note_miss(s, name);
-        kcd_status_note_miss(s, "hot");
+        kcd_status_note_miss(s, name, NULL);
+        kcd_status_note_miss(s, "hot", NULL);
     }
     kcd_status_view v = {&m, NULL, NULL, NULL, "/data", "off"};
     size_t len = 0;
@@ -536,4 +536,41 @@ Test(status_page, refused_names_past_the_table_are_summed_and_never_take_two_slo
     cr_expect_eq(json_object_size(by_name), KCD_AUTH_FAIL_SLOTS + 1);
     json_decref(stats);
     free(text);
+}
+
+/* The most missed keys carry what the client said about them (kind, device,
+ * graph), bounded and escaped; a ccache path's kind is ccache. */
+Test(status_page, missed_keys_show_the_kind_device_and_graph_the_client_sent, .timeout = 120)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    char graph[256 + 16];
+    snprintf(graph, sizeof graph, "X-Kcache-Graph: <b>g%0200d", 7); /* past the bound */
+    const char *headers[] = {"X-Kcache-Kind: spirv", "X-Kcache-Device: xpu-<8086:56a0>", graph,
+                             NULL};
+    kc_http_result r;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(kc_testserver_http(&ts, i ? "HEAD" : "GET", "/v1/artifacts/" MISSED_KEY,
+                                        headers, NULL, 0, false, &r),
+                     0);
+        cr_expect_eq(r.status, 404);
+        kc_http_result_free(&r);
+    }
+    cr_expect_eq(get(&ts, "/ccache/cc/never"), 404);
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/status", NULL, NULL, 0, false, &r), 0);
+    cr_assert_eq(r.status, 200);
+    const char *html = (const char *)r.body;
+    char want[512];
+    snprintf(want, sizeof want,
+             "<code>%s</code></td><td>2</td><td>spirv</td><td>xpu-&lt;8086:56a0&gt;</td>"
+             "<td>&lt;b&gt;g%0*d</td></tr>",
+             MISSED_KEY, KCD_MISS_HINT_MAX - 1 - 4, 0);
+    cr_expect(strstr(html, want), "want %s in:\n%s", want, html);
+    cr_expect(strstr(html, "<code>cc/never</code></td><td>1</td><td>ccache</td><td></td><td></td>"),
+              "a ccache path's kind:\n%s", html);
+    cr_expect_null(strstr(html, "<b>g"), "the graph reached the page unescaped");
+    kc_http_result_free(&r);
+    kc_testserver_cleanup(&ts);
 }
