@@ -44,6 +44,12 @@ void kc_cache_burst(kc_cache *c, bool begin)
         c->ops->burst(c, begin);
 }
 
+void kc_cache_hint_set(kc_cache *c, const kc_cache_hint *h)
+{
+    if (c->ops->hint)
+        c->ops->hint(c, h);
+}
+
 void kc_cache_stats_get(kc_cache *c, kc_cache_stats *st)
 {
     memset(st, 0, sizeof *st);

@@ -69,6 +69,56 @@ fail:
     return NULL;
 }
 
+/* The header list of a GET or HEAD: the token's (none when anon) and the hint's. */
+static struct curl_slist *get_headers(const kc_remote *r, bool anon)
+{
+    if (r->hdr_hint)
+        return anon ? r->hdr_hint_anon : r->hdr_hint;
+    return anon ? NULL : r->hdr_get;
+}
+
+/* "Name: value" with value cut to 63 bytes of printable ASCII ('?' for the rest). */
+static void hint_line(char *buf, size_t cap, const char *name, const char *value)
+{
+    size_t n = (size_t)snprintf(buf, cap, "%s: ", name), start = n;
+    for (; *value && n - start < 63 && n + 1 < cap; value++)
+        buf[n++] = *value >= 0x20 && *value < 0x7f ? *value : '?';
+    buf[n] = 0;
+}
+
+static void server_set_hint(kc_remote *r, const char *kind, const char *device, const char *graph)
+{
+    curl_slist_free_all(r->hdr_hint);
+    curl_slist_free_all(r->hdr_hint_anon);
+    r->hdr_hint = r->hdr_hint_anon = NULL;
+    const char *names[3] = {"X-Kcache-Kind", "X-Kcache-Device", "X-Kcache-Graph"};
+    const char *values[3] = {kind, device, graph};
+    char lines[3][96];
+    const char *extra[4] = {NULL};
+    size_t n = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (values[i] && *values[i]) {
+            hint_line(lines[n], sizeof lines[n], names[i], values[i]);
+            extra[n] = lines[n];
+            n++;
+        }
+    if (!n)
+        return;
+    struct curl_slist *with = NULL, *t = NULL;
+    bool ok = true;
+    for (const struct curl_slist *l = r->hdr_get; ok && l; l = l->next) /* Authorization */
+        ok = (t = curl_slist_append(with, l->data)) != NULL, with = t ? t : with;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (t = curl_slist_append(with, extra[i])) != NULL, with = t ? t : with;
+    r->hdr_hint = with;
+    r->hdr_hint_anon = headers_with(NULL, extra);
+    if (!ok || !r->hdr_hint_anon) { /* out of memory: no hint rather than a token lost */
+        curl_slist_free_all(r->hdr_hint);
+        curl_slist_free_all(r->hdr_hint_anon);
+        r->hdr_hint = r->hdr_hint_anon = NULL;
+    }
+}
+
 char *kc_remote_redact_url(const char *url)
 {
     if (!url)
@@ -353,6 +403,8 @@ void kc_remote_free_handle(kc_remote *r)
     curl_slist_free_all(r->hdr_put);
     curl_slist_free_all(r->hdr_json);
     curl_slist_free_all(r->hdr_json_anon);
+    curl_slist_free_all(r->hdr_hint);
+    curl_slist_free_all(r->hdr_hint_anon);
     free(r->token_source);
     free(r->base);
     if (r->userpwd)
@@ -530,10 +582,10 @@ void kc_remote_setup(kc_remote *r, CURL *h, kc_req *q)
     const char *m = q->method;
     if (strcmp(m, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, get_headers(r, anon));
     } else if (strcmp(m, "GET") == 0) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, anon ? NULL : r->hdr_get);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, get_headers(r, anon));
     } else {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, m);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body ? (const char *)q->body : "");
@@ -1286,6 +1338,7 @@ static const kc_remote_ops server_ops = {.close = server_close,
                                          .bundle_url = kc_remote_server_bundle_url,
                                          .get = server_get,
                                          .has = server_has,
+                                         .set_hint = server_set_hint,
                                          .put = server_put,
                                          .put_async = kc_remote_server_put_async,
                                          .flush = kc_remote_server_flush,

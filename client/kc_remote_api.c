@@ -53,6 +53,12 @@ kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err
     return kc_remote_ops_of(r)->get(r, key, a, err);
 }
 
+void kc_remote_set_hint(kc_remote *r, const char *kind, const char *device, const char *graph)
+{
+    if (r && kc_remote_ops_of(r)->set_hint)
+        kc_remote_ops_of(r)->set_hint(r, kind, device, graph);
+}
+
 kc_code kc_remote_has(kc_remote *r, const char *key, kc_err *err)
 {
     if (!kc_key_valid(key))

@@ -143,9 +143,16 @@ static void tiers_close(kc_cache *c)
     free(c->impl);
 }
 
+static void tiers_hint(kc_cache *c, const kc_cache_hint *h)
+{
+    tiers *t = c->impl;
+    kc_remote_set_hint(t->remote, h ? h->kind : NULL, h ? h->device : NULL, h ? h->graph : NULL);
+}
+
 static const kc_cache_ops tiers_ops = {.name = "remote",
                                        .get = tiers_get,
                                        .has = tiers_has,
+                                       .hint = tiers_hint,
                                        .put = tiers_put,
                                        .drop = tiers_drop,
                                        .flush = tiers_flush,

@@ -83,9 +83,12 @@ struct kc_remote {
     bool quiet;
     struct curl_slist *hdr_get, *hdr_put, *hdr_json;
     struct curl_slist *hdr_json_anon; /* hdr_json without Authorization (hdr_get's is NULL) */
-    bool has_token;                   /* a bearer token or URL password was given */
-    bool has_cert;                    /* a client certificate was given */
-    char *token_source;               /* kc_remote_opts.token_source, or NULL */
+    /* hdr_get with the X-Kcache-* hint lines, and those lines alone (for anonymous
+     * requests); NULL: no hint (kc_remote_set_hint) */
+    struct curl_slist *hdr_hint, *hdr_hint_anon;
+    bool has_token;     /* a bearer token or URL password was given */
+    bool has_cert;      /* a client certificate was given */
+    char *token_source; /* kc_remote_opts.token_source, or NULL */
     CURLSH *share;
     pthread_mutex_t share_mu[KC_REMOTE_SHARE_LOCKS];
     CURL *easy; /* the calling thread's kept-alive handle */

@@ -26,6 +26,7 @@ typedef struct kc_remote_ops {
     char *(*bundle_url)(kc_remote *r, const char *device, const kc_filter *f);
     kc_code (*get)(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
     kc_code (*has)(kc_remote *r, const char *key, kc_err *err);
+    void (*set_hint)(kc_remote *r, const char *kind, const char *device, const char *graph);
     kc_code (*put)(kc_remote *r, const char *key, const uint8_t *env, size_t len, bool *created,
                    kc_err *err);
     void (*put_async)(kc_remote *r, const char *key, const uint8_t *env, size_t len);

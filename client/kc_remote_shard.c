@@ -563,6 +563,12 @@ static kc_code shard_pull_keys(kc_remote *r, kc_store *s, const char *const *key
     return rc;
 }
 
+static void shard_set_hint(kc_remote *r, const char *kind, const char *device, const char *graph)
+{
+    for (size_t i = 0; i < S(r)->nchild; i++)
+        kc_remote_set_hint(S(r)->child[i], kind, device, graph);
+}
+
 static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .close_limit_ms = shard_close_limit_ms,
                                         .offline = shard_offline,
@@ -572,6 +578,7 @@ static const kc_remote_ops shard_ops = {.close = shard_close,
                                         .bundle_url = shard_bundle_url,
                                         .get = shard_get,
                                         .has = shard_has,
+                                        .set_hint = shard_set_hint,
                                         .put = shard_put,
                                         .put_async = shard_put_async,
                                         .flush = shard_flush,

@@ -7,6 +7,8 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +78,72 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
 static uint64_t ld(const uint64_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+void kcd_metrics_auth_failure(kcd_metrics *m, const char *name, int status)
+{
+    if (status != 401 && status != 403)
+        return;
+    bool forbidden = status == 403;
+    char want[KCD_AUTH_NAME_MAX];
+    snprintf(want, sizeof want, "%s", name && *name ? name : "?");
+    /* every thread tries the first free slot in order, and one that loses
+     * the claim waits for the winner's name before it looks further: the
+     * same name never takes two slots */
+    for (unsigned i = 0; i < KCD_AUTH_FAIL_SLOTS; i++) {
+        kcd_auth_fail *s = &m->auth_fail[i];
+        uint32_t free_state = 0;
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == 0 &&
+            __atomic_compare_exchange_n(&s->state, &free_state, 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            memcpy(s->name, want, sizeof want);
+            __atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+        }
+        while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
+            sched_yield();
+        if (!strcmp(s->name, want)) {
+            kcd_metrics_add(forbidden ? &s->forbidden : &s->unauthorized, 1);
+            return;
+        }
+    }
+    kcd_metrics_add(&m->auth_fail_other[forbidden], 1);
+}
+
+void kcd_metrics_auth_failures(const kcd_metrics *m, kcd_auth_fail_fn fn, void *ctx)
+{
+    for (unsigned i = 0; i < KCD_AUTH_FAIL_SLOTS; i++) {
+        const kcd_auth_fail *s = &m->auth_fail[i];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
+            break; /* slots are claimed in order */
+        fn(s->name, ld(&s->unauthorized), ld(&s->forbidden), ctx);
+    }
+    uint64_t u = ld(&m->auth_fail_other[0]), f = ld(&m->auth_fail_other[1]);
+    if (u || f)
+        fn(KCD_AUTH_OTHER_NAMES, u, f, ctx);
+}
+
+typedef struct auth_json {
+    json_t *by_name;
+    uint64_t unauthorized, forbidden;
+} auth_json;
+
+static void auth_json_row(const char *name, uint64_t unauthorized, uint64_t forbidden, void *ctx)
+{
+    auth_json *a = ctx;
+    json_object_set_new(
+        a->by_name, name,
+        json_pack("{s:I,s:I}", "401", (json_int_t)unauthorized, "403", (json_int_t)forbidden));
+    a->unauthorized += unauthorized;
+    a->forbidden += forbidden;
+}
+
+/* {"401": N, "403": N, "by_name": {NAME: {"401": N, "403": N}, ...}} */
+static json_t *auth_failures_json(const kcd_metrics *m)
+{
+    auth_json a = {json_object(), 0, 0};
+    kcd_metrics_auth_failures(m, auth_json_row, &a);
+    return json_pack("{s:I,s:I,s:o}", "401", (json_int_t)a.unauthorized, "403",
+                     (json_int_t)a.forbidden, "by_name", a.by_name);
 }
 
 /* Descriptors open now: the entries of /proc/self/fd less the one that
@@ -299,6 +367,7 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
                             json_integer((json_int_t)sum));
     }
     json_object_set_new(srv, "errors_by_code", errors);
+    json_object_set_new(srv, "auth_failures", auth_failures_json(m));
     json_object_set_new(root, "server", srv);
     json_t *cc = json_object(); /* ccache's HTTP remote storage, from the route counters */
     json_object_set_new(
@@ -325,6 +394,9 @@ char *kcd_metrics_json(const kcd_metrics *m, const kc_store_stats *st, const kcd
         json_object_set_new(rj, "keyspace_hits", json_integer((json_int_t)ld(&rm->hits)));
         json_object_set_new(rj, "keyspace_misses", json_integer((json_int_t)ld(&rm->misses)));
         json_object_set_new(rj, "errors", json_integer((json_int_t)ld(&rm->errors)));
+        json_object_set_new(rj, "keys", json_integer((json_int_t)ld(&rm->keys)));
+        json_object_set_new(rj, "keys_with_ttl", json_integer((json_int_t)ld(&rm->keys_with_ttl)));
+        json_object_set_new(rj, "avg_ttl_ms", json_integer((json_int_t)ld(&rm->avg_ttl_ms)));
         json_object_set_new(root, "redis", rj);
     }
     if (st) {

@@ -51,8 +51,20 @@ typedef struct kcd_redis_metrics {
     uint64_t auth_failures;
     uint64_t bytes_in, bytes_out;
     uint64_t writes, commits; /* write commands, and the transactions that committed them */
+    /* gauges of the keyspace, set before /v1/stats and /status render */
+    uint64_t keys, keys_with_ttl, avg_ttl_ms;
 } kcd_redis_metrics;
 #define KCD_LAT_BUCKETS 14
+
+/* 401/403 answers by the name they were given to (kcd_metrics_auth_failure).
+ * A slot is claimed once, for good: state 0 free, 1 being named, 2 named. */
+#define KCD_AUTH_FAIL_SLOTS 32
+#define KCD_AUTH_NAME_MAX 64
+typedef struct kcd_auth_fail {
+    uint32_t state;
+    char name[KCD_AUTH_NAME_MAX];
+    uint64_t unauthorized, forbidden; /* 401s, 403s */
+} kcd_auth_fail;
 
 typedef struct kcd_metrics {
     uint64_t requests[KCD_R_COUNT][KCD_STATUS_SLOTS];
@@ -65,9 +77,11 @@ typedef struct kcd_metrics {
     uint64_t lat_bucket[KCD_LAT_BUCKETS + 1]; /* last = +Inf */
     uint64_t lat_sum_us, lat_count;
     kcd_redis_metrics redis;
-    uint64_t store_max_bytes; /* --max-size, set once at start; 0 = no limit */
-    double started;           /* kc_now() at creation */
-    double started_unix;      /* wall-clock seconds since the epoch at creation */
+    kcd_auth_fail auth_fail[KCD_AUTH_FAIL_SLOTS];
+    uint64_t auth_fail_other[2]; /* 401s, 403s of names past the table */
+    uint64_t store_max_bytes;    /* --max-size, set once at start; 0 = no limit */
+    double started;              /* kc_now() at creation */
+    double started_unix;         /* wall-clock seconds since the epoch at creation */
 } kcd_metrics;
 
 void kcd_metrics_init(kcd_metrics *m);
@@ -82,6 +96,20 @@ void kcd_metrics_request(kcd_metrics *m, kcd_route route, int status, uint64_t b
                          uint64_t bytes_out, double seconds);
 /* Thread-safe counter bumps. */
 void kcd_metrics_add(uint64_t *counter, uint64_t n);
+
+/* Counts one 401 or 403 answer (other statuses are ignored) under name:
+ * a token's or certificate's NAME from the tokens file, or what stood in
+ * for one ("anonymous", "unknown token"). Names past KCD_AUTH_FAIL_SLOTS
+ * are counted together. Thread-safe and lock-free. */
+void kcd_metrics_auth_failure(kcd_metrics *m, const char *name, int status);
+
+/* Calls fn for each name counted by kcd_metrics_auth_failure, in the order
+ * they were first seen, then once for KCD_AUTH_OTHER_NAMES if the table
+ * overflowed. name is valid during the call only. */
+#define KCD_AUTH_OTHER_NAMES "(other names)"
+typedef void (*kcd_auth_fail_fn)(const char *name, uint64_t unauthorized, uint64_t forbidden,
+                                 void *ctx);
+void kcd_metrics_auth_failures(const kcd_metrics *m, kcd_auth_fail_fn fn, void *ctx);
 
 /* Renders Prometheus exposition text (malloc'd, caller frees). st may be NULL
  * when the store statistics could not be read. Besides kcached_* it carries

@@ -334,7 +334,10 @@ void kcd_read_artifact(kcd_exchange *x, const kcd_request *req)
         return;
     if (rc == KC_ERR_NOT_FOUND || rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->m->misses, 1);
-        kcd_status_note_miss(kcd_ctx_status(x->ctx), x->k.hex);
+        kcd_miss_hint hint = {kcd_req_header(req, "X-Kcache-Kind"),
+                              kcd_req_header(req, "X-Kcache-Device"),
+                              kcd_req_header(req, "X-Kcache-Graph")};
+        kcd_status_note_miss(kcd_ctx_status(x->ctx), x->k.hex, &hint);
     }
     if (rc == KC_ERR_CORRUPT) {
         /* The store quarantined it: to the client this is a miss. */
@@ -357,7 +360,8 @@ void kcd_read_ccache(kcd_exchange *x)
         return;
     }
     kcd_metrics_add(&x->m->misses, 1);
-    kcd_status_note_miss(kcd_ctx_status(x->ctx), x->ccache_path);
+    kcd_status_note_miss(kcd_ctx_status(x->ctx), x->ccache_path,
+                         &(kcd_miss_hint){.kind = "ccache"});
     if (rc == KC_ERR_CORRUPT) {
         kcd_metrics_add(&x->m->corrupt, 1);
         kcd_log(KCD_LOG_WARN, "corrupt ccache entry %s quarantined: %s", x->ccache_path, e.msg);

@@ -20,6 +20,19 @@
 
 typedef struct kcd_redis kcd_redis;
 
+/* What INFO keyspace reports, and the /status page and /v1/stats show:
+ * keys of kind redis (expired ones not yet removed included, as Redis
+ * counts them), those with an expiry, and the mean time left of those
+ * (ms). */
+typedef struct kcd_redis_keyspace {
+    uint64_t keys, expires;
+    int64_t avg_ttl_ms;
+} kcd_redis_keyspace;
+
+/* Counts the keyspace of store s in one walk over its redis entries.
+ * Errors are the store's. */
+kc_code kcd_redis_keyspace_count(kc_store *s, kcd_redis_keyspace *ks, kc_err *err);
+
 /* Binds cfg->redis_listen and starts cfg->threads (0 = one per CPU) event
  * threads serving ctx, which must outlive the listener. Writes the bound
  * port to cfg->redis_port_file when set. Errors name the address. */

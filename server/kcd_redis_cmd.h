@@ -80,13 +80,8 @@ void kcd_redis_cmd_scan(rconn *c);
 void kcd_redis_cmd_flushdb(rconn *c);
 void kcd_redis_cmd_dbsize(rconn *c);
 
-/* What INFO keyspace reports: keys of kind redis (expired ones not yet
- * removed included, as Redis counts them), those with an expiry, and the
- * mean time left of those (ms). False with an error reply on failure. */
-typedef struct kcd_redis_keyspace {
-    uint64_t keys, expires;
-    int64_t avg_ttl_ms;
-} kcd_redis_keyspace;
+/* kcd_redis_keyspace_count on the connection's store (kcd_redis.h). False
+ * with an error reply on failure. */
 bool kcd_redis_keyspace_get(rconn *c, kcd_redis_keyspace *ks);
 
 /* kcd_redis_info.c */

@@ -252,18 +252,27 @@ static int count_entry(const kc_entry_info *info, void *ctx)
     return 0;
 }
 
+kc_code kcd_redis_keyspace_count(kc_store *s, kcd_redis_keyspace *ks, kc_err *err)
+{
+    memset(ks, 0, sizeof *ks);
+    kc_filter f = {.kind = "redis"};
+    kc_code rc = kc_store_list(s, &f, count_entry, ks, err);
+    if (rc != KC_OK)
+        return rc;
+    if (ks->expires)
+        ks->avg_ttl_ms /= (int64_t)ks->expires;
+    return KC_OK;
+}
+
 bool kcd_redis_keyspace_get(rconn *c, kcd_redis_keyspace *ks)
 {
     memset(ks, 0, sizeof *ks);
     kc_err e = {0};
     kc_store *s = kcd_ctx_store(c->w->r->ctx, &e);
-    kc_filter f = {.kind = "redis"};
-    if (!s || kc_store_list(s, &f, count_entry, ks, &e) != KC_OK) {
+    if (!s || kcd_redis_keyspace_count(s, ks, &e) != KC_OK) {
         kcd_redis_store_error(c, &e);
         return false;
     }
-    if (ks->expires)
-        ks->avg_ttl_ms /= (int64_t)ks->expires;
     return true;
 }
 

@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 #include "kcd_auth.h"
 #include "kcd_log.h"
+#include "kcd_redis.h"
 #include "kcd_routes_int.h"
 #include "kcd_status.h"
 
@@ -190,6 +191,13 @@ static bool auth(kcd_exchange *x, const kcd_request *req, unsigned need)
                             &x->who);
     if (st == 0)
         return true;
+    /* a 401 has no name to count under: say what was (not) presented */
+    const char *authz = kcd_req_header(req, "Authorization");
+    kcd_metrics_auth_failure(x->m,
+                             st == 403                              ? x->who
+                             : authz && authz[strspn(authz, " \t")] ? "unknown token"
+                                                                    : "anonymous",
+                             st);
     if (st == 401)
         kcd_answer_error(x, 401, "a valid bearer token is required");
     else
@@ -214,6 +222,25 @@ static void delete_key(kcd_exchange *x, const char *what)
         kcd_answer_store_error(x, &e);
 }
 
+/* The Redis keyspace gauges (keys, keys with a TTL, mean TTL), counted as
+ * INFO keyspace counts them: one walk over the redis entries, done only
+ * with a Redis listener and only for the JSON and the page. */
+static void redis_keyspace_gauges(kcd_exchange *x, kc_store *s)
+{
+    kcd_redis_metrics *rm = &x->m->redis;
+    kcd_redis_keyspace ks;
+    kc_err e = {0};
+    if (!rm->names || !s)
+        return;
+    if (kcd_redis_keyspace_count(s, &ks, &e) != KC_OK) {
+        kcd_log(KCD_LOG_WARN, "redis keyspace unavailable: %s", e.msg);
+        return;
+    }
+    __atomic_store_n(&rm->keys, ks.keys, __ATOMIC_RELAXED);
+    __atomic_store_n(&rm->keys_with_ttl, ks.expires, __ATOMIC_RELAXED);
+    __atomic_store_n(&rm->avg_ttl_ms, (uint64_t)ks.avg_ttl_ms, __ATOMIC_RELAXED);
+}
+
 static void get_stats(kcd_exchange *x, bool prometheus)
 {
     kc_err e = {0};
@@ -228,6 +255,8 @@ static void get_stats(kcd_exchange *x, bool prometheus)
     bool have = s && kc_store_stats_get(s, &st, &e) == KC_OK;
     if (!have)
         kcd_log(KCD_LOG_WARN, "store statistics unavailable: %s", e.msg);
+    if (!prometheus)
+        redis_keyspace_gauges(x, s);
     size_t len = 0;
     kcd_s3_stats s3;
     if (x->s3)
@@ -332,6 +361,7 @@ static void r_status(kcd_exchange *x, const kcd_request *req, const char *rest)
     uint64_t mem_entries = 0, mem_bytes = 0;
     kcd_hot_usage(x->hot, &mem_entries, &mem_bytes);
     __atomic_store_n(&x->m->mem_bytes, mem_bytes, __ATOMIC_RELAXED);
+    redis_keyspace_gauges(x, s);
     kcd_status_view v = {x->m,  have ? &st : NULL,        s,
                          x->s3, kcd_ctx_data_dir(x->ctx), kcd_ctx_tls_state(x->ctx)};
     size_t len = 0;
@@ -460,6 +490,7 @@ static void route(kcd_exchange *x, const kcd_request *req)
     }
     if (req->client_cert_error) { /* mTLS: no route without a certificate the CA signed */
         x->route = KCD_R_OTHER;
+        kcd_metrics_auth_failure(x->m, "refused certificate", 403);
         return kcd_answer_error(x, 403, "client certificate refused: %s", req->client_cert_error);
     }
     const char *rest = NULL;

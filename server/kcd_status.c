@@ -24,6 +24,7 @@ typedef struct sample {
 
 typedef struct miss_slot {
     char name[128];
+    char kind[KCD_MISS_HINT_MAX], device[KCD_MISS_HINT_MAX], graph[KCD_MISS_HINT_MAX];
     uint64_t count;
 } miss_slot;
 
@@ -53,26 +54,44 @@ void kcd_status_free(kcd_status *s)
     free(s);
 }
 
-void kcd_status_note_miss(kcd_status *s, const char *name)
+/* A client-sent field into dst when it was sent: bounded, and printable
+ * ASCII only, so neither a long nor a strange header reaches the page as
+ * more than a short line (the page escapes it as well). */
+static void keep_hint(char dst[KCD_MISS_HINT_MAX], const char *src)
+{
+    if (!src || !*src)
+        return;
+    size_t n = 0;
+    for (; src[n] && n < KCD_MISS_HINT_MAX - 1; n++)
+        dst[n] = src[n] >= 0x20 && src[n] < 0x7f ? src[n] : '?';
+    dst[n] = 0;
+}
+
+void kcd_status_note_miss(kcd_status *s, const char *name, const kcd_miss_hint *hint)
 {
     if (!s || !name)
         return;
     pthread_mutex_lock(&s->mu);
-    miss_slot *low = &s->top[0];
-    for (unsigned i = 0; i < KCD_STATUS_TOP_MISSES; i++) {
-        miss_slot *m = &s->top[i];
-        if (m->count && !strncmp(m->name, name, sizeof m->name - 1)) {
-            m->count++;
-            pthread_mutex_unlock(&s->mu);
-            return;
-        }
-        if (m->count < low->count)
-            low = m;
+    miss_slot *low = &s->top[0], *m = NULL;
+    for (unsigned i = 0; i < KCD_STATUS_TOP_MISSES && !m; i++) {
+        if (s->top[i].count && !strncmp(s->top[i].name, name, sizeof s->top[i].name - 1))
+            m = &s->top[i];
+        else if (s->top[i].count < low->count)
+            low = &s->top[i];
     }
-    /* space-saving: a new name takes the least-counted slot, over-counted
-     * by that slot's count (0 while the table has free slots) */
-    snprintf(low->name, sizeof low->name, "%s", name);
-    low->count++;
+    if (!m) {
+        /* space-saving: a new name takes the least-counted slot, over-counted
+         * by that slot's count (0 while the table has free slots) */
+        m = low;
+        snprintf(m->name, sizeof m->name, "%s", name);
+        m->kind[0] = m->device[0] = m->graph[0] = 0;
+    }
+    m->count++;
+    if (hint) {
+        keep_hint(m->kind, hint->kind);
+        keep_hint(m->device, hint->device);
+        keep_hint(m->graph, hint->graph);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -289,6 +308,38 @@ static void sparkline(FILE *f, const sample *ring, unsigned n, unsigned head)
             n < 2 ? " (a line needs two)" : "");
 }
 
+typedef struct auth_rows {
+    FILE *f;
+    unsigned *n;
+} auth_rows;
+
+/* One row of the refused-requests table. The cells' ids are
+ * auth_401_NAME and auth_403_NAME (escaped); a name without dots also
+ * gets the data-k that lets the script refresh it. */
+static void auth_row(const char *name, uint64_t unauthorized, uint64_t forbidden, void *ctx)
+{
+    auth_rows *r = ctx;
+    FILE *f = r->f;
+    (*r->n)++;
+    fputs("<tr><td>", f);
+    esc(f, name);
+    fputs("</td>", f);
+    const int codes[2] = {401, 403};
+    const uint64_t counts[2] = {unauthorized, forbidden};
+    for (int i = 0; i < 2; i++) {
+        fprintf(f, "<td id=\"auth_%d_", codes[i]);
+        esc(f, name);
+        fputc('"', f);
+        if (!strchr(name, '.')) {
+            fprintf(f, " data-k=\"server.auth_failures.by_name.");
+            esc(f, name);
+            fprintf(f, ".%d\"", codes[i]);
+        }
+        fprintf(f, ">%" PRIu64 "</td>", counts[i]);
+    }
+    fputs("</tr>\n", f);
+}
+
 /* The page's one script: every KCD_STATUS_REFRESH_S it fetches /v1/stats
  * (same origin, so the credentials the browser already sent go along) and
  * puts each figure back into the cell whose data-k names it; rates (Redis
@@ -319,10 +370,8 @@ static const char kcd_status_script[] =
     "var d=document.getElementById('refreshed');"
     "d.textContent='updated '+new Date().toISOString().substr(11,8)+' UTC';d.dataset.ok='1'})"
     ".catch(function(e){put('refreshed','refresh failed: '+e.message)})}"
-    /* in <head>, where the Content-Security-Policy lets it run: start once the
-     * cells exist */
     "document.addEventListener('DOMContentLoaded',function(){tick();setInterval(tick,";
-/* the period follows, then ");});})();" */
+/* the period follows, then ")});})();" */
 
 char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
 {
@@ -341,10 +390,12 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
           "table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
           "td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:12px}"
-          "code{font-size:12px}</style><script>",
+          "code{font-size:12px}</style>\n<script>",
           f);
+    /* in <head>: the page's Content-Security-Policy lets only head scripts
+     * run (kcd_routes.c), so it waits for the body to be parsed */
     fputs(kcd_status_script, f);
-    fprintf(f, "%d);});})();", (int)(KCD_STATUS_REFRESH_S * 1000));
+    fprintf(f, "%d)});})();", (int)(KCD_STATUS_REFRESH_S * 1000));
     fputs("</script></head><body>\n<h1>kcached status</h1>\n"
           "<p class=\"note\" id=\"refreshed\">as of loading the page</p>\n",
           f);
@@ -385,6 +436,19 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     if (!shown_errors)
         fputs("<tr><td colspan=\"2\">none</td></tr>\n", f);
     fputs("</table>\n", f);
+
+    fputs("<h2>Refused requests</h2>\n<table id=\"auth-failures\"><tr><th>token</th>"
+          "<th>401</th><th>403</th></tr>\n",
+          f);
+    unsigned refused_names = 0;
+    auth_rows rows = {f, &refused_names};
+    kcd_metrics_auth_failures(m, auth_row, &rows);
+    if (!refused_names)
+        fputs("<tr><td colspan=\"3\">none</td></tr>\n", f);
+    fputs("</table>\n<p class=\"note\">401: no token, or one the tokens file does not "
+          "hold (\"anonymous\", \"unknown token\"); 403: a known token without the scope the "
+          "route needs.</p>\n",
+          f);
 
     fputs("<h2>Hit ratio over time</h2>\n", f);
     sample ring[KCD_STATUS_SAMPLES];
@@ -504,6 +568,13 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
                 g.redis_bytes);
         human_bytes(f, g.redis_bytes);
         fputs("</td></tr>\n", f);
+        figure(f, "keys with a TTL", "redis_keys_with_ttl", "redis.keys_with_ttl",
+               __atomic_load_n(&rm->keys_with_ttl, __ATOMIC_RELAXED), false);
+        fprintf(f,
+                "<tr><td>mean TTL left</td><td id=\"redis_avg_ttl\" data-v=\"%" PRIu64
+                "\">%.1f s</td></tr>\n",
+                __atomic_load_n(&rm->avg_ttl_ms, __ATOMIC_RELAXED),
+                (double)__atomic_load_n(&rm->avg_ttl_ms, __ATOMIC_RELAXED) / 1000.0);
         figure(f, "connected clients", "redis_connected_clients", "redis.connected_clients",
                __atomic_load_n(&rm->clients, __ATOMIC_RELAXED), false);
         figure(f, "commands", "redis_commands", "redis.commands", commands, false);
@@ -518,7 +589,7 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
     }
 
     fputs("<h2>Most missed keys</h2>\n<table id=\"top-misses\"><tr><th>key or ccache path</th>"
-          "<th>misses</th></tr>\n",
+          "<th>misses</th><th>kind</th><th>device</th><th>graph</th></tr>\n",
           f);
     for (int shown = 0;; shown++) { /* largest first */
         miss_slot *best = NULL;
@@ -529,11 +600,18 @@ char *kcd_status_html(kcd_status *s, const kcd_status_view *v, size_t *len)
             break;
         fputs("<tr><td><code>", f);
         esc(f, best->name);
-        fprintf(f, "</code></td><td>%" PRIu64 "</td></tr>\n", best->count);
+        fprintf(f, "</code></td><td>%" PRIu64 "</td><td>", best->count);
+        esc(f, best->kind);
+        fputs("</td><td>", f);
+        esc(f, best->device);
+        fputs("</td><td>", f);
+        esc(f, best->graph);
+        fputs("</td></tr>\n", f);
         best->count = 0;
     }
-    fputs("</table>\n<p class=\"note\">Why a key misses: <code>kcache explain GRAPH</code> on "
-          "the machine that asked.</p>\n",
+    fputs("</table>\n<p class=\"note\">Kind, device and graph are what the client said "
+          "(X-Kcache-Kind, -Device, -Graph), blank when it said nothing. Why a key misses: "
+          "<code>kcache explain GRAPH</code> on the machine that asked.</p>\n",
           f);
 
     fputs("<h2>S3 tier</h2>\n", f);

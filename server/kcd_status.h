@@ -28,8 +28,18 @@ typedef struct kcd_status kcd_status;
 kcd_status *kcd_status_new(void);
 void kcd_status_free(kcd_status *s);
 
-/* Counts a miss of name (an artifact key or a ccache path). Thread-safe. */
-void kcd_status_note_miss(kcd_status *s, const char *name);
+/* What a client said about a key it asked for: the request headers
+ * X-Kcache-Kind, X-Kcache-Device and X-Kcache-Graph (each NULL when not
+ * sent). The page keeps at most KCD_MISS_HINT_MAX - 1 bytes of each,
+ * printable ASCII (anything else becomes '?'). */
+#define KCD_MISS_HINT_MAX 64
+typedef struct kcd_miss_hint {
+    const char *kind, *device, *graph;
+} kcd_miss_hint;
+
+/* Counts a miss of name (an artifact key or a ccache path), keeping the
+ * fields hint (may be NULL) gives, the latest for a name. Thread-safe. */
+void kcd_status_note_miss(kcd_status *s, const char *name, const kcd_miss_hint *hint);
 
 /* Records a hit/miss sample when the last one is KCD_STATUS_SAMPLE_S old.
  * Cheap when none is due; thread-safe. */

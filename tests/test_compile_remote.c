@@ -190,3 +190,29 @@ Test(compile_remote, a_pulling_client_gets_the_build_hosts_tuned_choice)
     json_decref(ci);
     free(g);
 }
+
+/* A compile that misses on the server tells it, as request headers, what it asked for:
+ * kcached's /status shows the graph's name and the device id beside the missed graph
+ * record and kernels, with their kinds. */
+Test(compile_remote, missed_keys_on_status_carry_the_graph_and_device_the_compile_sent)
+{
+    char *g = kc_test_path(tmp, "tiny.json");
+    kc_test_write_file(g, TINY, strlen(TINY));
+    int code;
+    json_t *a = kcache("a", ts.url, &code, "compile", g, NULL, NULL);
+    cr_assert_eq(code, 0);
+    const char *device = json_string_value(json_object_get(a, "device"));
+    cr_assert_not_null(device, "no device in the compile summary");
+    const char *headers[] = {"Authorization: Bearer " TOKEN, NULL};
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/status", headers, NULL, 0, false, &r), 0);
+    cr_assert_eq(r.status, 200);
+    char want[256];
+    snprintf(want, sizeof want, "</td><td>graph</td><td>%s</td><td>tiny</td></tr>", device);
+    cr_expect(strstr((const char *)r.body, want), "want %s in:\n%s", want, r.body);
+    snprintf(want, sizeof want, "</td><td>cpu-so</td><td>%s</td><td>tiny</td></tr>", device);
+    cr_expect(strstr((const char *)r.body, want), "want %s in:\n%s", want, r.body);
+    kc_http_result_free(&r);
+    json_decref(a);
+    free(g);
+}

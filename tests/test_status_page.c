@@ -294,8 +294,8 @@ Test(status_page, sparkline_follows_the_samples_and_top_misses_keep_the_most_mis
     for (int i = 0; i < 40; i++) { /* more names than slots; "hot" missed most */
         char name[32];
         snprintf(name, sizeof name, "cold-%d", i);
-        kcd_status_note_miss(s, name);
-        kcd_status_note_miss(s, "hot");
+        kcd_status_note_miss(s, name, NULL);
+        kcd_status_note_miss(s, "hot", NULL);
     }
     kcd_status_view v = {&m, NULL, NULL, NULL, "/data", "off"};
     size_t len = 0;
@@ -326,9 +326,26 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
 {
     kc_testserver ts;
     memset(&ts, 0, sizeof ts);
-    const char *args[] = {"--log-level",    "error",       "--max-size", "1M",
-                          "--redis-listen", "127.0.0.1:0", NULL};
+    char *rdir = kc_test_mkdtemp("kcdstatus-redis"), *rpf = kc_test_path(rdir, "redis.port");
+    const char *args[] = {
+        "--log-level",       "error", "--max-size", "1M", "--redis-listen", "127.0.0.1:0",
+        "--redis-port-file", rpf,     NULL};
     cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    size_t plen;
+    char *port = kc_test_read_file(rpf, &plen);
+    cr_assert_not_null(port, "no Redis port file");
+    port[strcspn(port, "\n")] = 0;
+    /* three keys, two of them with a TTL (EX and PX), as the real redis-cli sets them */
+    const char *sets[][6] = {{"SET", "ttl-a", "1", "EX", "1000", NULL},
+                             {"SET", "ttl-b", "2", "PX", "900000", NULL},
+                             {"SET", "no-ttl", "3", NULL}};
+    for (size_t i = 0; i < 3; i++) {
+        char *out = kc_test_redis_cli(port, sets[i][0], sets[i][1], sets[i][2], sets[i][3],
+                                      sets[i][4], NULL);
+        cr_assert_not_null(out, "redis-cli did not run");
+        cr_expect_str_eq(out, "OK", "redis-cli SET %s", sets[i][1]);
+        free(out);
+    }
     char k1[65], slot[65], meta[256];
     put_artifact(&ts, "status-limit", "cpu-so", "cpu-x86_64-v3", k1);
     /* a directory snapshot's manifest, as kcache dir push stores it: the
@@ -380,7 +397,15 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     cr_expect_eq(dom_figure(dom, "redis_connected_clients"),
                  json_figure(stats, "redis", "connected_clients"));
     cr_expect_eq(dom_figure(dom, "redis_commands"), json_figure(stats, "redis", "commands"));
-    cr_expect_eq(dom_figure(dom, "redis_keys"), 0);
+    cr_expect_eq(dom_figure(dom, "redis_keys"), 3);
+    cr_expect_eq(json_figure(stats, "redis", "keys"), 3);
+    cr_expect_eq(json_figure(stats, "redis", "keys_with_ttl"), 2);
+    cr_expect_eq(dom_figure(dom, "redis_keys_with_ttl"), 2);
+    long long ttl = dom_figure(dom, "redis_avg_ttl");
+    cr_expect(ttl > 900000 && ttl <= 950000, "mean TTL of 1000 s and 900 s: %lld ms", ttl);
+    char *info = kc_test_redis_cli(port, "INFO", "keyspace", NULL);
+    cr_expect(info && strstr(info, "db0:keys=3,expires=2,"), "INFO keyspace agrees: %s", info);
+    free(info);
     char shown[256];
     snprintf(shown, sizeof shown, "snapshot <b>inductor-cache</b> <code title=\"%s\">%.12s</code>",
              slot, slot);
@@ -396,5 +421,156 @@ Test(status_page, chromium_shows_limit_errors_ccache_redis_in_human_units_and_re
     free(dom);
     free(console);
     free(profile);
+    kc_testserver_cleanup(&ts);
+    free(port);
+    unlink(rpf);
+    rmdir(rdir);
+    free(rpf);
+    free(rdir);
+}
+
+/* Refused requests by the name they came under: a read token writing (403
+ * under its NAME, escaped on the page), no token (401 "anonymous"), a token
+ * the file does not hold (401 "unknown token"), in /v1/stats and on the
+ * page Chromium shows after its script refreshed it. */
+#define TOK_READER "tok-status-reader-51c2a9"
+#define TOK_OPS "tok-status-ops-7d3e0b84"
+
+static long request_as(const kc_testserver *ts, const char *method, const char *path,
+                       const char *token)
+{
+    char authz[128];
+    snprintf(authz, sizeof authz, "Authorization: Bearer %s", token);
+    const char *headers[] = {authz, NULL};
+    kc_http_result r;
+    cr_assert_eq(kc_testserver_http(ts, method, path, token ? headers : NULL, "x", 1, false, &r),
+                 0);
+    long st = r.status;
+    kc_http_result_free(&r);
+    return st;
+}
+
+static long long auth_json(json_t *stats, const char *name, const char *code)
+{
+    json_t *af = json_object_get(json_object_get(stats, "server"), "auth_failures");
+    cr_assert(json_is_object(af), "/v1/stats has no server.auth_failures");
+    json_t *v = name ? json_object_get(json_object_get(json_object_get(af, "by_name"), name), code)
+                     : json_object_get(af, code);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+}
+
+Test(status_page, refused_requests_are_counted_by_token_name_and_code, .timeout = 300)
+{
+    char *dir = kc_test_mkdtemp("kcdstatus-auth"), *tokens = kc_test_path(dir, "tokens");
+    const char *text = TOK_READER " read reader\n" TOK_OPS " read <ops>\n";
+    cr_assert_eq(kc_test_write_file(tokens, text, strlen(text)), 0);
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", "--tokens", tokens, "--anonymous-read", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0, "log %s", ts.log);
+    const char *art = "/v1/artifacts/"
+                      "00000000000000000000000000000000000000000000000000000000000000aa";
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(request_as(&ts, "PUT", art, TOK_READER), 403);
+    cr_expect_eq(request_as(&ts, "PUT", art, TOK_OPS), 403);
+    cr_expect_eq(request_as(&ts, "PUT", art, NULL), 401);
+    cr_expect_eq(request_as(&ts, "GET", art, "tok-nobody-has-this-one"), 401);
+    cr_expect_eq(request_as(&ts, "DELETE", art, "tok-nobody-has-this-one"), 401);
+
+    json_t *stats = stats_json(&ts);
+    cr_expect_eq(auth_json(stats, "reader", "403"), 2);
+    cr_expect_eq(auth_json(stats, "reader", "401"), 0);
+    cr_expect_eq(auth_json(stats, "<ops>", "403"), 1);
+    cr_expect_eq(auth_json(stats, "anonymous", "401"), 1);
+    cr_expect_eq(auth_json(stats, "unknown token", "401"), 2);
+    cr_expect_eq(auth_json(stats, NULL, "401"), 3);
+    cr_expect_eq(auth_json(stats, NULL, "403"), 3);
+    json_decref(stats);
+
+    /* counted after the page was served: only the script's refresh shows it */
+    char url[256], *profile = kc_test_path(ts.root, "chromium-profile"), *console = NULL;
+    snprintf(url, sizeof url, "%s/status", ts.url);
+    char *dom = chromium_dom_after(url, profile, 5000, &console);
+    cr_expect_str_empty(console, "console messages while loading /status:\n%s", console);
+    cr_expect(strstr(dom, "id=\"refreshed\" data-ok=\"1\""), "no refresh:\n%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_403_reader"), 2, "%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_401_reader"), 0);
+    cr_expect_eq(dom_figure(dom, "auth_401_anonymous"), 1);
+    cr_expect_eq(dom_figure(dom, "auth_401_unknown token"), 2);
+    cr_expect(strstr(dom, "<td>&lt;ops&gt;</td><td id=\"auth_401_&lt;ops&gt;\""),
+              "the name escaped:\n%s", dom);
+    cr_expect_eq(dom_figure(dom, "auth_403_&lt;ops&gt;"), 1);
+    cr_expect_null(strstr(dom, "<ops>"), "a name reached the page unescaped");
+    free(dom);
+    free(console);
+    free(profile);
+    kc_testserver_cleanup(&ts);
+    unlink(tokens);
+    rmdir(dir);
+    free(tokens);
+    free(dir);
+}
+
+Test(status_page, refused_names_past_the_table_are_summed_and_never_take_two_slots)
+{
+    kcd_metrics m;
+    kcd_metrics_init(&m);
+    for (int i = 0; i < KCD_AUTH_FAIL_SLOTS + 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "name-%d", i);
+        kcd_metrics_auth_failure(&m, name, 401);
+        kcd_metrics_auth_failure(&m, "name-0", 403); /* the same name: the same slot */
+    }
+    kcd_metrics_auth_failure(&m, "name-1", 200); /* not a refusal: not counted */
+    size_t len;
+    char *text = kcd_metrics_json(&m, NULL, NULL, &len);
+    json_t *stats = json_loads(text, 0, NULL);
+    cr_assert_not_null(stats);
+    cr_expect_eq(auth_json(stats, NULL, "401"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, NULL, "403"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, "name-0", "403"), KCD_AUTH_FAIL_SLOTS + 8);
+    cr_expect_eq(auth_json(stats, "name-1", "401"), 1);
+    cr_expect_eq(auth_json(stats, KCD_AUTH_OTHER_NAMES, "401"), 8);
+    json_t *by_name = json_object_get(
+        json_object_get(json_object_get(stats, "server"), "auth_failures"), "by_name");
+    cr_expect_eq(json_object_size(by_name), KCD_AUTH_FAIL_SLOTS + 1);
+    json_decref(stats);
+    free(text);
+}
+
+/* The most missed keys carry what the client said about them (kind, device,
+ * graph), bounded and escaped; a ccache path's kind is ccache. */
+Test(status_page, missed_keys_show_the_kind_device_and_graph_the_client_sent, .timeout = 120)
+{
+    kc_testserver ts;
+    memset(&ts, 0, sizeof ts);
+    const char *args[] = {"--log-level", "error", NULL};
+    cr_assert_eq(kc_testserver_start(&ts, NULL, args), 0);
+    char graph[256 + 16];
+    snprintf(graph, sizeof graph, "X-Kcache-Graph: <b>g%0200d", 7); /* past the bound */
+    const char *headers[] = {"X-Kcache-Kind: spirv", "X-Kcache-Device: xpu-<8086:56a0>", graph,
+                             NULL};
+    kc_http_result r;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(kc_testserver_http(&ts, i ? "HEAD" : "GET", "/v1/artifacts/" MISSED_KEY,
+                                        headers, NULL, 0, false, &r),
+                     0);
+        cr_expect_eq(r.status, 404);
+        kc_http_result_free(&r);
+    }
+    cr_expect_eq(get(&ts, "/ccache/cc/never"), 404);
+    cr_assert_eq(kc_testserver_http(&ts, "GET", "/status", NULL, NULL, 0, false, &r), 0);
+    cr_assert_eq(r.status, 200);
+    const char *html = (const char *)r.body;
+    char want[512];
+    snprintf(want, sizeof want,
+             "<code>%s</code></td><td>2</td><td>spirv</td><td>xpu-&lt;8086:56a0&gt;</td>"
+             "<td>&lt;b&gt;g%0*d</td></tr>",
+             MISSED_KEY, KCD_MISS_HINT_MAX - 1 - 4, 0);
+    cr_expect(strstr(html, want), "want %s in:\n%s", want, html);
+    cr_expect(strstr(html, "<code>cc/never</code></td><td>1</td><td>ccache</td><td></td><td></td>"),
+              "a ccache path's kind:\n%s", html);
+    cr_expect_null(strstr(html, "<b>g"), "the graph reached the page unescaped");
+    kc_http_result_free(&r);
     kc_testserver_cleanup(&ts);
 }

@@ -697,6 +697,10 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
 
     kc_artifact rec;
     kc_err e = {0};
+    /* what a server is told about the keys asked for (shown beside a miss), as data: the
+     * cache decides whether and how it goes along */
+    kc_cache_hint hint = {"graph", p->device.id, g->name};
+    kc_cache_hint_set(t, &hint);
     /* one read snapshot for the record and every kernel lookup (a burst) */
     kc_cache_burst(t, true);
     if (kc_cache_get(t, p->graph_key, 0, &rec, &e) == KC_OK) {
@@ -725,6 +729,8 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
             rc = kc_err_set(err, KC_ERR_NOMEM, "out of memory");
             goto fail;
         }
+        hint.kind = "autotune";
+        kc_cache_hint_set(t, &hint);
         if (o->autotune && (rc = autotune(p, t, o, err)))
             goto fail;
         for (int i = 0; i < p->n_kernels; i++)
@@ -751,6 +757,8 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
      * two halves but cost more CPU (thread start, a second malloc arena,
      * wake-ups) than it hid, and was no faster in wall time on a busy host. */
     int nj = 0;
+    hint.kind = b->ops->artifact_kind;
+    kc_cache_hint_set(t, &hint);
     for (int i = 0; i < n; i++) {
         p->load_owner[i] = i;
         for (int j = 0; j < i; j++)
@@ -816,6 +824,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
         nj++;
     }
     kc_cache_burst(t, false);
+    kc_cache_hint_set(t, NULL);
     if (o->verbosity > 0 && nj)
         kc_log(KC_LOG_INFO, "compiling %d kernel%s", nj, nj == 1 ? "" : "s");
     int settled = n;
@@ -850,6 +859,7 @@ kc_code kc_compile(kc_backend *b, kc_cache *t, const kc_graph *g, const kc_compi
     return KC_OK;
 fail:
     kc_cache_burst(t, false);
+    kc_cache_hint_set(t, NULL);
     if (jobs)
         for (int x = 0; x < n; x++)
             free(jobs[x].payload);

@@ -40,6 +40,13 @@ typedef struct kc_cache_stats {
 
 typedef struct kc_cache kc_cache;
 
+/* What a reader knows about the keys it is about to get or check: the artifact kind, the
+ * device id, the graph name (each NULL when not known). Plain data: a tier that asks a
+ * server passes it along (kcached shows it beside a missed key on /status). */
+typedef struct kc_cache_hint {
+    const char *kind, *device, *graph;
+} kc_cache_hint;
+
 /* The operations an implementation provides. get, has and put are required; drop, flush,
  * burst and close may be NULL. */
 typedef struct kc_cache_ops {
@@ -64,6 +71,9 @@ typedef struct kc_cache_ops {
      * *out set when the caller holds the claim, KC_OK with *out NULL when another process
      * still holds it after wait_s. */
     kc_code (*claim)(kc_cache *c, const char *key, double wait_s, kc_claim **out, kc_err *err);
+    /* The hint for the gets and has-checks that follow, until the next call (NULL: none);
+     * the implementation copies what it keeps. */
+    void (*hint)(kc_cache *c, const kc_cache_hint *h);
     /* Frees the implementation's state (not what it borrows). */
     void (*close)(kc_cache *c);
 } kc_cache_ops;
@@ -74,13 +84,14 @@ struct kc_cache {
 };
 
 /* The calls; each forwards to c->ops (absent optional ops: KC_ERR_NOT_FOUND for drop, 0
- * for flush, nothing for burst, zeros for stats, KC_ERR_UNSUPPORTED for claim). */
+ * for flush, nothing for burst and hint, zeros for stats, KC_ERR_UNSUPPORTED for claim). */
 kc_code kc_cache_get(kc_cache *c, const char *key, unsigned flags, kc_artifact *a, kc_err *err);
 kc_code kc_cache_has(kc_cache *c, const char *key, unsigned flags, kc_err *err);
 kc_code kc_cache_put(kc_cache *c, const kc_artifact *a, unsigned flags, kc_err *err);
 kc_code kc_cache_drop(kc_cache *c, const char *key, kc_err *err);
 size_t kc_cache_flush(kc_cache *c, long timeout_ms);
 void kc_cache_burst(kc_cache *c, bool begin);
+void kc_cache_hint_set(kc_cache *c, const kc_cache_hint *h);
 void kc_cache_stats_get(kc_cache *c, kc_cache_stats *st);
 kc_code kc_cache_claim(kc_cache *c, const char *key, double wait_s, kc_claim **out, kc_err *err);
 /* Frees c (NULL is a no-op); what c borrows stays open. */

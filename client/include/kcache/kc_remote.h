@@ -139,6 +139,13 @@ bool kc_remote_offline(const kc_remote *r);
  * the URL and the HTTP status with the server's text). Caller frees *a. */
 kc_code kc_remote_get(kc_remote *r, const char *key, kc_artifact *a, kc_err *err);
 
+/* What the caller knows about the keys it is about to GET or HEAD (kind, device id, graph
+ * name; each NULL when unknown): sent with each of them as X-Kcache-Kind, X-Kcache-Device
+ * and X-Kcache-Graph until the next call (all NULL: none), so kcached's /status can say
+ * what a missed key was. Each value is cut to 63 bytes and anything but printable ASCII
+ * goes as '?' (no header can be split). Not to be called while another thread uses r. */
+void kc_remote_set_hint(kc_remote *r, const char *kind, const char *device, const char *graph);
+
 /* The largest payload a client takes from a server for kind by default,
  * sized to what each kind is (a CPU kernel .so is kilobytes to a few MiB):
  * autotune 1 MiB; cpu-so and spirv 32 MiB; ze-native, onednn-blob, triton
