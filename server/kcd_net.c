@@ -95,3 +95,19 @@ kc_code kcd_net_listen(const char *listen_spec, int *fd_out, unsigned *port_out,
     *fd_out = fd;
     return KC_OK;
 }
+
+void kcd_net_format_addr(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "-";
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, cap, "%s:%u", host, port);
+}

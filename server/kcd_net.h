@@ -22,4 +22,10 @@ kc_code kcd_net_listen(const char *listen_spec, int *fd_out, unsigned *port_out,
  * for an address that does not parse or resolve. */
 kc_code kcd_net_resolve(const char *listen_spec, char *buf, size_t cap, kc_err *err);
 
+struct sockaddr_storage;
+
+/* Writes "HOST:PORT" of an IPv4 or IPv6 address into out (cap bytes), as
+ * logs and CLIENT LIST show it; "-:0" for any other family. */
+void kcd_net_format_addr(const struct sockaddr_storage *ss, char *out, size_t cap);
+
 #endif

@@ -628,16 +628,7 @@ static void accept_all(rworker *w, int lfd, bool local)
         c->scopes = r->auth_on ? 0 : (KCD_SCOPE_READ | KCD_SCOPE_WRITE | KCD_SCOPE_ADMIN);
         c->who = r->auth_on ? "-" : "default";
         kcd_resp_parser_init(&c->p);
-        char host[INET6_ADDRSTRLEN] = "-";
-        unsigned port = 0;
-        if (ss.ss_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        snprintf(c->remote, sizeof c->remote, "%s:%u", host, port);
+        kcd_net_format_addr(&ss, c->remote, sizeof c->remote);
         struct ucred cred;
         socklen_t cl = sizeof cred;
         if (local && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)

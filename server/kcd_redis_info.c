@@ -11,12 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <kcache/kc_util.h>
-#include <arpa/inet.h>
+#include "kcd_net.h"
 #include "kcd_redis_cmd.h"
 
 /* Guards every listener's r->clients list and each connection's name. */
@@ -74,18 +75,8 @@ static void client_line(FILE *f, const rconn *c, bool self, double now)
     char laddr[INET6_ADDRSTRLEN + 8] = "";
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
-    if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) == 0) {
-        char host[INET6_ADDRSTRLEN] = "";
-        unsigned port = 0;
-        if (ss.ss_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        snprintf(laddr, sizeof laddr, "%s:%u", host, port);
-    }
+    if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) == 0)
+        kcd_net_format_addr(&ss, laddr, sizeof laddr);
     double active;
     __atomic_load(&c->last_active, &active, __ATOMIC_RELAXED);
     const rcmd *last = __atomic_load_n(&c->last_cmd, __ATOMIC_RELAXED);
