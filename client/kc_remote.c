@@ -703,7 +703,10 @@ static kc_code keep_limit(const char *kind, uint64_t v, void *ctx)
         return KC_OK; /* a bare SIZE here is kc_remote_opts.max_artifact's */
     if (r->nkind_limit == KC_REMOTE_KIND_LIMITS)
         return KC_ERR_INVALID; /* kc_remote_server_open says why */
-    snprintf(r->kind_limit[r->nkind_limit].kind, sizeof r->kind_limit[0].kind, "%s", kind);
+    size_t len = strlen(kind);
+    if (len >= sizeof r->kind_limit[0].kind)
+        return KC_ERR_INVALID; /* kind names are checked shorter before this */
+    memcpy(r->kind_limit[r->nkind_limit].kind, kind, len + 1);
     r->kind_limit[r->nkind_limit++].max = v;
     return KC_OK;
 }
