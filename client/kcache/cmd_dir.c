@@ -158,16 +158,7 @@ static int resolve_device(kc_cli *cli, dir_args *a)
     kc_err err = {0};
     const char *state_dir = kc_mkdirs(state, &err) == KC_OK ? state : NULL;
     kc_backend_opts bo = {.target = "native", .state_dir = state_dir};
-    kc_backend *b = NULL;
-    kc_device_fp fp = {0};
-    kc_code rc = kc_backend_open("cpu", &bo, &b, &err);
-    if (rc == KC_OK)
-        rc = b->ops->device_fp(b, &fp, &err);
-    if (rc == KC_OK)
-        snprintf(a->devbuf, sizeof a->devbuf, "%s", fp.id);
-    kc_device_fp_free(&fp);
-    kc_backend_close(b);
-    if (rc != KC_OK) {
+    if (kc_backend_device_id("cpu", &bo, a->devbuf, sizeof a->devbuf, &err) != KC_OK) {
         kc_err_prefix(&err, "no device fingerprint for the snapshot key (give --device-key)");
         return kc_cli_fail(cli, &err);
     }

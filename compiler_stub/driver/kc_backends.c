@@ -179,6 +179,21 @@ kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fing
     return KC_OK;
 }
 
+kc_code kc_backend_device_id(const char *device, const kc_backend_opts *opts, char *buf, size_t cap,
+                             kc_err *err)
+{
+    kc_backend *b = NULL;
+    kc_device_fp fp = {0};
+    kc_code rc = kc_backend_open(device, opts, &b, err);
+    if (rc == KC_OK)
+        rc = b->ops->device_fp(b, &fp, err);
+    if (rc == KC_OK)
+        snprintf(buf, cap, "%s", fp.id);
+    kc_device_fp_free(&fp);
+    kc_backend_close(b);
+    return rc;
+}
+
 void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx)
 {
     static const char *const targets[] = {"native", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
@@ -186,17 +201,13 @@ void kc_backend_local_devices(const char *state_dir, kc_device_fn fn, void *ctx)
         if (i > 0 && !kc_cpu_target_runs_here(targets[i]))
             continue;
         kc_backend_opts bo = {.target = targets[i], .state_dir = state_dir};
-        kc_backend *b = NULL;
-        kc_device_fp fp = {0};
         kc_err err = {0};
-        char what[64];
+        char what[64], id[sizeof((kc_device_fp *)0)->id];
         snprintf(what, sizeof what, "CPU fingerprint for %s", targets[i]);
-        if (kc_cpu_backend_open(&bo, &b, &err) == KC_OK && b->ops->device_fp(b, &fp, &err) == KC_OK)
-            fn(fp.id, what, NULL, ctx);
+        if (kc_backend_device_id("cpu", &bo, id, sizeof id, &err) == KC_OK)
+            fn(id, what, NULL, ctx);
         else
             fn(NULL, what, err.msg, ctx);
-        kc_device_fp_free(&fp);
-        kc_backend_close(b);
     }
     /* the Level Zero device's native binaries, then (only on a machine with such a
      * device) its SPIR-V, which any XPU can finalise */

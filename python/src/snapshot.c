@@ -37,17 +37,9 @@ static kc_code cpu_device_id(const char *cache_dir, char *buf, size_t cap, kc_er
     kc_err ignore = {0};
     kc_backend_opts bo = {.target = "native",
                           .state_dir = kc_mkdirs(state, &ignore) == KC_OK ? state : NULL};
-    kc_backend *b = NULL;
-    kc_device_fp fp = {0};
-    kc_code rc = kc_backend_open("cpu", &bo, &b, err);
-    if (rc == KC_OK)
-        rc = b->ops->device_fp(b, &fp, err);
-    if (rc == KC_OK)
-        snprintf(buf, cap, "%s", fp.id);
-    else
+    kc_code rc = kc_backend_device_id("cpu", &bo, buf, cap, err);
+    if (rc != KC_OK)
         kc_err_prefix(err, "no device fingerprint for the snapshot key (give device_key)");
-    kc_device_fp_free(&fp);
-    kc_backend_close(b);
     return rc;
 }
 

@@ -163,6 +163,12 @@ kc_code kc_fingerprints(const char *device, const kc_backend_opts *opts, kc_fing
                         int *n, kc_err *err);
 void kc_fingerprints_free(kc_fingerprint *fps, int n);
 
+/* The device fingerprint id of device (a kc_backend_open name) opened with opts (may be
+ * NULL), written into buf (cap bytes, truncated to fit). Opens and closes the backend;
+ * errors are kc_backend_open's and the backend's device_fp's. */
+kc_code kc_backend_device_id(const char *device, const kc_backend_opts *opts, char *buf, size_t cap,
+                             kc_err *err);
+
 /* Receives one of this machine's device ids (id non-NULL), or why one could not be
  * fingerprinted (id NULL, why set); what names the device ("CPU fingerprint for native",
  * "XPU fingerprint"). */
