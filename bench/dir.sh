@@ -87,9 +87,10 @@ for _ in $(seq 1 500); do curl -s -o /dev/null "http://127.0.0.1:$NPORT/" && bre
 now() { date +%s.%N; }
 jget() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 KC() { local cache=$1; shift; "$KCACHE" --cache-dir "$T/$cache" --remote "$URL" -q --json "$@"; }
-ARGS=(--name triton --version-key "triton=3.3.0 torch=2.7.0" --device-key bench-gpu)
+# push names the snapshot with --name; pull takes the name as its first argument
+ARGS=(--version-key "triton=3.3.0 torch=2.7.0" --device-key bench-gpu)
 
-t0=$(now); KC hostA dir push "$T/tree" "${ARGS[@]}" >"$T/push1.json"; t1=$(now)
+t0=$(now); KC hostA dir push "$T/tree" --name triton "${ARGS[@]}" >"$T/push1.json"; t1=$(now)
 push_s=$(echo "$t1 - $t0" | bc -l)
 push_sent=$(jget bytes_sent <"$T/push1.json")
 
@@ -121,7 +122,7 @@ for p in rng.sample(files, len(files) // 20):
     with open(p, "wb") as f:
         f.write(os.urandom(half) + (text * (s // len(text) + 1))[: s - half])
 PY
-t0=$(now); KC hostA dir push "$T/tree" "${ARGS[@]}" >"$T/push2.json"; t1=$(now)
+t0=$(now); KC hostA dir push "$T/tree" --name triton "${ARGS[@]}" >"$T/push2.json"; t1=$(now)
 push2_s=$(echo "$t1 - $t0" | bc -l)
 push2_sent=$(jget bytes_sent <"$T/push2.json")
 t0=$(now); KC hostB dir pull triton "$T/dst" "${ARGS[@]}" >"$T/pull3.json"; t1=$(now)
