@@ -155,6 +155,14 @@ Test(cli_publish, a_refused_token_fails_naming_its_source_while_reads_go_on)
     json_decref(end);
     kc_test_result_free(&r);
 
+    /* nothing left to upload (every kernel a hit): the refusal is still an error, and
+     * no "0 artifact(s)" count is made up for it */
+    KC(&r, "b2", "wrong-token", "compile", g1);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "refused the token from $KCACHE_TOKEN (HTTP 401)"), "%s", r.err);
+    cr_expect(!strstr(r.err, "0 artifact(s)"), "%s", r.err);
+    kc_test_result_free(&r);
+
     /* the source is named whatever it is */
     char *tf = kc_test_path(dir, "token"), flag[600];
     cr_assert_eq(kc_test_write_file(tf, "stale-token\n", 12), 0);

@@ -257,10 +257,15 @@ static int session_publish(session *s, char *msg, size_t cap)
     if (!(cli->token && *cli->token))
         src = kc_config_origin(cli->config, KC_SET_CLIENT_CERT, &cert) ? cert : "the --remote URL";
     if (p.creds == KC_CREDS_REFUSED) {
-        snprintf(msg, cap,
-                 "%llu artifact(s) not published: the server %s refused the token from %s "
-                 "(HTTP 401)",
-                 (unsigned long long)p.refused, cli->remote_shown, src);
+        /* a 401 on a read stops uploads before any is tried: then no count to give */
+        if (p.refused)
+            snprintf(msg, cap,
+                     "%llu artifact(s) not published: the server %s refused the token from %s "
+                     "(HTTP 401)",
+                     (unsigned long long)p.refused, cli->remote_shown, src);
+        else
+            snprintf(msg, cap, "the server %s refused the token from %s (HTTP 401)",
+                     cli->remote_shown, src);
         fprintf(stderr, "kcache: %s\n", msg);
         kc_cli_note_error(msg, "auth");
         return KC_EXIT_FAIL;
