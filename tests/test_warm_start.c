@@ -4,7 +4,7 @@
  * compiler, under the stat-based trust rule of kc_memo.h: never for a
  * program too new, never from a memo this user does not own alone), a
  * start-up that loads neither oneDNN, Level Zero, libcurl nor libcrypto, and
- * a warm hit that maps no libcrypto.
+ * a warm hit that maps no libcrypto and makes no scratch directory.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -373,4 +373,31 @@ Test(warm_start, warm_hit_loads_no_libcrypto_and_signing_loads_it)
     free(pub);
     free(bundle);
     free(other);
+}
+
+Test(warm_start, warm_hit_creates_no_scratch_directory)
+{
+    kc_test_result r;
+    compile_mlp(&r, false, false);
+    kc_test_result_free(&r);
+    /* where the scratch directories go, a file: no directory can be made there,
+     * and a warm hit does not try (before: "cannot create a scratch directory") */
+    char *tmp = kc_test_path(cache, "tmp");
+    kc_test_rmtree(tmp);
+    cr_assert_eq(kc_test_write_file(tmp, "", 0), 0);
+    compile_mlp(&r, true, false);
+    kc_test_result_free(&r);
+    struct stat st;
+    cr_expect(stat(tmp, &st) == 0 && S_ISREG(st.st_mode));
+    /* a miss still compiles: it makes its directory when the compiler runs */
+    cr_assert_eq(unlink(tmp), 0);
+    char *mlp = kc_test_path(KC_TEST_SOURCE_DIR, "examples/mlp.json");
+    const char *miss[] = {"compile", mlp, "--cflags", "-O1", NULL};
+    setenv("CC", "cc", 1);
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, miss), 0);
+    unsetenv("CC");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    free(mlp);
+    free(tmp);
 }
