@@ -1,80 +1,62 @@
 /*
- * kc_hash.c - SHA-256 through OpenSSL EVP (streaming and one-shot), hex
+ * kc_hash.c - SHA-256 through GNU Nettle (streaming and one-shot), hex
  * encoding, key validation and constant-time comparison.
+ *
+ * Nettle, not OpenSSL EVP (docs/DESIGN.md, hashing and keys): libcrypto's
+ * loading, relocations and constructors were the largest part of a fresh
+ * kcache process's start-up, and a warm hit needs nothing else from it.
+ * The digests are the same bytes (tests/test_hash.c pins known vectors).
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
 
 #include <kcache/kc_hash.h>
 
 struct kc_sha256_ctx {
-    EVP_MD_CTX *md;
+    struct sha256_ctx sha;
 };
-
-/* OpenSSL 3 looks the algorithm up in its provider tables on every implicit
- * use of EVP_sha256(); fetching it once makes small digests ~30% cheaper.
- * The fetched object is immutable and shared by all threads. */
-static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
-static EVP_MD *sha_fetched;
-
-static void sha_fetch(void)
-{
-    sha_fetched = EVP_MD_fetch(NULL, "SHA256", NULL);
-}
-
-static const EVP_MD *sha_md(void)
-{
-    pthread_once(&sha_once, sha_fetch);
-    return sha_fetched ? sha_fetched : EVP_sha256();
-}
 
 kc_sha256_ctx *kc_sha256_new(void)
 {
-    kc_sha256_ctx *c = calloc(1, sizeof *c);
+    kc_sha256_ctx *c = malloc(sizeof *c);
     if (!c)
         return NULL;
-    c->md = EVP_MD_CTX_new();
-    if (!c->md || EVP_DigestInit_ex(c->md, sha_md(), NULL) != 1) {
-        EVP_MD_CTX_free(c->md);
-        free(c);
-        return NULL;
-    }
+    sha256_init(&c->sha);
     return c;
 }
 
 void kc_sha256_update(kc_sha256_ctx *ctx, const void *data, size_t len)
 {
     if (len)
-        EVP_DigestUpdate(ctx->md, data, len);
+        sha256_update(&ctx->sha, len, data);
 }
 
 void kc_sha256_final(kc_sha256_ctx *ctx, uint8_t out[KC_SHA256_LEN])
 {
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx->md, out, &n);
+    /* sha256_digest also resets the context; kc_sha256_reset stays valid */
+    sha256_digest(&ctx->sha, KC_SHA256_LEN, out);
 }
 
 void kc_sha256_reset(kc_sha256_ctx *ctx)
 {
-    EVP_DigestInit_ex(ctx->md, sha_md(), NULL);
+    sha256_init(&ctx->sha);
 }
 
 void kc_sha256_free(kc_sha256_ctx *ctx)
 {
-    if (!ctx)
-        return;
-    EVP_MD_CTX_free(ctx->md);
     free(ctx);
 }
 
 void kc_sha256(const void *data, size_t len, uint8_t out[KC_SHA256_LEN])
 {
-    unsigned int n = 0;
-    EVP_Digest(data ? data : "", len, out, &n, sha_md(), NULL);
+    struct sha256_ctx c;
+    sha256_init(&c);
+    if (len)
+        sha256_update(&c, len, data);
+    sha256_digest(&c, KC_SHA256_LEN, out);
 }
 
 void kc_sha256_hex(const void *data, size_t len, char out[KC_KEY_HEX_LEN + 1])
@@ -133,5 +115,5 @@ bool kc_key_valid(const char *s)
 
 bool kc_ct_equal(const void *a, const void *b, size_t len)
 {
-    return CRYPTO_memcmp(a, b, len) == 0;
+    return memeql_sec(a, b, len) != 0;
 }

@@ -110,7 +110,7 @@ onnx_model=/usr/share/libonnx-testdata/data/node/test_relu/model.onnx
 [ -f "$onnx_model" ] || fail "$onnx_model missing (libonnx-testdata, scripts/setup.sh)"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror "$T/onnx.c" -o "$T/onnx" -I"$P/include" -L"$LIBDIR" -lkconnx \
-  -lkccompiler -lkccore $(pkg-config --libs libprotobuf-c jansson sqlite3 libzstd libcrypto libxxhash) \
+  -lkccompiler -lkccore $(pkg-config --libs libprotobuf-c jansson sqlite3 libzstd libcrypto nettle libxxhash) \
   -ldnnl -lze_loader -ldl -lm -pthread || fail "no program builds on the installed kc_onnx.h + libkconnx.a"
 echo "not a model" >"$T/bad.onnx"
 "$T/onnx" "$onnx_model" "$T/bad.onnx" >"$T/onnx.out" 2>&1 && grep -q '^nodes 1$' "$T/onnx.out" &&

@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git ca-certificates curl
-  libsqlite3-dev sqlite3 libzstd-dev zstd libssl-dev openssl libjansson-dev libxxhash-dev
+  libsqlite3-dev sqlite3 libzstd-dev zstd libssl-dev openssl nettle-dev libjansson-dev libxxhash-dev
   libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libcriterion-dev
   libdnnl-dev libze-dev libze1
   clang-14 llvm-spirv-14 spirv-tools libclang-rt-14-dev clang-format pocl-opencl-icd

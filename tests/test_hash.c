@@ -16,6 +16,35 @@ Test(hash, sha256_matches_known_vectors)
     cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     kc_sha256_hex("abc", 3, hex);
     cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    kc_sha256_hex(two_blocks, strlen(two_blocks), hex);
+    cr_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+/* FIPS 180-2's million 'a's, streamed in pieces that straddle the 64-byte
+ * blocks, and again after a reset: the digests keys are made of, pinned
+ * whichever library computes them (OpenSSL EVP before, Nettle now). */
+Test(hash, streamed_million_a_matches_known_vector)
+{
+    static char a[2048]; /* more than any piece */
+    memset(a, 'a', sizeof a);
+    kc_sha256_ctx *c = kc_sha256_new();
+    cr_assert_not_null(c);
+    for (int round = 0; round < 2; round++) {
+        size_t left = 1000000;
+        for (size_t n = 1; left; n = n % 997 + 37) {
+            size_t take = n < left ? n : left;
+            kc_sha256_update(c, a, take);
+            left -= take;
+        }
+        uint8_t d[KC_SHA256_LEN];
+        char hex[KC_KEY_HEX_LEN + 1];
+        kc_sha256_final(c, d);
+        kc_hex_encode(d, sizeof d, hex);
+        cr_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+        kc_sha256_reset(c);
+    }
+    kc_sha256_free(c);
 }
 
 Test(hash, streaming_equals_one_shot)

@@ -2,8 +2,9 @@
  * test_warm_start.c - what a fresh kcache process does before a warm hit:
  * toolchain probes answered from the state directory's memos (once per
  * compiler, under the stat-based trust rule of kc_memo.h: never for a
- * program too new, never from a memo this user does not own alone), and a
- * start-up that loads neither oneDNN, Level Zero nor libcurl.
+ * program too new, never from a memo this user does not own alone), a
+ * start-up that loads neither oneDNN, Level Zero, libcurl nor libcrypto, and
+ * a warm hit that maps no libcrypto and makes no scratch directory.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -215,13 +216,14 @@ static char *loaded_at_start(void)
 }
 #endif
 
-Test(warm_start, kcache_starts_without_onednn_level_zero_or_curl)
+Test(warm_start, kcache_starts_without_onednn_level_zero_curl_or_libcrypto)
 {
 #ifdef KC_TEST_LAZY
     char *libs = loaded_at_start();
     /* before: 44 libraries, these among them, each with its constructors */
-    static const char *const lazy[] = {"libdnnl",   "libgomp",   "libze_loader", "libcurl",
-                                       "libOpenCL", "libgnutls", "libkrb5",      "libstdc++"};
+    static const char *const lazy[] = {"libdnnl", "libgomp",   "libze_loader",
+                                       "libcurl", "libOpenCL", "libgnutls",
+                                       "libkrb5", "libstdc++", "libcrypto"};
     for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++)
         cr_expect_null(strstr(libs, lazy[i]), "%s is loaded at start-up:\n%s", lazy[i], libs);
     free(libs);
@@ -312,4 +314,90 @@ Test(warm_start, onednn_answer_follows_its_environment)
     free(native);
     free(capped);
     free(back);
+}
+
+/* `kcache --cache-dir cache [pre...] compile examples/mlp.json [--offline
+ * --require-hit]` with LD_DEBUG=files when trace: the result in *r (caller frees). */
+static void compile_mlp(kc_test_result *r, bool warm, bool trace)
+{
+    char *mlp = kc_test_path(KC_TEST_SOURCE_DIR, "examples/mlp.json");
+    setenv("CC", "cc", 1);
+    if (trace)
+        setenv("LD_DEBUG", "files", 1);
+    const char *cold[] = {"compile", mlp, NULL};
+    const char *hit[] = {"compile", mlp, "--offline", "--require-hit", NULL};
+    cr_assert_eq(kc_test_kcache(r, KC_TEST_KCACHE, cache, NULL, warm ? hit : cold), 0);
+    unsetenv("LD_DEBUG");
+    unsetenv("CC");
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    free(mlp);
+}
+
+Test(warm_start, warm_hit_loads_no_libcrypto_and_signing_loads_it)
+{
+    kc_test_result r;
+    compile_mlp(&r, false, false);
+    kc_test_result_free(&r);
+    /* SHA-256 is Nettle's: the keys of a warm hit need no libcrypto */
+    compile_mlp(&r, true, true);
+#ifdef KC_TEST_LAZY
+    cr_expect_null(strstr(r.err, "libcrypto"), "a warm hit loaded libcrypto");
+#endif
+    kc_test_result_free(&r);
+    /* Ed25519 is OpenSSL's: exporting signed loads it on first use, and what it
+     * signs verifies in another cache that trusts the public key */
+    char *priv = kc_test_path(dir, "sign.pem"), *pub = kc_test_path(dir, "sign.pub");
+    char *bundle = kc_test_path(dir, "b.kcb"), *other = kc_test_path(dir, "other");
+    cr_assert_eq(kc_test_make_ed25519(priv, pub), 0);
+    setenv("LD_DEBUG", "files", 1);
+    const char *exp[] = {"--sign-key", priv, "export", bundle, NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, exp), 0);
+    unsetenv("LD_DEBUG");
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "libcrypto"), "signing did not load libcrypto");
+    kc_test_result_free(&r);
+    const char *imp[] = {"--trusted-keys", pub, "import", bundle, NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, other, NULL, imp), 0);
+    cr_expect_eq(r.exit_code, 0, "%s%s", r.out, r.err);
+    kc_test_result_free(&r);
+    const char *ver[] = {"--trusted-keys", pub, "--json", "verify", NULL};
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, other, NULL, ver), 0);
+    cr_expect_eq(r.exit_code, 0, "%s%s", r.out, r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    json_t *untrusted = json_object_get(j, "untrusted");
+    cr_expect(json_integer_value(json_object_get(j, "checked")) > 0, "%s", r.out);
+    cr_expect(json_is_array(untrusted) && json_array_size(untrusted) == 0, "%s", r.out);
+    json_decref(j);
+    kc_test_result_free(&r);
+    free(priv);
+    free(pub);
+    free(bundle);
+    free(other);
+}
+
+Test(warm_start, warm_hit_creates_no_scratch_directory)
+{
+    kc_test_result r;
+    compile_mlp(&r, false, false);
+    kc_test_result_free(&r);
+    /* where the scratch directories go, a file: no directory can be made there,
+     * and a warm hit does not try (before: "cannot create a scratch directory") */
+    char *tmp = kc_test_path(cache, "tmp");
+    kc_test_rmtree(tmp);
+    cr_assert_eq(kc_test_write_file(tmp, "", 0), 0);
+    compile_mlp(&r, true, false);
+    kc_test_result_free(&r);
+    struct stat st;
+    cr_expect(stat(tmp, &st) == 0 && S_ISREG(st.st_mode));
+    /* a miss still compiles: it makes its directory when the compiler runs */
+    cr_assert_eq(unlink(tmp), 0);
+    char *mlp = kc_test_path(KC_TEST_SOURCE_DIR, "examples/mlp.json");
+    const char *miss[] = {"compile", mlp, "--cflags", "-O1", NULL};
+    setenv("CC", "cc", 1);
+    cr_assert_eq(kc_test_kcache(&r, KC_TEST_KCACHE, cache, NULL, miss), 0);
+    unsetenv("CC");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    kc_test_result_free(&r);
+    free(mlp);
+    free(tmp);
 }

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -189,16 +191,16 @@ static int session_open(kc_cli *cli, const copts *o, session *s)
     if (kc_cli_open_store(cli, NULL, &s->store) != KC_OK)
         return KC_EXIT_FAIL;
     kc_err err = {0};
+    /* the scratch directory is only named here: the backend creates it on its
+     * first real compile (kc_backend_opts.work_dir), so a warm hit makes none.
+     * The pid keeps live processes apart, the random part a dead one's leftover. */
     char tmp[3072];
     snprintf(tmp, sizeof tmp, "%s/tmp", cli->cache_dir);
-    snprintf(s->work, sizeof s->work, "%s/compile-%d-XXXXXX", tmp, (int)getpid());
+    unsigned rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+        rnd = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)s;
+    snprintf(s->work, sizeof s->work, "%s/compile-%d-%08x", tmp, (int)getpid(), rnd);
     sweep_scratch(tmp);
-    if (kc_mkdirs(tmp, &err) != KC_OK || !mkdtemp(s->work)) {
-        if (err.code == KC_OK)
-            kc_err_errno(&err, KC_ERR_IO, errno, "cannot create a scratch directory under %s", tmp);
-        kc_store_close(s->store);
-        return kc_cli_fail(cli, &err);
-    }
     snprintf(s->state, sizeof s->state, "%s/state", cli->cache_dir);
     kc_err ignore;
     if (kc_mkdirs(s->state, &ignore) != KC_OK)
@@ -308,7 +310,7 @@ static int session_close(session *s)
         kc_cli_json_print(stdout, kc_cli_json_error(msg, "auth"), JSON_COMPACT);
     kc_cache_close(s->cache);
     kc_remote_close(s->remote);
-    if (s->work[0]) {
+    if (s->work[0]) { /* neither fails when no compile made it */
         if (s->keep_work)
             rmdir(s->work); /* only if empty: failed sources stay for inspection */
         else

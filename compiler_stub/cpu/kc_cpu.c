@@ -45,6 +45,7 @@ typedef struct cpu_impl {
     char *target;
     char *extra_flags;
     char *work_dir;
+    atomic_bool work_made; /* work_dir exists (made by the first compile) */
     int verbosity;
     char *tpl[16]; /* template texts (owned when read from templates_dir) */
     bool tpl_owned;
@@ -697,6 +698,14 @@ static kc_code cpu_compile(kc_backend *b, const kc_kernel *k, const char *source
     int seq = atomic_fetch_add(&c->seq, 1);
     long pid_tag = (long)getpid();
     char src[4096], so[4096], log[4096];
+    /* the work directory is made by the first compile that needs it, so a run
+     * whose kernels all hit creates none (kc_backend_opts.work_dir) */
+    if (!atomic_load(&c->work_made)) {
+        kc_code mrc = kc_mkdirs_mode(c->work_dir, 0700, err);
+        if (mrc)
+            return mrc;
+        atomic_store(&c->work_made, true);
+    }
     snprintf(src, sizeof src, "%s/k-%.16s-%ld-%d.c", c->work_dir, name_hint, pid_tag, seq);
     snprintf(so, sizeof so, "%s/k-%.16s-%ld-%d.so", c->work_dir, name_hint, pid_tag, seq);
     snprintf(log, sizeof log, "%s/k-%.16s-%ld-%d.log", c->work_dir, name_hint, pid_tag, seq);

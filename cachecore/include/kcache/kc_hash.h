@@ -1,5 +1,5 @@
 /*
- * kc_hash.h - SHA-256 (OpenSSL EVP, streaming) and key helpers.
+ * kc_hash.h - SHA-256 (GNU Nettle, streaming) and key helpers.
  *
  * Every key in kcache is 64 lowercase hex characters of a SHA-256. Keys are
  * validated with kc_key_valid before they touch storage or a URL.

@@ -41,7 +41,9 @@ typedef struct kc_backend_opts {
     const char *extra_flags;   /* appended to the compiler flags (part of the device fp) */
     const char *templates_dir; /* read kernel templates from here instead of the embedded copy
                                   (kernel development; tests); NULL = embedded */
-    const char *work_dir;      /* scratch for generated sources and binaries (must exist) */
+    const char *work_dir;      /* scratch for generated sources and binaries; created (0700,
+                                  with its parents) by the first compile that runs the
+                                  compiler, so a session whose kernels all hit makes none */
     int verbosity;
     const char *state_dir; /* where the backend may keep small derived state across runs
                               (CPU: the C compiler's identity, keyed by the compiler binary's
