@@ -76,27 +76,25 @@ void kc_hex_encode(const uint8_t *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+/* hex digit values, 0xff for anything else: one load per character */
+static const uint8_t hex_table[256] = {
+    ['0'] = 0x10, ['1'] = 0x11, ['2'] = 0x12, ['3'] = 0x13, ['4'] = 0x14, ['5'] = 0x15,
+    ['6'] = 0x16, ['7'] = 0x17, ['8'] = 0x18, ['9'] = 0x19, ['a'] = 0x1a, ['b'] = 0x1b,
+    ['c'] = 0x1c, ['d'] = 0x1d, ['e'] = 0x1e, ['f'] = 0x1f, ['A'] = 0x1a, ['B'] = 0x1b,
+    ['C'] = 0x1c, ['D'] = 0x1d, ['E'] = 0x1e, ['F'] = 0x1f,
+};
 
 bool kc_hex_decode(const char *hex, uint8_t *out, size_t n)
 {
+    /* entries are value | 0x10, so 0 marks a non-digit */
     for (size_t i = 0; i < n; i++) {
-        int hi = hexval(hex[2 * i]);
-        if (hi < 0)
+        unsigned hi = hex_table[(unsigned char)hex[2 * i]];
+        if (!hi) /* before the next character: a short string ends here */
             return false;
-        int lo = hexval(hex[2 * i + 1]);
-        if (lo < 0)
+        unsigned lo = hex_table[(unsigned char)hex[2 * i + 1]];
+        if (!lo)
             return false;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        out[i] = (uint8_t)((hi & 15) << 4 | (lo & 15));
     }
     return true;
 }

@@ -121,6 +121,9 @@ enum {
     ST_PACK_ADD,
     ST_PACK_DEL,
     ST_PACK_EXISTS,
+    ST_REPLACE_LOOK,
+    ST_UPD_ENTRY,
+    ST_UPD_BLOB,
     ST_COUNT
 };
 

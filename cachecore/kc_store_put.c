@@ -183,6 +183,85 @@ static int drop_key(kc_store *s, const char *key)
     return kc_store__drop_entry(s, id, blob, &freed);
 }
 
+/* Inside a write txn, for a replacing put of key, whose entry exists: when
+ * the stored entry has the same kind and either already uses the blob of
+ * this payload (blob, from precheck) or is the only user of an inline blob
+ * that the new bytes z (not packed) can overwrite, updates the entry row
+ * (and that blob row) where they are instead of deleting and inserting
+ * them: the same pages change, and a same-size value rewrites its pages in
+ * place, so a replace writes about half the WAL bytes. *done says whether
+ * it did; when not, nothing changed. */
+static int replace_in_place(kc_store *s, const kc_artifact *a, const put_source *src,
+                            const meta_fields *mf, const char *sig, const uint8_t *sha,
+                            int64_t blob, const void *z, size_t zlen, bool raw, uint64_t xxh,
+                            int64_t *entry_id, bool *done)
+{
+    *done = false;
+    sqlite3_stmt *st = kc_store__stmt(s, ST_REPLACE_LOOK);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_text(st, 1, a->key, KC_KEY_HEX_LEN, SQLITE_STATIC);
+    int rc = kc_store__step_retry(st);
+    int64_t id = 0, oblob = 0, refs = 0, pack = 0, ozsize = 0;
+    bool same_kind = false;
+    if (rc == SQLITE_ROW) {
+        id = sqlite3_column_int64(st, 0);
+        oblob = sqlite3_column_int64(st, 1);
+        const char *kind = (const char *)sqlite3_column_text(st, 2);
+        same_kind = kind && strcmp(kind, a->kind) == 0;
+        refs = sqlite3_column_int64(st, 3);
+        pack = sqlite3_column_int64(st, 4);
+        ozsize = sqlite3_column_int64(st, 5);
+    }
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return SQLITE_OK;
+    if (rc != SQLITE_ROW)
+        return rc;
+    bool same_blob = blob != 0 && blob == oblob;
+    bool overwrite = blob == 0 && z && zlen < KC_PACK_MIN && refs == 1 && pack == 0;
+    if (!same_kind || (!same_blob && !overwrite))
+        return SQLITE_OK;
+    if (overwrite) {
+        st = kc_store__stmt(s, ST_UPD_BLOB);
+        if (!st)
+            return sqlite3_errcode(s->db);
+        sqlite3_bind_int64(st, 1, oblob);
+        sqlite3_bind_blob(st, 2, sha, KC_SHA256_LEN, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)a->payload_len);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)zlen);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)xxh);
+        rc = sqlite3_bind_blob64(st, 6, z, zlen, SQLITE_STATIC);
+        sqlite3_bind_int(st, 7, raw);
+        if (rc == SQLITE_OK)
+            rc = kc_store__step_retry(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        if (rc != SQLITE_DONE)
+            return rc;
+        if ((rc = kc_store__add_counter(s, "stored_bytes", (int64_t)zlen - ozsize)) != SQLITE_OK)
+            return rc;
+    }
+    st = kc_store__stmt(s, ST_UPD_ENTRY);
+    if (!st)
+        return sqlite3_errcode(s->db);
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, mf->device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, mf->tag, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, mf->created);
+    sqlite3_bind_int64(st, 5, kc_store__now_us(s));
+    sqlite3_bind_text(st, 6, a->meta ? a->meta : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, kc_origin_name(src->origin), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, sig, -1, SQLITE_STATIC);
+    rc = kc_store__step_retry(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return rc;
+    *entry_id = id;
+    *done = true;
+    return SQLITE_OK;
+}
+
 /* Stores a, whose payload comes as src says. With PUT_REPLACE an existing
  * entry for the key is swapped for this one in the same transaction
  * (readers see the old entry or the new one, never neither). */
@@ -248,21 +327,25 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
      * and the lock; inside one, the lock was already held for that look */
     if (!s->batch)
         rc = precheck(s, a->key, sha, &exists, &blob);
-    bool replaced = false;
+    bool replaced = false, in_place = false;
+    int64_t entry_id = 0;
     if (rc == SQLITE_OK && exists && replace) {
-        /* the old entry may have held the only reference to this payload's
-         * blob: look again, and make it below if it went */
-        rc = drop_key(s, a->key);
-        if (rc == SQLITE_OK)
+        rc = replace_in_place(s, a, src, &mf, sig, sha, blob, z, zlen, raw, xxh, &entry_id,
+                              &in_place);
+        /* else the old entry may have held the only reference to this
+         * payload's blob: look again, and make it below if it went */
+        if (rc == SQLITE_OK && !in_place)
+            rc = drop_key(s, a->key);
+        if (rc == SQLITE_OK && !in_place)
             rc = precheck(s, a->key, sha, &exists, &blob);
         replaced = true;
     }
-    if (rc == SQLITE_OK && exists) {
+    if (rc == SQLITE_OK && exists && !in_place) {
         if (z_owned)
             free((void *)z);
         return kc_store__commit_write(s, err);
     }
-    if (rc == SQLITE_OK && blob == 0 && !z) {
+    if (rc == SQLITE_OK && !in_place && blob == 0 && !z) {
         /* the blob we saw vanished meanwhile (evicted): make it now */
         code = blob_bytes(s, a, src, level, &z, &zlen, &z_owned, &raw, &xxh, err);
         if (code != KC_OK) {
@@ -273,7 +356,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
     int64_t pack = 0;
     uint64_t off = 0;
     size_t pre = 0;
-    if (rc == SQLITE_OK && blob == 0 && zlen >= KC_PACK_MIN) {
+    if (rc == SQLITE_OK && !in_place && blob == 0 && zlen >= KC_PACK_MIN) {
         uint8_t *prefix = kc_store__response_prefix(a->key, a->kind, a->meta ? a->meta : "{}",
                                                     (uint64_t)a->payload_len, sha, !raw, &pre);
         code = prefix ? kc_store__pack_store(s, prefix, pre, z, zlen, &pack, &off, err)
@@ -287,7 +370,9 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
             return code;
         }
     }
-    if (rc == SQLITE_OK && blob == 0) {
+    if (rc != SQLITE_OK || in_place) {
+        /* nothing more to write: an error, or the entry was updated */
+    } else if (blob == 0) {
         sqlite3_stmt *st = kc_store__stmt(s, ST_INS_BLOB);
         if (!st) {
             rc = sqlite3_errcode(s->db);
@@ -312,7 +397,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
             if (rc == SQLITE_OK)
                 rc = kc_store__add_counter(s, "stored_bytes", (int64_t)zlen);
         }
-    } else if (rc == SQLITE_OK) {
+    } else {
         sqlite3_stmt *st = kc_store__stmt(s, ST_BLOB_REF);
         if (!st) {
             rc = sqlite3_errcode(s->db);
@@ -323,8 +408,7 @@ static kc_code put_impl(kc_store *s, const kc_artifact *a, const put_source *src
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
         }
     }
-    int64_t entry_id = 0;
-    if (rc == SQLITE_OK) {
+    if (rc == SQLITE_OK && !in_place) {
         sqlite3_stmt *st = kc_store__stmt(s, ST_INS_ENTRY);
         if (!st) {
             rc = sqlite3_errcode(s->db);
@@ -401,6 +485,12 @@ kc_code kc_store_put_from(kc_store *s, const kc_artifact *a, kc_origin origin, b
 kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
 {
     return put_impl(s, a, &(put_source){.origin = KC_ORIGIN_LOCAL}, PUT_REPLACE, created, err);
+}
+
+kc_code kc_store_replace_hashed(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)
+{
+    put_source src = {.origin = KC_ORIGIN_LOCAL, .payload_checked = true};
+    return put_impl(s, a, &src, PUT_REPLACE, created, err);
 }
 
 kc_code kc_store__put_verified(kc_store *s, const kc_artifact *a, bool *created, kc_err *err)

@@ -445,18 +445,29 @@ kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size
     return rc;
 }
 
-kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err)
+static kc_code replace(kcd_ctx *ctx, const kc_artifact *a, bool hashed, bool *created, kc_err *err)
 {
     if (created)
         *created = false;
     ctx_thread *t = door_enter(ctx, a->key, err);
     if (!t)
         return err->code;
-    kc_code rc = kc_store_replace(t->store, a, created, err);
+    kc_code rc = hashed ? kc_store_replace_hashed(t->store, a, created, err)
+                        : kc_store_replace(t->store, a, created, err);
     size_t env_len = 0;
     uint8_t *made = rc == KC_OK && ctx->s3 ? tier_envelope(a, &env_len) : NULL;
     door_leave(ctx, t, a->key, rc, made, env_len, made);
     return rc;
+}
+
+kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return replace(ctx, a, false, created, err);
+}
+
+kc_code kcd_ctx_replace_hashed(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err)
+{
+    return replace(ctx, a, true, created, err);
 }
 
 kc_code kcd_ctx_delete(kcd_ctx *ctx, const kcd_key *k, kc_err *err)

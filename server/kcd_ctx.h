@@ -158,6 +158,11 @@ kc_code kcd_ctx_put(kcd_ctx *ctx, const kc_artifact *a, const uint8_t *env, size
  * when an entry was replaced. Errors as kc_store_put. */
 kc_code kcd_ctx_replace(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err);
 
+/* kcd_ctx_replace for a payload its caller hashed already (on a request
+ * thread, so the writer does not): a->payload_sha must be the payload's
+ * SHA-256 (kc_store_replace_hashed). Same errors. */
+kc_code kcd_ctx_replace_hashed(kcd_ctx *ctx, const kc_artifact *a, bool *created, kc_err *err);
+
 /* Removes k's entry. KC_ERR_NOT_FOUND when it had none. */
 kc_code kcd_ctx_delete(kcd_ctx *ctx, const kcd_key *k, kc_err *err);
 

@@ -178,11 +178,14 @@ static uint64_t query_max(const rconn *c)
 static void conn_close(rconn *c)
 {
     rworker *w = c->w;
+    if (c->dead)
+        return;
     kcd_redis_client_closed(c);
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     if (!c->local) /* first: a client that saw the close may connect again */
         addr_release(w->r, c->ip);
     close(c->fd);
+    c->fd = -1;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -193,11 +196,27 @@ static void conn_close(rconn *c)
     kcd_resp_parser_free(&c->p);
     kcd_rbuf_free(&c->out);
     free(c->in);
+    c->in = NULL;
     c->in_cap = 0;
     conn_hold_now(c); /* gives back what it held */
     free(c->argv);
     free(c->argl);
-    free(c);
+    c->argv = NULL;
+    c->argl = NULL;
+    /* freed once this round of events is over (free_closed) */
+    c->dead = true;
+    c->prev = NULL;
+    c->next = w->closed;
+    w->closed = c;
+}
+
+static void free_closed(rworker *w)
+{
+    while (w->closed) {
+        rconn *c = w->closed;
+        w->closed = c->next;
+        free(c);
+    }
 }
 
 static bool set_args(rconn *c, const uint8_t *base)
@@ -446,8 +465,21 @@ static void conn_writable(rconn *c)
 void kcd_redis_defer(rconn *c)
 {
     kcd_redis *r = c->w->r;
+    /* the replies of commands run before it go out now, not after this
+     * commit (a pipelining client reads them meanwhile); what the socket
+     * does not take waits for the next flush */
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            break;
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            kcd_metrics_add(&r->m->redis.bytes_out, (uint64_t)n);
+        }
+    }
+    /* it stays in the epoll set: worker_main takes it out if an event
+     * comes while it waits */
     c->waiting = true;
-    epoll_ctl(c->w->ep, EPOLL_CTL_DEL, c->fd, NULL); /* no events until it is done */
     c->qnext = NULL;
     pthread_mutex_lock(&r->q_mu);
     if (r->q_tail)
@@ -563,10 +595,11 @@ static void take_done(rworker *w)
         c->waiting = false;
         c->last_active = mono_now();
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        if (c->unwatched && epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
             conn_close(c);
             continue;
         }
+        c->unwatched = false;
         conn_run(c); /* the reply, then any commands read meanwhile */
     }
 }
@@ -682,8 +715,6 @@ static void *worker_main(void *arg)
     int wait_ms = w->r->idle_timeout ? 1000 : -1;
     for (;;) {
         int n = epoll_wait(w->ep, evs, 64, wait_ms);
-        if (wait_ms > 0)
-            sweep_idle(w);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -701,11 +732,23 @@ static void *worker_main(void *arg)
                 continue;
             }
             rconn *c = p;
+            if (c->dead)
+                continue;     /* closed earlier in this round */
+            if (c->waiting) { /* the committer's: no events until it is done */
+                epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+                c->unwatched = true;
+                continue;
+            }
             if (evs[i].events & EPOLLOUT)
                 conn_writable(c);
             else if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                 conn_read(c);
         }
+        /* after the round's events: none of them names a connection it
+         * closes */
+        if (wait_ms > 0)
+            sweep_idle(w);
+        free_closed(w);
     }
     return NULL;
 }
@@ -877,6 +920,7 @@ void kcd_redis_stop(kcd_redis *r)
         rworker *w = &r->workers[i];
         while (w->conns)
             conn_close(w->conns);
+        free_closed(w);
         if (w->ep >= 0)
             close(w->ep);
         if (w->done_fd >= 0)

@@ -185,7 +185,13 @@ static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *va
     a.meta = meta;
     a.payload = (uint8_t *)val;
     a.payload_len = vlen;
-    kc_code rc = kcd_ctx_replace(r->ctx, &a, NULL, &e);
+    /* hashed by the worker when this is the value it deferred */
+    bool hashed = c->val_sha_of == val && c->val_sha_len == vlen;
+    if (hashed)
+        memcpy(a.payload_sha, c->val_sha, sizeof a.payload_sha);
+    c->val_sha_of = NULL;
+    kc_code rc = hashed ? kcd_ctx_replace_hashed(r->ctx, &a, NULL, &e)
+                        : kcd_ctx_replace(r->ctx, &a, NULL, &e);
     free(meta);
     if (rc != KC_OK) {
         kcd_redis_store_error(c, &e);
@@ -1085,6 +1091,11 @@ void kcd_redis_execute(rconn *c)
         c->pending = d;
         c->pending_out0 = out0;
         c->pending_t0 = t0;
+        if (d->fn == cmd_set && c->argc >= 3) { /* the one writer need not hash it */
+            kc_sha256(c->argv[2], ARGL(2), c->val_sha);
+            c->val_sha_of = c->argv[2];
+            c->val_sha_len = ARGL(2);
+        }
         kcd_redis_defer(c);
         return; /* c is the committer's now */
     } else {
@@ -1100,6 +1111,7 @@ bool kcd_redis_run_pending(rconn *c)
     const rcmd *d = c->pending;
     double t = kc_now();
     d->fn(c);
+    c->val_sha_of = NULL; /* a digest is for its own command only */
     command_done(c, d, c->pending_t0, c->pending_out0, true, kc_now() - t);
     return (d->flags & (F_WRITE | F_COMMIT)) != 0;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <kcache/kc_error.h>
+#include <kcache/kc_hash.h>
 #include "kcd_auth.h"
 #include "kcd_metrics.h"
 #include "kcd_redis.h"
@@ -94,6 +95,9 @@ struct rworker {
     bool done_inited;
     rconn *done;       /* those connections (linked by qnext) */
     double last_sweep; /* when idle connections were last looked for */
+    /* connections closed during this round of events (linked by next):
+     * freed after it, as a later event of the round may still name them */
+    rconn *closed;
 };
 
 struct rconn {
@@ -121,13 +125,23 @@ struct rconn {
     bool closing; /* flush what is queued, then close */
     bool writing; /* waiting for EPOLLOUT (reading paused) */
     rconn *prev, *next;
-    /* a write command handed to the committer: until it is done the
-     * connection is out of the epoll set and only the committer touches
-     * it */
+    /* a write command handed to the committer: until it is done only the
+     * committer touches the connection. It stays in the epoll set (no two
+     * epoll_ctl calls per write); only when an event comes meanwhile (a
+     * pipelining client's next bytes, a hang-up) is it taken out
+     * (unwatched) and put back when the command is done. */
     bool waiting;
+    bool unwatched;
+    bool dead;           /* closed; on the worker's closed list until the round ends */
     const void *pending; /* the command's table entry */
     size_t pending_out0; /* c->out.len before its reply */
     double pending_t0;
+    /* the SHA-256 of a deferred SET's value, taken by the worker so the
+     * committer does not: val_sha_of points at that value in c->in (NULL:
+     * none); the committer uses it only for those very bytes, then clears */
+    const uint8_t *val_sha_of;
+    size_t val_sha_len;
+    uint8_t val_sha[KC_SHA256_LEN];
     size_t batch_out0, batch_n; /* this connection's replies in the open batch */
     rconn *qnext;
     /* kcd_redis_cmd.c's: MULTI's queued commands (NULL outside MULTI), the

@@ -422,6 +422,57 @@ Test(redis, pipelined_reads_between_writes_see_them_in_one_commit)
     rs_stop(&rs);
 }
 
+/* A worker hashes a SET's value before the committer stores it; pipelined
+ * SETs, some taken by the worker and some joining the batch on the
+ * committer, each store their own value under its own digest: a digest
+ * left over from another SET would file the value under that one's bytes
+ * (the same length here, so only the digest tells them apart), and a GET
+ * would answer with the wrong value. */
+Test(redis, pipelined_sets_are_stored_under_their_own_digests)
+{
+    rserver rs;
+    rs_start(&rs, false, NULL);
+    int fd = rconnect(&rs);
+    for (int round = 0; round < 3; round++) {
+        char *req = NULL, *want = NULL;
+        size_t len = 0, wlen = 0;
+        FILE *f = open_memstream(&req, &len), *g = open_memstream(&want, &wlen);
+        for (int i = 0; i < 48; i++) {
+            fprintf(f, "*3\r\n$3\r\nSET\r\n$4\r\nd%03d\r\n$64\r\nround-%d-value-%02d-", i, round,
+                    i);
+            for (int j = 0; j < 64 - 17; j++)
+                fputc('a' + (i + j + round) % 26, f);
+            fprintf(f, "\r\n");
+            fprintf(g, "+OK\r\n");
+            if (i % 7 == 3) { /* a read sends the connection back to its worker */
+                fprintf(f, "*2\r\n$6\r\nSTRLEN\r\n$4\r\nd%03d\r\n", i);
+                fprintf(g, ":64\r\n");
+            }
+        }
+        fclose(f);
+        fclose(g);
+        send_all(fd, req, len);
+        char *got = recv_until(fd, wlen, NULL, NULL);
+        cr_expect_str_eq(got, want, "round %d: replies", round);
+        free(got);
+        free(req);
+        free(want);
+        for (int i = 0; i < 48; i += 5) {
+            char key[8], exp[65];
+            snprintf(key, sizeof key, "d%03d", i);
+            int n = snprintf(exp, sizeof exp, "round-%d-value-%02d-", round, i);
+            for (int j = 0; j < 64 - 17; j++)
+                exp[n + j] = (char)('a' + (i + j + round) % 26);
+            exp[64] = '\0';
+            char *v = cli(&rs, "GET", key, NULL);
+            cr_expect_str_eq(v, exp, "round %d: %s", round, key);
+            free(v);
+        }
+    }
+    close(fd);
+    rs_stop(&rs);
+}
+
 Test(redis, ttls_survive_a_restart)
 {
     rserver rs;

@@ -202,6 +202,106 @@ Test(store, replace_swaps_the_payload_and_metadata_of_a_key)
     free(p);
 }
 
+/* The ids of key's entry and blob rows, read from the database file. */
+static void row_ids(const char *key, sqlite3_int64 *entry, sqlite3_int64 *blob)
+{
+    char *path = kc_test_path(dir, "kcache.db");
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt *st;
+    cr_assert_eq(
+        sqlite3_prepare_v2(db, "SELECT id, blob FROM entries WHERE key = ?1", -1, &st, NULL),
+        SQLITE_OK);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    *entry = sqlite3_column_int64(st, 0);
+    *blob = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+}
+
+/* A replace by a row of the same kind rewrites the entry (and its own
+ * small blob) where they are rather than deleting and inserting them; what
+ * is read back, the counters and verify are as for a fresh put. Other
+ * kinds, and a payload another entry shares, still work. */
+Test(store, replace_of_the_same_kind_updates_the_entry_in_place)
+{
+    kc_err e;
+    char key[65], other[65];
+    kc_sha256_hex("in-place", 8, key);
+    kc_sha256_hex("other", 5, other);
+    uint8_t *p0 = payload(21, 4096), *p1 = payload(22, 4096), *p2 = payload(23, 3000);
+    kc_artifact a;
+    cr_assert_eq(kc_artifact_init(&a, key, "redis", "{\"v\":0}", p0, 4096, &e), KC_OK);
+    cr_assert_eq(kc_store_replace(s, &a, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    /* a later row: a deleted and inserted entry would get a new id */
+    cr_assert_eq(kc_artifact_init(&a, other, "redis", NULL, p2, 3000, &e), KC_OK);
+    cr_assert_eq(kc_store_replace(s, &a, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    sqlite3_int64 id0, blob0, id1, blob1;
+    row_ids(key, &id0, &blob0);
+    /* new bytes (hashed by the caller), then the same bytes again */
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(kc_artifact_init(&a, key, "redis", "{\"v\":1}", p1, 4096, &e), KC_OK);
+        bool created = true;
+        cr_assert_eq(kc_store_replace_hashed(s, &a, &created, &e), KC_OK, "%s", e.msg);
+        cr_expect_not(created);
+        kc_artifact_free(&a);
+        row_ids(key, &id1, &blob1);
+        cr_expect_eq(id1, id0, "round %d: the entry row was updated, not re-inserted", round);
+        cr_expect_eq(blob1, blob0, "round %d: its only blob row was overwritten", round);
+        kc_artifact b;
+        cr_assert_eq(kc_store_get(s, key, &b, &e), KC_OK, "%s", e.msg);
+        cr_expect(b.payload_len == 4096 && !memcmp(b.payload, p1, 4096));
+        cr_expect(strstr(b.meta, "\"v\":1") != NULL, "%s", b.meta);
+        kc_artifact_free(&b);
+    }
+    /* the other entry's payload: shared, so that blob is not overwritten */
+    cr_assert_eq(kc_artifact_init(&a, key, "redis", NULL, p2, 3000, &e), KC_OK);
+    cr_assert_eq(kc_store_replace(s, &a, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    /* another kind: replaced the old way */
+    cr_assert_eq(kc_artifact_init(&a, other, "blob", NULL, p0, 4096, &e), KC_OK);
+    cr_assert_eq(kc_store_replace(s, &a, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    kc_artifact b;
+    cr_assert_eq(kc_store_get(s, key, &b, &e), KC_OK, "%s", e.msg);
+    cr_expect(b.payload_len == 3000 && !memcmp(b.payload, p2, 3000));
+    kc_artifact_free(&b);
+    cr_assert_eq(kc_store_get(s, other, &b, &e), KC_OK, "%s", e.msg);
+    cr_expect(b.payload_len == 4096 && !memcmp(b.payload, p0, 4096));
+    cr_expect_str_eq(b.kind, "blob");
+    kc_artifact_free(&b);
+    kc_store_stats st;
+    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
+    cr_expect_eq(st.entries, 2);
+    cr_expect_eq(st.blobs, 2, "replaced payloads are freed");
+    uint64_t ok = 0, bad = 0;
+    cr_expect_eq(kc_store_verify(s, NULL, NULL, &ok, &bad, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(bad, 0);
+    /* stored_bytes stayed the sum of the blobs' compressed sizes */
+    char *path = kc_test_path(dir, "kcache.db");
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT (SELECT value FROM counters WHERE name = "
+                                    "'stored_bytes'), (SELECT SUM(zsize) FROM blobs)",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    cr_expect_eq(sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    free(path);
+    free(p0);
+    free(p1);
+    free(p2);
+}
+
 Test(store, identical_payloads_are_stored_once)
 {
     uint8_t *p = payload(9, 50000);

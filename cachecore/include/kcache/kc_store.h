@@ -171,6 +171,12 @@ kc_code kc_store_batch_end(kc_store *s, bool commit, kc_err *err);
  * keys); content-addressed artifacts keep kc_store_put's first-writer rule. */
 kc_code kc_store_replace(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
 
+/* kc_store_replace for a caller that already hashed the payload:
+ * a->payload_sha must hold the SHA-256 of a->payload (not checked; a wrong
+ * digest stores the bytes under it). Lets a server hash on its request
+ * threads and keep a single writer thread short. Same errors. */
+kc_code kc_store_replace_hashed(kc_store *s, const kc_artifact *a, bool *created, kc_err *err);
+
 /* Decodes and verifies a complete envelope (origin REMOTE), then stores it. When
  * expected_key is non-NULL, an envelope for another key is KC_ERR_INVALID. */
 kc_code kc_store_put_envelope(kc_store *s, const uint8_t *env, size_t len, const char *expected_key,
