@@ -76,7 +76,7 @@ void kc_hex_encode(const uint8_t *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-/* hex digit values, 0xff for anything else: one load per character */
+/* a hex digit's value | 0x10, 0 for anything else: one load per character */
 static const uint8_t hex_table[256] = {
     ['0'] = 0x10, ['1'] = 0x11, ['2'] = 0x12, ['3'] = 0x13, ['4'] = 0x14, ['5'] = 0x15,
     ['6'] = 0x16, ['7'] = 0x17, ['8'] = 0x18, ['9'] = 0x19, ['a'] = 0x1a, ['b'] = 0x1b,
