@@ -155,6 +155,20 @@ Test(store, put_is_idempotent)
 
 /* The same key, three bodies: small inline, large (pack file), then the
  * first one again (its blob was freed when it was replaced). */
+/* After replaces: the store holds this many entries and blobs (replaced
+ * payloads were freed) and verify finds nothing damaged. */
+static void expect_counts_and_no_damage(uint64_t entries, uint64_t blobs)
+{
+    kc_err e = {0};
+    kc_store_stats st;
+    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
+    cr_expect_eq(st.entries, entries);
+    cr_expect_eq(st.blobs, blobs, "replaced payloads are freed");
+    uint64_t ok = 0, bad = 0;
+    cr_expect_eq(kc_store_verify(s, NULL, NULL, &ok, &bad, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(bad, 0);
+}
+
 Test(store, replace_swaps_the_payload_and_metadata_of_a_key)
 {
     kc_err e;
@@ -180,13 +194,7 @@ Test(store, replace_swaps_the_payload_and_metadata_of_a_key)
         free(p);
     }
     /* the same bytes again: nothing new is stored */
-    kc_store_stats st;
-    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
-    cr_expect_eq(st.entries, 1);
-    cr_expect_eq(st.blobs, 1, "replaced payloads are freed");
-    uint64_t ok = 0, bad = 0;
-    cr_expect_eq(kc_store_verify(s, NULL, NULL, &ok, &bad, &e), KC_OK, "%s", e.msg);
-    cr_expect_eq(bad, 0);
+    expect_counts_and_no_damage(1, 1);
     /* kc_store_put keeps its first-writer rule on the same key */
     uint8_t *p = payload(7, 500);
     kc_artifact a;
@@ -275,13 +283,7 @@ Test(store, replace_of_the_same_kind_updates_the_entry_in_place)
     cr_expect(b.payload_len == 4096 && !memcmp(b.payload, p0, 4096));
     cr_expect_str_eq(b.kind, "blob");
     kc_artifact_free(&b);
-    kc_store_stats st;
-    cr_assert_eq(kc_store_stats_get(s, &st, &e), KC_OK);
-    cr_expect_eq(st.entries, 2);
-    cr_expect_eq(st.blobs, 2, "replaced payloads are freed");
-    uint64_t ok = 0, bad = 0;
-    cr_expect_eq(kc_store_verify(s, NULL, NULL, &ok, &bad, &e), KC_OK, "%s", e.msg);
-    cr_expect_eq(bad, 0);
+    expect_counts_and_no_damage(2, 2);
     /* stored_bytes stayed the sum of the blobs' compressed sizes */
     char *path = kc_test_path(dir, "kcache.db");
     sqlite3 *db;
