@@ -226,6 +226,28 @@ kc_code kc_store_compact(kc_store *s, kc_err *err)
     return code == KC_OK ? sweep_packs(s, err) : code;
 }
 
+kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc_err *err)
+{
+    int log = 0, copied = 0;
+    if (log_frames)
+        *log_frames = 0;
+    if (copied_frames)
+        *copied_frames = 0;
+    if (s->opts.read_only)
+        return kc_err_set(err, KC_ERR_IO, "store %s is open read-only", s->db_path);
+    kc_store_read_end(s); /* a snapshot of this handle's own would hold the copy back */
+    int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+    /* busy: another handle's checkpoint runs; the next call goes on from
+     * where it stopped */
+    if (rc != SQLITE_OK && !kc_store__is_busy(rc))
+        return kc_store__damaged(s, err, rc, "checkpointing");
+    if (log_frames)
+        *log_frames = log < 0 ? 0 : log;
+    if (copied_frames)
+        *copied_frames = copied < 0 ? 0 : copied;
+    return KC_OK;
+}
+
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err)
 {
     uint64_t total = 0;

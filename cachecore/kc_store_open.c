@@ -168,8 +168,9 @@ static kc_code open_db(kc_store *s, kc_err *err)
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA synchronous=%s; PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;"
              "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;"
-             "PRAGMA wal_autocheckpoint=4000;",
-             s->opts.durable ? "FULL" : "NORMAL");
+             "PRAGMA wal_autocheckpoint=%d;",
+             s->opts.durable ? "FULL" : "NORMAL",
+             s->opts.checkpoint_elsewhere ? KC_WAL_PAGES_ELSEWHERE : KC_WAL_PAGES);
     rc = kc_store__exec_retry(s->db, pragmas);
     if (rc == SQLITE_OK && !s->opts.read_only)
         rc = kc_store__exec_retry(s->db, "PRAGMA journal_mode=WAL");

@@ -203,7 +203,7 @@ static int replace_in_place(kc_store *s, const kc_artifact *a, const put_source 
     sqlite3_bind_text(st, 1, a->key, KC_KEY_HEX_LEN, SQLITE_STATIC);
     int rc = kc_store__step_retry(st);
     int64_t id = 0, oblob = 0, refs = 0, pack = 0, ozsize = 0;
-    bool same_kind = false;
+    bool same_kind = false, same_device = false;
     if (rc == SQLITE_ROW) {
         id = sqlite3_column_int64(st, 0);
         oblob = sqlite3_column_int64(st, 1);
@@ -212,6 +212,8 @@ static int replace_in_place(kc_store *s, const kc_artifact *a, const put_source 
         refs = sqlite3_column_int64(st, 3);
         pack = sqlite3_column_int64(st, 4);
         ozsize = sqlite3_column_int64(st, 5);
+        const char *device = (const char *)sqlite3_column_text(st, 6);
+        same_device = device && strcmp(device, mf->device) == 0;
     }
     sqlite3_reset(st);
     if (rc == SQLITE_DONE)
@@ -242,7 +244,7 @@ static int replace_in_place(kc_store *s, const kc_artifact *a, const put_source 
         if ((rc = kc_store__add_counter(s, "stored_bytes", (int64_t)zlen - ozsize)) != SQLITE_OK)
             return rc;
     }
-    st = kc_store__stmt(s, ST_UPD_ENTRY);
+    st = kc_store__stmt(s, same_device ? ST_UPD_ENTRY_SAME_DEVICE : ST_UPD_ENTRY);
     if (!st)
         return sqlite3_errcode(s->db);
     sqlite3_bind_int64(st, 1, id);

@@ -95,6 +95,10 @@ static const opt_def kcd_opts[] = {
     OPT("upload-memory", OPT_SIZE, upload_memory, "SIZE",
         "request-body bytes buffered by all uploads at once\n(503 above)"),
     OPT("memory-cache", OPT_SIZE, memory_cache, "SIZE", "memory for hot artifacts (0 = off)"),
+    OPT("durable", OPT_BOOL, durable, NULL,
+        "fsync each write (HTTP and Redis) before answering it:\n"
+        "it survives a power loss (off: it survives a crash\n"
+        "of kcached, and reaches the disk within ~0.1 s)"),
     OPT("tokens", OPT_STR, tokens, "FILE",
         "tokens file: `TOKEN SCOPES [NAME]` per line (SIGHUP\nreloads it; unset = no "
         "authentication)"),

@@ -31,6 +31,7 @@ typedef struct kcd_config {
     uint64_t max_blob;          /* largest accepted request body, and bundle record payload */
     uint64_t upload_memory;     /* request-body bytes buffered across all uploads (503 beyond) */
     uint64_t memory_cache;      /* bytes of hot responses kept in memory; 0 = off */
+    bool durable;               /* fsync each write before answering it */
     char *tokens;               /* tokens file; NULL = authentication disabled */
     bool anonymous_read;        /* reads without a token when tokens are configured */
     bool insecure_no_auth;      /* allow a non-loopback --listen without --tokens */

@@ -93,6 +93,8 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     }
     ctx->sopts.max_size = cfg->max_size;
     ctx->sopts.span_recheck_s = KCD_SPAN_RECHECK_S;
+    ctx->sopts.durable = cfg->durable;
+    ctx->sopts.checkpoint_elsewhere = true; /* kcd_ctx_checkpoint, from the server's upkeep */
     ctx->max_blob = cfg->max_blob;
     ctx->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
@@ -628,6 +630,15 @@ kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err)
         rc = kc_store_compact(s, err);
     kc_store_close(s);
     kcd_metrics_add(rc == KC_OK ? &ctx->metrics.compactions : &ctx->metrics.store_errors, 1);
+    return rc;
+}
+
+kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc_err *err)
+{
+    kc_store *s = ctx_store(ctx, err);
+    kc_code rc = s ? kc_store_checkpoint(s, log_frames, copied_frames, err) : err->code;
+    if (rc != KC_OK)
+        kcd_metrics_add(&ctx->metrics.store_errors, 1);
     return rc;
 }
 

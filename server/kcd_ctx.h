@@ -221,6 +221,13 @@ uint64_t kcd_ctx_writes(const kcd_ctx *ctx);
  * /metrics (kcached_compactions_total). For the server's upkeep thread. */
 kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
 
+/* Copies the store's write-ahead log back into its database, through this
+ * thread's own handle, without blocking writers (kc_store_checkpoint): the
+ * context's handles leave that to a caller of this function every fraction
+ * of a second (kc_store_opts.checkpoint_elsewhere), so that no write waits
+ * for the copy. *log_frames and *copied_frames as kc_store_checkpoint. */
+kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc_err *err);
+
 /* -------------------------------------------------------------- the rest */
 
 /* This thread's store handle, for reads that do not fit kcd_ctx_get

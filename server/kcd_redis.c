@@ -805,6 +805,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
     r->anonymous_read = cfg->anonymous_read;
     r->m = kcd_ctx_metrics(ctx);
     r->max_blob = cfg->max_blob;
+    r->durable = cfg->durable;
     r->max_clients = cfg->max_connections;
     r->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     r->per_addr = cfg->per_ip_connections;

@@ -861,7 +861,9 @@ static void cmd_config(rconn *c)
     const char *const table[][2] = {
         {"save", ""},
         {"appendonly", "yes"},
-        {"appendfsync", "no"},
+        /* without --durable a write reaches the disk at the next checkpoint,
+         * every 0.1 s (kcd_server.c): Redis's nearest setting */
+        {"appendfsync", r->durable ? "always" : "everysec"},
         {"databases", "1"},
         {"maxmemory", maxmemory},
         {"maxmemory-policy", r->max_size ? "allkeys-lru" : "noeviction"},

@@ -53,6 +53,7 @@ struct kcd_redis {
     kcd_metrics *m;
     bool auth_on, anonymous_read;
     uint64_t max_blob;
+    bool durable; /* --durable: CONFIG GET appendfsync says always */
     unsigned max_clients;
     uint64_t upload_memory; /* --upload-memory: shared with HTTP request bodies */
     unsigned per_addr;      /* --per-ip-connections */

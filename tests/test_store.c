@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -795,6 +796,72 @@ Test(store, database_is_in_wal_mode_with_one_file_for_all_entries)
     cr_assert_eq(kc_test_runl(&r, "sh", "-c", cmd, NULL), 0);
     cr_assert_leq(atoi(r.out), 3, "db, -wal, -shm only: %s", r.out);
     kc_test_result_free(&r);
+}
+
+static long long file_size_in(const char *d, const char *name)
+{
+    char *path = kc_test_path(d, name);
+    struct stat st;
+    long long n = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+    free(path);
+    return n;
+}
+
+/* 600 incompressible 12 KiB puts, each its own commit: about 6,500 pages of
+ * log, more than the 4,000 at which a commit checkpoints by default. */
+static void fill_past_a_checkpoint(kc_store *st)
+{
+    for (int i = 0; i < 600; i++) {
+        kc_artifact a;
+        make_random(&a, 7000 + (uint64_t)i, 12 << 10);
+        kc_err e;
+        cr_assert_eq(kc_store_put(st, &a, NULL, &e), KC_OK, "%s", e.msg);
+        kc_artifact_free(&a);
+    }
+}
+
+Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
+{
+    /* by default a commit copies the log into the database once it is long */
+    fill_past_a_checkpoint(s);
+    cr_expect_gt(file_size_in(dir, "kcache.db"), 4 << 20, "the default store checkpointed");
+
+    char *d2 = kc_test_mkdtemp("store-ckpt");
+    kc_store_opts o = {.checkpoint_elsewhere = true};
+    kc_store *w = NULL, *ck = NULL;
+    kc_err e;
+    cr_assert_eq(kc_store_open(d2, &o, &w, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_open(d2, &o, &ck, &e), KC_OK, "%s", e.msg);
+    fill_past_a_checkpoint(w);
+    cr_expect_lt(file_size_in(d2, "kcache.db"), 1 << 20, "no commit copied the log");
+    cr_expect_gt(file_size_in(d2, "kcache.db-wal"), 20 << 20);
+
+    /* another handle copies it while the writer goes on */
+    int log = 0, copied = 0;
+    cr_assert_eq(kc_store_checkpoint(ck, &log, &copied, &e), KC_OK, "%s", e.msg);
+    cr_expect_gt(log, 4000);
+    cr_expect_eq(copied, log, "all %d pages copied (%d)", log, copied);
+    cr_expect_gt(file_size_in(d2, "kcache.db"), 7 << 20, "the entries are in the database");
+    kc_artifact a;
+    make_random(&a, 9999, 12 << 10);
+    cr_assert_eq(kc_store_put(w, &a, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    /* once all of it was copied, the next write starts the log over */
+    cr_assert_eq(kc_store_checkpoint(ck, &log, &copied, &e), KC_OK, "%s", e.msg);
+    cr_expect_lt(log, 100, "the log started over: %d pages", log);
+    cr_expect_eq(copied, log);
+    kc_store_close(w);
+
+    /* a read-only handle cannot checkpoint, and says so */
+    kc_store_opts ro = {.read_only = true};
+    kc_store *r = NULL;
+    cr_assert_eq(kc_store_open(d2, &ro, &r, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(kc_store_checkpoint(r, NULL, NULL, &e), KC_ERR_IO);
+    cr_expect(strstr(e.msg, "read-only") != NULL, "%s", e.msg);
+    kc_store_close(r);
+    kc_store_close(ck);
+    kc_test_rmtree(d2);
+    free(d2);
 }
 
 Test(store, default_dir_follows_the_environment)

@@ -11,9 +11,12 @@
  * may share a directory: writes are serialised by SQLite with a busy timeout
  * and retries, so SQLITE_BUSY never reaches the caller.
  *
- * Durability: a put that returned KC_OK survives kill -9 and power loss
- * (synchronous=NORMAL in WAL is durable against process crashes; FULL is used
- * when opts.durable is set). A reader never sees a torn payload: every get
+ * Durability: a put that returned KC_OK survives kill -9 of the process. By
+ * default (SQLite's synchronous=NORMAL in WAL mode) a power loss or OS crash
+ * leaves a consistent store that may lack the puts since the last checkpoint
+ * (the checkpoint fsyncs the log); with opts.durable (synchronous=FULL, pack
+ * files fdatasync'ed) each commit is fsynced before it returns, and survives
+ * power loss too. A reader never sees a torn payload: every get
  * checks the stored bytes against a checksum computed at put time from the
  * exact frame stored (XXH3-64 over the compressed bytes; much cheaper than
  * rehashing the payload, and any damaged stored byte changes it) and checks
@@ -85,6 +88,13 @@ typedef struct kc_store_opts {
                                   cache, whose content can be fetched or compiled again.
                                   Off (a server's store): the open fails and nothing is
                                   moved. Ignored when read_only. */
+    bool checkpoint_elsewhere;    /* the owner calls kc_store_checkpoint, from a handle
+                                  of its own, every fraction of a second: a commit then
+                                  copies the write-ahead log back into the database
+                                  only when the log passes 64 MiB (not 16 MiB), and
+                                  finds most of it copied already, so writers seldom
+                                  wait for a checkpoint's writes and fsyncs. For a
+                                  server with a checkpoint thread. */
     unsigned span_recheck_s;      /* 0 (default): kc_store_get_span checks a range's bytes
                                   at every call. N: a range this handle checked less
                                   than N seconds ago is not hashed again while its pack
@@ -384,6 +394,17 @@ kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *e
  * quarantine. Safe beside other processes (short transactions); a reader
  * whose snapshot predates a move may see a miss. */
 kc_code kc_store_compact(kc_store *s, kc_err *err);
+
+/* Copies what the write-ahead log holds back into the database file,
+ * fsyncing the log first and the database after, as far as the readers of
+ * other handles allow, without blocking writers (SQLite's PASSIVE
+ * checkpoint). Once all of the log is copied, the next write starts it from
+ * its beginning. Another checkpoint running elsewhere is not an error
+ * (KC_OK, nothing copied). *log_frames and *copied_frames (either may be
+ * NULL) receive the log's length in pages and how many of them are now in
+ * the database. Errors: KC_ERR_IO (read-only handle, a failed write or
+ * sync), KC_ERR_CORRUPT. */
+kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc_err *err);
 
 /* Full scan: decompresses and hashes every payload. Corrupt entries are
  * quarantined and reported through fn (may be NULL). *checked receives the
