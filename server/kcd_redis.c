@@ -343,28 +343,35 @@ static void conn_events(rconn *c, uint32_t events)
     epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* Writes queued replies. False when the connection was closed. */
-static bool conn_flush(rconn *c)
+/* Sends queued replies until none is left or the socket would block.
+ * False when sending failed otherwise (the peer is gone). */
+static bool send_queued(rconn *c)
 {
-    kcd_redis *r = c->w->r;
     while (c->out_off < c->out.len) {
         ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_off += (size_t)n;
-            kcd_metrics_add(&r->m->redis.bytes_out, (uint64_t)n);
-            continue;
+            kcd_metrics_add(&c->w->r->m->redis.bytes_out, (uint64_t)n);
+        } else if (n == 0 || errno != EINTR) {
+            return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!c->writing) {
-                c->writing = true;
-                conn_events(c, EPOLLOUT); /* reading pauses until the client catches up */
-            }
-            return true;
-        }
+    }
+    return true;
+}
+
+/* Writes queued replies. False when the connection was closed. */
+static bool conn_flush(rconn *c)
+{
+    if (!send_queued(c)) {
         conn_close(c);
         return false;
+    }
+    if (c->out_off < c->out.len) {
+        if (!c->writing) {
+            c->writing = true;
+            conn_events(c, EPOLLOUT); /* reading pauses until the client catches up */
+        }
+        return true;
     }
     c->out.len = c->out_off = 0;
     if (c->out.cap > (1u << 20)) { /* do not keep a big reply's buffer per idle client */
@@ -467,16 +474,8 @@ void kcd_redis_defer(rconn *c)
     kcd_redis *r = c->w->r;
     /* the replies of commands run before it go out now, not after this
      * commit (a pipelining client reads them meanwhile); what the socket
-     * does not take waits for the next flush */
-    while (c->out_off < c->out.len) {
-        ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
-            break;
-        if (n > 0) {
-            c->out_off += (size_t)n;
-            kcd_metrics_add(&r->m->redis.bytes_out, (uint64_t)n);
-        }
-    }
+     * does not take, and a failed send, wait for the flush after it */
+    (void)send_queued(c);
     /* it stays in the epoll set: worker_main takes it out if an event
      * comes while it waits */
     c->waiting = true;
