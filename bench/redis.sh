@@ -3,9 +3,13 @@
 # redis-servers on loopback, same redis-benchmark settings, same run: GET and
 # SET of 4 KiB and 1 MiB values, without and with pipelining (-P 16), against
 # an in-memory redis-server (persisting nothing); SET 4 KiB also against a
-# redis-server with `appendfsync always` (an answered write is on disk, as
-# kcached's are); and one connection pipelining SET k, GET k pairs (each GET
-# reads the SET just before it) through `redis-cli --pipe`, timed.
+# redis-server with `appendfsync always` (the goal's anchor) and against the
+# redis-server of the same durability: `appendfsync everysec` for kcached (an
+# answered write survives a crash of the server at once, and a power loss
+# once synced: within a second there, ~0.1 s here), `appendfsync always` for
+# `kcached --durable` (an answered write is on disk); and one connection
+# pipelining SET k, GET k pairs (each GET reads the SET just before it)
+# through `redis-cli --pipe`, timed.
 # Prints a Markdown table; no assertions.
 #
 #   bench/redis.sh [BUILD_DIR]       (default: build)
@@ -36,14 +40,22 @@ wait_ping() { # PORT PID
     return 1
 }
 
-"$KCACHED" --listen 127.0.0.1:0 --data "$T/kcached" --port-file "$T/kport" \
-    --redis-listen 127.0.0.1:0 --redis-port-file "$T/rport" --threads "$THREADS" \
-    --log-level warn --max-blob 64M --memory-cache 512M >"$T/kcached.out" 2>"$T/kcached.err" &
-PIDS+=($!)
-KPID=$!
-for _ in $(seq 1 3000); do [[ -s $T/kport ]] && break; sleep 0.01; done
-KPORT=$(cat "$T/rport")
-wait_ping "$KPORT" "$KPID" || { cat "$T/kcached.err" >&2; exit 1; }
+# start_kcached NAME [OPTIONS...]: a kcached with its own store, its ports in $T/NAME.{k,r}port
+start_kcached() {
+    local name=$1
+    shift
+    "$KCACHED" --listen 127.0.0.1:0 --data "$T/$name" --port-file "$T/$name.kport" \
+        --redis-listen 127.0.0.1:0 --redis-port-file "$T/$name.rport" --threads "$THREADS" \
+        --log-level warn --max-blob 64M --memory-cache 512M "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    PIDS+=($!)
+    local pid=$!
+    for _ in $(seq 1 3000); do [[ -s $T/$name.rport ]] && break; sleep 0.01; done
+    wait_ping "$(cat "$T/$name.rport")" "$pid" || { cat "$T/$name.err" >&2; exit 1; }
+}
+start_kcached kcached
+start_kcached durable --durable
+KPORT=$(cat "$T/kcached.rport")
+DPORT=$(cat "$T/durable.rport")
 
 RPORT=$(free_port)
 redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no \
@@ -51,13 +63,22 @@ redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemon
 PIDS+=($!)
 wait_ping "$RPORT" "$!" || { cat "$T/redis.log" >&2; exit 1; }
 
-# the durable anchor: every write fsynced to its append-only file before the reply
-FPORT=$(free_port)
-mkdir -p "$T/fsync"
-redis-server --bind 127.0.0.1 --port "$FPORT" --save '' --appendonly yes --appendfsync always \
-    --daemonize no --dir "$T/fsync" --logfile "$T/redis-fsync.log" &
-PIDS+=($!)
-wait_ping "$FPORT" "$!" || { cat "$T/redis-fsync.log" >&2; exit 1; }
+# the durable anchors: every write appended to the file before the reply,
+# which is fsynced once a second (everysec) or before the reply (always)
+start_redis_aof() { # NAME FSYNC: sets AOF_PORT
+    local port
+    port=$(free_port)
+    mkdir -p "$T/$1"
+    redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly yes --appendfsync "$2" \
+        --daemonize no --dir "$T/$1" --logfile "$T/redis-$1.log" &
+    PIDS+=($!)
+    wait_ping "$port" "$!" || { cat "$T/redis-$1.log" >&2; exit 1; }
+    AOF_PORT=$port
+}
+start_redis_aof everysec everysec
+EPORT=$AOF_PORT
+start_redis_aof always always
+FPORT=$AOF_PORT
 
 # bench PORT SIZE N KEYS PIPE -> "set_rps get_rps" (SET first fills the keys GET reads)
 bench() {
@@ -110,13 +131,20 @@ for size in 4096 1048576; do
         printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")" "$sgoal"
         if [[ $size = 4096 ]]; then
             read -r fs _ < <(bench "$FPORT" "$size" "$n" "$keys" "$p")
+            read -r es _ < <(bench "$EPORT" "$size" "$n" "$keys" "$p")
+            read -r ds _ < <(bench "$DPORT" "$size" "$n" "$keys" "$p")
+            # the goal's own row, then the two of the same durability
             printf '| SET %s, ops/s (%s), anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
                 "$label" "$pl" "$ks" "$fs" "$(ratio "$ks" "$fs")"
+            printf '| SET %s, ops/s (%s), anchor redis-server appendfsync everysec | %.0f | %.0f | %s | - |\n' \
+                "$label" "$pl" "$ks" "$es" "$(ratio "$ks" "$es")"
+            printf '| SET %s, ops/s (%s), kcached --durable, anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
+                "$label" "$pl" "$ds" "$fs" "$(ratio "$ds" "$fs")"
         fi
     done
 done
 # kcached's group commits for the mixed pipeline: a figure the machine's load does not move
-commits() { curl -s "http://127.0.0.1:$(cat "$T/kport")/metrics" | awk '$1 == "kcached_redis_write_commits_total" {print $2}'; }
+commits() { curl -s "http://127.0.0.1:$(cat "$T/kcached.kport")/metrics" | awk '$1 == "kcached_redis_write_commits_total" {print $2}'; }
 c0=$(commits)
 km=$(mixed "$KPORT")
 c1=$(commits)
