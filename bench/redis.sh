@@ -6,7 +6,7 @@
 # redis-server with `appendfsync always` (the goal's anchor) and against the
 # redis-server of the same durability: `appendfsync everysec` for kcached (an
 # answered write survives a crash of the server at once, and a power loss
-# once synced: within a second there, ~0.1 s here), `appendfsync always` for
+# once synced: within about a second in both), `appendfsync always` for
 # `kcached --durable` (an answered write is on disk); and one connection
 # pipelining SET k, GET k pairs (each GET reads the SET just before it)
 # through `redis-cli --pipe`, timed.

@@ -248,6 +248,17 @@ kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc
     return KC_OK;
 }
 
+kc_code kc_store_data_version(kc_store *s, uint64_t *version, kc_err *err)
+{
+    kc_store_read_end(s); /* inside a snapshot it would never change */
+    uint64_t v = 0;
+    int rc = kc_store__query_u64(s, "PRAGMA data_version", &v);
+    if (rc != SQLITE_OK)
+        return kc_store__damaged(s, err, rc, "reading the data version");
+    *version = v;
+    return KC_OK;
+}
+
 kc_code kc_store_gc(kc_store *s, uint64_t max_size, uint64_t *evicted, kc_err *err)
 {
     uint64_t total = 0;

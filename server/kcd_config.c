@@ -98,7 +98,7 @@ static const opt_def kcd_opts[] = {
     OPT("durable", OPT_BOOL, durable, NULL,
         "fsync each write (HTTP and Redis) before answering it:\n"
         "it survives a power loss (off: it survives a crash\n"
-        "of kcached, and reaches the disk within ~0.1 s)"),
+        "of kcached, and reaches the disk within ~1 s)"),
     OPT("tokens", OPT_STR, tokens, "FILE",
         "tokens file: `TOKEN SCOPES [NAME]` per line (SIGHUP\nreloads it; unset = no "
         "authentication)"),

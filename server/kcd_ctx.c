@@ -642,6 +642,12 @@ kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc
     return rc;
 }
 
+kc_code kcd_ctx_data_version(kcd_ctx *ctx, uint64_t *version, kc_err *err)
+{
+    kc_store *s = ctx_store(ctx, err);
+    return s ? kc_store_data_version(s, version, err) : err->code;
+}
+
 /* -------------------------------------------------------------- accessors */
 
 kcd_metrics *kcd_ctx_metrics(kcd_ctx *ctx)

@@ -228,6 +228,10 @@ kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
  * for the copy. *log_frames and *copied_frames as kc_store_checkpoint. */
 kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc_err *err);
 
+/* kc_store_data_version through this thread's handle: changes whenever a
+ * write was committed since the previous call on this thread. */
+kc_code kcd_ctx_data_version(kcd_ctx *ctx, uint64_t *version, kc_err *err);
+
 /* -------------------------------------------------------------- the rest */
 
 /* This thread's store handle, for reads that do not fit kcd_ctx_get

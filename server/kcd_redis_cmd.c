@@ -862,7 +862,7 @@ static void cmd_config(rconn *c)
         {"save", ""},
         {"appendonly", "yes"},
         /* without --durable a write reaches the disk at the next checkpoint,
-         * every 0.1 s (kcd_server.c): Redis's nearest setting */
+         * within a second (kcd_server.c): Redis's nearest setting */
         {"appendfsync", r->durable ? "always" : "everysec"},
         {"databases", "1"},
         {"maxmemory", maxmemory},

@@ -163,43 +163,78 @@ struct kcd_server {
     char *tls_client_ca;           /* PEM, with --tls-client-ca: client certificates required */
     gnutls_x509_crt_t *client_cas; /* its certificates, parsed: the only issuers accepted */
     unsigned n_client_cas;
-    /* store upkeep: a thread that checkpoints the store's log every tick and
-     * compacts pack files every compact_interval seconds (0: never) */
+    /* store upkeep: a thread that checkpoints the store's log (looking
+     * every tick) and compacts pack files every compact_interval seconds
+     * (0: never) */
     unsigned compact_interval;
     pthread_t upkeep;
     bool upkeep_started, upkeep_stop;
     pthread_mutex_t upkeep_mu;
     pthread_cond_t upkeep_wake;
+    /* the checkpoint's state, on the upkeep thread */
+    uint64_t ckpt_version; /* the store's data version at the last tick */
+    bool ckpt_due;         /* writes since the last complete checkpoint */
+    double ckpt_last;      /* when the last checkpoint ran */
+    int ckpt_log;          /* the log's length then, in pages */
+    uint64_t ckpt_writes;  /* kcd_ctx_writes at the last tick */
+    unsigned ckpt_failures;
 };
 
-/* How often the upkeep thread copies the store's write-ahead log back into
- * the database (kcd_ctx_checkpoint). A commit that did this itself waited
- * 20-45 ms for the copy and its fsyncs every 4000 pages, stalling every
- * Redis client behind it; from here, the log's pages also reach the disk
- * within about this long of their commit. */
+/* The upkeep thread copies the store's write-ahead log back into the
+ * database (kcd_ctx_checkpoint; a commit that did this itself waited 20-45 ms
+ * for the copy and its fsyncs every 4000 pages, stalling every Redis client
+ * behind it). It looks every tick, and copies once writes pause for a tick
+ * or a second has passed since the last copy, so a write reaches the disk
+ * within about a second (Redis's appendfsync everysec), and at every tick
+ * while writes are many (commits in the tick, or the log's length at the
+ * last copy). A steady trickle of writers thus does not find a
+ * checkpoint's fsyncs between its commits at every tick (that added
+ * 0.3-0.5 ms to a ccache upload's median), and under a heavy load the log
+ * never gets so far ahead that a commit past KC_WAL_PAGES_ELSEWHERE has much
+ * to copy (that commit stalled every Redis client for ~100 ms). */
 #define KCD_CHECKPOINT_MS 100
+#define KCD_CHECKPOINT_MAX_S 1.0
+#define KCD_CHECKPOINT_BUSY_COMMITS 20
+#define KCD_CHECKPOINT_BUSY_PAGES 1000
 /* A checkpoint that keeps failing is logged once a minute, not every tick. */
 #define KCD_CHECKPOINT_WARN_TICKS 600
 
-static void upkeep_checkpoint(kcd_server *srv, unsigned *failures)
+static void upkeep_checkpoint(kcd_server *srv)
 {
     kc_err e = {0};
+    uint64_t version = 0;
+    kc_code rc = kcd_ctx_data_version(srv->ctx, &version, &e);
+    bool quiet = rc == KC_OK && version == srv->ckpt_version;
+    srv->ckpt_version = version;
+    if (rc == KC_OK && !quiet)
+        srv->ckpt_due = true;
+    double now = kc_now();
+    uint64_t writes = kcd_ctx_writes(srv->ctx);
+    bool busy = writes - srv->ckpt_writes >= KCD_CHECKPOINT_BUSY_COMMITS ||
+                srv->ckpt_log >= KCD_CHECKPOINT_BUSY_PAGES;
+    srv->ckpt_writes = writes;
+    bool now_due = quiet || busy || now - srv->ckpt_last >= KCD_CHECKPOINT_MAX_S;
+    if (rc == KC_OK && (!srv->ckpt_due || !now_due))
+        return;
+    srv->ckpt_last = now;
     int log = 0, copied = 0;
     /* a few passes while writers keep appending: the log starts over only
      * after a pass that copied all of it */
-    for (int pass = 0; pass < 4; pass++) {
-        if (kcd_ctx_checkpoint(srv->ctx, &log, &copied, &e) != KC_OK) {
-            if ((*failures)++ % KCD_CHECKPOINT_WARN_TICKS == 0)
-                kcd_log(KCD_LOG_WARN, "checkpointing the store failed: %s", e.msg);
-            return;
-        }
-        if (copied >= log)
+    for (int pass = 0; rc == KC_OK && pass < 4; pass++) {
+        rc = kcd_ctx_checkpoint(srv->ctx, &log, &copied, &e);
+        srv->ckpt_log = log;
+        if (rc == KC_OK && copied >= log) {
+            srv->ckpt_due = false;
             break;
+        }
     }
-    *failures = 0;
+    if (rc != KC_OK && srv->ckpt_failures++ % KCD_CHECKPOINT_WARN_TICKS == 0)
+        kcd_log(KCD_LOG_WARN, "checkpointing the store failed: %s", e.msg);
+    if (rc == KC_OK)
+        srv->ckpt_failures = 0;
 }
 
-/* Every tick: kcd_ctx_checkpoint. Every compact_interval seconds:
+/* Every tick: upkeep_checkpoint. Every compact_interval seconds:
  * kc_store_compact, so entries kept alive by reads cannot pin whole pack
  * files of evicted neighbours on a server that nobody runs `kcache gc` on.
  * Sleeps on a condition variable so that shutdown does not wait for the
@@ -207,7 +242,6 @@ static void upkeep_checkpoint(kcd_server *srv, unsigned *failures)
 static void *upkeep_main(void *arg)
 {
     kcd_server *srv = arg;
-    unsigned failures = 0;
     double next_compact = kc_now() + srv->compact_interval;
     pthread_mutex_lock(&srv->upkeep_mu);
     while (!srv->upkeep_stop) {
@@ -224,7 +258,7 @@ static void *upkeep_main(void *arg)
         if (srv->upkeep_stop)
             break;
         pthread_mutex_unlock(&srv->upkeep_mu);
-        upkeep_checkpoint(srv, &failures);
+        upkeep_checkpoint(srv);
         if (srv->compact_interval && kc_now() >= next_compact) {
             kc_err e = {0};
             double t0 = kc_now();

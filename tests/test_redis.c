@@ -1300,7 +1300,7 @@ static int redis_rows_in_database_file(const rserver *rs)
 
 /* A commit no longer copies the log into the database file (that copy and
  * its fsyncs stalled every client for 20-45 ms): the server's upkeep does,
- * every 0.1 s, so a few writes reach the database file, and the disk, within
+ * once writes pause for 0.1 s, so a few writes reach the database file, and the disk, within
  * a second, where before they waited for 4,000 pages of log. */
 Test(redis, writes_reach_the_database_file_within_a_second)
 {

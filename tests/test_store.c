@@ -836,6 +836,18 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
     cr_expect_lt(file_size_in(d2, "kcache.db"), 1 << 20, "no commit copied the log");
     cr_expect_gt(file_size_in(d2, "kcache.db-wal"), 20 << 20);
 
+    /* the checkpointing handle sees that others wrote, and when they did not */
+    uint64_t v0 = 0, v1 = 0, v2 = 0;
+    cr_assert_eq(kc_store_data_version(ck, &v0, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_data_version(ck, &v1, &e), KC_OK, "%s", e.msg);
+    cr_expect_eq(v1, v0, "no write in between");
+    kc_artifact one;
+    make_random(&one, 9998, 100);
+    cr_assert_eq(kc_store_put(w, &one, NULL, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&one);
+    cr_assert_eq(kc_store_data_version(ck, &v2, &e), KC_OK, "%s", e.msg);
+    cr_expect_neq(v2, v1, "another handle committed");
+
     /* another handle copies it while the writer goes on */
     int log = 0, copied = 0;
     cr_assert_eq(kc_store_checkpoint(ck, &log, &copied, &e), KC_OK, "%s", e.msg);

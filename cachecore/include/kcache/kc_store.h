@@ -89,7 +89,7 @@ typedef struct kc_store_opts {
                                   Off (a server's store): the open fails and nothing is
                                   moved. Ignored when read_only. */
     bool checkpoint_elsewhere;    /* the owner calls kc_store_checkpoint, from a handle
-                                  of its own, every fraction of a second: a commit then
+                                  of its own, at least once a second: a commit then
                                   copies the write-ahead log back into the database
                                   only when the log passes 64 MiB (not 16 MiB), and
                                   finds most of it copied already, so writers seldom
@@ -405,6 +405,12 @@ kc_code kc_store_compact(kc_store *s, kc_err *err);
  * the database. Errors: KC_ERR_IO (read-only handle, a failed write or
  * sync), KC_ERR_CORRUPT. */
 kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc_err *err);
+
+/* *version: a number that changes whenever another handle, of this process
+ * or another, has committed since the previous call on s (SQLite's
+ * data_version); reads only shared memory. For a thread that acts after
+ * writes, as a checkpointer. Errors: KC_ERR_IO, KC_ERR_CORRUPT. */
+kc_code kc_store_data_version(kc_store *s, uint64_t *version, kc_err *err);
 
 /* Full scan: decompresses and hashes every payload. Corrupt entries are
  * quarantined and reported through fn (may be NULL). *checked receives the
