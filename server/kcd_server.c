@@ -190,8 +190,9 @@ struct kcd_server {
  * last copy). A steady trickle of writers thus does not find a
  * checkpoint's fsyncs between its commits at every tick (that added
  * 0.3-0.5 ms to a ccache upload's median), and under a heavy load the log
- * never gets so far ahead that a commit past KC_WAL_PAGES_ELSEWHERE has much
- * to copy (that commit stalled every Redis client for ~100 ms). */
+ * never gets so far ahead that the commit which passes 16,000 pages (where
+ * the store's handles copy the rest themselves) has much to copy (that
+ * commit stalled every Redis client for ~100 ms). */
 #define KCD_CHECKPOINT_MS 100
 #define KCD_CHECKPOINT_MAX_S 1.0
 #define KCD_CHECKPOINT_BUSY_COMMITS 20
