@@ -318,4 +318,11 @@ int kc_store__fold_access(kc_store *s);
 kc_code kc_store__access_counts(kc_store *s, uint64_t *hits, uint64_t *misses, uint64_t *untrusted,
                                 kc_err *err);
 
+/* kc_store_vfs.c */
+
+/* The name of the store's VFS (registered on the first call): the default
+ * VFS, with the frames of one transaction written to the log in one write.
+ * NULL when the default VFS is not Unix's: then the default is used. */
+const char *kc_store__vfs(void);
+
 #endif

@@ -159,7 +159,7 @@ static kc_code open_db(kc_store *s, kc_err *err)
 {
     int flags =
         s->opts.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(s->db_path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(s->db_path, &s->db, flags | SQLITE_OPEN_NOMUTEX, kc_store__vfs());
     if (rc != SQLITE_OK)
         return kc_store__db_err(s, err, rc, "cannot open");
     sqlite3_busy_timeout(s->db, 10000);

@@ -855,6 +855,7 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
         return kc_err_errno(err, KC_ERR_IO, e, "cannot start the Redis committer thread");
     }
     r->committer_started = true;
+    pthread_setname_np(r->committer, "redis-commit"); /* for top -H; a failure is harmless */
     for (unsigned i = 0; i < threads; i++) {
         rworker *w = &r->workers[i];
         w->r = r;
@@ -875,6 +876,9 @@ kc_code kcd_redis_start(const kcd_config *cfg, kcd_ctx *ctx, kcd_redis **out, kc
             return kc_err_errno(err, KC_ERR_IO, e, "cannot start Redis listener thread %u", i);
         }
         w->started = true;
+        char name[16];
+        snprintf(name, sizeof name, "redis-w%u", i % 1000u);
+        pthread_setname_np(w->thread, name);
     }
     if (cfg->redis_port_file && r->listen_fd >= 0) {
         char line[16];

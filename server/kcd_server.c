@@ -290,6 +290,7 @@ static kc_code upkeep_start(kcd_server *srv, unsigned interval, kc_err *err)
         return kc_err_set(err, KC_ERR_NOMEM, "cannot start the store upkeep thread");
     }
     srv->upkeep_started = true;
+    pthread_setname_np(srv->upkeep, "kcd-upkeep"); /* for top -H; a failure is harmless */
     return KC_OK;
 }
 
