@@ -519,6 +519,42 @@ static bool next_batched(rconn *c)
     return true;
 }
 
+/* Gives each connection of a committed batch back to its worker: one
+ * worker's connections in one list and with one wake-up, so a batch of 16
+ * clients costs each worker one eventfd write, not one per client. */
+static void hand_back(rconn *batch)
+{
+    while (batch) {
+        rworker *w = batch->w;
+        rconn *mine = NULL, *last = NULL, *rest = NULL;
+        for (rconn *c = batch, *next; c; c = next) {
+            next = c->qnext;
+            if (c->w == w) {
+                c->qnext = mine;
+                if (!mine)
+                    last = c;
+                mine = c;
+            } else {
+                c->qnext = rest;
+                rest = c;
+            }
+        }
+        pthread_mutex_lock(&w->done_mu);
+        /* a list that was not empty has a wake-up on its way, and the
+         * worker takes the whole list after it */
+        bool wake = w->done == NULL;
+        last->qnext = w->done;
+        w->done = mine;
+        pthread_mutex_unlock(&w->done_mu);
+        if (wake) {
+            uint64_t one = 1;
+            ssize_t ignored = write(w->done_fd, &one, sizeof one);
+            (void)ignored;
+        }
+        batch = rest;
+    }
+}
+
 /* Runs one batch of deferred commands in one transaction of the context's
  * write door and hands each connection back. The door drops the batch's
  * keys from the memory cache again and notes the write at the end, before
@@ -545,22 +581,7 @@ static void commit_batch(kcd_redis *r, rconn *batch)
     } else if (batched) {
         kcd_metrics_add(&r->m->redis.commits, 1);
     }
-    for (rconn *c = batch, *next; c; c = next) {
-        next = c->qnext;
-        rworker *w = c->w;
-        pthread_mutex_lock(&w->done_mu);
-        /* one wake-up per worker and batch: a list that was not empty has
-         * one on its way, and the worker takes the whole list after it */
-        bool wake = w->done == NULL;
-        c->qnext = w->done;
-        w->done = c;
-        pthread_mutex_unlock(&w->done_mu);
-        if (wake) {
-            uint64_t one = 1;
-            ssize_t ignored = write(w->done_fd, &one, sizeof one);
-            (void)ignored;
-        }
-    }
+    hand_back(batch);
 }
 
 static void *committer_main(void *arg)
