@@ -231,6 +231,7 @@ static int vfs_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *pf, i
     log_file *f = (log_file *)pf;
     memset(f, 0, sizeof *f);
     f->real = (sqlite3_file *)(f + 1);
+    memset(f->real, 0, (size_t)real_vfs->szOsFile);
     int rc = real_vfs->xOpen(real_vfs, name, f->real, flags, out_flags);
     /* SQLite calls xClose after a failed open only when pMethods is set */
     f->base.pMethods = f->real->pMethods ? &log_methods : NULL;
