@@ -9,12 +9,14 @@
 # once synced: within about a second in both), `appendfsync always` for
 # `kcached --durable` (an answered write is on disk); and one connection
 # pipelining SET k, GET k pairs (each GET reads the SET just before it)
-# through `redis-cli --pipe`, timed.
+# through `redis-cli --pipe`, timed; and one connection pipelining SETs of
+# 4 KiB values that are all different (compressible text), timed.
 # Prints a Markdown table; no assertions.
 #
 #   bench/redis.sh [BUILD_DIR]       (default: build)
 #   env: THREADS (kcached threads, default nproc), CONNS (50), N4K (50000),
-#        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16), NMIX (5000 pairs)
+#        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16), NMIX (5000 pairs),
+#        NDIST (20000 SETs of new values)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build}
@@ -27,6 +29,7 @@ KEYS4K=${KEYS4K:-1000}
 KEYS1M=${KEYS1M:-32}
 PIPE=${PIPE:-16}
 NMIX=${NMIX:-5000}
+NDIST=${NDIST:-20000}
 [[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$SRC/bench/lib.sh"
@@ -91,7 +94,7 @@ bench() {
     echo "${s:-0} ${g:-0}"
 }
 
-# mixed PORT -> pairs/s of "SET k v; GET k" (4 KiB) pipelined on one connection
+# the mixed pipeline: "SET k v; GET k" pairs (4 KiB) on one connection
 python3 - "$NMIX" "$KEYS4K" >"$T/mixed.resp" <<'PY'
 import sys
 n, keys = int(sys.argv[1]), int(sys.argv[2])
@@ -106,14 +109,34 @@ for i in range(n):
     cmd(b"SET", k, val)
     cmd(b"GET", k)
 PY
-mixed() {
+# piped PORT FILE REPLIES UNITS -> UNITS per second of sending FILE through
+# `redis-cli --pipe` on one connection (0 unless all REPLIES came back without error)
+piped() {
     local t0 t1 out
     t0=$(date +%s.%N)
-    out=$(redis-cli -p "$1" --pipe <"$T/mixed.resp" 2>&1)
+    out=$(redis-cli -p "$1" --pipe <"$2" 2>&1)
     t1=$(date +%s.%N)
-    grep -q "errors: 0, replies: $((2 * NMIX))" <<<"$out" || { echo "mixed pipeline on port $1: $out" >&2; echo 0; return; }
-    python3 -c "import sys; print(int(sys.argv[1]) / (float(sys.argv[3]) - float(sys.argv[2])))" "$NMIX" "$t0" "$t1"
+    grep -q "errors: 0, replies: $3" <<<"$out" || { echo "$2 on port $1: $out" >&2; echo 0; return; }
+    python3 -c "import sys; print(int(sys.argv[1]) / (float(sys.argv[3]) - float(sys.argv[2])))" "$4" "$t0" "$t1"
 }
+# mixed PORT -> pairs/s of the mixed pipeline
+mixed() { piped "$1" "$T/mixed.resp" $((2 * NMIX)) "$NMIX"; }
+
+# NDIST SETs of 4 KiB, each value new: redis-benchmark sends one value over and
+# over, which the store keeps once; real caches write values it has not seen,
+# which it compresses (on the committer) before they are stored
+python3 - "$NDIST" "$KEYS4K" >"$T/distinct.resp" <<'PY'
+import random, sys
+n, keys = int(sys.argv[1]), int(sys.argv[2])
+out = sys.stdout.buffer
+words = [b"def", b"kernel", b"tl.load", b"tl.store", b"tl.arange", b"xoffset", b"xmask",
+         b"tmp0", b"=", b"+", b"(", b")", b"\n    "]
+for i in range(n):
+    r = random.Random(i)
+    v = b" ".join(r.choice(words) for _ in range(900))[:4096]
+    k = b"dist:%d" % (i % keys)
+    out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
+PY
 
 echo "| benchmark | kcached | redis-server | ratio | goal |"
 echo "|---|---:|---:|---:|---|"
@@ -151,5 +174,9 @@ c1=$(commits)
 rm_=$(mixed "$RPORT")
 printf '| SET k + GET k pairs of 4 KiB, one connection (redis-cli --pipe), pairs/s | %.0f | %.0f | %s | >= 0.33 |\n' \
     "$km" "$rm_" "$(ratio "$km" "$rm_")"
+kd=$(piped "$KPORT" "$T/distinct.resp" "$NDIST" "$NDIST")
+rd=$(piped "$RPORT" "$T/distinct.resp" "$NDIST" "$NDIST")
+printf '| SET 4 KiB, a new value each time, one connection (redis-cli --pipe), SET/s | %.0f | %.0f | %s | - |\n' \
+    "$kd" "$rd" "$(ratio "$kd" "$rd")"
 echo
 echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K, 1 MiB: $N1M); kcached --threads $THREADS, redis-server single-threaded; mixed pipeline: $NMIX pairs, $((c1 - c0)) kcached commits for its $NMIX SETs; load average $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)."
