@@ -248,6 +248,11 @@ kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc
     return KC_OK;
 }
 
+int kc_store_log_pages(const kc_store *s)
+{
+    return s->log_pages;
+}
+
 kc_code kc_store_data_version(kc_store *s, uint64_t *version, kc_err *err)
 {
     kc_store_read_end(s); /* inside a snapshot it would never change */

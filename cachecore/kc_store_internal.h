@@ -88,13 +88,16 @@ kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct s
 #define KC_PACK_MAX (256ull << 20) /* default kc_store_opts.pack_max */
 #define KC_DOOMED_MAX 64           /* emptied packs remembered until commit */
 #define KC_BUSY_DEADLINE_S 120.0
-/* Log length (4 KiB pages) at which a commit checkpoints: SQLite's automatic
- * checkpoint, where the commit waits for the copy and two fsyncs (20-45 ms
- * after 4000 pages under a Redis SET load). With kc_store_opts.
- * checkpoint_elsewhere the owner's thread copies the log meanwhile, and the
- * larger bound only keeps the log short when that thread falls behind. */
+/* Log length (4 KiB pages) at which a commit checkpoints (after_commit in
+ * kc_store_open.c, as SQLite's automatic checkpoint would): the commit
+ * waits for the copy and two fsyncs (20-45 ms after 4000 pages under a
+ * Redis SET load). With kc_store_opts.checkpoint_elsewhere the owner's
+ * thread copies the log meanwhile, and the larger bound only keeps the log
+ * short when that thread falls behind (starved of CPU, say): the copy then
+ * starts the log over at the next write, so the log file stays under
+ * 8192 pages (34 MB) with or without the owner's thread. */
 #define KC_WAL_PAGES 4000
-#define KC_WAL_PAGES_ELSEWHERE 16000
+#define KC_WAL_PAGES_ELSEWHERE 8192
 #define KC_TOUCH_MAX 1024 /* accesses batched before an append to the access log */
 #define KC_FLUSH_INTERVAL_S 5.0
 
@@ -157,8 +160,9 @@ struct kc_store {
     double last_flush;
     char *access_path; /* DIR/kcache.db-access */
     int64_t last_tick_us;
-    bool batch; /* inside kc_store_batch_begin */
-    bool rsnap; /* inside kc_store_read_begin */
+    bool batch;    /* inside kc_store_batch_begin */
+    bool rsnap;    /* inside kc_store_read_begin */
+    int log_pages; /* the log's length after this handle's last commit */
     kc_packs *packs;
     int64_t doomed[KC_DOOMED_MAX]; /* packs emptied by the open write: removed after commit */
     size_t ndoomed;

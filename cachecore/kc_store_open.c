@@ -150,6 +150,20 @@ static kc_code private_db_file(const char *path, kc_err *err)
     return rc == 0 ? KC_OK : kc_err_errno(err, KC_ERR_IO, e, "cannot set the mode of %s", path);
 }
 
+/* After each commit on the handle (SQLite's WAL hook, which PRAGMA
+ * wal_autocheckpoint would otherwise own): notes the log's length for
+ * kc_store_log_pages, and checkpoints past the handle's bound as SQLite's
+ * automatic checkpoint does. */
+static int after_commit(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    kc_store *s = arg;
+    s->log_pages = pages;
+    int bound = s->opts.checkpoint_elsewhere ? KC_WAL_PAGES_ELSEWHERE : KC_WAL_PAGES;
+    if (pages >= bound)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
 /* Opens and configures the database, migrates its schema and reads a
  * little of every table, so that a damaged file (not a database, cut short)
  * is found here as KC_ERR_CORRUPT rather than by a later command. The reads
@@ -167,11 +181,10 @@ static kc_code open_db(kc_store *s, kc_err *err)
     char pragmas[512];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA synchronous=%s; PRAGMA cache_size=-16384; PRAGMA mmap_size=268435456;"
-             "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;"
-             "PRAGMA wal_autocheckpoint=%d;",
-             s->opts.durable ? "FULL" : "NORMAL",
-             s->opts.checkpoint_elsewhere ? KC_WAL_PAGES_ELSEWHERE : KC_WAL_PAGES);
+             "PRAGMA temp_store=MEMORY; PRAGMA journal_size_limit=67108864;",
+             s->opts.durable ? "FULL" : "NORMAL");
     rc = kc_store__exec_retry(s->db, pragmas);
+    sqlite3_wal_hook(s->db, after_commit, s);
     if (rc == SQLITE_OK && !s->opts.read_only)
         rc = kc_store__exec_retry(s->db, "PRAGMA journal_mode=WAL");
     if (rc != SQLITE_OK)

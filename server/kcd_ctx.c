@@ -59,6 +59,8 @@ struct kcd_ctx {
     const char *tls;    /* for /status */
     uint64_t gen;       /* identifies this context in the per-thread cache */
     uint64_t writes;    /* kcd_ctx_note_write: names a bundle's snapshot */
+    bool log_restart;   /* kcd_ctx_want_log_restart: the next writer's task */
+    int log_pages;      /* kcd_ctx_log_pages */
     pthread_mutex_t lock;
     ctx_thread **threads; /* every thread's state, freed in kcd_ctx_free */
     size_t nthreads, capthreads;
@@ -351,6 +353,17 @@ uint64_t kcd_ctx_writes(const kcd_ctx *ctx)
     return __atomic_load_n(&ctx->writes, __ATOMIC_RELAXED);
 }
 
+/* After a commit on handle s: the log's length for kcd_ctx_log_pages. */
+static void note_log(kcd_ctx *ctx, const kc_store *s)
+{
+    __atomic_store_n(&ctx->log_pages, kc_store_log_pages(s), __ATOMIC_RELAXED);
+}
+
+int kcd_ctx_log_pages(const kcd_ctx *ctx)
+{
+    return __atomic_load_n(&ctx->log_pages, __ATOMIC_RELAXED);
+}
+
 /* Step 5: queued, or written through; a failure never undoes the store. */
 static void tier_copy(kcd_ctx *ctx, const char *key, const uint8_t *env, size_t len)
 {
@@ -372,13 +385,31 @@ static uint8_t *tier_envelope(const kc_artifact *a, size_t *len)
     return env;
 }
 
+/* Before a write outside a batch (or a batch's first): when the upkeep
+ * asked for it, copies the little of the log it left, on this thread's
+ * handle, so that this write finds the log all copied and starts it over.
+ * Best effort: a failed copy only leaves the log as long as it was. */
+static void restart_log(kcd_ctx *ctx, ctx_thread *t)
+{
+    if (t->depth > 0 || !__atomic_load_n(&ctx->log_restart, __ATOMIC_RELAXED) ||
+        !__atomic_exchange_n(&ctx->log_restart, false, __ATOMIC_ACQ_REL))
+        return;
+    kc_err e = {0};
+    if (kc_store_checkpoint(t->store, NULL, NULL, &e) != KC_OK) {
+        kcd_metrics_add(&ctx->metrics.store_errors, 1);
+        kcd_log(KCD_LOG_WARN, "copying the store's log before a write: %s", e.msg);
+    }
+}
+
 /* Step 1 of the rule: this thread's state (NULL with *err set when its
  * store cannot be opened), the key gone from the memory cache. */
 static ctx_thread *door_enter(kcd_ctx *ctx, const char *key, kc_err *err)
 {
     ctx_thread *t = ctx_thread_get(ctx, err);
-    if (t)
+    if (t) {
         kcd_hot_drop(ctx->hot, key);
+        restart_log(ctx, t);
+    }
     return t;
 }
 
@@ -390,6 +421,7 @@ static void door_leave(kcd_ctx *ctx, ctx_thread *t, const char *key, kc_code rc,
 {
     bool copy = rc == KC_OK && ctx->s3 && env;
     if (t->depth == 0) {
+        note_log(ctx, t->store);
         kcd_hot_drop(ctx->hot, key);
         if (rc == KC_OK)
             kcd_ctx_note_write(ctx);
@@ -513,6 +545,7 @@ static kc_code batch_end(kcd_ctx *ctx, ctx_thread *t, bool commit, kc_err *err)
     if (t->depth == 0 || --t->depth > 0)
         return KC_OK;
     kc_code rc = kc_store_batch_end(t->store, commit, err);
+    note_log(ctx, t->store);
     bool kept = commit && rc == KC_OK, wrote = false;
     for (size_t i = 0; i < t->npending; i++) {
         kcd_hot_drop(ctx->hot, t->pending[i].key);
@@ -530,6 +563,8 @@ static kc_code batch_end(kcd_ctx *ctx, ctx_thread *t, bool commit, kc_err *err)
 kc_code kcd_ctx_batch_begin(kcd_ctx *ctx, kc_err *err)
 {
     ctx_thread *t = ctx_thread_get(ctx, err);
+    if (t)
+        restart_log(ctx, t);
     return t ? batch_begin(t, err) : err->code;
 }
 
@@ -596,6 +631,7 @@ kc_code kcd_ctx_import_feed(kcd_import *im, const void *data, size_t len, kc_err
 {
     kc_code rc = kc_bundle_import_feed(im->im, data, len, err);
     kcd_ctx_note_write(im->ctx); /* what the feed checked is committed, even on an error */
+    note_log(im->ctx, im->store);
     return rc;
 }
 
@@ -608,6 +644,7 @@ kc_code kcd_ctx_import_finish(kcd_import *im, kc_bundle_stats *st, kc_err *err)
 {
     kc_code rc = kc_bundle_import_finish(im->im, st, err);
     kcd_ctx_note_write(im->ctx);
+    note_log(im->ctx, im->store);
     return rc;
 }
 
@@ -640,6 +677,11 @@ kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc
     if (rc != KC_OK)
         kcd_metrics_add(&ctx->metrics.store_errors, 1);
     return rc;
+}
+
+void kcd_ctx_want_log_restart(kcd_ctx *ctx)
+{
+    __atomic_store_n(&ctx->log_restart, true, __ATOMIC_RELEASE);
 }
 
 kc_code kcd_ctx_data_version(kcd_ctx *ctx, uint64_t *version, kc_err *err)

@@ -217,6 +217,11 @@ void kcd_ctx_note_write(kcd_ctx *ctx);
 /* The count kcd_ctx_note_write moves: names a bundle's store snapshot. */
 uint64_t kcd_ctx_writes(const kcd_ctx *ctx);
 
+/* The store's write-ahead log, in pages, after the last write through the
+ * context (kc_store_log_pages of the handle that made it): how much a
+ * checkpoint has to copy, for the upkeep thread. */
+int kcd_ctx_log_pages(const kcd_ctx *ctx);
+
 /* Store upkeep (kc_store_compact) on a handle of its own; counted in
  * /metrics (kcached_compactions_total). For the server's upkeep thread. */
 kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
@@ -227,6 +232,14 @@ kc_code kcd_ctx_compact(kcd_ctx *ctx, kc_err *err);
  * of a second (kc_store_opts.checkpoint_elsewhere), so that no write waits
  * for the copy. *log_frames and *copied_frames as kc_store_checkpoint. */
 kc_code kcd_ctx_checkpoint(kcd_ctx *ctx, int *log_frames, int *copied_frames, kc_err *err);
+
+/* Asks the next write through the context, on whichever thread, to copy
+ * what is left of the log itself first (kc_store_checkpoint on its own
+ * handle), and so to start the log over: SQLite does that only for a write
+ * that begins when a checkpoint has copied all of the log, which the
+ * upkeep's checkpoints never see while writes go on without a pause. For
+ * the upkeep thread, when a checkpoint of a long log left only a little. */
+void kcd_ctx_want_log_restart(kcd_ctx *ctx);
 
 /* kc_store_data_version through this thread's handle: changes whenever a
  * write was committed since the previous call on this thread. */

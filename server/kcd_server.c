@@ -175,7 +175,6 @@ struct kcd_server {
     uint64_t ckpt_version; /* the store's data version at the last tick */
     bool ckpt_due;         /* writes since the last complete checkpoint */
     double ckpt_last;      /* when the last checkpoint ran */
-    int ckpt_log;          /* the log's length then, in pages */
     uint64_t ckpt_writes;  /* kcd_ctx_writes at the last tick */
     unsigned ckpt_failures;
 };
@@ -186,17 +185,27 @@ struct kcd_server {
  * behind it). It looks every tick, and copies once writes pause for a tick
  * or a second has passed since the last copy, so a write reaches the disk
  * within about a second (Redis's appendfsync everysec), and at every tick
- * while writes are many (commits in the tick, or the log's length at the
- * last copy). A steady trickle of writers thus does not find a
- * checkpoint's fsyncs between its commits at every tick (that added
- * 0.3-0.5 ms to a ccache upload's median), and under a heavy load the log
- * never gets so far ahead that the commit which passes 16,000 pages (where
- * the store's handles copy the rest themselves) has much to copy (that
- * commit stalled every Redis client for ~100 ms). */
+ * while writes are many (commits in the tick, or the log's length after
+ * the last commit: a pipelining client commits 64 writes at a time). A
+ * steady trickle of writers thus does not find a checkpoint's fsyncs
+ * between its commits at every tick (that added 0.3-0.5 ms to a ccache
+ * upload's median), and under a heavy load the log never gets so far ahead
+ * that the commit which passes 8,192 pages (where the store's handles copy
+ * the rest themselves) has much to copy (that commit stalled every Redis
+ * client for ~100 ms). */
 #define KCD_CHECKPOINT_MS 100
 #define KCD_CHECKPOINT_MAX_S 1.0
 #define KCD_CHECKPOINT_BUSY_COMMITS 20
 #define KCD_CHECKPOINT_BUSY_PAGES 1000
+/* Under writes without a pause the log never starts over by itself (SQLite
+ * restarts it only for a write that begins when all of it is copied), so
+ * the commit that passed the store's bound (16,000 pages then) copied the
+ * rest and fsynced, a stall of 1.5-7 ms for every client, and the log file
+ * stayed at 64 MiB. Once the log is this long and a checkpoint left no more
+ * than this tail, the next writer copies the tail and starts the log over
+ * (kcd_ctx_want_log_restart): a fraction of a millisecond. */
+#define KCD_LOG_RESTART_PAGES 2048
+#define KCD_LOG_TAIL_PAGES 512
 /* A checkpoint that keeps failing is logged once a minute, not every tick. */
 #define KCD_CHECKPOINT_WARN_TICKS 600
 
@@ -212,23 +221,24 @@ static void upkeep_checkpoint(kcd_server *srv)
     double now = kc_now();
     uint64_t writes = kcd_ctx_writes(srv->ctx);
     bool busy = writes - srv->ckpt_writes >= KCD_CHECKPOINT_BUSY_COMMITS ||
-                srv->ckpt_log >= KCD_CHECKPOINT_BUSY_PAGES;
+                kcd_ctx_log_pages(srv->ctx) >= KCD_CHECKPOINT_BUSY_PAGES;
     srv->ckpt_writes = writes;
     bool now_due = quiet || busy || now - srv->ckpt_last >= KCD_CHECKPOINT_MAX_S;
     if (rc == KC_OK && (!srv->ckpt_due || !now_due))
         return;
     srv->ckpt_last = now;
     int log = 0, copied = 0;
-    /* a few passes while writers keep appending: the log starts over only
-     * after a pass that copied all of it */
+    /* a few passes while writers keep appending, each copying what came
+     * during the one before: what is left is the short tail below */
     for (int pass = 0; rc == KC_OK && pass < 4; pass++) {
         rc = kcd_ctx_checkpoint(srv->ctx, &log, &copied, &e);
-        srv->ckpt_log = log;
         if (rc == KC_OK && copied >= log) {
             srv->ckpt_due = false;
             break;
         }
     }
+    if (rc == KC_OK && log >= KCD_LOG_RESTART_PAGES && log - copied <= KCD_LOG_TAIL_PAGES)
+        kcd_ctx_want_log_restart(srv->ctx);
     if (rc != KC_OK && srv->ckpt_failures++ % KCD_CHECKPOINT_WARN_TICKS == 0)
         kcd_log(KCD_LOG_WARN, "checkpointing the store failed: %s", e.msg);
     if (rc == KC_OK)

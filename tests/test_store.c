@@ -853,6 +853,8 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
     cr_assert_eq(kc_store_checkpoint(ck, &log, &copied, &e), KC_OK, "%s", e.msg);
     cr_expect_gt(log, 4000);
     cr_expect_eq(copied, log, "all %d pages copied (%d)", log, copied);
+    cr_expect_eq(kc_store_log_pages(w), log, "the writer's last commit saw the log's length");
+    cr_expect_eq(kc_store_log_pages(ck), 0, "no commit on the checkpointing handle");
     cr_expect_gt(file_size_in(d2, "kcache.db"), 7 << 20, "the entries are in the database");
     kc_artifact a;
     make_random(&a, 9999, 12 << 10);
@@ -862,6 +864,7 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
     cr_assert_eq(kc_store_checkpoint(ck, &log, &copied, &e), KC_OK, "%s", e.msg);
     cr_expect_lt(log, 100, "the log started over: %d pages", log);
     cr_expect_eq(copied, log);
+    cr_expect_eq(kc_store_log_pages(w), log);
     kc_store_close(w);
 
     /* a read-only handle cannot checkpoint, and says so */

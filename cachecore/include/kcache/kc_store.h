@@ -91,7 +91,7 @@ typedef struct kc_store_opts {
     bool checkpoint_elsewhere;    /* the owner calls kc_store_checkpoint, from a handle
                                   of its own, at least once a second: a commit then
                                   copies the write-ahead log back into the database
-                                  only when the log passes 64 MiB (not 16 MiB), and
+                                  only when the log passes 32 MiB (not 16 MiB), and
                                   finds most of it copied already, so writers seldom
                                   wait for a checkpoint's writes and fsyncs. For a
                                   server with a checkpoint thread. */
@@ -405,6 +405,11 @@ kc_code kc_store_compact(kc_store *s, kc_err *err);
  * the database. Errors: KC_ERR_IO (read-only handle, a failed write or
  * sync), KC_ERR_CORRUPT. */
 kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc_err *err);
+
+/* The write-ahead log's length, in pages, right after s's last commit (0
+ * before its first): the pages a checkpoint would have to copy, for an
+ * owner that decides when to run kc_store_checkpoint. Reads nothing. */
+int kc_store_log_pages(const kc_store *s);
 
 /* *version: a number that changes whenever another handle, of this process
  * or another, has committed since the previous call on s (SQLite's
