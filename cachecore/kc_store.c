@@ -73,6 +73,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_TOUCH] = "UPDATE entries SET atime = ?2 WHERE key = ?1 AND atime < ?2",
     [ST_LRU] = "SELECT id, blob, key FROM entries WHERE id <> ?1 ORDER BY atime, id LIMIT 64",
     [ST_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
+    [ST_DATA_VERSION] = "PRAGMA data_version",
     [ST_QUARANTINE] = "INSERT INTO quarantine(key, kind, meta, sha, size, data, reason, at) "
                       "SELECT e.key, e.kind, e.meta, b.sha, b.size, b.data, ?2, ?3 "
                       "FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.blob = ?1",

@@ -256,11 +256,15 @@ int kc_store_log_pages(const kc_store *s)
 kc_code kc_store_data_version(kc_store *s, uint64_t *version, kc_err *err)
 {
     kc_store_read_end(s); /* inside a snapshot it would never change */
-    uint64_t v = 0;
-    int rc = kc_store__query_u64(s, "PRAGMA data_version", &v);
-    if (rc != SQLITE_OK)
+    /* kept prepared: the upkeep thread asks ten times a second */
+    sqlite3_stmt *st = kc_store__stmt(s, ST_DATA_VERSION);
+    int rc = st ? kc_store__step_retry(st) : sqlite3_errcode(s->db);
+    if (rc == SQLITE_ROW)
+        *version = (uint64_t)sqlite3_column_int64(st, 0);
+    if (st)
+        sqlite3_reset(st);
+    if (rc != SQLITE_ROW)
         return kc_store__damaged(s, err, rc, "reading the data version");
-    *version = v;
     return KC_OK;
 }
 

@@ -135,6 +135,7 @@ enum {
     ST_UPD_ENTRY,
     ST_UPD_ENTRY_SAME_DEVICE,
     ST_UPD_BLOB,
+    ST_DATA_VERSION,
     ST_COUNT
 };
 
