@@ -94,8 +94,8 @@ kc_code kc_store__set_aside(const char *dir, const char *db_path, const struct s
  * Redis SET load). With kc_store_opts.checkpoint_elsewhere the owner's
  * thread copies the log meanwhile, and the larger bound only keeps the log
  * short when that thread falls behind (starved of CPU, say): the copy then
- * starts the log over at the next write, so the log file stays under
- * 8192 pages (34 MB) with or without the owner's thread. */
+ * starts the log over at the next write, so the log seldom passes 8192
+ * pages (34 MB) even without the owner's thread. */
 #define KC_WAL_PAGES 4000
 #define KC_WAL_PAGES_ELSEWHERE 8192
 #define KC_TOUCH_MAX 1024 /* accesses batched before an append to the access log */

@@ -407,8 +407,9 @@ kc_code kc_store_compact(kc_store *s, kc_err *err);
 kc_code kc_store_checkpoint(kc_store *s, int *log_frames, int *copied_frames, kc_err *err);
 
 /* The write-ahead log's length, in pages, right after s's last commit (0
- * before its first): the pages a checkpoint would have to copy, for an
- * owner that decides when to run kc_store_checkpoint. Reads nothing. */
+ * before its first), pages already copied back included until the log
+ * starts over: for an owner that decides when to run kc_store_checkpoint.
+ * Reads nothing. */
 int kc_store_log_pages(const kc_store *s);
 
 /* *version: a number that changes whenever another handle, of this process
