@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -1342,15 +1341,6 @@ Test(redis, durable_is_appendfsync_always)
     free(dir);
 }
 
-static long long file_size(const char *dir, const char *name)
-{
-    char *path = kc_test_path(dir, name);
-    struct stat sb;
-    long long n = stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
-    free(path);
-    return n;
-}
-
 /* Writes without a pause: SQLite starts the log over only for a write
  * that begins when a checkpoint has copied all of it, which the upkeep's
  * checkpoints never see while commits go on. Before, the log then grew to
@@ -1393,7 +1383,7 @@ Test(redis, the_log_starts_over_under_writes_without_a_pause)
         char *got = recv_until(fd, CHUNK * 5, NULL, NULL);
         cr_assert_str_eq(got, want, "the replies to SETs %d..%d", sent, sent + CHUNK - 1);
         free(got);
-        long long wal = file_size(rs.ts.data, "kcache.db-wal");
+        long long wal = kc_test_file_size(rs.ts.data, "kcache.db-wal");
         if (wal > wal_max)
             wal_max = wal;
     }

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -798,15 +797,6 @@ Test(store, database_is_in_wal_mode_with_one_file_for_all_entries)
     kc_test_result_free(&r);
 }
 
-static long long file_size_in(const char *d, const char *name)
-{
-    char *path = kc_test_path(d, name);
-    struct stat st;
-    long long n = stat(path, &st) == 0 ? (long long)st.st_size : -1;
-    free(path);
-    return n;
-}
-
 /* 600 incompressible 12 KiB puts, each its own commit: about 6,500 pages of
  * log, more than the 4,000 at which a commit checkpoints by default. */
 static void fill_past_a_checkpoint(kc_store *st)
@@ -824,7 +814,7 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
 {
     /* by default a commit copies the log into the database once it is long */
     fill_past_a_checkpoint(s);
-    cr_expect_gt(file_size_in(dir, "kcache.db"), 4 << 20, "the default store checkpointed");
+    cr_expect_gt(kc_test_file_size(dir, "kcache.db"), 4 << 20, "the default store checkpointed");
 
     char *d2 = kc_test_mkdtemp("store-ckpt");
     kc_store_opts o = {.checkpoint_elsewhere = true};
@@ -833,8 +823,8 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
     cr_assert_eq(kc_store_open(d2, &o, &w, &e), KC_OK, "%s", e.msg);
     cr_assert_eq(kc_store_open(d2, &o, &ck, &e), KC_OK, "%s", e.msg);
     fill_past_a_checkpoint(w);
-    cr_expect_lt(file_size_in(d2, "kcache.db"), 1 << 20, "no commit copied the log");
-    cr_expect_gt(file_size_in(d2, "kcache.db-wal"), 20 << 20);
+    cr_expect_lt(kc_test_file_size(d2, "kcache.db"), 1 << 20, "no commit copied the log");
+    cr_expect_gt(kc_test_file_size(d2, "kcache.db-wal"), 20 << 20);
 
     /* the checkpointing handle sees that others wrote, and when they did not */
     uint64_t v0 = 0, v1 = 0, v2 = 0;
@@ -855,7 +845,7 @@ Test(store, checkpoint_elsewhere_leaves_the_copy_to_kc_store_checkpoint)
     cr_expect_eq(copied, log, "all %d pages copied (%d)", log, copied);
     cr_expect_eq(kc_store_log_pages(w), log, "the writer's last commit saw the log's length");
     cr_expect_eq(kc_store_log_pages(ck), 0, "no commit on the checkpointing handle");
-    cr_expect_gt(file_size_in(d2, "kcache.db"), 7 << 20, "the entries are in the database");
+    cr_expect_gt(kc_test_file_size(d2, "kcache.db"), 7 << 20, "the entries are in the database");
     kc_artifact a;
     make_random(&a, 9999, 12 << 10);
     cr_assert_eq(kc_store_put(w, &a, NULL, &e), KC_OK, "%s", e.msg);

@@ -206,6 +206,15 @@ void kc_test_result_free(kc_test_result *r)
     memset(r, 0, sizeof *r);
 }
 
+long long kc_test_file_size(const char *dir, const char *name)
+{
+    char *path = kc_test_path(dir, name);
+    struct stat sb;
+    long long n = path && stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+    free(path);
+    return n;
+}
+
 char *kc_test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -54,6 +54,10 @@ int kc_test_kcache(kc_test_result *r, const char *kcache_bin, const char *dir, c
  * NULL). Returns malloc'd bytes or NULL. */
 char *kc_test_read_file(const char *path, size_t *len);
 
+/* The size of file name in dir, in bytes; -1 when it cannot be stat'ed
+ * (missing). */
+long long kc_test_file_size(const char *dir, const char *name);
+
 /* Writes len bytes to path (created/truncated). Returns 0 on success. */
 int kc_test_write_file(const char *path, const void *data, size_t len);
 
