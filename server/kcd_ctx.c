@@ -395,10 +395,8 @@ static void restart_log(kcd_ctx *ctx, ctx_thread *t)
         !__atomic_exchange_n(&ctx->log_restart, false, __ATOMIC_ACQ_REL))
         return;
     kc_err e = {0};
-    if (kc_store_checkpoint(t->store, NULL, NULL, &e) != KC_OK) {
-        kcd_metrics_add(&ctx->metrics.store_errors, 1);
+    if (kcd_ctx_checkpoint(ctx, NULL, NULL, &e) != KC_OK) /* t's handle; counts the error */
         kcd_log(KCD_LOG_WARN, "copying the store's log before a write: %s", e.msg);
-    }
 }
 
 /* Step 1 of the rule: this thread's state (NULL with *err set when its
