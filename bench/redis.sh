@@ -124,7 +124,7 @@ mixed() { piped "$1" "$T/mixed.resp" $((2 * NMIX)) "$NMIX"; }
 
 # NDIST SETs of 4 KiB, each value new: redis-benchmark sends one value over and
 # over, which the store keeps once; real caches write values it has not seen,
-# which it compresses (on the committer) before they are stored
+# which it compresses (in the batch that stores them) before they are stored
 python3 - "$NDIST" "$KEYS4K" >"$T/distinct.resp" <<'PY'
 import random, sys
 n, keys = int(sys.argv[1]), int(sys.argv[2])

@@ -62,6 +62,9 @@ struct kcd_ctx {
     bool log_restart;   /* kcd_ctx_want_log_restart: the next writer's task */
     int log_pages;      /* kcd_ctx_log_pages */
     pthread_mutex_t lock;
+    /* kcd_ctx_seat_take: one store handle the writers take turns on */
+    pthread_mutex_t seat_mu;
+    ctx_thread *seat;
     ctx_thread **threads; /* every thread's state, freed in kcd_ctx_free */
     size_t nthreads, capthreads;
 };
@@ -70,7 +73,7 @@ static uint64_t kcd_ctx_gen_counter;
 static __thread struct {
     uint64_t gen;
     ctx_thread *t;
-} kcd_tls;
+} kcd_tls, kcd_tls_own;
 
 /* ---------------------------------------------------------------- context */
 
@@ -101,6 +104,7 @@ kc_code kcd_ctx_new(const kcd_config *cfg, kcd_ctx **out, kc_err *err)
     ctx->upload_memory = cfg->upload_memory ? cfg->upload_memory : UINT64_MAX;
     ctx->gen = __atomic_add_fetch(&kcd_ctx_gen_counter, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&ctx->lock, NULL);
+    pthread_mutex_init(&ctx->seat_mu, NULL);
     kcd_metrics_init(&ctx->metrics);
     ctx->metrics.store_max_bytes = cfg->max_size;
     ctx->status = kcd_status_new();
@@ -168,15 +172,14 @@ void kcd_ctx_free(kcd_ctx *ctx)
     kcd_hot_free(ctx->hot);
     kcd_status_free(ctx->status);
     pthread_mutex_destroy(&ctx->lock);
+    pthread_mutex_destroy(&ctx->seat_mu);
     free(ctx->data);
     free(ctx);
 }
 
-/* This thread's state for ctx, with its store handle opened on first use. */
-static ctx_thread *ctx_thread_get(kcd_ctx *ctx, kc_err *err)
+/* A new state with its own store handle, freed with the context. */
+static ctx_thread *ctx_thread_new(kcd_ctx *ctx, kc_err *err)
 {
-    if (kcd_tls.gen == ctx->gen && kcd_tls.t)
-        return kcd_tls.t;
     ctx_thread *t = calloc(1, sizeof *t);
     if (!t) {
         kc_err_set(err, KC_ERR_NOMEM, "out of memory");
@@ -202,9 +205,40 @@ static ctx_thread *ctx_thread_get(kcd_ctx *ctx, kc_err *err)
     }
     ctx->threads[ctx->nthreads++] = t;
     pthread_mutex_unlock(&ctx->lock);
-    kcd_tls.gen = ctx->gen;
-    kcd_tls.t = t;
     return t;
+}
+
+/* This thread's state for ctx, with its store handle opened on first use. */
+static ctx_thread *ctx_thread_get(kcd_ctx *ctx, kc_err *err)
+{
+    if (kcd_tls.gen == ctx->gen && kcd_tls.t)
+        return kcd_tls.t;
+    ctx_thread *t = ctx_thread_new(ctx, err);
+    if (t) {
+        kcd_tls.gen = ctx->gen;
+        kcd_tls.t = t;
+    }
+    return t;
+}
+
+void kcd_ctx_seat_take(kcd_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->seat_mu);
+    if (!ctx->seat) {
+        kc_err ignored = {0}; /* without a seat each thread writes on its own handle */
+        ctx->seat = ctx_thread_new(ctx, &ignored);
+    }
+    kcd_tls_own = kcd_tls;
+    if (ctx->seat) {
+        kcd_tls.gen = ctx->gen;
+        kcd_tls.t = ctx->seat;
+    }
+}
+
+void kcd_ctx_seat_leave(kcd_ctx *ctx)
+{
+    kcd_tls = kcd_tls_own;
+    pthread_mutex_unlock(&ctx->seat_mu);
 }
 
 static kc_store *ctx_store(kcd_ctx *ctx, kc_err *err)

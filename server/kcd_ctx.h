@@ -189,9 +189,19 @@ kc_code kcd_ctx_put_from_tier(kcd_ctx *ctx, const kcd_key *k, const uint8_t *env
  * the batch is durable or visible to other threads before end(commit =
  * true) returns KC_OK; a failed commit keeps none of it. Begins nest: only
  * the outermost end commits. Other writers wait while a batch is open:
- * keep it short. The Redis listener's committer thread uses it. */
+ * keep it short. The Redis listener's batches use it, on the write seat. */
 kc_code kcd_ctx_batch_begin(kcd_ctx *ctx, kc_err *err);
 kc_code kcd_ctx_batch_end(kcd_ctx *ctx, bool commit, kc_err *err);
+
+/* The write seat: one store handle (and batch state) that threads take
+ * turns on, so group commits run by different threads (the Redis workers)
+ * find its page cache warm instead of re-reading what another handle just
+ * wrote. Between take and leave every door call of this thread uses the
+ * seat; take waits while another thread holds it. Without a seat (its
+ * handle could not be opened) the calls use the thread's own handle, which
+ * is slower but as correct. Not nested; leave on the thread that took it. */
+void kcd_ctx_seat_take(kcd_ctx *ctx);
+void kcd_ctx_seat_leave(kcd_ctx *ctx);
 
 /* Bundle import (POST /v1/bundle) on a store handle of its own: a streaming
  * importer (kc_bundle_import_*) whose artifacts obey max_payload

@@ -275,7 +275,7 @@ char *kcd_metrics_prometheus(const kcd_metrics *m, const kc_store_stats *st, siz
                 ld(&rm->auth_failures));
         COUNTER("redis_received_bytes_total", "Bytes read from Redis clients.", ld(&rm->bytes_in));
         COUNTER("redis_sent_bytes_total", "Bytes written to Redis clients.", ld(&rm->bytes_out));
-        COUNTER("redis_writes_total", "Redis write commands run by the committer.",
+        COUNTER("redis_writes_total", "Redis write commands run in group commits.",
                 ld(&rm->writes));
         COUNTER("redis_write_commits_total",
                 "Store transactions that committed Redis writes (group commit: one per batch).",

@@ -5,10 +5,19 @@
  * Each read is parsed (kcd_resp.h) into as many commands as it completes,
  * their replies are buffered and flushed once, and reading pauses while a
  * client does not take its replies. Commands are kcd_redis_cmd.c's.
- * Write commands go to one committer thread (group commit): it runs all
- * that are pending in one store transaction and answers each client only
- * after that commits, so concurrent SETs share a commit and an answered
- * write survives kill -9 as before.
+ * Write commands are group-committed on the context's write seat
+ * (kcd_ctx_seat_take): a batch runs in one store transaction and each
+ * client is answered only after it commits, so concurrent SETs share a
+ * commit and an answered write survives kill -9 (with --durable, a power
+ * cut). Batches go to one committer thread, which takes everything queued
+ * while it committed the last, so one batch gathers the writes of all
+ * workers' clients while the workers go on reading. One kind of batch is
+ * short enough to run where it was read: without --durable (no fsync to
+ * wait for), when the committer is idle, and when no client in it has
+ * pipelined more commands, a worker commits the writes of its round itself
+ * at the round's end, as Redis flushes its AOF once per round of events,
+ * and saves the two wake-ups of a hand-off (a third of a lone client's
+ * SET).
  */
 #include "kcd_redis.h"
 
@@ -316,7 +325,7 @@ static bool conn_process(rconn *c)
             c->in_off += used; /* before: a deferred command's c is not ours after */
             kcd_redis_execute(c);
             if (c->waiting)
-                return false; /* back from the committer: kcd_redis_done */
+                return false; /* deferred: resumed after its commit */
         } else {
             c->in_off += used;
         }
@@ -471,7 +480,6 @@ static void conn_writable(rconn *c)
 
 void kcd_redis_defer(rconn *c)
 {
-    kcd_redis *r = c->w->r;
     /* the replies of commands run before it go out now, not after this
      * commit (a pipelining client reads them meanwhile); what the socket
      * does not take, and a failed send, wait for the flush after it */
@@ -480,14 +488,24 @@ void kcd_redis_defer(rconn *c)
      * comes while it waits */
     c->waiting = true;
     c->qnext = NULL;
-    pthread_mutex_lock(&r->q_mu);
-    if (r->q_tail)
-        r->q_tail->qnext = c;
+    kcd_redis *r = c->w->r;
+    if (r->durable) { /* the committer starts at once, and batches what comes meanwhile */
+        pthread_mutex_lock(&r->q_mu);
+        if (r->q_tail)
+            r->q_tail->qnext = c;
+        else
+            r->q_head = c;
+        r->q_tail = c;
+        pthread_cond_signal(&r->q_cv);
+        pthread_mutex_unlock(&r->q_mu);
+        return;
+    }
+    rworker *w = c->w;
+    if (w->pend_tail)
+        w->pend_tail->qnext = c;
     else
-        r->q_head = c;
-    r->q_tail = c;
-    pthread_cond_signal(&r->q_cv);
-    pthread_mutex_unlock(&r->q_mu);
+        w->pend = c;
+    w->pend_tail = c;
 }
 
 /* On the committer, which owns c while it waits: when the next command in
@@ -556,9 +574,9 @@ static void hand_back(rconn *batch)
 }
 
 /* Runs one batch of deferred commands in one transaction of the context's
- * write door and hands each connection back. The door drops the batch's
- * keys from the memory cache again and notes the write at the end, before
- * any reply goes out, so bundles show the batch. */
+ * write door. The door drops the batch's keys from the memory cache again
+ * and notes the write at the end, before any reply goes out, so bundles
+ * show the batch. */
 static void commit_batch(kcd_redis *r, rconn *batch)
 {
     kc_err e = {0};
@@ -581,9 +599,79 @@ static void commit_batch(kcd_redis *r, rconn *batch)
     } else if (batched) {
         kcd_metrics_add(&r->m->redis.commits, 1);
     }
-    hand_back(batch);
 }
 
+/* Returns a connection whose deferred command is done to its own worker's
+ * event handling: the reply, then any commands read meanwhile. */
+static void conn_resume(rconn *c)
+{
+    rworker *w = c->w;
+    c->waiting = false;
+    c->last_active = mono_now();
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (c->unwatched && epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->unwatched = false;
+    conn_run(c);
+}
+
+/* Commits a batch on the write seat, the one handle every batch uses. */
+static void commit_seated(kcd_redis *r, rconn *batch)
+{
+    kcd_ctx_seat_take(r->ctx);
+    commit_batch(r, batch);
+    kcd_ctx_seat_leave(r->ctx);
+}
+
+/* True when worker w may commit its round's writes itself (see the top of
+ * the file): nothing waits for the committer, and no client of w has more
+ * commands buffered (a pipeline: the batch takes them, which is long work
+ * better left to the committer while w reads on). Under q_mu. */
+static bool commit_here(const rworker *w)
+{
+    const kcd_redis *r = w->r;
+    if (r->durable || r->committing || r->q_head)
+        return false;
+    for (const rconn *c = w->pend; c; c = c->qnext)
+        if (c->in_off < c->in_len)
+            return false;
+    return true;
+}
+
+/* At the end of worker w's round of events: commits what w deferred in it
+ * itself when it may (commit_here), else queues it for the committer. */
+static void commit_round(rworker *w)
+{
+    kcd_redis *r = w->r;
+    while (w->pend) {
+        rconn *batch = w->pend;
+        w->pend = NULL;
+        pthread_mutex_lock(&r->q_mu);
+        bool here = commit_here(w);
+        if (!here) {
+            if (r->q_tail)
+                r->q_tail->qnext = batch;
+            else
+                r->q_head = batch;
+            r->q_tail = w->pend_tail;
+            pthread_cond_signal(&r->q_cv);
+        }
+        w->pend_tail = NULL;
+        pthread_mutex_unlock(&r->q_mu);
+        if (!here)
+            return;
+        commit_seated(r, batch);
+        for (rconn *c = batch, *next; c; c = next) {
+            next = c->qnext;
+            conn_resume(c); /* may defer again: the next turn of the loop */
+        }
+    }
+}
+
+/* The committer thread: commits whatever the workers queued while it
+ * committed the batch before. */
 static void *committer_main(void *arg)
 {
     kcd_redis *r = arg;
@@ -593,10 +681,15 @@ static void *committer_main(void *arg)
             pthread_cond_wait(&r->q_cv, &r->q_mu);
         rconn *batch = r->q_head;
         r->q_head = r->q_tail = NULL;
+        r->committing = batch != NULL;
         pthread_mutex_unlock(&r->q_mu);
         if (!batch)
             return NULL; /* stopping, nothing left */
-        commit_batch(r, batch);
+        commit_seated(r, batch);
+        pthread_mutex_lock(&r->q_mu);
+        r->committing = false;
+        pthread_mutex_unlock(&r->q_mu);
+        hand_back(batch);
     }
 }
 
@@ -612,15 +705,7 @@ static void take_done(rworker *w)
     pthread_mutex_unlock(&w->done_mu);
     for (rconn *c = list, *next; c; c = next) {
         next = c->qnext;
-        c->waiting = false;
-        c->last_active = mono_now();
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (c->unwatched && epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
-            conn_close(c);
-            continue;
-        }
-        c->unwatched = false;
-        conn_run(c); /* the reply, then any commands read meanwhile */
+        conn_resume(c);
     }
 }
 
@@ -741,8 +826,10 @@ static void *worker_main(void *arg)
             break;
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
-            if (p == &stop_tag)
+            if (p == &stop_tag) {
+                commit_round(w); /* what was read before the stop is answered */
                 return NULL;
+            }
             if (p == &listen_tag || p == &unix_tag) {
                 accept_all(w, p == &unix_tag ? w->r->unix_fd : w->r->listen_fd, p == &unix_tag);
                 continue;
@@ -764,6 +851,7 @@ static void *worker_main(void *arg)
             else if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                 conn_read(c);
         }
+        commit_round(w);
         /* after the round's events: none of them names a connection it
          * closes */
         if (wait_ms > 0)
@@ -934,7 +1022,7 @@ void kcd_redis_stop(kcd_redis *r)
     for (unsigned i = 0; i < r->nworkers; i++)
         if (r->workers[i].started)
             pthread_join(r->workers[i].thread, NULL);
-    if (r->committer_started) { /* it runs what is queued, then stops */
+    if (r->committer_started) { /* it commits what is queued, then stops */
         pthread_mutex_lock(&r->q_mu);
         r->q_stop = true;
         pthread_cond_signal(&r->q_cv);

@@ -4,7 +4,7 @@
  * their metadata), read and written only through the context's doors
  * (kcd_ctx.h), and one command table, as Redis' own redisCommandTable:
  * name, handler, arity, flags. The event loop that feeds it, and runs every
- * write on one committer thread, is kcd_redis.c.
+ * write in a group commit, is kcd_redis.c.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -103,7 +103,7 @@ static bool still_expired(const kc_artifact *entry, void *now_ms)
 /* Looks key up through the context's read door (memory cache, then the
  * store). An expired value reads as missing and is removed, as Redis
  * expires on access: in a write transaction that looks at it again first,
- * so a value the committer stored since is kept; a failure there is left
+ * so a value a batch stored since is kept; a failure there is left
  * for a later access. R_ERROR: an error reply has been written. */
 static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
 {
@@ -146,7 +146,7 @@ static rstatus rget(rconn *c, const uint8_t *key, size_t klen, rval *out)
 }
 
 /* Stores key = value with an absolute expiry (0 = none), replacing any
- * previous value, through the write door. On the committer (in its batch).
+ * previous value, through the write door. In a batch (group commit).
  * R_ERROR: reply written. */
 static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
                     int64_t expire_ms)
@@ -201,7 +201,7 @@ static rstatus rset(rconn *c, const uint8_t *key, size_t klen, const uint8_t *va
 }
 
 /* Removes a key's entry through the write door. R_HIT removed, R_MISS
- * absent. On the committer. */
+ * absent. In a batch. */
 static rstatus rdelete(rconn *c, const kcd_key *k)
 {
     kc_err e = {0};
@@ -1089,7 +1089,7 @@ void kcd_redis_execute(rconn *c)
     } else if (why) {
         reply_refusal(c, d, why);
     } else if (d->flags & (F_WRITE | F_COMMIT)) {
-        /* answered once the committer's transaction holding it commits */
+        /* answered once the batch holding it commits */
         c->pending = d;
         c->pending_out0 = out0;
         c->pending_t0 = t0;
@@ -1099,7 +1099,7 @@ void kcd_redis_execute(rconn *c)
             c->val_sha_len = ARGL(2);
         }
         kcd_redis_defer(c);
-        return; /* c is the committer's now */
+        return; /* c is its batch's now */
     } else {
         d->fn(c);
         command_done(c, d, t0, out0, true, kc_now() - t0);
@@ -1236,9 +1236,9 @@ static void cmd_discard(rconn *c)
     reply_ok(c);
 }
 
-/* EXEC, on the committer: every queued command runs now, one after the
- * other, inside the committer's open batch. No other client's command runs
- * in between: writes are all the committer's, and readers on the workers
+/* EXEC, in a batch: every queued command runs now, one after the other,
+ * inside the open batch. No other client's command runs in between:
+ * batches run one at a time on the write seat, and readers on the workers
  * see the store as it was before the batch until it commits, then with
  * the whole transaction. */
 static void cmd_exec(rconn *c)

@@ -20,12 +20,12 @@ typedef void (*cmd_fn)(rconn *c);
 enum {
     F_NOAUTH = 1,  /* allowed before AUTH */
     F_READ = 2,    /* needs the read scope: its reply carries stored bytes */
-    F_WRITE = 4,   /* needs the write scope; runs on the committer */
+    F_WRITE = 4,   /* needs the write scope; runs in a batch */
     F_GETOPT = 8,  /* with a GET option it replies the old value: needs read too */
     F_ADMIN = 16,  /* needs the admin scope */
-    F_COMMIT = 32, /* runs on the committer without needing the write scope */
+    F_COMMIT = 32, /* runs in a batch without needing the write scope */
     F_TXCTL = 64,  /* runs at once inside MULTI rather than being queued */
-    /* a read that may join the committer's open batch when a client
+    /* a read that may join an open batch when a client
      * pipelines it behind a write (it sees the batch's writes; its reply
      * goes out with theirs, after the commit) */
     F_BATCHREAD = 128,

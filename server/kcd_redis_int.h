@@ -70,12 +70,12 @@ struct kcd_redis {
     rworker *workers;
     uint64_t next_id;
     double started;
-    /* group commit: write commands wait in this queue for the committer
-     * thread, which runs everything pending in one store transaction */
+    /* group commit: the connections whose commands wait for the committer
+     * thread (linked by qnext), and whether it is committing a batch */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
     rconn *q_head, *q_tail;
-    bool q_stop, q_inited;
+    bool committing, q_stop, q_inited;
     pthread_t committer;
     bool committer_started;
     /* every open connection, for CLIENT LIST (kcd_redis_info.c's lock) */
@@ -94,8 +94,9 @@ struct rworker {
     int done_fd;  /* eventfd: the committer finished commands of this thread */
     pthread_mutex_t done_mu;
     bool done_inited;
-    rconn *done;       /* those connections (linked by qnext) */
-    double last_sweep; /* when idle connections were last looked for */
+    rconn *done;             /* those connections (linked by qnext) */
+    rconn *pend, *pend_tail; /* deferred in this round (kcd_redis.c's commit_round) */
+    double last_sweep;       /* when idle connections were last looked for */
     /* connections closed during this round of events (linked by next):
      * freed after it, as a later event of the round may still name them */
     rconn *closed;
@@ -126,19 +127,21 @@ struct rconn {
     bool closing; /* flush what is queued, then close */
     bool writing; /* waiting for EPOLLOUT (reading paused) */
     rconn *prev, *next;
-    /* a write command handed to the committer: until it is done only the
-     * committer touches the connection. It stays in the epoll set (no two
-     * epoll_ctl calls per write); only when an event comes meanwhile (a
-     * pipelining client's next bytes, a hang-up) is it taken out
-     * (unwatched) and put back when the command is done. */
+    /* a write command deferred to a group commit: until it is done only
+     * the thread committing it (the committer, or the connection's own
+     * worker at the end of its round) touches the connection. It stays in
+     * the epoll set (no two epoll_ctl calls per write); only when an event
+     * comes while the committer holds it (a pipelining client's next
+     * bytes, a hang-up) is it taken out (unwatched) and put back when the
+     * command is done. */
     bool waiting;
     bool unwatched;
     bool dead;           /* closed; on the worker's closed list until the round ends */
     const void *pending; /* the command's table entry */
     size_t pending_out0; /* c->out.len before its reply */
     double pending_t0;
-    /* the SHA-256 of a deferred SET's value, taken by the worker so the
-     * committer does not: val_sha_of points at that value in c->in (NULL:
+    /* the SHA-256 of a deferred SET's value, taken by the worker before
+     * the seat is held: val_sha_of points at that value in c->in (NULL:
      * none); the committer uses it only for those very bytes, then clears */
     const uint8_t *val_sha_of;
     size_t val_sha_len;
@@ -164,8 +167,8 @@ struct rconn {
  * counters and the access-log line. */
 void kcd_redis_execute(rconn *c);
 
-/* Hands c's current command to the committer (kcd_redis.c): sets
- * c->waiting; the caller must not touch c again until the committer has
+/* Defers c's current command to the next group commit (kcd_redis.c):
+ * sets c->waiting; the caller must not touch c again until the commit has
  * run it and returned c to its worker. */
 void kcd_redis_defer(rconn *c);
 

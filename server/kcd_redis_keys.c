@@ -284,7 +284,7 @@ void kcd_redis_cmd_dbsize(rconn *c)
 }
 
 /* FLUSHDB / FLUSHALL [ASYNC|SYNC]: removes every redis entry (and nothing
- * else the store holds), on the committer, in its transaction; ASYNC is
+ * else the store holds), in a batch, in its transaction; ASYNC is
  * done at once too, so the reply always means "gone". */
 void kcd_redis_cmd_flushdb(rconn *c)
 {

@@ -571,6 +571,56 @@ Test(redis, concurrent_sets_share_commits_and_survive_kill9)
     rs_stop(&rs);
 }
 
+#define NX_CONNS 12
+#define NX_KEYS 60
+
+/* Clients that send one command and wait for its answer are committed by
+ * their own worker at the end of its round, three workers racing for the
+ * write seat with the committer idle. SET NX still lets exactly one client
+ * take each key, and every +OK is on disk when it is answered. */
+Test(redis, lone_writers_on_several_workers_stay_exclusive_and_durable)
+{
+    rserver rs;
+    rs_start(&rs, false, (const char *const[]){"--threads", "3", NULL});
+    int fds[NX_CONNS];
+    for (int c = 0; c < NX_CONNS; c++)
+        fds[c] = rconnect(&rs);
+    int owner[NX_KEYS];
+    for (int k = 0; k < NX_KEYS; k++) {
+        for (int c = 0; c < NX_CONNS; c++) {
+            char req[128];
+            int n = snprintf(req, sizeof req, "SET nx:%d client-%d NX\r\n", k, c);
+            send_all(fds[c], req, (size_t)n);
+        }
+        owner[k] = -1;
+        for (int c = 0; c < NX_CONNS; c++) {
+            char *got = recv_until(fds[c], 5, NULL, NULL);
+            if (!strcmp(got, "+OK\r\n")) {
+                cr_expect_eq(owner[k], -1, "key %d taken by clients %d and %d", k, owner[k], c);
+                owner[k] = c;
+            } else {
+                cr_expect_str_eq(got, "$-1\r\n", "client %d, key %d", c, k);
+            }
+            free(got);
+        }
+        cr_expect_neq(owner[k], -1, "key %d taken by nobody", k);
+    }
+    long long commits = metric(&rs, "kcached_redis_write_commits_total");
+    cr_expect_geq(commits, NX_KEYS, "%lld commits", commits);
+    kc_testserver_kill(&rs.ts);
+    for (int c = 0; c < NX_CONNS; c++)
+        close(fds[c]);
+    cr_assert_eq(kc_testserver_restart(&rs.ts), 0);
+    rs_reread_port(&rs);
+    for (int k = 0; k < NX_KEYS; k++) {
+        char key[32], want[32];
+        snprintf(key, sizeof key, "nx:%d", k);
+        snprintf(want, sizeof want, "client-%d", owner[k]);
+        EXPECT_CLI(want, &rs, "GET", key);
+    }
+    rs_stop(&rs);
+}
+
 /* PING on fd; returns the reply (caller frees). */
 static char *ping(int fd)
 {
