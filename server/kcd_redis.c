@@ -625,16 +625,16 @@ static void commit_seated(kcd_redis *r, rconn *batch)
     kcd_ctx_seat_leave(r->ctx);
 }
 
-/* True when worker w may commit its round's writes itself (see the top of
- * the file): nothing waits for the committer, and no client of w has more
- * commands buffered (a pipeline: the batch takes them, which is long work
- * better left to the committer while w reads on). Under q_mu. */
-static bool commit_here(const rworker *w)
+/* True when a worker may commit its round's writes, batch, itself (see the
+ * top of the file): nothing waits for the committer, and no client in the
+ * batch has more commands buffered (a pipeline: the batch takes them,
+ * which is long work better left to the committer while the worker reads
+ * on). Under q_mu. */
+static bool commit_here(const kcd_redis *r, const rconn *batch)
 {
-    const kcd_redis *r = w->r;
     if (r->durable || r->committing || r->q_head)
         return false;
-    for (const rconn *c = w->pend; c; c = c->qnext)
+    for (const rconn *c = batch; c; c = c->qnext)
         if (c->in_off < c->in_len)
             return false;
     return true;
@@ -649,7 +649,7 @@ static void commit_round(rworker *w)
         rconn *batch = w->pend;
         w->pend = NULL;
         pthread_mutex_lock(&r->q_mu);
-        bool here = commit_here(w);
+        bool here = commit_here(r, batch);
         if (!here) {
             if (r->q_tail)
                 r->q_tail->qnext = batch;
