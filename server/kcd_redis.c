@@ -478,6 +478,18 @@ static void conn_writable(rconn *c)
 
 /* ------------------------------------------------------------ group commit */
 
+/* Appends the connections head..tail (linked by qnext) to the committer's
+ * queue and wakes it. Under q_mu. */
+static void queue_locked(kcd_redis *r, rconn *head, rconn *tail)
+{
+    if (r->q_tail)
+        r->q_tail->qnext = head;
+    else
+        r->q_head = head;
+    r->q_tail = tail;
+    pthread_cond_signal(&r->q_cv);
+}
+
 void kcd_redis_defer(rconn *c)
 {
     /* the replies of commands run before it go out now, not after this
@@ -491,12 +503,7 @@ void kcd_redis_defer(rconn *c)
     kcd_redis *r = c->w->r;
     if (r->durable) { /* the committer starts at once, and batches what comes meanwhile */
         pthread_mutex_lock(&r->q_mu);
-        if (r->q_tail)
-            r->q_tail->qnext = c;
-        else
-            r->q_head = c;
-        r->q_tail = c;
-        pthread_cond_signal(&r->q_cv);
+        queue_locked(r, c, c);
         pthread_mutex_unlock(&r->q_mu);
         return;
     }
@@ -626,13 +633,14 @@ static void commit_seated(kcd_redis *r, rconn *batch)
 }
 
 /* True when a worker may commit its round's writes, batch, itself (see the
- * top of the file): nothing waits for the committer, and no client in the
- * batch has more commands buffered (a pipeline: the batch takes them,
+ * top of the file; --durable writes never wait in a round, kcd_redis_defer
+ * queues them at once): nothing waits for the committer, and no client in
+ * the batch has more commands buffered (a pipeline: the batch takes them,
  * which is long work better left to the committer while the worker reads
  * on). Under q_mu. */
 static bool commit_here(const kcd_redis *r, const rconn *batch)
 {
-    if (r->durable || r->committing || r->q_head)
+    if (r->committing || r->q_head)
         return false;
     for (const rconn *c = batch; c; c = c->qnext)
         if (c->in_off < c->in_len)
@@ -650,14 +658,8 @@ static void commit_round(rworker *w)
         w->pend = NULL;
         pthread_mutex_lock(&r->q_mu);
         bool here = commit_here(r, batch);
-        if (!here) {
-            if (r->q_tail)
-                r->q_tail->qnext = batch;
-            else
-                r->q_head = batch;
-            r->q_tail = w->pend_tail;
-            pthread_cond_signal(&r->q_cv);
-        }
+        if (!here)
+            queue_locked(r, batch, w->pend_tail);
         w->pend_tail = NULL;
         pthread_mutex_unlock(&r->q_mu);
         if (!here)
