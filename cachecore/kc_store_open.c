@@ -198,6 +198,16 @@ static kc_code open_db(kc_store *s, kc_err *err)
     return rc == SQLITE_OK ? KC_OK : kc_store__damaged(s, err, rc, "reading");
 }
 
+kc_code kc_store_setup_process(kc_err *err)
+{
+    int rc = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    if (rc != SQLITE_OK)
+        return kc_err_set(err, KC_ERR_INVALID,
+                          "SQLite is in use already; its memory statistics stay on (%s)",
+                          sqlite3_errstr(rc));
+    return KC_OK;
+}
+
 kc_code kc_store_open(const char *dir, const kc_store_opts *opts, kc_store **out, kc_err *err)
 {
     *out = NULL;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <kcache/kc_log.h>
+#include <kcache/kc_store.h>
 #include "kcd_config.h"
 #include "kcd_log.h"
 #include "kcd_net.h"
@@ -63,6 +64,10 @@ int main(int argc, char **argv)
     kcd_config cfg;
     kcd_config_action action;
     kc_err err = {0};
+    /* first, while no thread has touched SQLite: its writers share no lock
+     * but the store's own */
+    if (kc_store_setup_process(&err) != KC_OK)
+        fprintf(stderr, "kcached: warning: %s\n", err.msg);
     if (kcd_config_load(&cfg, argc, argv, environ, &action, &err) != KC_OK) {
         fprintf(stderr, "kcached: %s\n", err.msg);
         kcd_config_free(&cfg);

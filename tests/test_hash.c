@@ -97,6 +97,26 @@ Test(hash, key_validation_accepts_only_64_lowercase_hex)
     cr_assert_not(kc_key_valid("abc"));
 }
 
+Test(hash, key_validation_checks_every_byte_value_at_every_position)
+{
+    char key[65];
+    kc_sha256_hex("x", 1, key);
+    for (int pos = 0; pos < 64; pos += 21) { /* first, middle and last digits */
+        for (int b = 1; b < 256; b++) {
+            char k[65];
+            memcpy(k, key, sizeof k);
+            k[pos] = (char)b;
+            bool hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+            cr_assert_eq(kc_key_valid(k), hex, "byte 0x%02x at %d", b, pos);
+        }
+    }
+    char cut[70];
+    memcpy(cut, key, sizeof key);
+    cut[63] = '\0'; /* 63 digits, then digits again past the end */
+    memcpy(cut + 64, "abcde", 6);
+    cr_assert_not(kc_key_valid(cut));
+}
+
 Test(hash, ct_equal_compares_contents)
 {
     cr_assert(kc_ct_equal("abcd", "abcd", 4));

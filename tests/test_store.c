@@ -992,3 +992,32 @@ Test(store, a_damaged_database_file_is_reported_not_crashed_on)
     free(wal);
     free(shm);
 }
+
+/* Its own suite: criterion runs each test in a fresh process, and this one
+ * must reach SQLite before anything else does. */
+Test(store_process, setup_turns_off_sqlite_memory_statistics_before_first_use)
+{
+    kc_err e = {0};
+    cr_assert_eq(kc_store_setup_process(&e), KC_OK, "%s", e.msg);
+    char *d = kc_test_mkdtemp("store-setup");
+    kc_store *st;
+    cr_assert_eq(kc_store_open(d, NULL, &st, &e), KC_OK, "%s", e.msg);
+    kc_artifact a, b;
+    char key[65];
+    kc_sha256_hex("setup", 5, key);
+    cr_assert_eq(kc_artifact_init(&a, key, "cpu-so", "{}", (const uint8_t *)"abc", 3, &e), KC_OK);
+    cr_assert_eq(kc_store_put(st, &a, NULL, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(kc_store_get(st, key, &b, &e), KC_OK, "%s", e.msg);
+    cr_assert_eq(b.payload_len, 3);
+    cr_assert_eq(sqlite3_memory_used(), 0, "SQLite still counts its memory");
+    /* in use now: refused, and the store goes on working */
+    cr_assert_eq(kc_store_setup_process(&e), KC_ERR_INVALID);
+    cr_assert(strstr(e.msg, "in use already"), "%s", e.msg);
+    kc_artifact_free(&b);
+    cr_assert_eq(kc_store_get(st, key, &b, &e), KC_OK, "%s", e.msg);
+    kc_artifact_free(&a);
+    kc_artifact_free(&b);
+    kc_store_close(st);
+    kc_test_rmtree(d);
+    free(d);
+}

@@ -103,6 +103,15 @@ typedef struct kc_store_opts {
                                   large entries many times a second. */
 } kc_store_opts;
 
+/* For a program that runs many writers, once at the start of main, before
+ * any other kcache call: turns off SQLite's memory statistics, which take one
+ * process-wide mutex at every allocation and free SQLite makes, so threads
+ * writing on separate store handles contend on it. Nothing in kcache reads
+ * those statistics. A library embedding kcache leaves this to its program.
+ * KC_ERR_INVALID when SQLite is in use already: nothing changes then, and
+ * the store works as before. */
+kc_code kc_store_setup_process(kc_err *err);
+
 /* Opens (creating if needed, unless read_only) the store in dir, creating dir
  * with mode 0700 if missing (the database and pack files are 0600, whatever the umask). opts may be
  * NULL for defaults. Runs schema migrations and a cheap check that every table can be read. On
