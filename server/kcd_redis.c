@@ -11,13 +11,14 @@
  * commit and an answered write survives kill -9 (with --durable, a power
  * cut). Batches go to one committer thread, which takes everything queued
  * while it committed the last, so one batch gathers the writes of all
- * workers' clients while the workers go on reading. One kind of batch is
- * short enough to run where it was read: without --durable (no fsync to
- * wait for), when the committer is idle, and when no client in it has
- * pipelined more commands, a worker commits the writes of its round itself
- * at the round's end, as Redis flushes its AOF once per round of events,
- * and saves the two wake-ups of a hand-off (a third of a lone client's
- * SET).
+ * workers' clients while the workers go on reading. A batch runs where it
+ * was read instead, at the end of its worker's round of events, as Redis
+ * flushes its AOF once per round, when the committer is idle and no client
+ * in it has pipelined more commands; that saves the two wake-ups of a
+ * hand-off (a third of a lone client's SET). With --durable, only when that
+ * worker is the one holding clients: its fsync then stalls no other
+ * worker's clients, and there are no other workers' writes the committer
+ * could have put in the same commit.
  */
 #include "kcd_redis.h"
 
@@ -201,6 +202,8 @@ static void conn_close(rconn *c)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    if (!w->conns)
+        __atomic_sub_fetch(&w->r->workers_with_clients, 1, __ATOMIC_RELAXED);
     kcd_metrics_add(&w->r->m->redis.clients, (uint64_t)-1);
     kcd_resp_parser_free(&c->p);
     kcd_rbuf_free(&c->out);
@@ -500,13 +503,6 @@ void kcd_redis_defer(rconn *c)
      * comes while it waits */
     c->waiting = true;
     c->qnext = NULL;
-    kcd_redis *r = c->w->r;
-    if (r->durable) { /* the committer starts at once, and batches what comes meanwhile */
-        pthread_mutex_lock(&r->q_mu);
-        queue_locked(r, c, c);
-        pthread_mutex_unlock(&r->q_mu);
-        return;
-    }
     rworker *w = c->w;
     if (w->pend_tail)
         w->pend_tail->qnext = c;
@@ -633,14 +629,16 @@ static void commit_seated(kcd_redis *r, rconn *batch)
 }
 
 /* True when a worker may commit its round's writes, batch, itself (see the
- * top of the file; --durable writes never wait in a round, kcd_redis_defer
- * queues them at once): nothing waits for the committer, and no client in
- * the batch has more commands buffered (a pipeline: the batch takes them,
- * which is long work better left to the committer while the worker reads
- * on). Under q_mu. */
+ * top of the file): nothing waits for the committer, no client in the batch
+ * has more commands buffered (a pipeline: the batch takes them, which is
+ * long work better left to the committer while the worker reads on), and
+ * with --durable no other worker holds a client (a worker waiting for its
+ * fsync reads none of its clients, and the committer's commit would gather
+ * every worker's writes). Under q_mu. */
 static bool commit_here(const kcd_redis *r, const rconn *batch)
 {
-    if (r->committing || r->q_head)
+    if (r->committing || r->q_head ||
+        (r->durable && __atomic_load_n(&r->workers_with_clients, __ATOMIC_RELAXED) > 1))
         return false;
     for (const rconn *c = batch; c; c = c->qnext)
         if (c->in_off < c->in_len)
@@ -787,6 +785,8 @@ static void accept_all(rworker *w, int lfd, bool local)
         c->next = w->conns;
         if (w->conns)
             w->conns->prev = c;
+        else
+            __atomic_add_fetch(&r->workers_with_clients, 1, __ATOMIC_RELAXED);
         w->conns = c;
         kcd_metrics_add(&r->m->redis.clients, 1);
         kcd_redis_client_opened(c);

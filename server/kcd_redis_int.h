@@ -76,6 +76,8 @@ struct kcd_redis {
     pthread_cond_t q_cv;
     rconn *q_head, *q_tail;
     bool committing, q_stop, q_inited;
+    unsigned workers_with_clients; /* atomic: workers holding a connection
+                                      (kcd_redis.c's commit_here) */
     pthread_t committer;
     bool committer_started;
     /* every open connection, for CLIENT LIST (kcd_redis_info.c's lock) */

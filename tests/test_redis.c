@@ -574,14 +574,13 @@ Test(redis, concurrent_sets_share_commits_and_survive_kill9)
 #define NX_CONNS 12
 #define NX_KEYS 60
 
-/* Clients that send one command and wait for its answer are committed by
- * their own worker at the end of its round, three workers racing for the
- * write seat with the committer idle. SET NX still lets exactly one client
- * take each key, and every +OK is on disk when it is answered. */
-Test(redis, lone_writers_on_several_workers_stay_exclusive_and_durable)
+/* NX_CONNS clients each send SET nx:K client-C NX and wait for the answer,
+ * for NX_KEYS keys: exactly one client takes each key, and after kill -9
+ * each key holds its winner's value. */
+static void nx_race_survives_kill9(const char *const *args)
 {
     rserver rs;
-    rs_start(&rs, false, (const char *const[]){"--threads", "3", NULL});
+    rs_start(&rs, false, args);
     int fds[NX_CONNS];
     for (int c = 0; c < NX_CONNS; c++)
         fds[c] = rconnect(&rs);
@@ -619,6 +618,24 @@ Test(redis, lone_writers_on_several_workers_stay_exclusive_and_durable)
         EXPECT_CLI(want, &rs, "GET", key);
     }
     rs_stop(&rs);
+}
+
+/* Clients that send one command and wait for its answer are committed by
+ * their own worker at the end of its round, three workers racing for the
+ * write seat with the committer idle. SET NX still lets exactly one client
+ * take each key, and every +OK is on disk when it is answered. */
+Test(redis, lone_writers_on_several_workers_stay_exclusive_and_durable)
+{
+    nx_race_survives_kill9((const char *const[]){"--threads", "3", NULL});
+}
+
+/* --durable with every client on the one worker: the worker commits and
+ * fsyncs its round itself, as redis-server's appendfsync always does, where
+ * other workers' clients would send it to the committer. The same race, the
+ * same answers, the same values after kill -9. */
+Test(redis, durable_writers_on_a_sole_worker_stay_exclusive_and_durable)
+{
+    nx_race_survives_kill9((const char *const[]){"--durable", "--threads", "1", NULL});
 }
 
 /* PING on fd; returns the reply (caller frees). */
