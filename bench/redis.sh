@@ -11,12 +11,17 @@
 # pipelining SET k, GET k pairs (each GET reads the SET just before it)
 # through `redis-cli --pipe`, timed; and one connection pipelining SETs of
 # 4 KiB values that are all different (compressible text), timed.
+# The 4 KiB runs go in ROUNDS rounds, each server in turn (the order reversed
+# every other round, the servers kept running): a single run swings by 15%
+# or more on a shared 2-core machine, more than the gaps measured. Their rows
+# give the median of each server's figures and the median of the per-round
+# ratios, and each ratio's rounds are listed under the table.
 # Prints a Markdown table; no assertions.
 #
 #   bench/redis.sh [BUILD_DIR]       (default: build)
 #   env: THREADS (kcached threads, default nproc), CONNS (50), N4K (50000),
 #        N1M (1000), KEYS4K (1000), KEYS1M (32), PIPE (16), NMIX (5000 pairs),
-#        NDIST (20000 SETs of new values)
+#        NDIST (20000 SETs of new values), ROUNDS (5 rounds of the 4 KiB runs)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build}
@@ -30,6 +35,7 @@ KEYS1M=${KEYS1M:-32}
 PIPE=${PIPE:-16}
 NMIX=${NMIX:-5000}
 NDIST=${NDIST:-20000}
+ROUNDS=${ROUNDS:-5}
 [[ -x $KCACHED ]] || { echo "missing $KCACHED (build it first)" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$SRC/bench/lib.sh"
@@ -83,10 +89,15 @@ EPORT=$AOF_PORT
 start_redis_aof always always
 FPORT=$AOF_PORT
 
-# bench PORT SIZE N KEYS PIPE -> "set_rps get_rps" (SET first fills the keys GET reads)
+# bench PORT SIZE N KEYS PIPE [TESTS] -> "set_rps get_rps" (SET first fills the keys GET
+# reads; TESTS set,get by default, set alone gives get_rps 0)
 bench() {
     local out
-    out=$(redis-benchmark -h 127.0.0.1 -p "$1" -t set,get -d "$2" -n "$3" -r "$4" -P "$5" \
+    # the disk takes no other run's writes meanwhile: an everysec or kcached run
+    # leaves up to a second of writes for the kernel to flush, which slowed
+    # the next run's fsyncs (`always`, `--durable`) by 10-20%
+    sync
+    out=$(redis-benchmark -h 127.0.0.1 -p "$1" -t "${6:-set,get}" -d "$2" -n "$3" -r "$4" -P "$5" \
         -c "$CONNS" --csv 2>/dev/null)
     local s g
     s=$(awk -F'","' '/^"SET"/ {print $2}' <<<"$out")
@@ -138,32 +149,59 @@ for i in range(n):
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
 PY
 
+# median "X1 X2 ..." -> the median; mratio "A1 A2 ..." "B1 B2 ..." -> the median of the
+# ratios Ai/Bi as "1.23x"; rounds "A..." "B..." -> those ratios, in round order
+median() { python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1].split())))" "$1"; }
+per_round() {
+    python3 -c "import sys; print(' '.join(f'{a / b:.2f}' if b else '-' for a, b in zip(map(float, sys.argv[1].split()), map(float, sys.argv[2].split()))))" "$1" "$2"
+}
+mratio() {
+    python3 -c "import statistics, sys; r = [a / b for a, b in zip(map(float, sys.argv[1].split()), map(float, sys.argv[2].split())) if b]; print(f'{statistics.median(r):.2f}x' if r else '-')" "$1" "$2"
+}
+
 echo "| benchmark | kcached | redis-server | ratio | goal |"
 echo "|---|---:|---:|---:|---|"
+ROUND_LINES=()
 for size in 4096 1048576; do
     if [[ $size = 4096 ]]; then n=$N4K keys=$KEYS4K label="4 KiB"; else n=$N1M keys=$KEYS1M label="1 MiB"; fi
     for p in 1 "$PIPE"; do
-        read -r ks kg < <(bench "$KPORT" "$size" "$n" "$keys" "$p")
-        read -r rs rg < <(bench "$RPORT" "$size" "$n" "$keys" "$p")
         pl=$([[ $p = 1 ]] && echo "no pipelining" || echo "-P $p")
-        goal=$([[ $size = 4096 ]] && echo ">= 0.5" || echo "-")
-        printf '| GET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$kg" "$rg" "$(ratio "$kg" "$rg")" "$goal"
-        sgoal=-
-        [[ $size = 4096 && $p = 1 ]] && sgoal=">= 0.5"
-        [[ $size = 4096 && $p != 1 ]] && sgoal=">= 0.3"
-        printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")" "$sgoal"
-        if [[ $size = 4096 ]]; then
-            read -r fs _ < <(bench "$FPORT" "$size" "$n" "$keys" "$p")
-            read -r es _ < <(bench "$EPORT" "$size" "$n" "$keys" "$p")
-            read -r ds _ < <(bench "$DPORT" "$size" "$n" "$keys" "$p")
-            # the goal's own row, then the two of the same durability
-            printf '| SET %s, ops/s (%s), anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
-                "$label" "$pl" "$ks" "$fs" "$(ratio "$ks" "$fs")"
-            printf '| SET %s, ops/s (%s), anchor redis-server appendfsync everysec | %.0f | %.0f | %s | - |\n' \
-                "$label" "$pl" "$ks" "$es" "$(ratio "$ks" "$es")"
-            printf '| SET %s, ops/s (%s), kcached --durable, anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
-                "$label" "$pl" "$ds" "$fs" "$(ratio "$ds" "$fs")"
+        if [[ $size != 4096 ]]; then
+            read -r ks kg < <(bench "$KPORT" "$size" "$n" "$keys" "$p")
+            read -r rs rg < <(bench "$RPORT" "$size" "$n" "$keys" "$p")
+            printf '| GET %s, ops/s (%s) | %.0f | %.0f | %s | - |\n' "$label" "$pl" "$kg" "$rg" "$(ratio "$kg" "$rg")"
+            printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | - |\n' "$label" "$pl" "$ks" "$rs" "$(ratio "$ks" "$rs")"
+            continue
         fi
+        # KS: kcached's SETs, KG its GETs, RS/RG the in-memory redis-server's, FS `always`,
+        # ES `everysec`, DS `kcached --durable`: one figure a round each
+        KS="" KG="" RS="" RG="" FS="" ES="" DS=""
+        for ((round = 0; round < ROUNDS; round++)); do
+            order="K R F E D"
+            ((round % 2)) && order="D E F R K"
+            for who in $order; do
+                case $who in
+                K) read -r s g < <(bench "$KPORT" "$size" "$n" "$keys" "$p") && KS+=" $s" KG+=" $g" ;;
+                R) read -r s g < <(bench "$RPORT" "$size" "$n" "$keys" "$p") && RS+=" $s" RG+=" $g" ;;
+                F) read -r s _ < <(bench "$FPORT" "$size" "$n" "$keys" "$p" set) && FS+=" $s" ;;
+                E) read -r s _ < <(bench "$EPORT" "$size" "$n" "$keys" "$p" set) && ES+=" $s" ;;
+                D) read -r s _ < <(bench "$DPORT" "$size" "$n" "$keys" "$p" set) && DS+=" $s" ;;
+                esac
+            done
+        done
+        sgoal=$([[ $p = 1 ]] && echo ">= 0.5" || echo ">= 0.3")
+        printf '| GET %s, ops/s (%s) | %.0f | %.0f | %s | >= 0.5 |\n' "$label" "$pl" \
+            "$(median "$KG")" "$(median "$RG")" "$(mratio "$KG" "$RG")"
+        printf '| SET %s, ops/s (%s) | %.0f | %.0f | %s | %s |\n' "$label" "$pl" \
+            "$(median "$KS")" "$(median "$RS")" "$(mratio "$KS" "$RS")" "$sgoal"
+        # the goal's own row, then the two of the same durability
+        printf '| SET %s, ops/s (%s), anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
+            "$label" "$pl" "$(median "$KS")" "$(median "$FS")" "$(mratio "$KS" "$FS")"
+        printf '| SET %s, ops/s (%s), anchor redis-server appendfsync everysec | %.0f | %.0f | %s | - |\n' \
+            "$label" "$pl" "$(median "$KS")" "$(median "$ES")" "$(mratio "$KS" "$ES")"
+        printf '| SET %s, ops/s (%s), kcached --durable, anchor redis-server appendfsync always | %.0f | %.0f | %s | >= 1.0 |\n' \
+            "$label" "$pl" "$(median "$DS")" "$(median "$FS")" "$(mratio "$DS" "$FS")"
+        ROUND_LINES+=("SET $label ($pl), ratio by round: kcached/redis-server $(per_round "$KS" "$RS"); kcached/always $(per_round "$KS" "$FS"); kcached/everysec $(per_round "$KS" "$ES"); kcached --durable/always $(per_round "$DS" "$FS")")
     done
 done
 # kcached's group commits for the mixed pipeline: a figure the machine's load does not move
@@ -179,4 +217,5 @@ rd=$(piped "$RPORT" "$T/distinct.resp" "$NDIST" "$NDIST")
 printf '| SET 4 KiB, a new value each time, one connection (redis-cli --pipe), SET/s | %.0f | %.0f | %s | - |\n' \
     "$kd" "$rd" "$(ratio "$kd" "$rd")"
 echo
-echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K, 1 MiB: $N1M); kcached --threads $THREADS, redis-server single-threaded; mixed pipeline: $NMIX pairs, $((c1 - c0)) kcached commits for its $NMIX SETs; load average $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)."
+printf '%s.\n' "${ROUND_LINES[@]}"
+echo "redis-benchmark -c $CONNS, -r keys (4 KiB: $KEYS4K, 1 MiB: $KEYS1M), requests (4 KiB: $N4K in each of $ROUNDS rounds, medians above; 1 MiB: $N1M, one run); kcached --threads $THREADS, redis-server single-threaded; mixed pipeline: $NMIX pairs, $((c1 - c0)) kcached commits for its $NMIX SETs; load average $(cut -d' ' -f1-3 /proc/loadavg); $(redis-server --version | cut -d' ' -f1-3)."
