@@ -149,8 +149,8 @@ for i in range(n):
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
 PY
 
-# median "X1 X2 ..." -> the median; mratio "A1 A2 ..." "B1 B2 ..." -> the median of the
-# ratios Ai/Bi as "1.23x"; rounds "A..." "B..." -> those ratios, in round order
+# median "X1 X2 ..." -> the median; per_round "A1 A2 ..." "B1 B2 ..." -> the ratios Ai/Bi,
+# in round order; mratio "A..." "B..." -> their median, as "1.23x"
 median() { python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1].split())))" "$1"; }
 per_round() {
     python3 -c "import sys; print(' '.join(f'{a / b:.2f}' if b else '-' for a, b in zip(map(float, sys.argv[1].split()), map(float, sys.argv[2].split()))))" "$1" "$2"

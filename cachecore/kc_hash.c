@@ -105,7 +105,7 @@ bool kc_key_valid(const char *s)
         return false;
     /* no test per digit: every store call and memory-cache drop checks its
      * key, and a branch on "digit or letter" mispredicts on half of them
-     * (150 ns a key, against 20 without) */
+     * (208 ns a key here, against 14 without) */
     unsigned bad = 0;
     for (int i = 0; i < KC_KEY_HEX_LEN; i++) {
         unsigned c = (unsigned char)s[i];
