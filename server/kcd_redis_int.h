@@ -144,7 +144,7 @@ struct rconn {
     double pending_t0;
     /* the SHA-256 of a deferred SET's value, taken by the worker before
      * the seat is held: val_sha_of points at that value in c->in (NULL:
-     * none); the committer uses it only for those very bytes, then clears */
+     * none); the batch uses it only for those very bytes, then clears */
     const uint8_t *val_sha_of;
     size_t val_sha_len;
     uint8_t val_sha[KC_SHA256_LEN];
@@ -174,8 +174,9 @@ void kcd_redis_execute(rconn *c);
  * run it and returned c to its worker. */
 void kcd_redis_defer(rconn *c);
 
-/* The committer's side: runs c's pending command (the handler, counters,
- * access log). In a batch the store writes join the open transaction.
+/* The batch's side (the committer, or the worker at its round's end):
+ * runs c's pending command (the handler, counters, access log). In a
+ * batch the store writes join the open transaction.
  * True when the command was a write (not a read that joined the batch). */
 bool kcd_redis_run_pending(rconn *c);
 
